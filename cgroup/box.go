@@ -1,0 +1,394 @@
+package cgroup
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containerd/cgroups/v3/cgroup1"
+	"github.com/containerd/cgroups/v3/cgroup2"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Limits are the resource limits of one box. Zero means unlimited.
+type Limits struct {
+	Memory int64   // bytes, page cache and tmpfs included; no swap
+	Pids   int64   // processes and threads at once
+	CPUs   float64 // CPU bandwidth, in CPUs
+}
+
+// cfsPeriod is the CPU bandwidth period, in microseconds.
+const cfsPeriod = 100000
+
+// Box is the cgroup (one per controller on v1) of one run.
+type Box struct {
+	mode Mode
+	name string
+	// dirs maps a v1 controller to its directory; on v2 the only key is "".
+	dirs map[string]string
+	// cpuUsage is kept open: the CPU limit is enforced by reading it often.
+	cpuUsage *os.File
+}
+
+// Create makes the cgroup of box name with limits l. A cgroup of that name
+// left over by a killed supervisor is removed first.
+func (m *Manager) Create(name string, l Limits) (*Box, error) {
+	if err := m.ensureParents(); err != nil {
+		return nil, err
+	}
+	b := &Box{mode: m.mode, name: name, dirs: map[string]string{}}
+	for c, parent := range m.parents {
+		b.dirs[c] = filepath.Join(parent, name)
+	}
+	if b.exists() {
+		if err := b.Destroy(); err != nil {
+			return nil, fmt.Errorf("remove stale cgroup of %s: %w", name, err)
+		}
+	}
+	var err error
+	if m.mode.usesV1() {
+		err = b.createV1(m, l)
+	} else {
+		err = b.createV2(l)
+	}
+	if err != nil {
+		b.Destroy()
+		return nil, err
+	}
+	usage := filepath.Join(b.dirs[""], "cpu.stat")
+	if m.mode.usesV1() {
+		usage = filepath.Join(b.dirs["cpuacct"], "cpuacct.usage")
+	}
+	if b.cpuUsage, err = os.Open(usage); err != nil {
+		b.Destroy()
+		return nil, fmt.Errorf("open %s: %w", usage, err)
+	}
+	return b, nil
+}
+
+// Remove deletes the cgroup of box name if it exists, killing what is left
+// in it. It is for leftovers of a supervisor that was killed.
+func (m *Manager) Remove(name string) error {
+	b := &Box{mode: m.mode, name: name, dirs: map[string]string{}}
+	for c, parent := range m.parents {
+		b.dirs[c] = filepath.Join(parent, name)
+	}
+	return b.Destroy()
+}
+
+func (b *Box) exists() bool {
+	for _, d := range b.dirs {
+		if _, err := os.Stat(d); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (b *Box) createV1(m *Manager, l Limits) error {
+	res := &specs.LinuxResources{}
+	if l.Memory > 0 {
+		mem := l.Memory
+		res.Memory = &specs.LinuxMemory{Limit: &mem, Swap: &mem}
+	}
+	// On v1 the init thread that forks the program joins the box first
+	// (there is no CLONE_INTO_CGROUP) and waits there: it is one task more.
+	if l.Pids > 0 {
+		pids := l.Pids + b.ExtraTasks()
+		res.Pids = &specs.LinuxPids{Limit: &pids}
+	}
+	if l.CPUs > 0 {
+		quota := int64(l.CPUs * cfsPeriod)
+		period := uint64(cfsPeriod)
+		res.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
+	}
+	var subsystems []cgroup1.Subsystem
+	// containerd addresses a controller as <mount root>/<name>/<path>; the
+	// mount root is the directory above the controller's mount point.
+	mounts, err := cgroupMounts()
+	if err != nil {
+		return err
+	}
+	rel := map[cgroup1.Name]string{}
+	for _, c := range v1Controllers {
+		mnt := mounts[c]
+		root := filepath.Dir(mnt)
+		name := cgroup1.Name(c)
+		switch c {
+		case "memory":
+			subsystems = append(subsystems, cgroup1.NewMemory(root, cgroup1.OptionalSwap()))
+		case "pids":
+			subsystems = append(subsystems, cgroup1.NewPids(root))
+		case "cpu":
+			subsystems = append(subsystems, cgroup1.NewCpu(root))
+		case "cpuacct":
+			subsystems = append(subsystems, cgroup1.NewCpuacct(root))
+		}
+		r, err := filepath.Rel(filepath.Join(root, c), b.dirs[c])
+		if err != nil {
+			return err
+		}
+		rel[name] = "/" + r
+	}
+	path := func(n cgroup1.Name) (string, error) { return rel[n], nil }
+	hier := func() ([]cgroup1.Subsystem, error) { return subsystems, nil }
+	if _, err := cgroup1.New(path, res, cgroup1.WithHierarchy(hier)); err != nil {
+		return fmt.Errorf("create v1 cgroup %s: %w", b.name, err)
+	}
+	return nil
+}
+
+func (b *Box) createV2(l Limits) error {
+	dir := b.dirs[""]
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return fmt.Errorf("create cgroup %s: %w", dir, err)
+	}
+	res := &cgroup2.Resources{}
+	if l.Memory > 0 {
+		mem := l.Memory
+		res.Memory = &cgroup2.Memory{Max: &mem}
+		if _, err := os.Stat(filepath.Join(dir, "memory.swap.max")); err == nil {
+			zero := int64(0)
+			res.Memory.Swap = &zero
+		}
+	}
+	if l.Pids > 0 {
+		res.Pids = &cgroup2.Pids{Max: l.Pids}
+	}
+	if l.CPUs > 0 {
+		quota := int64(l.CPUs * cfsPeriod)
+		period := uint64(cfsPeriod)
+		res.CPU = &cgroup2.CPU{Max: cgroup2.NewCPUMax(&quota, &period)}
+	}
+	mounts, err := cgroupMounts()
+	if err != nil {
+		return err
+	}
+	mnt := mounts[""]
+	mgr, err := cgroup2.Load(strings.TrimPrefix(dir, mnt), cgroup2.WithMountpoint(mnt))
+	if err != nil {
+		return err
+	}
+	if err := mgr.Update(res); err != nil {
+		return fmt.Errorf("set limits of cgroup %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Name is the box's cgroup name.
+func (b *Box) Name() string { return b.name }
+
+// Mode is the cgroup layout the box lives on.
+func (b *Box) Mode() Mode { return b.mode }
+
+// ExtraTasks is the number of tasks of the sandbox itself that live in the
+// box while the program runs: on v1, the init thread that forked it.
+func (b *Box) ExtraTasks() int64 {
+	if b.mode.usesV1() {
+		return 1
+	}
+	return 0
+}
+
+// TaskFiles opens, for writing, the v1 "tasks" file of each controller.
+// Writing "0" to each moves the writing thread into the box, so that what
+// it forks starts there. Nil on v2.
+func (b *Box) TaskFiles() ([]*os.File, error) {
+	if !b.mode.usesV1() {
+		return nil, nil
+	}
+	var files []*os.File
+	for _, c := range v1Controllers {
+		f, err := os.OpenFile(filepath.Join(b.dirs[c], "tasks"), os.O_WRONLY, 0)
+		if err != nil {
+			for _, f := range files {
+				f.Close()
+			}
+			return nil, err
+		}
+		files = append(files, f)
+	}
+	return files, nil
+}
+
+// Dir opens the box's v2 cgroup directory, for CLONE_INTO_CGROUP. Nil on v1.
+func (b *Box) Dir() (*os.File, error) {
+	if b.mode.usesV1() {
+		return nil, nil
+	}
+	return os.Open(b.dirs[""])
+}
+
+// CPUUsage is the CPU time used so far by every task in the box.
+func (b *Box) CPUUsage() (time.Duration, error) {
+	var buf [512]byte
+	n, err := b.cpuUsage.ReadAt(buf[:], 0)
+	if err != nil && n == 0 {
+		return 0, err
+	}
+	data := buf[:n]
+	if b.mode.usesV1() {
+		ns, err := strconv.ParseInt(string(bytes.TrimSpace(data)), 10, 64)
+		return time.Duration(ns), err
+	}
+	us, err := statField(data, "usage_usec")
+	return time.Duration(us) * time.Microsecond, err
+}
+
+// CPUSplit is the user and system CPU time of the box, as the kernel
+// split it.
+func (b *Box) CPUSplit() (user, sys time.Duration, err error) {
+	if b.mode.usesV1() {
+		u, err1 := readInt(filepath.Join(b.dirs["cpuacct"], "cpuacct.usage_user"))
+		s, err2 := readInt(filepath.Join(b.dirs["cpuacct"], "cpuacct.usage_sys"))
+		return time.Duration(u), time.Duration(s), errors.Join(err1, err2)
+	}
+	data, err := os.ReadFile(filepath.Join(b.dirs[""], "cpu.stat"))
+	if err != nil {
+		return 0, 0, err
+	}
+	u, err1 := statField(data, "user_usec")
+	s, err2 := statField(data, "system_usec")
+	return time.Duration(u) * time.Microsecond, time.Duration(s) * time.Microsecond, errors.Join(err1, err2)
+}
+
+// MemoryPeak is the highest memory use of the box, in bytes.
+func (b *Box) MemoryPeak() (int64, error) {
+	if b.mode.usesV1() {
+		return readInt(filepath.Join(b.dirs["memory"], "memory.max_usage_in_bytes"))
+	}
+	return readInt(filepath.Join(b.dirs[""], "memory.peak"))
+}
+
+// OOMKills is how many processes the kernel's OOM killer killed in the box.
+func (b *Box) OOMKills() (int64, error) {
+	if b.mode.usesV1() {
+		data, err := os.ReadFile(filepath.Join(b.dirs["memory"], "memory.oom_control"))
+		if err != nil {
+			return 0, err
+		}
+		return statField(data, "oom_kill")
+	}
+	data, err := os.ReadFile(filepath.Join(b.dirs[""], "memory.events"))
+	if err != nil {
+		return 0, err
+	}
+	return statField(data, "oom_kill")
+}
+
+// PidsPeak is the highest number of tasks the box held at once, the
+// sandbox's own (ExtraTasks) not counted.
+func (b *Box) PidsPeak() (int64, error) {
+	dir := b.dirs[""]
+	if b.mode.usesV1() {
+		dir = b.dirs["pids"]
+	}
+	n, err := readInt(filepath.Join(dir, "pids.peak"))
+	if err != nil {
+		return 0, err
+	}
+	n -= b.ExtraTasks()
+	if n < 0 {
+		n = 0
+	}
+	return n, nil
+}
+
+// Kill sends SIGKILL to every process in the box.
+func (b *Box) Kill() error {
+	if !b.mode.usesV1() {
+		if err := os.WriteFile(filepath.Join(b.dirs[""], "cgroup.kill"), []byte("1"), 0); err == nil {
+			return nil
+		}
+	}
+	var errs []error
+	for _, d := range b.dirs {
+		for _, pid := range procs(d) {
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && err != syscall.ESRCH {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Destroy kills what is left in the box and removes its cgroup directories.
+// Removing a directory the kernel still holds busy (a task is exiting) is
+// retried for a while.
+func (b *Box) Destroy() error {
+	if b.cpuUsage != nil {
+		b.cpuUsage.Close()
+		b.cpuUsage = nil
+	}
+	var errs []error
+	for _, d := range b.dirs {
+		if err := removeDir(d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func removeDir(dir string) error {
+	deadline := time.Now().Add(2 * time.Second)
+	for wait := 50 * time.Microsecond; ; wait *= 2 {
+		err := syscall.Rmdir(dir)
+		if err == nil || err == syscall.ENOENT {
+			return nil
+		}
+		if err != syscall.EBUSY || time.Now().After(deadline) {
+			return fmt.Errorf("remove cgroup %s: %w", dir, err)
+		}
+		for _, pid := range procs(dir) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if wait > 20*time.Millisecond {
+			wait = 20 * time.Millisecond
+		}
+		time.Sleep(wait)
+	}
+}
+
+// procs lists the pids in a cgroup directory.
+func procs(dir string) []int {
+	data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(data)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func readInt(path string) (int64, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	s := strings.TrimSpace(string(data))
+	if s == "max" {
+		return -1, nil
+	}
+	return strconv.ParseInt(s, 10, 64)
+}
+
+// statField finds "key value" in a flat-keyed cgroup file.
+func statField(data []byte, key string) (int64, error) {
+	for _, line := range strings.Split(string(data), "\n") {
+		k, v, ok := strings.Cut(line, " ")
+		if ok && k == key {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no %q in cgroup file", key)
+}

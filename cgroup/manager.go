@@ -1,0 +1,217 @@
+package cgroup
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// parentName is the directory, under the cgroup this process is in, that
+// holds the cgroups of all boxes. Only what is below it is ever created,
+// written or removed.
+const parentName = "isolate"
+
+// v1Controllers are the v1 hierarchies a box needs.
+var v1Controllers = []string{"memory", "pids", "cpu", "cpuacct"}
+
+// v2Controllers are the controllers a box needs on the unified hierarchy.
+var v2Controllers = []string{"memory", "pids", "cpu"}
+
+// Manager knows where box cgroups live on this host.
+type Manager struct {
+	mode Mode
+	// parents maps a v1 controller to the absolute directory that holds the
+	// boxes; on v2 the only key is "".
+	parents map[string]string
+}
+
+// NewManager finds the directories that hold box cgroups: "isolate" under
+// the cgroup this process is in (per controller on v1), or under root when
+// root is set (a cgroup path such as "/isolate.slice", relative to each
+// hierarchy's mount point).
+func NewManager(root string) (*Manager, error) {
+	mode := DetectMode()
+	m := &Manager{mode: mode, parents: map[string]string{}}
+	own, err := ownCgroups()
+	if err != nil {
+		return nil, err
+	}
+	mounts, err := cgroupMounts()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case mode.usesV1():
+		for _, c := range v1Controllers {
+			mnt, ok := mounts[c]
+			if !ok {
+				return nil, fmt.Errorf("cgroup v1 controller %q is not mounted", c)
+			}
+			base := own[c]
+			if root != "" {
+				base = root
+			}
+			m.parents[c] = filepath.Join(mnt, base, parentName)
+		}
+	case mode == V2:
+		mnt, ok := mounts[""]
+		if !ok {
+			return nil, errors.New("cgroup2 file system is not mounted")
+		}
+		base := own[""]
+		if root != "" {
+			base = root
+		}
+		m.parents[""] = filepath.Join(mnt, base, parentName)
+	default:
+		return nil, errors.New("no cgroup file system found (mount cgroup2 at /sys/fs/cgroup)")
+	}
+	return m, nil
+}
+
+// Mode is the host's cgroup layout.
+func (m *Manager) Mode() Mode { return m.mode }
+
+// Parents lists the directories holding box cgroups, for diagnostics.
+func (m *Manager) Parents() map[string]string { return m.parents }
+
+// ensureParents creates the "isolate" directories (and, on v2, enables the
+// box controllers in it). It is idempotent and cheap when they exist.
+func (m *Manager) ensureParents() error {
+	for c, dir := range m.parents {
+		if _, err := os.Stat(dir); err == nil {
+			continue
+		}
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("create cgroup %s: %w", dir, err)
+		}
+		if c == "" {
+			if err := enableV2Controllers(dir); err != nil {
+				os.Remove(dir)
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// enableV2Controllers turns on the box controllers in dir, which this
+// package created. The parent of dir must already offer them: we never
+// write to a cgroup we did not create.
+func enableV2Controllers(dir string) error {
+	have, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	if err != nil {
+		return fmt.Errorf("read %s/cgroup.controllers: %w", dir, err)
+	}
+	avail := strings.Fields(string(have))
+	var missing []string
+	for _, c := range v2Controllers {
+		if !contains(avail, c) {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("cgroup v2: controllers %s are not enabled for %s (enable them in its parent's "+
+			"cgroup.subtree_control, run isolate in a delegated cgroup such as `systemd-run --scope -p Delegate=yes`, "+
+			"or set cgroup_root in /etc/isolate/config)", strings.Join(missing, ","), filepath.Dir(dir))
+	}
+	ctl := "+" + strings.Join(v2Controllers, " +")
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte(ctl), 0); err != nil {
+		return fmt.Errorf("enable %q in %s: %w", ctl, dir, err)
+	}
+	return nil
+}
+
+// Boxes lists the names of the box cgroups that exist now.
+func (m *Manager) Boxes() []string {
+	seen := map[string]bool{}
+	var names []string
+	for _, dir := range m.parents {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if e.IsDir() && !seen[e.Name()] {
+				seen[e.Name()] = true
+				names = append(names, e.Name())
+			}
+		}
+	}
+	return names
+}
+
+// ownCgroups maps each v1 controller (and "" for v2) to this process's
+// cgroup path.
+func ownCgroups() (map[string]string, error) {
+	f, err := os.Open("/proc/self/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[1] == "" {
+			out[""] = parts[2]
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			out[c] = parts[2]
+		}
+	}
+	return out, sc.Err()
+}
+
+// cgroupMounts maps each v1 controller (and "" for cgroup2) to its mount
+// point, from /proc/self/mountinfo.
+func cgroupMounts() (map[string]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		// mountinfo: id parent major:minor root mountpoint opts [optional...] - fstype source superopts
+		sep := -1
+		for i, f := range fields {
+			if f == "-" {
+				sep = i
+				break
+			}
+		}
+		if sep < 0 || sep+3 >= len(fields) {
+			continue
+		}
+		mnt, fstype, super := fields[4], fields[sep+1], fields[sep+3]
+		switch fstype {
+		case "cgroup2":
+			if _, ok := out[""]; !ok {
+				out[""] = mnt
+			}
+		case "cgroup":
+			for _, o := range strings.Split(super, ",") {
+				if _, ok := out[o]; !ok {
+					out[o] = mnt
+				}
+			}
+		}
+	}
+	return out, sc.Err()
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

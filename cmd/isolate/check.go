@@ -1,0 +1,94 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/isolate-sandbox/isolate/cgroup"
+)
+
+// checkCommand diagnoses the host: what a run needs and whether it is
+// there.
+func checkCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "check",
+		Usage: "diagnose the host: kernel features, cgroup mode, images",
+		Action: func(c *cli.Context) error {
+			if err := requireRoot(); err != nil {
+				return err
+			}
+			fails := 0
+			line := func(ok bool, what, detail, fix string) {
+				mark := "ok  "
+				if !ok {
+					mark = "FAIL"
+					fails++
+				}
+				fmt.Printf("%s %-22s %s\n", mark, what, detail)
+				if !ok && fix != "" {
+					fmt.Printf("     fix: %s\n", fix)
+				}
+			}
+			var uts unix.Utsname
+			unix.Uname(&uts)
+			release := unix.ByteSliceToString(uts.Release[:])
+			line(kernelAtLeast(release, 5, 10), "kernel", release, "isolate needs Linux 5.10 or newer (openat2, pidfd_getfd, clone3)")
+
+			mode := cgroup.DetectMode()
+			mgr, err := cgroup.NewManager(os.Getenv("ISOLATE_CGROUP_ROOT"))
+			if err != nil {
+				line(false, "cgroups", string(mode)+": "+err.Error(), "mount cgroup2 at /sys/fs/cgroup, or the v1 memory, pids, cpu and cpuacct hierarchies")
+			} else {
+				var dirs []string
+				for c, d := range mgr.Parents() {
+					if c == "" {
+						c = "unified"
+					}
+					dirs = append(dirs, c+"="+d)
+				}
+				box, err := mgr.Create("box-check", cgroup.Limits{Memory: 64 << 20, Pids: 8, CPUs: 1})
+				if err == nil {
+					box.Destroy()
+					line(true, "cgroups", string(mode)+", boxes under "+strings.Join(dirs, " "), "")
+				} else {
+					line(false, "cgroups", string(mode)+": "+err.Error(), "see README: cgroups")
+				}
+			}
+			max, _ := os.ReadFile("/proc/sys/user/max_user_namespaces")
+			n := strings.TrimSpace(string(max))
+			line(n != "" && n != "0", "user namespaces", "max_user_namespaces="+n, "sysctl -w user.max_user_namespaces=15000")
+			status, _ := os.ReadFile("/proc/self/status")
+			line(strings.Contains(string(status), "Seccomp_filters"), "seccomp", "filter mode available", "a kernel with CONFIG_SECCOMP_FILTER")
+			fs, _ := os.ReadFile("/proc/filesystems")
+			for _, name := range []string{"squashfs", "overlay", "tmpfs"} {
+				ok := strings.Contains(string(fs), "\t"+name+"\n")
+				if !ok && name != "tmpfs" {
+					// modules load on first mount; only report
+					fmt.Printf("note %-22s %s\n", name, "not loaded (modprobe "+name+" for images)")
+					continue
+				}
+				line(ok, name, "supported", "")
+			}
+			_, err = os.Stat("/dev/loop-control")
+			if err == nil {
+				line(true, "loop devices", "/dev/loop-control", "")
+			} else {
+				fmt.Printf("note %-22s %s\n", "loop devices", "no /dev/loop-control (needed only for squashfs images)")
+			}
+			if fails > 0 {
+				return &exitError{code: exitSandbox, msg: fmt.Sprintf("%d check(s) failed: runs will not work on this host", fails)}
+			}
+			return nil
+		},
+	}
+}
+
+func kernelAtLeast(release string, major, minor int) bool {
+	var a, b int
+	fmt.Sscanf(release, "%d.%d", &a, &b)
+	return a > major || (a == major && b >= minor)
+}

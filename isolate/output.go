@@ -1,0 +1,56 @@
+package isolate
+
+import (
+	"io"
+	"os"
+)
+
+// capture reads one output stream of the program to its end: it keeps the
+// first limit bytes, reads and drops the rest (so the program never blocks
+// on a full pipe), and copies everything live to tee when set.
+type capture struct {
+	limit     int64
+	buf       []byte
+	truncated bool
+	done      chan struct{}
+}
+
+func startCapture(r *os.File, limit int64, tee io.Writer) *capture {
+	c := &capture{limit: limit, done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		defer r.Close()
+		chunk := make([]byte, 64<<10)
+		for {
+			n, err := r.Read(chunk)
+			if n > 0 {
+				c.keep(chunk[:n])
+				if tee != nil {
+					tee.Write(chunk[:n])
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return c
+}
+
+func (c *capture) keep(p []byte) {
+	room := c.limit - int64(len(c.buf))
+	if c.limit <= 0 {
+		room = int64(len(p)) // no limit
+	}
+	if int64(len(p)) > room {
+		c.truncated = true
+		p = p[:room]
+	}
+	c.buf = append(c.buf, p...)
+}
+
+// result waits for the end of the stream.
+func (c *capture) result() (string, bool) {
+	<-c.done
+	return string(c.buf), c.truncated
+}

@@ -1,0 +1,97 @@
+package isolate
+
+import (
+	"time"
+)
+
+// Spec is everything one sandboxed run needs. The CLI fills it from flags;
+// zero values mean "no limit" unless noted.
+type Spec struct {
+	Command []string // program and arguments, looked up in the box's PATH
+	BoxID   int      // -1: pick a free box
+
+	Image    string // "host" (default) or an image directory
+	ImageDir string // resolved root of the image ("/" for host)
+
+	CPUTime   time.Duration // CPU time of all processes and threads
+	WallTime  time.Duration
+	ExtraTime time.Duration // kill only after CPUTime+ExtraTime
+
+	Memory    int64   // bytes, cgroup
+	Pids      int64   // processes and threads at once
+	CPUs      float64 // CPU bandwidth
+	FileSize  int64   // RLIMIT_FSIZE
+	TmpSize   int64   // size of /box and /tmp
+	OpenFiles int64   // RLIMIT_NOFILE
+	Stack     int64   // RLIMIT_STACK
+	AddrSpace int64   // RLIMIT_AS (ioi's -m); 0: none
+
+	OutputLimit int64 // bytes kept per captured stream
+
+	Binds   []Bind
+	CopyIn  []Copy
+	CopyOut []Copy
+
+	Env     []string // the program's whole environment, NAME=VALUE
+	HostNet bool     // share the host's network namespace
+	Stdin   string   // host file for standard input ("" = /dev/null)
+	Stdout  string   // host file for standard output ("" = captured)
+	Stderr  string   // host file for standard error ("" = captured)
+	// StderrToStdout sends the program's standard error to its standard
+	// output.
+	StderrToStdout bool
+	Stream         bool   // copy captured output live to Live
+	Chdir          string // working directory inside ("" = /box)
+	Seccomp        string // "default", "none" or a profile path
+
+	// BoxDir is the host directory of a persistent box, bound as /box.
+	BoxDir string
+	// Live receives captured output as it arrives when Stream is set.
+	LiveStdout, LiveStderr interface{ Write([]byte) (int, error) }
+}
+
+// Bind is a host path bound into the box.
+type Bind struct {
+	Host     string
+	Box      string
+	Writable bool
+}
+
+// Copy is a file or directory copied into the box before the run, or out
+// of it after.
+type Copy struct {
+	From string
+	To   string
+}
+
+// Defaults are the contract's defaults for a run.
+func Defaults() Spec {
+	return Spec{
+		BoxID:       -1,
+		Image:       "host",
+		ImageDir:    "/",
+		Memory:      512 << 20,
+		Pids:        64,
+		FileSize:    64 << 20,
+		TmpSize:     64 << 20,
+		OpenFiles:   256,
+		Stack:       8 << 20,
+		OutputLimit: 1 << 20,
+		Seccomp:     "default",
+		Chdir:       "/box",
+	}
+}
+
+// BaseEnv is the environment every program starts from.
+var BaseEnv = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/box", "LANG=C.UTF-8"}
+
+// effectiveWall is the wall-clock limit of a run.
+func (s *Spec) effectiveWall() time.Duration {
+	if s.WallTime > 0 {
+		return s.WallTime
+	}
+	if s.CPUTime > 0 {
+		return 2*(s.CPUTime+s.ExtraTime) + time.Second
+	}
+	return 60 * time.Second
+}

@@ -1,0 +1,709 @@
+package isolate
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/isolate-sandbox/isolate/cgroup"
+	"github.com/isolate-sandbox/isolate/rootfs"
+	"github.com/isolate-sandbox/isolate/seccomp"
+)
+
+// UsageError is bad input: the CLI prints it and exits 2, and nothing was
+// created.
+type UsageError struct{ Msg string }
+
+func (e *UsageError) Error() string { return e.Msg }
+
+func usagef(format string, a ...any) error { return &UsageError{Msg: fmt.Sprintf(format, a...)} }
+
+// Options are settings of the host rather than of one run.
+type Options struct {
+	// CgroupRoot overrides where box cgroups are created (a cgroup path);
+	// empty: under this process's own cgroup.
+	CgroupRoot string
+}
+
+// setupTimeout bounds how long init may take to build a box.
+const setupTimeout = 10 * time.Second
+
+// killGrace is how long init gets to kill the program and report before
+// the supervisor kills init itself.
+const killGrace = 2 * time.Second
+
+// supervisor is the state of one run on the host side.
+type supervisor struct {
+	spec    *Spec
+	opts    Options
+	report  *Report
+	timer   stageTimer
+	lock    *boxLock
+	cg      *cgroup.Box
+	policy  *seccomp.Program
+	cmd     *exec.Cmd
+	ctl     *os.File // control pipe to init (write end)
+	msgs    chan initMessage
+	stdout  *capture
+	stderr  *capture
+	closers []*os.File // host ends to close once init has them
+	rec     *seccomp.Recorder
+}
+
+// Run performs one sandboxed run of spec: prepare (box id, cgroup, policy)
+// -> start init -> supervise -> report -> tear down. Bad input is a
+// *UsageError and leaves nothing behind; a failure of the sandbox itself
+// is a report with status XX.
+func Run(spec *Spec, opts Options) (*Report, error) {
+	s := &supervisor{spec: spec, opts: opts, timer: newStageTimer()}
+	if err := s.validate(); err != nil {
+		return nil, err
+	}
+	s.timer.mark("validate")
+	s.report = &Report{BoxID: -1, BlockedSyscalls: []seccomp.Blocked{}, Sandbox: SandboxInfo{Image: spec.Image, Seccomp: s.policyName()}}
+	err := s.prepare()
+	if err == nil {
+		err = s.start()
+	}
+	if err == nil {
+		s.timer.mark("start")
+		s.report.Sandbox.SetupTime = s.timer.since0()
+		err = s.supervise()
+	}
+	teardownStart := time.Now()
+	s.teardown()
+	s.report.Sandbox.TeardownTime = time.Since(teardownStart).Seconds()
+	s.report.Sandbox.Stages = s.timer.stages
+	if err != nil {
+		s.report.Status = StatusXX
+		s.report.Message = err.Error()
+	}
+	return s.report, nil
+}
+
+func (s *supervisor) policyName() string {
+	if s.spec.Seccomp == "" {
+		return "default"
+	}
+	return s.spec.Seccomp
+}
+
+// validate checks the input before anything is created.
+func (s *supervisor) validate() error {
+	sp := s.spec
+	if len(sp.Command) == 0 || sp.Command[0] == "" {
+		return usagef("no command given (isolate run [options] -- COMMAND [ARG...])")
+	}
+	if sp.BoxID >= MaxBoxes {
+		return usagef("box id %d is out of range (0-%d)", sp.BoxID, MaxBoxes-1)
+	}
+	if sp.ImageDir == "" {
+		return usagef("unknown image %q", sp.Image)
+	}
+	if sp.Chdir != "" && sp.Chdir[0] != '/' {
+		return usagef("--chdir %q: must be an absolute path inside the box", sp.Chdir)
+	}
+	for _, b := range sp.Binds {
+		if _, err := os.Stat(b.Host); err != nil {
+			return usagef("--bind %s: %v", b.Host, errors.Unwrap(err))
+		}
+		if b.Box == "" || b.Box[0] != '/' || boxPath(b.Box) == "/" {
+			return usagef("--bind %s:%s: the box path must be absolute and not /", b.Host, b.Box)
+		}
+	}
+	for _, c := range sp.CopyIn {
+		if _, err := os.Stat(c.From); err != nil {
+			return usagef("--copy-in %s: %v", c.From, errors.Unwrap(err))
+		}
+	}
+	if sp.Stdin != "" {
+		if fi, err := os.Stat(sp.Stdin); err != nil {
+			return usagef("--stdin %s: %v", sp.Stdin, errors.Unwrap(err))
+		} else if fi.IsDir() {
+			return usagef("--stdin %s: is a directory", sp.Stdin)
+		}
+	}
+	for _, out := range []string{sp.Stdout, sp.Stderr} {
+		if out == "" {
+			continue
+		}
+		if fi, err := os.Stat(out); err == nil && fi.IsDir() {
+			return usagef("output file %s is a directory", out)
+		}
+		if _, err := os.Stat(dirOf(out)); err != nil {
+			return usagef("output file %s: directory %s does not exist", out, dirOf(out))
+		}
+	}
+	for _, c := range sp.CopyOut {
+		if _, err := os.Stat(dirOf(c.To)); err != nil {
+			return usagef("--copy-out %s: directory %s does not exist", c.To, dirOf(c.To))
+		}
+	}
+	p, err := seccomp.Compile(s.policyName())
+	if err != nil {
+		var pe *seccomp.ProfileError
+		if errors.As(err, &pe) || os.IsNotExist(err) {
+			return usagef("--seccomp: %v", err)
+		}
+		return fmt.Errorf("compile seccomp policy: %w", err)
+	}
+	s.policy = p
+	return nil
+}
+
+func dirOf(p string) string {
+	for i := len(p) - 1; i >= 0; i-- {
+		if p[i] == '/' {
+			if i == 0 {
+				return "/"
+			}
+			return p[:i]
+		}
+	}
+	return "."
+}
+
+// prepare takes a box id and creates the box's cgroup.
+func (s *supervisor) prepare() error {
+	var err error
+	if s.lock, err = lockBox(s.spec.BoxID); err != nil {
+		return err
+	}
+	s.report.BoxID = s.lock.id
+	s.timer.mark("lock")
+	mgr, err := cgroup.NewManager(s.opts.CgroupRoot)
+	if err != nil {
+		return fmt.Errorf("cgroups: %w", err)
+	}
+	s.report.Sandbox.Cgroup = string(mgr.Mode())
+	sweepStale(mgr, s.lock.id)
+	s.cg, err = mgr.Create(cgroupName(s.lock.id), cgroup.Limits{Memory: s.spec.Memory, Pids: s.spec.Pids, CPUs: s.spec.CPUs})
+	if err != nil {
+		return err
+	}
+	s.timer.mark("cgroup")
+	return nil
+}
+
+// start launches init in new namespaces and hands it the box to build.
+func (s *supervisor) start() error {
+	sp := s.spec
+	hostUID := FirstUID + s.lock.id
+	ctlR, ctlW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	s.ctl = ctlW
+	s.closers = append(s.closers, ctlR, statusW)
+	extra := []*os.File{ctlR, statusW}
+	cfg := s.initConfig()
+	if files, err := s.cg.TaskFiles(); err != nil {
+		return fmt.Errorf("open cgroup tasks: %w", err)
+	} else if files != nil {
+		extra = append(extra, files...)
+		s.closers = append(s.closers, files...)
+		cfg.CgroupFiles = len(files)
+	}
+	if dir, err := s.cg.Dir(); err != nil {
+		return fmt.Errorf("open cgroup directory: %w", err)
+	} else if dir != nil {
+		extra = append(extra, dir)
+		s.closers = append(s.closers, dir)
+		cfg.CgroupDir = true
+	}
+	stdin, stdout, stderr, err := s.stdio()
+	if err != nil {
+		return err
+	}
+	flags := uintptr(syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS)
+	if !sp.HostNet {
+		flags |= syscall.CLONE_NEWNET
+	}
+	s.cmd = &exec.Cmd{
+		Path:       "/proc/self/exe",
+		Args:       []string{"isolate-init", InitArg},
+		Env:        initEnv(),
+		Stdin:      stdin,
+		Stdout:     stdout,
+		Stderr:     stderr,
+		ExtraFiles: extra,
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: flags,
+			// Root of the box's user namespace is root outside, for init
+			// alone; the program runs as boxUID, an unprivileged host uid.
+			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}, {ContainerID: boxUID, HostID: hostUID, Size: 1}},
+			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}, {ContainerID: boxUID, HostID: hostUID, Size: 1}},
+			GidMappingsEnableSetgroups: true,
+			// The box dies with the supervisor, however the supervisor dies.
+			Pdeathsig: syscall.SIGKILL,
+		},
+	}
+	if err := os.MkdirAll(rootfs.StagingDir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", rootfs.StagingDir, err)
+	}
+	s.timer.mark("spawn-prep")
+	if err := s.cmd.Start(); err != nil {
+		return fmt.Errorf("start init: %w", err)
+	}
+	s.timer.mark("spawn")
+	for _, f := range s.closers {
+		f.Close()
+	}
+	s.closers = nil
+	s.msgs = make(chan initMessage, 4)
+	go readMessages(statusR, s.msgs)
+	data, _ := json.Marshal(cfg)
+	if _, err := ctlW.Write(append(data, '\n')); err != nil {
+		return fmt.Errorf("send config to init: %w", err)
+	}
+	if cfg.WaitForGo {
+		if _, err := s.await(msgReady); err != nil {
+			return err
+		}
+		s.timer.mark("namespaces+fs")
+		if err := s.fill(); err != nil {
+			return err
+		}
+		if _, err := ctlW.Write([]byte{ctlGo}); err != nil {
+			return fmt.Errorf("start program: %w", err)
+		}
+	}
+	m, err := s.await(msgStarted)
+	if err != nil {
+		return err
+	}
+	if m.Type == msgExited {
+		// It could not even be executed: keep the message for supervise.
+		s.msgs <- m
+		return nil
+	}
+	for k, v := range m.Stages {
+		s.timer.stages[k] = time.Duration(v).Seconds()
+	}
+	if m.NotifyFD >= 0 && s.policy != nil && s.policy.Notify {
+		if fd, err := grabFD(s.cmd.Process.Pid, m.NotifyFD); err == nil {
+			s.rec = seccomp.NewRecorder(fd)
+			s.rec.Start()
+		} else {
+			return fmt.Errorf("take seccomp listener from init: %w", err)
+		}
+	}
+	return nil
+}
+
+// initEnv is init's own environment: nothing of the caller's, except what
+// coverage builds of the tests need.
+func initEnv() []string {
+	env := []string{"GOGC=off", "GOMAXPROCS=2"}
+	if d := os.Getenv("GOCOVERDIR"); d != "" {
+		env = append(env, "GOCOVERDIR="+d)
+	}
+	return env
+}
+
+// initConfig turns the spec into what init needs.
+func (s *supervisor) initConfig() *initConfig {
+	sp := s.spec
+	layout := rootfs.Layout{
+		Image:   sp.ImageDir,
+		TmpSize: sp.TmpSize,
+		UID:     boxUID,
+		GID:     boxUID,
+		BoxDir:  sp.BoxDir,
+		HostNet: sp.HostNet,
+	}
+	for _, b := range sp.Binds {
+		layout.Binds = append(layout.Binds, rootfs.Bind{Host: b.Host, Box: boxPath(b.Box), Writable: b.Writable})
+	}
+	if d := os.Getenv("GOCOVERDIR"); d != "" {
+		// Coverage builds write init's counters from inside the box.
+		layout.Binds = append(layout.Binds, rootfs.Bind{Host: d, Box: d, Writable: true})
+	}
+	dir := sp.Chdir
+	if dir == "" {
+		dir = "/box"
+	}
+	cfg := &initConfig{
+		Layout:         layout,
+		Argv:           sp.Command,
+		Env:            sp.Env,
+		Dir:            dir,
+		UID:            boxUID,
+		GID:            boxUID,
+		Loopback:       !sp.HostNet,
+		WaitForGo:      len(sp.CopyIn) > 0,
+		StderrToStdout: sp.StderrToStdout,
+	}
+	if cfg.Env == nil {
+		cfg.Env = BaseEnv
+	}
+	add := func(res int, v int64) {
+		if v > 0 {
+			cfg.Rlimits = append(cfg.Rlimits, rlimit{Resource: res, Value: uint64(v)})
+		}
+	}
+	add(unix.RLIMIT_FSIZE, sp.FileSize)
+	add(unix.RLIMIT_NOFILE, sp.OpenFiles)
+	add(unix.RLIMIT_STACK, sp.Stack)
+	add(unix.RLIMIT_AS, sp.AddrSpace)
+	if sp.CPUTime > 0 {
+		// A backstop only: the supervisor kills at the exact limit. One
+		// second past it, rounded up, a process dies of SIGXCPU/SIGKILL.
+		add(unix.RLIMIT_CPU, int64((sp.CPUTime+sp.ExtraTime)/time.Second)+2)
+	}
+	if s.policy != nil && s.policy.Filter != nil {
+		cfg.Seccomp = s.policy.Filter
+		cfg.Notify = s.policy.Notify
+	}
+	return cfg
+}
+
+// stdio opens the program's standard streams: files, or pipes captured by
+// the supervisor.
+func (s *supervisor) stdio() (stdin, stdout, stderr *os.File, err error) {
+	sp := s.spec
+	in := sp.Stdin
+	if in == "" {
+		in = os.DevNull
+	}
+	if stdin, err = os.Open(in); err != nil {
+		return nil, nil, nil, fmt.Errorf("open stdin %s: %w", in, err)
+	}
+	s.closers = append(s.closers, stdin)
+	open := func(path string, live interface{ Write([]byte) (int, error) }) (*os.File, *capture, error) {
+		if path != "" {
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+			if err != nil {
+				return nil, nil, err
+			}
+			s.closers = append(s.closers, f)
+			return f, nil, nil
+		}
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, nil, err
+		}
+		s.closers = append(s.closers, w)
+		var tee interface{ Write([]byte) (int, error) }
+		if sp.Stream {
+			tee = live
+		}
+		return w, startCapture(r, sp.OutputLimit, tee), nil
+	}
+	if stdout, s.stdout, err = open(sp.Stdout, sp.LiveStdout); err != nil {
+		return nil, nil, nil, fmt.Errorf("open stdout: %w", err)
+	}
+	if sp.StderrToStdout {
+		return stdin, stdout, stdout, nil
+	}
+	if stderr, s.stderr, err = open(sp.Stderr, sp.LiveStderr); err != nil {
+		return nil, nil, nil, fmt.Errorf("open stderr: %w", err)
+	}
+	return stdin, stdout, stderr, nil
+}
+
+// readMessages forwards init's status lines until init is gone.
+func readMessages(r *os.File, out chan<- initMessage) {
+	defer close(out)
+	defer r.Close()
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		var m initMessage
+		if json.Unmarshal(sc.Bytes(), &m) == nil {
+			out <- m
+		}
+	}
+}
+
+// await waits for message typ from init during setup. A setup error or
+// init's death is an error naming the step.
+func (s *supervisor) await(typ string) (initMessage, error) {
+	timeout := time.NewTimer(setupTimeout)
+	defer timeout.Stop()
+	select {
+	case m, ok := <-s.msgs:
+		if !ok {
+			return m, s.initDied()
+		}
+		switch m.Type {
+		case typ:
+			return m, nil
+		case msgExited:
+			if typ == msgStarted {
+				return m, nil
+			}
+		case msgError:
+			if m.Errno != 0 {
+				return m, fmt.Errorf("box setup failed: %s: %s (errno %d)", m.Step, m.Err, m.Errno)
+			}
+			return m, fmt.Errorf("box setup failed: %s: %s", m.Step, m.Err)
+		}
+		return m, fmt.Errorf("box setup: unexpected message %q from init", m.Type)
+	case <-timeout.C:
+		return initMessage{}, fmt.Errorf("box setup: init did not answer within %v", setupTimeout)
+	}
+}
+
+// initDied explains why init ended without a word.
+func (s *supervisor) initDied() error {
+	err := s.cmd.Wait()
+	s.cmd = nil
+	return fmt.Errorf("box init died during setup: %v", err)
+}
+
+// fill copies the --copy-in files into the box, through init's root.
+func (s *supervisor) fill() error {
+	root, err := unix.Open("/proc/"+strconv.Itoa(s.cmd.Process.Pid)+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the box root: %w", err)
+	}
+	defer unix.Close(root)
+	for _, c := range s.spec.CopyIn {
+		if err := copyIn(root, c, FirstUID+s.lock.id); err != nil {
+			return fmt.Errorf("--copy-in %s: %w", c.From, err)
+		}
+	}
+	s.timer.mark("copy-in")
+	return nil
+}
+
+// grabFD duplicates descriptor fd of process pid into this process.
+func grabFD(pid, fd int) (int, error) {
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(pidfd)
+	return unix.PidfdGetfd(pidfd, fd, 0)
+}
+
+// supervise enforces the CPU and wall limits until the program is done,
+// then collects what it used.
+func (s *supervisor) supervise() error {
+	sp := s.spec
+	start := time.Now()
+	wall := time.NewTimer(sp.effectiveWall())
+	defer wall.Stop()
+	var cpuCheck <-chan time.Time
+	cpuBudget := sp.CPUTime + sp.ExtraTime
+	cpus := float64(runtime.NumCPU())
+	if sp.CPUs > 0 && sp.CPUs < cpus {
+		cpus = sp.CPUs
+	}
+	var cpuTimer *time.Timer
+	if sp.CPUTime > 0 {
+		cpuTimer = time.NewTimer(time.Duration(float64(cpuBudget) / cpus))
+		defer cpuTimer.Stop()
+		cpuCheck = cpuTimer.C
+	}
+	var grace <-chan time.Time
+	var exited *initMessage
+	for exited == nil {
+		select {
+		case m, ok := <-s.msgs:
+			if !ok {
+				return s.initDied()
+			}
+			if m.Type == msgExited {
+				exited = &m
+			} else if m.Type == msgError {
+				return fmt.Errorf("box init failed: %s: %s", m.Step, m.Err)
+			}
+		case <-wall.C:
+			s.kill(LimitWall)
+			grace = time.After(killGrace)
+		case <-cpuCheck:
+			used, err := s.cg.CPUUsage()
+			if err != nil {
+				return fmt.Errorf("read CPU usage: %w", err)
+			}
+			if used >= cpuBudget {
+				s.kill(LimitCPU)
+				grace = time.After(killGrace)
+				continue
+			}
+			// The earliest the budget can run out is when every CPU the
+			// box may use spends the rest of it; never poll blindly.
+			next := time.Duration(float64(cpuBudget-used) / cpus)
+			if next < time.Millisecond {
+				next = time.Millisecond
+			}
+			cpuTimer.Reset(next)
+		case <-grace:
+			s.cmd.Process.Kill()
+			return errors.New("box init did not stop the program after a limit was hit")
+		}
+	}
+	wallTime := time.Since(start)
+	s.timer.mark("program")
+	if exited.WallNs > 0 {
+		wallTime = time.Duration(exited.WallNs)
+	}
+	return s.account(exited, wallTime)
+}
+
+// kill stops the program because it hit a limit (only the first counts).
+func (s *supervisor) kill(limit string) {
+	if s.report.Killed {
+		return
+	}
+	s.report.Killed = true
+	s.report.Limit = limit
+	s.ctl.Write([]byte{ctlKill})
+}
+
+// account fills the report from the kernel's figures: the cgroup for CPU,
+// memory and tasks, init's wait4 for the exit and rusage.
+func (s *supervisor) account(m *initMessage, wall time.Duration) error {
+	r := s.report
+	sp := s.spec
+	ws := syscall.WaitStatus(m.WaitStatus)
+	r.WallTime = wall.Seconds()
+	r.MaxRSS = m.MaxRSS * 1024
+	r.CSWVoluntary = m.NVCSW
+	r.CSWInvoluntary = m.NIVCSW
+	if m.ExecErr != "" {
+		r.Message = m.ExecErr
+	}
+	total, err := s.cg.CPUUsage()
+	if err != nil {
+		return fmt.Errorf("read CPU usage: %w", err)
+	}
+	// The cgroup's total is exact; the kernel's user/system split comes
+	// from rusage when the program was reaped, else from the cgroup.
+	user, sys := time.Duration(m.UserNs), time.Duration(m.SysNs)
+	if user+sys == 0 {
+		user, sys, _ = s.cg.CPUSplit()
+	}
+	if user+sys > 0 {
+		r.UserTime = (time.Duration(float64(total) * float64(user) / float64(user+sys))).Seconds()
+	}
+	r.CPUTime = total.Seconds()
+	r.SysTime = r.CPUTime - r.UserTime
+	if r.MemoryPeak, err = s.cg.MemoryPeak(); err != nil {
+		return fmt.Errorf("read memory peak: %w", err)
+	}
+	ooms, err := s.cg.OOMKills()
+	if err != nil {
+		return fmt.Errorf("read OOM kills: %w", err)
+	}
+	r.OOMKilled = ooms > 0
+	if r.PidsPeak, err = s.cg.PidsPeak(); err != nil {
+		return fmt.Errorf("read pids peak: %w", err)
+	}
+	switch {
+	case ws.Signaled():
+		r.Signal = int(ws.Signal())
+		r.ExitCode = 128 + r.Signal
+	default:
+		r.ExitCode = ws.ExitStatus()
+	}
+	overCPU := sp.CPUTime > 0 && total > sp.CPUTime
+	switch {
+	case r.Killed:
+		r.Status = StatusTO
+		if r.Limit == LimitCPU {
+			r.Message = "CPU time limit exceeded"
+		} else {
+			r.Message = "wall time limit exceeded"
+		}
+	case r.OOMKilled:
+		r.Status = StatusML
+		r.Message = "memory limit exceeded"
+	case overCPU:
+		r.Status, r.Limit, r.Message = StatusTO, LimitCPU, "CPU time limit exceeded"
+	case ws.Signaled():
+		r.Status = StatusSG
+		if r.Message == "" {
+			r.Message = "caught signal " + strconv.Itoa(r.Signal)
+		}
+	case r.ExitCode != 0:
+		r.Status = StatusRE
+		if r.Message == "" {
+			r.Message = "exited with status " + strconv.Itoa(r.ExitCode)
+		}
+	default:
+		r.Status = StatusOK
+	}
+	return nil
+}
+
+// teardown copies files out, lets init exit (the kernel then drops the
+// namespaces and every mount), removes the cgroup and frees the box id.
+func (s *supervisor) teardown() {
+	for _, f := range s.closers {
+		f.Close()
+	}
+	if s.cmd != nil && s.cmd.Process != nil {
+		if len(s.spec.CopyOut) > 0 && s.report.Status != "" {
+			s.copyOut()
+		}
+		s.ctl.Close()
+		done := make(chan struct{})
+		go func() {
+			select {
+			case <-done:
+			case <-time.After(killGrace):
+				s.cmd.Process.Kill()
+			}
+		}()
+		s.cmd.Wait()
+		close(done)
+	} else if s.ctl != nil {
+		s.ctl.Close()
+	}
+	if s.rec != nil {
+		s.report.BlockedSyscalls = s.rec.Stop()
+	}
+	if s.stdout != nil {
+		s.report.Stdout, s.report.StdoutTruncated = s.stdout.result()
+	}
+	if s.stderr != nil {
+		s.report.Stderr, s.report.StderrTruncated = s.stderr.result()
+	}
+	s.timer.mark("wait-init")
+	if s.cg != nil {
+		if err := s.cg.Destroy(); err != nil && s.report.Status != StatusXX {
+			s.report.Status = StatusXX
+			s.report.Message = "teardown: " + err.Error()
+		}
+		s.timer.mark("cgroup-remove")
+	}
+	if s.lock != nil {
+		s.lock.release()
+	}
+}
+
+func (s *supervisor) copyOut() {
+	root, err := unix.Open("/proc/"+strconv.Itoa(s.cmd.Process.Pid)+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		s.report.Message = appendMsg(s.report.Message, "copy-out: "+err.Error())
+		return
+	}
+	defer unix.Close(root)
+	for _, c := range s.spec.CopyOut {
+		if err := copyOut(root, c); err != nil {
+			s.report.Message = appendMsg(s.report.Message, "--copy-out "+c.From+": "+err.Error())
+		}
+	}
+}
+
+func appendMsg(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}

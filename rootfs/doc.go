@@ -1,0 +1,9 @@
+// Package rootfs assembles the file system a box sees, and owns images.
+//
+// Assemble runs inside the box's init, in its new mount namespace: it builds
+// a tmpfs root holding read-only binds of an image's /usr, /bin, /lib*
+// (the host's own for the image "host"), a generated /etc, a fresh /proc, a
+// minimal /dev and writable size-limited /box and /tmp, then pivots into it.
+// Nothing it mounts is visible outside the box, so nothing can leak: the
+// kernel drops every mount with the namespace.
+package rootfs
