@@ -129,6 +129,12 @@ func (in *boxInit) runProgram(exited chan<- initMessage) {
 		in.fail("drop capability bounding set", err)
 		os.Exit(1)
 	}
+	// no_new_privs on this thread, whatever the syscall policy: setuid
+	// binaries of the image cannot raise the program's privileges.
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		in.fail("set no_new_privs", err)
+		os.Exit(1)
+	}
 	in.clock.mark("init-cgroup+rlimits+caps")
 	notifyFD := -1
 	if cfg.Seccomp != nil {

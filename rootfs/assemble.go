@@ -91,7 +91,7 @@ func Assemble(l *Layout) error {
 	if err := etc(root, l); err != nil {
 		return err
 	}
-	if err := mkdirMount(root, "proc", "proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	if err := mkdirMount(root, "proc", "proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "hidepid=invisible"); err != nil {
 		return err
 	}
 	if err := dev(root); err != nil {
@@ -158,9 +158,9 @@ func etc(root string, l *Layout) error {
 		return step("create /etc", err)
 	}
 	files := map[string]string{
-		"passwd": fmt.Sprintf("root:x:0:0:root:/root:/bin/sh\nbox:x:%d:%d:box:/box:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", l.UID, l.GID),
-		"group":  fmt.Sprintf("root:x:0:\nbox:x:%d:\nnogroup:x:65534:\n", l.GID),
-		"hosts":  "127.0.0.1\tlocalhost isolate\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+		"passwd":        fmt.Sprintf("root:x:0:0:root:/root:/bin/sh\nbox:x:%d:%d:box:/box:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", l.UID, l.GID),
+		"group":         fmt.Sprintf("root:x:0:\nbox:x:%d:\nnogroup:x:65534:\n", l.GID),
+		"hosts":         "127.0.0.1\tlocalhost isolate\n::1\tlocalhost ip6-localhost ip6-loopback\n",
 		"hostname":      "isolate\n",
 		"nsswitch.conf": "passwd: files\ngroup: files\nhosts: files dns\n",
 	}

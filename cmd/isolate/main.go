@@ -22,6 +22,10 @@ const (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
+// extraCommands are registered by the init functions of the files that
+// define them (exec, image, langs, init, cleanup, bench).
+var extraCommands []*cli.Command
+
 // exitError carries an exit status through urfave/cli.
 type exitError struct {
 	code int
@@ -69,11 +73,11 @@ func newApp() *cli.App {
 			return usageErr(err)
 		},
 		ExitErrHandler: func(*cli.Context, error) {},
-		Commands: []*cli.Command{
+		Commands: append([]*cli.Command{
 			runCommand(),
 			checkCommand(),
 			versionCommand(),
-		},
+		}, extraCommands...),
 		Action: func(c *cli.Context) error {
 			if c.Args().Len() > 0 {
 				return usageErr(fmt.Errorf("unknown command %q (see isolate --help)", c.Args().First()))

@@ -1,0 +1,179 @@
+package main
+
+// The tests drive the real isolate binary as users do, as root against the
+// real kernel. TestMain builds it (with coverage instrumentation of the
+// runtime packages when ISOLATE_COVERDIR is set) unless ISOLATE_BIN names
+// one, and checks at the end that nothing of ours leaked.
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/isolate-sandbox/isolate/isolate"
+)
+
+// isolateBin is the binary under test.
+var isolateBin string
+
+func TestMain(m *testing.M) {
+	// This binary never starts boxes itself, but if it ever re-executes
+	// itself as init, that must win over running the tests again.
+	isolate.MaybeInit()
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "the isolate tests need root (namespaces, cgroups, mounts)")
+		os.Exit(1)
+	}
+	code := func() int {
+		isolateBin = os.Getenv("ISOLATE_BIN")
+		if isolateBin == "" {
+			dir, err := os.MkdirTemp("", "isolate-bin-")
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			defer os.RemoveAll(dir)
+			isolateBin = filepath.Join(dir, "isolate")
+			args := []string{"build", "-tags", "urfave_cli_no_docs,netgo,osusergo", "-o", isolateBin}
+			if os.Getenv("ISOLATE_COVERDIR") != "" {
+				args = append(args, "-cover", "-coverpkg=github.com/isolate-sandbox/isolate/...")
+			}
+			build := exec.Command("go", append(args, ".")...)
+			build.Stdout, build.Stderr = os.Stderr, os.Stderr
+			if err := build.Run(); err != nil {
+				fmt.Fprintln(os.Stderr, "build isolate:", err)
+				return 1
+			}
+		}
+		code := m.Run()
+		if leaks := findLeaks(); len(leaks) > 0 {
+			fmt.Fprintln(os.Stderr, "LEAKED after the test suite:\n  "+strings.Join(leaks, "\n  "))
+			if code == 0 {
+				code = 1
+			}
+		}
+		return code
+	}()
+	os.Exit(code)
+}
+
+// result is one finished isolate command.
+type result struct {
+	Stdout, Stderr string
+	Code           int
+}
+
+// isolateCmd runs the binary with args and an optional standard input.
+func isolateCmd(t testing.TB, stdin string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(isolateBin, args...)
+	cmd.Env = append(os.Environ(), "GOCOVERDIR="+os.Getenv("ISOLATE_COVERDIR"))
+	if os.Getenv("ISOLATE_COVERDIR") == "" {
+		cmd.Env = os.Environ()
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run isolate %v: %v", args, err)
+	}
+	return result{Stdout: out.String(), Stderr: errb.String(), Code: code}
+}
+
+// runBox runs `isolate run --json ARGS` and decodes the report. Options
+// go before "--" in args.
+func runBox(t testing.TB, args ...string) (*isolate.Report, int) {
+	t.Helper()
+	res := isolateCmd(t, "", append([]string{"run", "--json"}, args...)...)
+	var rep isolate.Report
+	if err := json.Unmarshal([]byte(res.Stdout), &rep); err != nil {
+		t.Fatalf("isolate run %v: exit %d, no JSON report (%v)\nstdout: %s\nstderr: %s", args, res.Code, err, res.Stdout, res.Stderr)
+	}
+	return &rep, res.Code
+}
+
+// expectStatus fails the test unless the report has status want.
+func expectStatus(t testing.TB, rep *isolate.Report, want isolate.Status) {
+	t.Helper()
+	if rep.Status != want {
+		t.Fatalf("status %s (message %q, exit %d, signal %d), want %s\nstdout: %q\nstderr: %q",
+			rep.Status, rep.Message, rep.ExitCode, rep.Signal, want, rep.Stdout, rep.Stderr)
+	}
+}
+
+// shareDir makes a temporary directory the box user can read (t.TempDir
+// is 0700 root), removed with the test.
+func shareDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "isolate-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// compileC builds a C program (static unless dynamic) into dir and returns
+// its path.
+func compileC(t testing.TB, dir, name, src string, flags ...string) string {
+	t.Helper()
+	srcPath := filepath.Join(dir, name+".c")
+	if err := os.WriteFile(srcPath, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, name)
+	args := append([]string{"-O2", "-o", bin, srcPath}, flags...)
+	if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+		t.Fatalf("gcc %s: %v\n%s", name, err, out)
+	}
+	return bin
+}
+
+// findLeaks lists what of ours outlived its run: box cgroups, processes of
+// box users, mounts of box roots on the host.
+func findLeaks() []string {
+	var leaks []string
+	for _, pattern := range []string{"/sys/fs/cgroup/*/isolate/box-*", "/sys/fs/cgroup/*/*/*/isolate/box-*", "/sys/fs/cgroup/isolate/box-*", "/sys/fs/cgroup/unified/isolate/box-*"} {
+		m, _ := filepath.Glob(pattern)
+		for _, d := range m {
+			leaks = append(leaks, "cgroup "+d)
+		}
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/status")
+	for _, p := range procs {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
+				if uid, _ := strconv.Atoi(f[1]); uid >= isolate.FirstUID && uid < isolate.FirstUID+isolate.MaxBoxes {
+					leaks = append(leaks, "process "+p+" uid "+f[1])
+				}
+			}
+		}
+		if cmdline, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "cmdline")); bytes.Contains(cmdline, []byte(isolate.InitArg)) {
+			leaks = append(leaks, "init process "+p)
+		}
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(mounts), "\n") {
+		if strings.Contains(line, "/run/isolate/") {
+			leaks = append(leaks, "mount "+line)
+		}
+	}
+	return leaks
+}
