@@ -1,31 +1,35 @@
-# isolate: build, test, benchmark. Every target installs what it needs.
+# isolate: build, test, benchmark. Every target installs what it needs
+# (scripts/deps.sh: Debian packages, a new enough Go toolchain).
 SHELL := /bin/bash
-export PATH := $(PATH):/usr/local/go/bin
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
-# A static binary: copy it to any host. netgo/osusergo keep glibc's NSS
-# out of it; libseccomp links in from libseccomp-dev's archive.
-GOFLAGS_BUILD := -tags netgo,osusergo -trimpath \
-	-ldflags '-s -w -linkmode external -extldflags "-static" -X main.version=$(VERSION)'
+TAGS := urfave_cli_no_docs,netgo,osusergo
+# A static binary: copy it to any host. netgo/osusergo keep glibc's NSS out
+# of it, urfave_cli_no_docs keeps the man-page generator (and its start-up
+# cost) out; libseccomp links in from libseccomp-dev's archive.
+LDFLAGS := -s -w -linkmode external -extldflags "-static" -X main.version=$(VERSION)
+WITH_GO = export PATH="$$(./scripts/deps.sh):$$PATH";
 
-.PHONY: all build deps test bench vet fmt clean vmtest
+.PHONY: all build test bench vet clean vmtest demo
 
 all: build
 
-deps:
-	@./scripts/deps.sh
-	@go mod download
+build:
+	@$(WITH_GO) CGO_ENABLED=1 go build -tags $(TAGS) -trimpath -ldflags '$(LDFLAGS)' -o bin/isolate ./cmd/isolate
+	@echo "built bin/isolate"
 
-build: deps
-	CGO_ENABLED=1 go build $(GOFLAGS_BUILD) -o bin/isolate ./cmd/isolate
+# One real sandboxed run on this machine, after building everything.
+demo: build
+	./bin/isolate check
+	./bin/isolate run -t 1 -m 64M -- /bin/sh -c 'echo "hello from $$(hostname) as uid $$(id -u)"'
 
 vet:
-	go vet ./...
+	@$(WITH_GO) go vet -tags $(TAGS) ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 
 # The tests run as root against the real kernel; scripts/test.sh also
 # reports statement coverage of the runtime packages.
-test: build
-	./scripts/test.sh
+test:
+	@$(WITH_GO) ./scripts/test.sh
 
 bench: build
 	./bin/isolate bench

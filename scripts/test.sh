@@ -1,0 +1,38 @@
+#!/bin/bash
+# The test command: vet, build a coverage-instrumented isolate, run every
+# test as root against the real kernel, report statement coverage of the
+# runtime packages (isolate, cgroup, seccomp, rootfs), which must stay at
+# or above 80 %.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$(./scripts/deps.sh):$PATH"
+TAGS=urfave_cli_no_docs,netgo,osusergo
+RUNTIME_PKGS=github.com/isolate-sandbox/isolate/isolate,github.com/isolate-sandbox/isolate/cgroup,github.com/isolate-sandbox/isolate/seccomp,github.com/isolate-sandbox/isolate/rootfs
+MIN_COVERAGE=80
+
+[ "$(id -u)" = 0 ] || { echo "test: run as root (the tests use namespaces, cgroups, mounts)" >&2; exit 2; }
+
+echo "== vet and format"
+go vet -tags "$TAGS" ./...
+unformatted=$(gofmt -l $(git ls-files '*.go'))
+[ -z "$unformatted" ] || { echo "gofmt needed: $unformatted" >&2; exit 1; }
+
+work=$(mktemp -d /tmp/isolate-test.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/cover"
+chmod 0777 "$work/cover" # the box's init writes its counters from inside
+
+echo "== build (coverage-instrumented)"
+CGO_ENABLED=1 go build -tags "$TAGS" -cover -coverpkg="$RUNTIME_PKGS" -o "$work/isolate" ./cmd/isolate
+
+echo "== tests"
+ISOLATE_BIN="$work/isolate" ISOLATE_COVERDIR="$work/cover" \
+	go test -tags "$TAGS" -count=1 -timeout 40m -cover -coverpkg="$RUNTIME_PKGS" ./... \
+	-args -test.gocoverdir="$work/cover"
+
+echo "== coverage of the runtime packages"
+go tool covdata percent -i "$work/cover" -pkg "$RUNTIME_PKGS" | tee "$work/cover.txt"
+go tool covdata textfmt -i "$work/cover" -pkg "$RUNTIME_PKGS" -o "$work/cover.out"
+total=$(go tool cover -func "$work/cover.out" | awk '/^total:/ {sub("%","",$3); print $3}')
+echo "runtime statement coverage: ${total}%"
+awk -v t="$total" -v m="$MIN_COVERAGE" 'BEGIN { exit !(t >= m) }' || { echo "coverage ${total}% is below ${MIN_COVERAGE}%" >&2; exit 1; }
