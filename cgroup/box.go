@@ -97,10 +97,8 @@ func (b *Box) createV1(m *Manager, l Limits) error {
 		mem := l.Memory
 		res.Memory = &specs.LinuxMemory{Limit: &mem, Swap: &mem}
 	}
-	// On v1 the init thread that forks the program joins the box first
-	// (there is no CLONE_INTO_CGROUP) and waits there: it is one task more.
 	if l.Pids > 0 {
-		pids := l.Pids + b.ExtraTasks()
+		pids := l.Pids
 		res.Pids = &specs.LinuxPids{Limit: &pids}
 	}
 	if l.CPUs > 0 {
@@ -187,25 +185,24 @@ func (b *Box) Name() string { return b.name }
 // Mode is the cgroup layout the box lives on.
 func (b *Box) Mode() Mode { return b.mode }
 
-// ExtraTasks is the number of tasks of the sandbox itself that live in the
-// box while the program runs: on v1, the init thread that forked it.
-func (b *Box) ExtraTasks() int64 {
+// PlacementFiles opens, for writing, the files that move a process into
+// the box: each v1 controller's "tasks" file, or the v2 "cgroup.procs".
+// The program, between fork and exec, writes "0" to each: it is inside
+// before its first instruction, and nothing else of the sandbox is.
+// (v1 checks the opener's credentials, so a descriptor opened here by root
+// works in the box's user namespace.)
+func (b *Box) PlacementFiles() ([]*os.File, error) {
+	var paths []string
 	if b.mode.usesV1() {
-		return 1
-	}
-	return 0
-}
-
-// TaskFiles opens, for writing, the v1 "tasks" file of each controller.
-// Writing "0" to each moves the writing thread into the box, so that what
-// it forks starts there. Nil on v2.
-func (b *Box) TaskFiles() ([]*os.File, error) {
-	if !b.mode.usesV1() {
-		return nil, nil
+		for _, c := range v1Controllers {
+			paths = append(paths, filepath.Join(b.dirs[c], "tasks"))
+		}
+	} else {
+		paths = append(paths, filepath.Join(b.dirs[""], "cgroup.procs"))
 	}
 	var files []*os.File
-	for _, c := range v1Controllers {
-		f, err := os.OpenFile(filepath.Join(b.dirs[c], "tasks"), os.O_WRONLY, 0)
+	for _, p := range paths {
+		f, err := os.OpenFile(p, os.O_WRONLY, 0)
 		if err != nil {
 			for _, f := range files {
 				f.Close()
@@ -215,14 +212,6 @@ func (b *Box) TaskFiles() ([]*os.File, error) {
 		files = append(files, f)
 	}
 	return files, nil
-}
-
-// Dir opens the box's v2 cgroup directory, for CLONE_INTO_CGROUP. Nil on v1.
-func (b *Box) Dir() (*os.File, error) {
-	if b.mode.usesV1() {
-		return nil, nil
-	}
-	return os.Open(b.dirs[""])
 }
 
 // CPUUsage is the CPU time used so far by every task in the box.
@@ -282,22 +271,13 @@ func (b *Box) OOMKills() (int64, error) {
 	return statField(data, "oom_kill")
 }
 
-// PidsPeak is the highest number of tasks the box held at once, the
-// sandbox's own (ExtraTasks) not counted.
+// PidsPeak is the highest number of tasks the box held at once.
 func (b *Box) PidsPeak() (int64, error) {
 	dir := b.dirs[""]
 	if b.mode.usesV1() {
 		dir = b.dirs["pids"]
 	}
-	n, err := readInt(filepath.Join(dir, "pids.peak"))
-	if err != nil {
-		return 0, err
-	}
-	n -= b.ExtraTasks()
-	if n < 0 {
-		n = 0
-	}
-	return n, nil
+	return readInt(filepath.Join(dir, "pids.peak"))
 }
 
 // Kill sends SIGKILL to every process in the box.

@@ -1,52 +1,48 @@
 package isolate
 
 import (
+	"encoding/binary"
+	"strconv"
+
 	"github.com/isolate-sandbox/isolate/rootfs"
 )
 
 // InitArg is the hidden first argument that turns the isolate binary into
-// a box's init. Every binary that starts boxes, test binaries included,
-// must call MaybeInit before anything else.
+// a box's init (see init.c).
 const InitArg = "__isolate_init__"
 
 // The fixed descriptors of init. 0-2 are the program's standard streams.
 const (
-	fdControl = 3 // supervisor -> init: the config (one JSON line), then control bytes
+	fdControl = 3 // supervisor -> init: the plan, then control bytes
 	fdStatus  = 4 // init -> supervisor: status messages, one JSON line each
-	fdCgroup  = 5 // v1: the box's "tasks" files from here on; v2: the box's cgroup directory
+	fdExtra   = 5 // cgroup placement files, then the seccomp listener socket
 )
 
-// Control bytes the supervisor sends after the config.
+// Control bytes the supervisor sends after the plan.
 const (
 	ctlGo   = 'g' // the box is filled (copy-in done): start the program
 	ctlKill = 'k' // a limit was hit: kill every process of the program
 )
 
-// initConfig is what init needs, sent as the first line on fdControl.
-type initConfig struct {
-	Layout    rootfs.Layout `json:"layout"`
-	Argv      []string      `json:"argv"`
-	Env       []string      `json:"env"`
-	Dir       string        `json:"dir"`
-	UID       int           `json:"uid"`
-	GID       int           `json:"gid"`
-	Loopback  bool          `json:"loopback"` // bring up lo (own network namespace)
-	WaitForGo bool          `json:"wait_for_go"`
-	Rlimits   []rlimit      `json:"rlimits"`
-	// CgroupFiles is the number of v1 "tasks" files passed from fdCgroup
-	// on; CgroupDir says fdCgroup is a v2 directory instead.
-	CgroupFiles int    `json:"cgroup_files"`
-	CgroupDir   bool   `json:"cgroup_dir"`
-	Seccomp     []byte `json:"seccomp,omitempty"`
-	Notify      bool   `json:"notify,omitempty"`
-	// StderrToStdout makes the program's fd 2 a copy of its fd 1.
-	StderrToStdout bool `json:"stderr_to_stdout,omitempty"`
+// plan is what init carries out, in order: records of length-prefixed
+// fields (step name, operation, arguments), ending with "end".
+type plan struct{ buf []byte }
+
+func (p *plan) add(step, op string, args ...string) {
+	p.buf = binary.LittleEndian.AppendUint32(p.buf, uint32(2+len(args)))
+	for _, f := range append([]string{step, op}, args...) {
+		p.buf = binary.LittleEndian.AppendUint32(p.buf, uint32(len(f)))
+		p.buf = append(p.buf, f...)
+	}
 }
 
-type rlimit struct {
-	Resource int    `json:"r"`
-	Value    uint64 `json:"v"`
+func (p *plan) addOps(ops []rootfs.Op) {
+	for _, op := range ops {
+		p.add(op.Step, op.Name, op.Args...)
+	}
 }
+
+func itoa(i int) string { return strconv.Itoa(i) }
 
 // Message types sent by init.
 const (
@@ -59,9 +55,7 @@ const (
 // initMessage is one status line from init.
 type initMessage struct {
 	Type string `json:"type"`
-	// started
-	NotifyFD int `json:"notify_fd,omitempty"`
-	// Stages are init's own timers (ns), for the stage breakdown.
+	// started: init's own timers (ns), for the stage breakdown.
 	Stages map[string]int64 `json:"stages,omitempty"`
 	// exited
 	WaitStatus uint32 `json:"ws,omitempty"`
@@ -71,7 +65,7 @@ type initMessage struct {
 	MaxRSS     int64  `json:"maxrss_kb,omitempty"`
 	NVCSW      int64  `json:"nvcsw,omitempty"`
 	NIVCSW     int64  `json:"nivcsw,omitempty"`
-	// ExecErr is set when the program could not be executed at all.
+	// ExecErr is set when the program could not be started at all.
 	ExecErr string `json:"exec_err,omitempty"`
 	// error
 	Step  string `json:"step,omitempty"`

@@ -56,6 +56,7 @@ type supervisor struct {
 	stdout  *capture
 	stderr  *capture
 	closers []*os.File // host ends to close once init has them
+	notify  *os.File   // socket on which the program sends its seccomp listener
 	rec     *seccomp.Recorder
 }
 
@@ -194,7 +195,7 @@ func (s *supervisor) prepare() error {
 	return nil
 }
 
-// start launches init in new namespaces and hands it the box to build.
+// start launches init in new namespaces and hands it the plan of the box.
 func (s *supervisor) start() error {
 	sp := s.spec
 	hostUID := FirstUID + s.lock.id
@@ -209,20 +210,27 @@ func (s *supervisor) start() error {
 	s.ctl = ctlW
 	s.closers = append(s.closers, ctlR, statusW)
 	extra := []*os.File{ctlR, statusW}
-	cfg := s.initConfig()
-	if files, err := s.cg.TaskFiles(); err != nil {
-		return fmt.Errorf("open cgroup tasks: %w", err)
-	} else if files != nil {
-		extra = append(extra, files...)
-		s.closers = append(s.closers, files...)
-		cfg.CgroupFiles = len(files)
+	placement, err := s.cg.PlacementFiles()
+	if err != nil {
+		return fmt.Errorf("open cgroup placement files: %w", err)
 	}
-	if dir, err := s.cg.Dir(); err != nil {
-		return fmt.Errorf("open cgroup directory: %w", err)
-	} else if dir != nil {
-		extra = append(extra, dir)
-		s.closers = append(s.closers, dir)
-		cfg.CgroupDir = true
+	extra = append(extra, placement...)
+	s.closers = append(s.closers, placement...)
+	notifySock := -1
+	if s.policy != nil && s.policy.Notify {
+		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("create seccomp listener socket: %w", err)
+		}
+		s.notify = os.NewFile(uintptr(pair[0]), "seccomp-listener")
+		theirs := os.NewFile(uintptr(pair[1]), "seccomp-listener")
+		notifySock = fdControl + len(extra)
+		extra = append(extra, theirs)
+		s.closers = append(s.closers, theirs)
+	}
+	p, err := s.plan(len(placement), notifySock)
+	if err != nil {
+		return err
 	}
 	stdin, stdout, stderr, err := s.stdio()
 	if err != nil {
@@ -265,11 +273,10 @@ func (s *supervisor) start() error {
 	s.closers = nil
 	s.msgs = make(chan initMessage, 4)
 	go readMessages(statusR, s.msgs)
-	data, _ := json.Marshal(cfg)
-	if _, err := ctlW.Write(append(data, '\n')); err != nil {
-		return fmt.Errorf("send config to init: %w", err)
+	if _, err := ctlW.Write(p.buf); err != nil {
+		return fmt.Errorf("send the plan to init: %w", err)
 	}
-	if cfg.WaitForGo {
+	if len(sp.CopyIn) > 0 {
 		if _, err := s.await(msgReady); err != nil {
 			return err
 		}
@@ -286,37 +293,67 @@ func (s *supervisor) start() error {
 		return err
 	}
 	if m.Type == msgExited {
-		// It could not even be executed: keep the message for supervise.
+		// It could not even be started: keep the message for supervise.
 		s.msgs <- m
 		return nil
 	}
 	for k, v := range m.Stages {
 		s.timer.stages[k] = time.Duration(v).Seconds()
 	}
-	if m.NotifyFD >= 0 && s.policy != nil && s.policy.Notify {
-		if fd, err := grabFD(s.cmd.Process.Pid, m.NotifyFD); err == nil {
-			s.rec = seccomp.NewRecorder(fd)
-			s.rec.Start()
-		} else {
-			return fmt.Errorf("take seccomp listener from init: %w", err)
+	if s.notify != nil {
+		fd, err := receiveFD(s.notify)
+		if err != nil {
+			return fmt.Errorf("receive the seccomp listener: %w", err)
 		}
+		s.rec = seccomp.NewRecorder(fd)
+		s.rec.Start()
 	}
 	return nil
+}
+
+// receiveFD takes the descriptor the program sent before its exec.
+func receiveFD(sock *os.File) (int, error) {
+	buf := make([]byte, 1)
+	oob := make([]byte, unix.CmsgSpace(4))
+	_, oobn, _, _, err := unix.Recvmsg(int(sock.Fd()), buf, oob, unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return -1, err
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return -1, fmt.Errorf("no descriptor in the message (%v)", err)
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) != 1 {
+		return -1, fmt.Errorf("no descriptor in the message (%v)", err)
+	}
+	return fds[0], nil
 }
 
 // initEnv is init's own environment: nothing of the caller's, except what
 // coverage builds of the tests need.
 func initEnv() []string {
-	env := []string{"GOGC=off", "GOMAXPROCS=2"}
 	if d := os.Getenv("GOCOVERDIR"); d != "" {
-		env = append(env, "GOCOVERDIR="+d)
+		return []string{"GOCOVERDIR=" + d}
 	}
-	return env
+	return []string{}
 }
 
-// initConfig turns the spec into what init needs.
-func (s *supervisor) initConfig() *initConfig {
+// plan is everything init does, in order: the namespaces' settings, the
+// file system, then the program and how to start it. placement is the
+// number of cgroup files passed from fdExtra on; notifySock the
+// descriptor of the seccomp listener socket, or -1.
+func (s *supervisor) plan(placement, notifySock int) (*plan, error) {
 	sp := s.spec
+	p := &plan{}
+	p.add("set host name", "hostname", "isolate")
+	if !sp.HostNet {
+		p.add("bring up loopback", "loopback")
+	}
+	// With no capabilities the program can only create namespaces by
+	// first creating a user namespace; forbid that outright, whatever
+	// clone flags a syscall filter can or cannot see.
+	p.add("forbid nested user namespaces", "sysctl", "/proc/sys/user/max_user_namespaces", "0")
 	layout := rootfs.Layout{
 		Image:   sp.ImageDir,
 		TmpSize: sp.TmpSize,
@@ -328,47 +365,50 @@ func (s *supervisor) initConfig() *initConfig {
 	for _, b := range sp.Binds {
 		layout.Binds = append(layout.Binds, rootfs.Bind{Host: b.Host, Box: boxPath(b.Box), Writable: b.Writable})
 	}
-	if d := os.Getenv("GOCOVERDIR"); d != "" {
-		// Coverage builds write init's counters from inside the box.
-		layout.Binds = append(layout.Binds, rootfs.Bind{Host: d, Box: d, Writable: true})
+	ops, err := rootfs.Plan(&layout)
+	if err != nil {
+		return nil, fmt.Errorf("plan the box file system: %w", err)
 	}
+	p.addOps(ops)
+	p.add("program", "argv", sp.Command...)
+	env := sp.Env
+	if env == nil {
+		env = BaseEnv
+	}
+	p.add("environment", "env", env...)
 	dir := sp.Chdir
 	if dir == "" {
 		dir = "/box"
 	}
-	cfg := &initConfig{
-		Layout:         layout,
-		Argv:           sp.Command,
-		Env:            sp.Env,
-		Dir:            dir,
-		UID:            boxUID,
-		GID:            boxUID,
-		Loopback:       !sp.HostNet,
-		WaitForGo:      len(sp.CopyIn) > 0,
-		StderrToStdout: sp.StderrToStdout,
-	}
-	if cfg.Env == nil {
-		cfg.Env = BaseEnv
-	}
-	add := func(res int, v int64) {
+	p.add("working directory", "dir", dir)
+	p.add("credentials", "cred", itoa(boxUID), itoa(boxUID))
+	rl := func(res int, v int64) {
 		if v > 0 {
-			cfg.Rlimits = append(cfg.Rlimits, rlimit{Resource: res, Value: uint64(v)})
+			p.add("resource limit", "rlimit", itoa(res), strconv.FormatInt(v, 10))
 		}
 	}
-	add(unix.RLIMIT_FSIZE, sp.FileSize)
-	add(unix.RLIMIT_NOFILE, sp.OpenFiles)
-	add(unix.RLIMIT_STACK, sp.Stack)
-	add(unix.RLIMIT_AS, sp.AddrSpace)
+	rl(unix.RLIMIT_FSIZE, sp.FileSize)
+	rl(unix.RLIMIT_NOFILE, sp.OpenFiles)
+	rl(unix.RLIMIT_STACK, sp.Stack)
+	rl(unix.RLIMIT_AS, sp.AddrSpace)
 	if sp.CPUTime > 0 {
-		// A backstop only: the supervisor kills at the exact limit. One
-		// second past it, rounded up, a process dies of SIGXCPU/SIGKILL.
-		add(unix.RLIMIT_CPU, int64((sp.CPUTime+sp.ExtraTime)/time.Second)+2)
+		// A backstop only: the supervisor kills at the exact limit.
+		rl(unix.RLIMIT_CPU, int64((sp.CPUTime+sp.ExtraTime)/time.Second)+2)
+	}
+	for i := 0; i < placement; i++ {
+		p.add("cgroup", "cgroup", itoa(fdExtra+i))
 	}
 	if s.policy != nil && s.policy.Filter != nil {
-		cfg.Seccomp = s.policy.Filter
-		cfg.Notify = s.policy.Notify
+		p.add("seccomp filter", "seccomp", string(s.policy.Filter), itoa(notifySock))
 	}
-	return cfg
+	if sp.StderrToStdout {
+		p.add("stderr to stdout", "stderr-to-stdout")
+	}
+	if len(sp.CopyIn) > 0 {
+		p.add("wait for copy-in", "wait-for-go")
+	}
+	p.add("end", "end")
+	return p, nil
 }
 
 // stdio opens the program's standard streams: files, or pipes captured by
@@ -667,6 +707,9 @@ func (s *supervisor) teardown() {
 	}
 	if s.rec != nil {
 		s.report.BlockedSyscalls = s.rec.Stop()
+	}
+	if s.notify != nil {
+		s.notify.Close()
 	}
 	if s.stdout != nil {
 		s.report.Stdout, s.report.StdoutTruncated = s.stdout.result()

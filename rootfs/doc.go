@@ -1,6 +1,6 @@
 // Package rootfs assembles the file system a box sees, and owns images.
 //
-// Assemble runs inside the box's init, in its new mount namespace: it builds
+// Plan describes, and the box's init carries out in its new mount namespace,
 // a tmpfs root holding read-only binds of an image's /usr, /bin, /lib*
 // (the host's own for the image "host"), a generated /etc, a fresh /proc, a
 // minimal /dev and writable size-limited /box and /tmp, then pivots into it.

@@ -1,0 +1,601 @@
+/*
+ * The box's init: PID 1 of the box's user, PID, mount, network, IPC and
+ * UTS namespaces.
+ *
+ * It is this same binary, re-executed by the supervisor with InitArg as
+ * argv[1]. It runs from an ELF constructor, before the Go runtime starts,
+ * and never returns to Go: a box pays for no Go start-up, and the program
+ * is forked from a process a few hundred kilobytes large (its pre-exec
+ * footprint counts in the program's ru_maxrss).
+ *
+ * The supervisor sends the whole plan on fd 3 (see config.go): records of
+ * length-prefixed fields, each an operation to carry out (mounts and files
+ * of the box's file system, host name, loopback...) or a setting of the
+ * program. Init carries them out in order, then forks the program, reaps
+ * the box and reports on fd 4, one JSON line per message. Any failure is
+ * reported with the step that failed and its errno, never guessed at.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <net/if.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+
+#define INIT_ARG "__isolate_init__"
+#define FD_CONTROL 3
+#define FD_STATUS 4
+#define CTL_GO 'g'
+#define CTL_KILL 'k'
+
+#ifndef SYS_mount_setattr
+#define SYS_mount_setattr 442
+#endif
+#ifndef AT_RECURSIVE
+#define AT_RECURSIVE 0x8000
+#endif
+
+struct isolate_mount_attr {
+	uint64_t attr_set, attr_clr, propagation, userns_fd;
+};
+
+/* One record of the plan: n fields, each with its length (fields may hold
+ * NUL bytes: file contents, BPF). Each field is also NUL-terminated. */
+struct rec {
+	uint32_t n;
+	char **f;
+	uint32_t *len;
+};
+
+/* The program and how to start it. */
+static struct {
+	char **argv, **envp;
+	const char *dir;
+	uid_t uid;
+	gid_t gid;
+	int nrlimits;
+	struct { int res; rlim_t val; } rlimits[16];
+	int ncgroup;
+	int cgroup_fds[8];
+	const char *filter;
+	uint32_t filter_len;
+	int notify_sock; /* -1: no listener wanted */
+	int stderr_to_stdout;
+	int wait_for_go;
+} prog = {.notify_sock = -1};
+
+static int64_t now_ns(void) {
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* Stage timers, sent with "started". */
+static struct { const char *name; int64_t ns; } stages[8];
+static int nstages;
+static int64_t stage_last;
+static void mark(const char *name) {
+	int64_t t = now_ns();
+	if (nstages < 8) {
+		stages[nstages].name = name;
+		stages[nstages].ns = t - stage_last;
+		nstages++;
+	}
+	stage_last = t;
+}
+
+/* ---- reporting ---------------------------------------------------- */
+
+static char out[8192];
+static size_t outlen;
+
+static void put(const char *s) {
+	size_t n = strlen(s);
+	if (outlen + n < sizeof out) {
+		memcpy(out + outlen, s, n);
+		outlen += n;
+	}
+}
+
+static void put_json_str(const char *s) {
+	char buf[8];
+	put("\"");
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\') {
+			buf[0] = '\\', buf[1] = c, buf[2] = 0;
+			put(buf);
+		} else if (c < 0x20) {
+			snprintf(buf, sizeof buf, "\\u%04x", c);
+			put(buf);
+		} else {
+			buf[0] = c, buf[1] = 0;
+			put(buf);
+		}
+	}
+	put("\"");
+}
+
+static void put_num(const char *key, long long v) {
+	char buf[64];
+	snprintf(buf, sizeof buf, ",\"%s\":%lld", key, v);
+	put(buf);
+}
+
+static void flush(void) {
+	put("\n");
+	size_t off = 0;
+	while (off < outlen) {
+		ssize_t n = write(FD_STATUS, out + off, outlen - off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		off += n;
+	}
+	outlen = 0;
+}
+
+/* fail reports a failed step with its errno and ends init. */
+static void fail(const char *step, int err) {
+	put("{\"type\":\"error\",\"step\":");
+	put_json_str(step);
+	put(",\"err\":");
+	put_json_str(strerror(err));
+	put_num("errno", err);
+	put("}");
+	flush();
+	_exit(1);
+}
+
+/* ---- reading the plan ---------------------------------------------- */
+
+static int read_full(int fd, void *buf, size_t n) {
+	char *p = buf;
+	while (n > 0) {
+		ssize_t r = read(fd, p, n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1;
+		p += r;
+		n -= r;
+	}
+	return 0;
+}
+
+static int read_rec(struct rec *r) {
+	if (read_full(FD_CONTROL, &r->n, 4) < 0 || r->n == 0 || r->n > 1 << 16)
+		return -1;
+	r->f = calloc(r->n, sizeof *r->f);
+	r->len = calloc(r->n, sizeof *r->len);
+	if (!r->f || !r->len)
+		return -1;
+	for (uint32_t i = 0; i < r->n; i++) {
+		if (read_full(FD_CONTROL, &r->len[i], 4) < 0 || r->len[i] > 64u << 20)
+			return -1;
+		r->f[i] = malloc(r->len[i] + 1);
+		if (!r->f[i] || read_full(FD_CONTROL, r->f[i], r->len[i]) < 0)
+			return -1;
+		r->f[i][r->len[i]] = 0;
+	}
+	return 0;
+}
+
+/* ---- file system and namespace operations -------------------------- */
+
+static int mkdir_p(char *path, mode_t mode) {
+	for (char *p = path + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = 0;
+		if (mkdir(path, 0755) < 0 && errno != EEXIST) {
+			*p = '/';
+			return -1;
+		}
+		*p = '/';
+	}
+	if (mkdir(path, mode) < 0 && errno != EEXIST)
+		return -1;
+	return 0;
+}
+
+static int write_file(const char *path, const char *data, size_t n, mode_t mode) {
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+	if (fd < 0)
+		return -1;
+	while (n > 0) {
+		ssize_t w = write(fd, data, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0) {
+			close(fd);
+			return -1;
+		}
+		data += w;
+		n -= w;
+	}
+	return close(fd);
+}
+
+static int loopback_up(void) {
+	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -1;
+	struct ifreq ifr;
+	memset(&ifr, 0, sizeof ifr);
+	strcpy(ifr.ifr_name, "lo");
+	int rc = ioctl(s, SIOCGIFFLAGS, &ifr);
+	if (rc == 0) {
+		ifr.ifr_flags |= IFF_UP;
+		rc = ioctl(s, SIOCSIFFLAGS, &ifr);
+	}
+	int e = errno;
+	close(s);
+	errno = e;
+	return rc;
+}
+
+#define OP(name) (strcmp(r->f[1], name) == 0)
+#define ARG(i) (r->f[2 + (i)])
+#define NARGS (r->n - 2)
+
+/* do_op carries out one record of the plan; a record's field 0 names the
+ * step (for errors), field 1 the operation. */
+static void do_op(struct rec *r) {
+	const char *step = r->f[0];
+	int rc = 0;
+	if (r->n < 2)
+		fail("decode plan", EINVAL);
+	if (OP("private")) {
+		rc = mount("", "/", NULL, MS_REC | MS_PRIVATE, NULL);
+	} else if (OP("mount") && NARGS == 5) {
+		rc = mount(ARG(0), ARG(1), ARG(2)[0] ? ARG(2) : NULL, strtoul(ARG(3), NULL, 10), ARG(4)[0] ? ARG(4) : NULL);
+	} else if (OP("setattr") && NARGS == 3) {
+		struct isolate_mount_attr a = {.attr_set = strtoull(ARG(1), NULL, 10)};
+		rc = syscall(SYS_mount_setattr, AT_FDCWD, ARG(0), ARG(2)[0] == '1' ? AT_RECURSIVE : 0, &a, sizeof a);
+	} else if (OP("mkdir") && NARGS == 1) {
+		rc = mkdir_p(ARG(0), 0755);
+	} else if (OP("touch") && NARGS == 1) {
+		char *slash = strrchr(ARG(0), '/');
+		if (slash && slash != ARG(0)) {
+			*slash = 0;
+			rc = mkdir_p(ARG(0), 0755);
+			*slash = '/';
+		}
+		if (rc == 0) {
+			int fd = open(ARG(0), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+			rc = fd < 0 ? -1 : close(fd);
+		}
+	} else if (OP("symlink") && NARGS == 2) {
+		rc = symlink(ARG(0), ARG(1));
+	} else if (OP("write") && NARGS == 3) {
+		rc = write_file(ARG(0), ARG(2), r->len[4], strtoul(ARG(1), NULL, 10));
+	} else if (OP("remount-ro") && NARGS == 1) {
+		rc = mount("", ARG(0), NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL);
+	} else if (OP("pivot") && NARGS == 1) {
+		/* pivot_root(".", ".") stacks the old root under the new one;
+		 * detaching "." then drops it without a put_old directory. */
+		if ((rc = chdir(ARG(0))) == 0 && (rc = syscall(SYS_pivot_root, ".", ".")) == 0 &&
+		    (rc = umount2(".", MNT_DETACH)) == 0)
+			rc = chdir("/");
+	} else if (OP("hostname") && NARGS == 1) {
+		rc = sethostname(ARG(0), strlen(ARG(0)));
+	} else if (OP("loopback")) {
+		rc = loopback_up();
+	} else if (OP("sysctl") && NARGS == 2) {
+		int fd = open(ARG(0), O_WRONLY | O_CLOEXEC);
+		rc = fd < 0 ? -1 : write(fd, ARG(1), strlen(ARG(1))) < 0 ? -1 : close(fd);
+	} else if (OP("argv")) {
+		prog.argv = calloc(NARGS + 1, sizeof(char *));
+		memcpy(prog.argv, &ARG(0), NARGS * sizeof(char *));
+	} else if (OP("env")) {
+		prog.envp = calloc(NARGS + 1, sizeof(char *));
+		memcpy(prog.envp, &ARG(0), NARGS * sizeof(char *));
+	} else if (OP("dir") && NARGS == 1) {
+		prog.dir = ARG(0);
+	} else if (OP("cred") && NARGS == 2) {
+		prog.uid = strtoul(ARG(0), NULL, 10);
+		prog.gid = strtoul(ARG(1), NULL, 10);
+	} else if (OP("rlimit") && NARGS == 2 && prog.nrlimits < 16) {
+		prog.rlimits[prog.nrlimits].res = atoi(ARG(0));
+		prog.rlimits[prog.nrlimits].val = strtoull(ARG(1), NULL, 10);
+		prog.nrlimits++;
+	} else if (OP("cgroup") && NARGS == 1 && prog.ncgroup < 8) {
+		prog.cgroup_fds[prog.ncgroup++] = atoi(ARG(0));
+	} else if (OP("seccomp") && NARGS == 2) {
+		prog.filter = ARG(0);
+		prog.filter_len = r->len[2];
+		prog.notify_sock = atoi(ARG(1));
+	} else if (OP("stderr-to-stdout")) {
+		prog.stderr_to_stdout = 1;
+	} else if (OP("wait-for-go")) {
+		prog.wait_for_go = 1;
+	} else {
+		fail("decode plan: unknown operation", EINVAL);
+	}
+	if (rc < 0)
+		fail(step, errno);
+}
+
+/* ---- the program ---------------------------------------------------- */
+
+/* send_fd passes fd to the supervisor over a unix socket. */
+static int send_fd(int sock, int fd) {
+	char byte = 'L';
+	struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	return sendmsg(sock, &msg, 0) < 0 ? -1 : 0;
+}
+
+/* child_fail tells the parent which step of starting the program failed. */
+static void child_fail(int pipe_fd, int step, int err) {
+	int msg[2] = {step, err};
+	if (write(pipe_fd, msg, sizeof msg) < 0) {
+	}
+	_exit(127);
+}
+
+enum { CS_CGROUP = 1, CS_RLIMIT, CS_SESSION, CS_STDIO, CS_CHDIR, CS_CAPS, CS_CRED, CS_NNP, CS_SECCOMP, CS_EXEC };
+static const char *child_steps[] = {"", "join cgroup", "set resource limits", "create session", "set up standard streams",
+                                    "enter working directory", "drop capabilities", "switch to the box user",
+                                    "set no_new_privs", "load seccomp filter", "execute"};
+
+/* exec_path runs file like execvp, but looks it up in the program's PATH,
+ * not init's. */
+static void exec_path(const char *file) {
+	if (strchr(file, '/')) {
+		execve(file, prog.argv, prog.envp);
+		return;
+	}
+	const char *path = "/usr/local/bin:/usr/bin:/bin";
+	for (char **e = prog.envp; e && *e; e++)
+		if (strncmp(*e, "PATH=", 5) == 0)
+			path = *e + 5;
+	int err = ENOENT;
+	char buf[4096];
+	while (*path) {
+		const char *end = strchr(path, ':');
+		size_t n = end ? (size_t)(end - path) : strlen(path);
+		if (n + strlen(file) + 2 < sizeof buf) {
+			memcpy(buf, path, n);
+			buf[n] = '/';
+			strcpy(buf + n + 1, file);
+			execve(buf, prog.argv, prog.envp);
+			if (errno == EACCES)
+				err = EACCES;
+		}
+		path += n;
+		if (*path == ':')
+			path++;
+	}
+	errno = err;
+}
+
+/* start_child runs in the forked child: it becomes the program. */
+static void start_child(int pipe_fd, const sigset_t *oldmask) {
+	sigprocmask(SIG_SETMASK, oldmask, NULL);
+	/* Into the box's cgroups before the program's first instruction; init
+	 * itself stays out, so nothing of the sandbox is charged to the box. */
+	for (int i = 0; i < prog.ncgroup; i++)
+		if (write(prog.cgroup_fds[i], "0", 1) != 1)
+			child_fail(pipe_fd, CS_CGROUP, errno);
+	for (int i = 0; i < prog.nrlimits; i++) {
+		struct rlimit rl = {prog.rlimits[i].val, prog.rlimits[i].val};
+		if (setrlimit(prog.rlimits[i].res, &rl) < 0)
+			child_fail(pipe_fd, CS_RLIMIT, errno);
+	}
+	if (setsid() < 0)
+		child_fail(pipe_fd, CS_SESSION, errno);
+	if (prog.stderr_to_stdout && dup2(1, 2) < 0)
+		child_fail(pipe_fd, CS_STDIO, errno);
+	if (chdir(prog.dir ? prog.dir : "/box") < 0)
+		child_fail(pipe_fd, CS_CHDIR, errno);
+	for (int c = 0; c <= 63; c++)
+		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL)
+			child_fail(pipe_fd, CS_CAPS, errno);
+	if (setgroups(0, NULL) < 0 || setresgid(prog.gid, prog.gid, prog.gid) < 0 ||
+	    setresuid(prog.uid, prog.uid, prog.uid) < 0)
+		child_fail(pipe_fd, CS_CRED, errno);
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		child_fail(pipe_fd, CS_NNP, errno);
+	/* Everything beyond 0, 1 and 2 closes at exec (the error pipe too). */
+	syscall(SYS_close_range, 3, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */);
+	if (prog.filter) {
+		struct sock_fprog fp = {.len = prog.filter_len / 8, .filter = (struct sock_filter *)prog.filter};
+		unsigned flags = prog.notify_sock >= 0 ? SECCOMP_FILTER_FLAG_NEW_LISTENER : 0;
+		int fd = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &fp);
+		if (fd < 0)
+			child_fail(pipe_fd, CS_SECCOMP, errno);
+		if (prog.notify_sock >= 0) {
+			if (send_fd(prog.notify_sock, fd) < 0)
+				child_fail(pipe_fd, CS_SECCOMP, errno);
+			close(fd);
+		}
+	}
+	exec_path(prog.argv[0]);
+	child_fail(pipe_fd, CS_EXEC, errno);
+}
+
+static void report_exited(int ws, int64_t wall, struct rusage *ru, const char *exec_err) {
+	put("{\"type\":\"exited\"");
+	put_num("ws", ws);
+	put_num("wall_ns", wall);
+	put_num("utime_ns", (long long)ru->ru_utime.tv_sec * 1000000000 + ru->ru_utime.tv_usec * 1000);
+	put_num("stime_ns", (long long)ru->ru_stime.tv_sec * 1000000000 + ru->ru_stime.tv_usec * 1000);
+	put_num("maxrss_kb", ru->ru_maxrss);
+	put_num("nvcsw", ru->ru_nvcsw);
+	put_num("nivcsw", ru->ru_nivcsw);
+	if (exec_err) {
+		put(",\"exec_err\":");
+		put_json_str(exec_err);
+	}
+	put("}");
+	flush();
+}
+
+/* wait_control blocks until the supervisor closes the control pipe. */
+static void wait_control(void) {
+	char c;
+	while (read(FD_CONTROL, &c, 1) > 0 || errno == EINTR)
+		;
+}
+
+static int run_init(void) {
+	stage_last = now_ns();
+	/* Nothing the supervisor passed may reach the program by accident. */
+	syscall(SYS_close_range, 3, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */);
+	sigset_t chld, oldmask;
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &chld, &oldmask);
+	int sfd = signalfd(-1, &chld, SFD_CLOEXEC);
+	if (sfd < 0)
+		fail("create signalfd", errno);
+
+	for (;;) {
+		struct rec r;
+		if (read_rec(&r) < 0)
+			fail("read plan", errno ? errno : EPIPE);
+		if (strcmp(r.f[1], "end") == 0)
+			break;
+		do_op(&r);
+	}
+	mark("init-setup");
+	if (!prog.argv || !prog.argv[0])
+		fail("decode plan: no program", EINVAL);
+	if (prog.wait_for_go) {
+		put("{\"type\":\"ready\"}");
+		flush();
+		char c;
+		if (read(FD_CONTROL, &c, 1) != 1 || c != CTL_GO)
+			_exit(1);
+	}
+
+	int errpipe[2];
+	if (pipe2(errpipe, O_CLOEXEC) < 0)
+		fail("create pipe", errno);
+	int64_t start = now_ns();
+	pid_t pid = fork();
+	if (pid < 0)
+		fail("fork the program", errno);
+	if (pid == 0) {
+		close(errpipe[0]);
+		start_child(errpipe[1], &oldmask);
+	}
+	close(errpipe[1]);
+	int msg[2];
+	ssize_t n;
+	while ((n = read(errpipe[0], msg, sizeof msg)) < 0 && errno == EINTR)
+		;
+	close(errpipe[0]);
+	if (prog.notify_sock >= 0)
+		close(prog.notify_sock);
+	struct rusage ru;
+	int ws;
+	if (n == sizeof msg) {
+		/* It could not be started: report it as a shell would, 127. */
+		wait4(pid, &ws, 0, &ru);
+		char text[512];
+		int step = msg[0] > 0 && msg[0] <= CS_EXEC ? msg[0] : CS_EXEC;
+		if (step == CS_EXEC)
+			snprintf(text, sizeof text, "%s: %s", prog.argv[0], strerror(msg[1]));
+		else
+			snprintf(text, sizeof text, "%s: %s", child_steps[step], strerror(msg[1]));
+		report_exited(127 << 8, now_ns() - start, &ru, text);
+		wait_control();
+		return 0;
+	}
+	mark("init-exec");
+	put("{\"type\":\"started\",\"stages\":{");
+	for (int i = 0; i < nstages; i++) {
+		char buf[96];
+		snprintf(buf, sizeof buf, "%s\"%s\":%lld", i ? "," : "", stages[i].name, (long long)stages[i].ns);
+		put(buf);
+	}
+	put("}}");
+	flush();
+
+	/* Reap until the program is gone; then kill what it left and reap
+	 * that too. The supervisor may ask for a kill meanwhile. */
+	int64_t end = 0;
+	int main_ws = 0, done = 0, ctl_open = 1;
+	struct rusage main_ru;
+	memset(&main_ru, 0, sizeof main_ru);
+	while (!done) {
+		struct pollfd pf[2] = {{.fd = sfd, .events = POLLIN}, {.fd = FD_CONTROL, .events = POLLIN}};
+		if (poll(pf, ctl_open ? 2 : 1, -1) < 0 && errno != EINTR)
+			fail("poll", errno);
+		if (ctl_open && (pf[1].revents & (POLLIN | POLLHUP))) {
+			char c;
+			ssize_t k = read(FD_CONTROL, &c, 1);
+			if (k <= 0) {
+				/* The supervisor is gone: take the box down. */
+				ctl_open = 0;
+				kill(-1, SIGKILL);
+			} else if (c == CTL_KILL) {
+				kill(-1, SIGKILL);
+			}
+		}
+		if (pf[0].revents & POLLIN) {
+			struct signalfd_siginfo si;
+			if (read(sfd, &si, sizeof si) < 0) {
+			}
+		}
+		for (;;) {
+			struct rusage r;
+			int s;
+			pid_t w = wait4(-1, &s, WNOHANG, &r);
+			if (w <= 0)
+				break;
+			if (w == pid) {
+				end = now_ns();
+				main_ws = s;
+				main_ru = r;
+				done = 1;
+			}
+		}
+	}
+	/* The program is done: so is everything it left behind. */
+	kill(-1, SIGKILL);
+	while (wait4(-1, NULL, 0, NULL) > 0 || errno == EINTR)
+		;
+	if (!ctl_open)
+		return 1;
+	report_exited(main_ws, end - start, &main_ru, NULL);
+	wait_control(); /* the supervisor copies files out meanwhile */
+	return 0;
+}
+
+__attribute__((constructor)) static void isolate_init_entry(int argc, char **argv, char **envp) {
+	(void)envp;
+	if (argc >= 2 && strcmp(argv[1], INIT_ARG) == 0)
+		_exit(run_init());
+}

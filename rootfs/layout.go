@@ -1,0 +1,35 @@
+package rootfs
+
+// StagingDir is where the box's new root is mounted before pivot_root. It
+// exists on the host (empty); each box mounts its own tmpfs over it inside
+// its own mount namespace, so boxes never see each other's.
+const StagingDir = "/run/isolate/root"
+
+// Bind is a host path bound into the box.
+type Bind struct {
+	Host     string
+	Box      string
+	Writable bool
+	// Optional binds are skipped when the host path does not exist.
+	Optional bool
+}
+
+// Layout says what a box's file system holds.
+type Layout struct {
+	// Image is the directory whose /usr, /bin, /lib* the box gets ("/" for
+	// the host).
+	Image string
+	// TmpSize is the size of /box and of /tmp, in bytes (0: no limit
+	// beyond the memory cgroup).
+	TmpSize int64
+	// UID and GID own /box (inside the box's user namespace).
+	UID, GID int
+	// Binds are extra binds, applied last, in order.
+	Binds []Bind
+	// BoxDir, when set, is a host directory bound as /box instead of a
+	// fresh tmpfs (persistent boxes).
+	BoxDir string
+	// HostNet adds the host's resolv.conf, which only makes sense when
+	// the box shares the host's network.
+	HostNet bool
+}
