@@ -114,9 +114,16 @@ func enableV2Controllers(dir string) error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("cgroup v2: controllers %s are not enabled for %s (enable them in its parent's "+
-			"cgroup.subtree_control, run isolate in a delegated cgroup such as `systemd-run --scope -p Delegate=yes`, "+
-			"or set cgroup_root in /etc/isolate/config)", strings.Join(missing, ","), filepath.Dir(dir))
+		// The kernel lets a cgroup enable controllers for its children only
+		// while it holds no process, and the supervisor is in it: below any
+		// cgroup but the root, only a prepared root works (proven in
+		// `make vmtest` from a delegated session scope).
+		return fmt.Errorf("cgroup v2: controllers %s are not enabled for the children of %s (a cgroup "+
+			"that holds processes, as the one isolate runs in does, cannot enable them): set "+
+			"ISOLATE_CGROUP_ROOT to a cgroup with \"+cpu +memory +pids\" in its cgroup.subtree_control "+
+			"(e.g. mkdir /sys/fs/cgroup/isolate.slice; echo \"+cpu +memory +pids\" > "+
+			"/sys/fs/cgroup/isolate.slice/cgroup.subtree_control; ISOLATE_CGROUP_ROOT=/isolate.slice)",
+			strings.Join(missing, ","), filepath.Dir(dir))
 	}
 	ctl := "+" + strings.Join(v2Controllers, " +")
 	if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte(ctl), 0); err != nil {
