@@ -18,6 +18,7 @@ unformatted=$(gofmt -l $(git ls-files '*.go'))
 [ -z "$unformatted" ] || { echo "gofmt needed: $unformatted" >&2; exit 1; }
 
 work=$(mktemp -d /tmp/isolate-test.XXXXXX)
+chmod 0755 "$work" # the box user and the not-root test run binaries from here
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/cover"
 chmod 0777 "$work/cover" # the box's init writes its counters from inside
