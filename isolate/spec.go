@@ -2,6 +2,8 @@ package isolate
 
 import (
 	"time"
+
+	"github.com/isolate-sandbox/isolate/rootfs"
 )
 
 // Spec is everything one sandboxed run needs. The CLI fills it from flags;
@@ -12,6 +14,11 @@ type Spec struct {
 
 	Image    string // "host" (default) or an image directory
 	ImageDir string // resolved root of the image ("/" for host)
+	// ImageFile is a squashfs image mounted for this run alone (see
+	// rootfs.MountSquashfs); ImageMount one the caller mounted and shares
+	// between runs. Either replaces ImageDir.
+	ImageFile  string
+	ImageMount *rootfs.Mounted
 
 	CPUTime   time.Duration // CPU time of all processes and threads
 	WallTime  time.Duration

@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -50,7 +50,7 @@ type supervisor struct {
 	lock    *boxLock
 	cg      *cgroup.Box
 	policy  *seccomp.Program
-	cmd     *exec.Cmd
+	init    *initProc
 	ctl     *os.File // control pipe to init (write end)
 	msgs    chan initMessage
 	stdout  *capture
@@ -58,6 +58,10 @@ type supervisor struct {
 	closers []*os.File // host ends to close once init has them
 	notify  *os.File   // socket on which the program sends its seccomp listener
 	rec     *seccomp.Recorder
+
+	// image is where the supervisor and init find a mounted image's
+	// files (see rootfs.MountSquashfs); empty: ImageDir.
+	image, imageInInit string
 }
 
 // Run performs one sandboxed run of spec: prepare (box id, cgroup, policy)
@@ -107,7 +111,7 @@ func (s *supervisor) validate() error {
 	if sp.BoxID >= MaxBoxes {
 		return usagef("box id %d is out of range (0-%d)", sp.BoxID, MaxBoxes-1)
 	}
-	if sp.ImageDir == "" {
+	if sp.ImageDir == "" && sp.ImageFile == "" && sp.ImageMount == nil {
 		return usagef("unknown image %q", sp.Image)
 	}
 	if sp.Chdir != "" && sp.Chdir[0] != '/' {
@@ -228,6 +232,12 @@ func (s *supervisor) start() error {
 		extra = append(extra, theirs)
 		s.closers = append(s.closers, theirs)
 	}
+	if m, err := s.mountImage(); err != nil {
+		return err
+	} else if m != nil {
+		s.image, s.imageInInit = m.Path(), "/proc/self/fd/"+itoa(fdControl+len(extra))
+		extra = append(extra, m.File())
+	}
 	p, err := s.plan(len(placement), notifySock)
 	if err != nil {
 		return err
@@ -240,15 +250,17 @@ func (s *supervisor) start() error {
 	if !sp.HostNet {
 		flags |= syscall.CLONE_NEWNET
 	}
-	s.cmd = &exec.Cmd{
-		Path:       "/proc/self/exe",
-		Args:       []string{"isolate-init", InitArg},
-		Env:        initEnv(),
-		Stdin:      stdin,
-		Stdout:     stdout,
-		Stderr:     stderr,
-		ExtraFiles: extra,
-		SysProcAttr: &syscall.SysProcAttr{
+	files := []uintptr{stdin.Fd(), stdout.Fd(), stderr.Fd()}
+	for _, f := range extra {
+		files = append(files, f.Fd())
+	}
+	// syscall.ForkExec, not os/exec: os/exec probes pidfd support with a
+	// throwaway fork in every new process, a cost on every run.
+	pidfd := -1
+	attr := &syscall.ProcAttr{
+		Env:   initEnv(),
+		Files: files,
+		Sys: &syscall.SysProcAttr{
 			Cloneflags: flags,
 			// Root of the box's user namespace is root outside, for init
 			// alone; the program runs as boxUID, an unprivileged host uid.
@@ -257,15 +269,18 @@ func (s *supervisor) start() error {
 			GidMappingsEnableSetgroups: true,
 			// The box dies with the supervisor, however the supervisor dies.
 			Pdeathsig: syscall.SIGKILL,
+			PidFD:     &pidfd,
 		},
 	}
 	if err := os.MkdirAll(rootfs.StagingDir, 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", rootfs.StagingDir, err)
 	}
 	s.timer.mark("spawn-prep")
-	if err := s.cmd.Start(); err != nil {
+	pid, err := syscall.ForkExec("/proc/self/exe", []string{"isolate-init", InitArg}, attr)
+	if err != nil {
 		return fmt.Errorf("start init: %w", err)
 	}
+	s.init = &initProc{pid: pid, pidfd: pidfd}
 	s.timer.mark("spawn")
 	for _, f := range s.closers {
 		f.Close()
@@ -309,6 +324,57 @@ func (s *supervisor) start() error {
 		s.rec.Start()
 	}
 	return nil
+}
+
+// mountImage mounts the run's squashfs image, or takes the one the caller
+// shares; nil for a directory image. A mount of the run's own is closed
+// once init holds it.
+func (s *supervisor) mountImage() (*rootfs.Mounted, error) {
+	if s.spec.ImageMount != nil {
+		return s.spec.ImageMount, nil
+	}
+	if s.spec.ImageFile == "" {
+		return nil, nil
+	}
+	m, err := rootfs.MountSquashfs(s.spec.ImageFile)
+	if err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	s.closers = append(s.closers, m.File())
+	s.timer.mark("image-mount")
+	return m, nil
+}
+
+// initProc is the box's init, a child of the supervisor.
+type initProc struct {
+	pid    int
+	pidfd  int // signals go through it: never to a recycled pid
+	once   sync.Once
+	status syscall.WaitStatus
+}
+
+// wait reaps init (once) and returns its wait status.
+func (p *initProc) wait() syscall.WaitStatus {
+	p.once.Do(func() {
+		for {
+			_, err := syscall.Wait4(p.pid, &p.status, 0, nil)
+			if err != syscall.EINTR {
+				return
+			}
+		}
+	})
+	return p.status
+}
+
+func (p *initProc) kill() { unix.PidfdSendSignal(p.pidfd, unix.SIGKILL, nil, 0) }
+
+func (p *initProc) close() { unix.Close(p.pidfd) }
+
+func describeWait(ws syscall.WaitStatus) string {
+	if ws.Signaled() {
+		return "killed by signal " + ws.Signal().String()
+	}
+	return "exit status " + strconv.Itoa(ws.ExitStatus())
 }
 
 // receiveFD takes the descriptor the program sent before its exec.
@@ -355,15 +421,19 @@ func (s *supervisor) plan(placement, notifySock int) (*plan, error) {
 	// clone flags a syscall filter can or cannot see.
 	p.add("forbid nested user namespaces", "sysctl", "/proc/sys/user/max_user_namespaces", "0")
 	layout := rootfs.Layout{
-		Image:   sp.ImageDir,
-		TmpSize: sp.TmpSize,
-		UID:     boxUID,
-		GID:     boxUID,
-		BoxDir:  sp.BoxDir,
-		HostNet: sp.HostNet,
+		Image:       sp.ImageDir,
+		ImageSource: s.imageInInit,
+		TmpSize:     sp.TmpSize,
+		UID:         boxUID,
+		GID:         boxUID,
+		BoxDir:      sp.BoxDir,
+		HostNet:     sp.HostNet,
 	}
 	for _, b := range sp.Binds {
 		layout.Binds = append(layout.Binds, rootfs.Bind{Host: b.Host, Box: boxPath(b.Box), Writable: b.Writable})
+	}
+	if s.image != "" {
+		layout.Image = s.image
 	}
 	ops, err := rootfs.Plan(&layout)
 	if err != nil {
@@ -499,14 +569,14 @@ func (s *supervisor) await(typ string) (initMessage, error) {
 
 // initDied explains why init ended without a word.
 func (s *supervisor) initDied() error {
-	err := s.cmd.Wait()
-	s.cmd = nil
-	return fmt.Errorf("box init died during setup: %v", err)
+	ws := s.init.wait()
+	s.init = nil
+	return fmt.Errorf("box init died during setup: %s", describeWait(ws))
 }
 
 // fill copies the --copy-in files into the box, through init's root.
 func (s *supervisor) fill() error {
-	root, err := unix.Open("/proc/"+strconv.Itoa(s.cmd.Process.Pid)+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	root, err := unix.Open("/proc/"+strconv.Itoa(s.init.pid)+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("open the box root: %w", err)
 	}
@@ -583,7 +653,7 @@ func (s *supervisor) supervise() error {
 			}
 			cpuTimer.Reset(next)
 		case <-grace:
-			s.cmd.Process.Kill()
+			s.init.kill()
 			return errors.New("box init did not stop the program after a limit was hit")
 		}
 	}
@@ -687,7 +757,7 @@ func (s *supervisor) teardown() {
 	for _, f := range s.closers {
 		f.Close()
 	}
-	if s.cmd != nil && s.cmd.Process != nil {
+	if s.init != nil {
 		if len(s.spec.CopyOut) > 0 && s.report.Status != "" {
 			s.copyOut()
 		}
@@ -697,11 +767,12 @@ func (s *supervisor) teardown() {
 			select {
 			case <-done:
 			case <-time.After(killGrace):
-				s.cmd.Process.Kill()
+				s.init.kill()
 			}
 		}()
-		s.cmd.Wait()
+		s.init.wait()
 		close(done)
+		s.init.close()
 	} else if s.ctl != nil {
 		s.ctl.Close()
 	}
@@ -731,7 +802,7 @@ func (s *supervisor) teardown() {
 }
 
 func (s *supervisor) copyOut() {
-	root, err := unix.Open("/proc/"+strconv.Itoa(s.cmd.Process.Pid)+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	root, err := unix.Open("/proc/"+strconv.Itoa(s.init.pid)+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		s.report.Message = appendMsg(s.report.Message, "copy-out: "+err.Error())
 		return

@@ -19,6 +19,10 @@ type Layout struct {
 	// Image is the directory whose /usr, /bin, /lib* the box gets ("/" for
 	// the host).
 	Image string
+	// ImageSource, when set, is where init finds Image's files: an image
+	// mounted detached is /proc/self/fd/N, N differing between the
+	// supervisor and init.
+	ImageSource string
 	// TmpSize is the size of /box and of /tmp, in bytes (0: no limit
 	// beyond the memory cgroup).
 	TmpSize int64

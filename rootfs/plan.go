@@ -95,7 +95,7 @@ func Plan(l *Layout) ([]Op, error) {
 			p.add("link /"+d, "symlink", target, p.in(d))
 			continue
 		}
-		p.bind(src, "/"+d, true, false, true)
+		p.bind(filepath.Join(l.source(), d), "/"+d, true, false, true)
 	}
 	if err := p.etc(l); err != nil {
 		return nil, err
@@ -163,7 +163,7 @@ func (p *planner) etc(l *Layout) error {
 	for _, name := range imageEtc {
 		src := filepath.Join(l.Image, "etc", name)
 		if fi, err := os.Stat(src); err == nil {
-			p.bind(src, "/etc/"+name, fi.IsDir(), false, true)
+			p.bind(filepath.Join(l.source(), "etc", name), "/etc/"+name, fi.IsDir(), false, true)
 		}
 	}
 	return nil
