@@ -430,7 +430,8 @@ func (s *supervisor) plan(placement, notifySock int) (*plan, error) {
 		HostNet:     sp.HostNet,
 	}
 	for _, b := range sp.Binds {
-		layout.Binds = append(layout.Binds, rootfs.Bind{Host: b.Host, Box: boxPath(b.Box), Writable: b.Writable})
+		layout.Binds = append(layout.Binds, rootfs.Bind{Host: b.Host, Box: boxPath(b.Box), Writable: b.Writable,
+			Dev: b.Dev, NoExec: b.NoExec, NoRec: b.NoRec, Optional: b.Optional, FS: b.FS})
 	}
 	if s.image != "" {
 		layout.Image = s.image

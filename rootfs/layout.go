@@ -12,6 +12,12 @@ type Bind struct {
 	Writable bool
 	// Optional binds are skipped when the host path does not exist.
 	Optional bool
+	// Dev allows devices (binds are nodev otherwise), NoExec forbids
+	// executing, NoRec leaves out the mounts below Host.
+	Dev, NoExec, NoRec bool
+	// FS, when set, mounts a new file system of this type (proc, sysfs,
+	// tmpfs, ...) at Box instead of binding Host.
+	FS string
 }
 
 // Layout says what a box's file system holds.

@@ -118,22 +118,65 @@ func Plan(l *Layout) ([]Op, error) {
 	p.add("create /tmp", "mkdir", p.in("tmp"))
 	p.mount("mount /tmp", "tmpfs", p.in("tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"+size)
 	for _, b := range l.Binds {
-		fi, err := os.Stat(b.Host)
-		if err != nil {
-			if b.Optional {
-				continue
-			}
-			return nil, fmt.Errorf("bind %s: %w", b.Host, err)
+		if err := p.userBind(b); err != nil {
+			return nil, err
 		}
-		dst := filepath.Clean("/" + b.Box)
-		if dst == "/" {
-			return nil, errors.New("bind " + b.Host + ": cannot bind over the box root")
-		}
-		p.bind(b.Host, dst, fi.IsDir(), b.Writable, true)
 	}
 	p.add("make the root read-only", "remount-ro", p.root)
 	p.add("pivot_root", "pivot", p.root)
 	return p.ops, nil
+}
+
+// userBind binds a host path (or mounts a file system) where the caller
+// asked: nosuid always, read-only unless Writable, nodev unless Dev,
+// noexec with NoExec, recursive unless NoRec (ioi/isolate's directory
+// rules).
+func (p *planner) userBind(b Bind) error {
+	dst := filepath.Clean("/" + b.Box)
+	if dst == "/" {
+		return errors.New("bind " + b.Host + ": cannot bind over the box root")
+	}
+	flags := uintptr(unix.MS_NOSUID)
+	attrs := uint64(unix.MOUNT_ATTR_NOSUID)
+	if !b.Writable {
+		flags |= unix.MS_RDONLY
+		attrs |= unix.MOUNT_ATTR_RDONLY
+	}
+	if !b.Dev {
+		flags |= unix.MS_NODEV
+		attrs |= unix.MOUNT_ATTR_NODEV
+	}
+	if b.NoExec {
+		flags |= unix.MS_NOEXEC
+		attrs |= unix.MOUNT_ATTR_NOEXEC
+	}
+	if b.FS != "" {
+		p.add("create "+dst, "mkdir", p.in(dst))
+		p.mount("mount "+b.FS+" on "+dst, b.FS, p.in(dst), b.FS, flags, "")
+		return nil
+	}
+	fi, err := os.Stat(b.Host)
+	if err != nil {
+		if b.Optional {
+			return nil
+		}
+		return fmt.Errorf("bind %s: %w", b.Host, err)
+	}
+	target := p.in(dst)
+	if fi.IsDir() {
+		p.add("create "+dst, "mkdir", target)
+	} else {
+		p.add("create "+dst, "touch", target)
+	}
+	bindFlags := uintptr(unix.MS_BIND)
+	recursive := "0"
+	if !b.NoRec {
+		bindFlags |= unix.MS_REC
+		recursive = "1"
+	}
+	p.mount("bind "+b.Host+" on "+dst, b.Host, target, "", bindFlags, "")
+	p.add("set attributes of "+dst, "setattr", target, strconv.FormatUint(attrs, 10), recursive)
+	return nil
 }
 
 // etc writes a minimal /etc: the box user, loopback names, the dynamic

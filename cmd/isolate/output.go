@@ -57,36 +57,13 @@ func summary(r *isolate.Report) string {
 	return b.String()
 }
 
-// writeMeta writes ioi/isolate's meta file ("-" is stdout).
+// writeMeta writes ioi/isolate's meta file ("-" is stdout), with
+// ioi/isolate's keys and statuses (see formatMeta).
 func writeMeta(path string, r *isolate.Report) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "time:%.3f\ntime-wall:%.3f\nmax-rss:%d\n", r.CPUTime, r.WallTime, r.MaxRSS/1024)
-	fmt.Fprintf(&b, "csw-voluntary:%d\ncsw-forced:%d\n", r.CSWVoluntary, r.CSWInvoluntary)
-	fmt.Fprintf(&b, "cg-mem:%d\n", r.MemoryPeak/1024)
-	if r.OOMKilled {
-		b.WriteString("cg-oom-killed:1\n")
-	}
-	if r.Signal != 0 {
-		fmt.Fprintf(&b, "exitsig:%d\n", r.Signal)
-	} else if r.Status != isolate.StatusXX {
-		fmt.Fprintf(&b, "exitcode:%d\n", r.ExitCode)
-	}
-	if r.Killed {
-		b.WriteString("killed:1\n")
-	}
-	if r.Status != isolate.StatusOK {
-		status := string(r.Status)
-		if r.Status == isolate.StatusML {
-			status = "SG"
-		}
-		fmt.Fprintf(&b, "status:%s\n", status)
-	}
-	if r.Message != "" {
-		fmt.Fprintf(&b, "message:%s\n", strings.ReplaceAll(r.Message, "\n", " "))
-	}
+	text := formatMeta(r)
 	if path == "-" {
-		_, err := os.Stdout.WriteString(b.String())
+		_, err := os.Stdout.WriteString(text)
 		return err
 	}
-	return os.WriteFile(path, []byte(b.String()), 0o644)
+	return os.WriteFile(path, []byte(text), 0o644)
 }

@@ -1,0 +1,110 @@
+package main
+
+// ioi/isolate's meta file and status line. The keys, their units and which
+// of them appear follow ioi/isolate 2.x: no status line on success, TO
+// with "wall" in the message for the wall-clock limit, an OOM kill as the
+// signal it is (SG) plus cg-oom-killed:1, XX with a message when the
+// sandbox itself failed. Times are truncated to milliseconds, as
+// ioi/isolate keeps them.
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/isolate-sandbox/isolate/isolate"
+)
+
+// millis is a time in seconds as whole milliseconds, truncated.
+func millis(seconds float64) int64 { return int64(seconds*1000 + 1e-6) }
+
+func msText(m int64) string { return fmt.Sprintf("%d.%03d", m/1000, m%1000) }
+
+// formatMeta is the meta file of a report.
+func formatMeta(r *isolate.Report) string {
+	var b strings.Builder
+	line := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	if r.Status == isolate.StatusXX {
+		line("status:XX")
+		line("message:%s", oneLine(r.Message))
+		return b.String()
+	}
+	line("time:%s", msText(millis(r.CPUTime)))
+	line("time-wall:%s", msText(millis(r.WallTime)))
+	line("max-rss:%d", r.MaxRSS/1024)
+	line("csw-voluntary:%d", r.CSWVoluntary)
+	line("csw-forced:%d", r.CSWInvoluntary)
+	line("cg-mem:%d", r.MemoryPeak/1024)
+	if r.OOMKilled {
+		line("cg-oom-killed:1")
+	}
+	status, message := ioiStatus(r)
+	switch {
+	case r.Killed:
+		line("killed:1")
+	case status == "TO":
+	case r.Signal != 0:
+		line("exitsig:%d", r.Signal)
+	default:
+		line("exitcode:%d", r.ExitCode)
+	}
+	if status != "" {
+		line("status:%s", status)
+		line("message:%s", message)
+	}
+	return b.String()
+}
+
+// ioiStatus is ioi/isolate's status and message for a finished run ("" on
+// success).
+func ioiStatus(r *isolate.Report) (status, message string) {
+	switch {
+	case r.Status == isolate.StatusXX:
+		return "XX", oneLine(r.Message)
+	case r.Killed && r.Limit == isolate.LimitWall:
+		return "TO", "Time limit exceeded (wall clock)"
+	case r.Killed || r.Status == isolate.StatusTO:
+		return "TO", "Time limit exceeded"
+	case r.Signal != 0:
+		return "SG", fmt.Sprintf("Caught fatal signal %d", r.Signal)
+	case r.ExitCode != 0:
+		return "RE", fmt.Sprintf("Exited with error status %d", r.ExitCode)
+	}
+	return "", ""
+}
+
+// ioiAdjust makes a report's outcome ioi/isolate's: a program that ended
+// by itself timed out only when its CPU time in whole milliseconds is over
+// the limit (ioi/isolate compares milliseconds).
+func ioiAdjust(r *isolate.Report, limit time.Duration) {
+	if r.Status == isolate.StatusTO && !r.Killed && millis(r.CPUTime) <= limit.Milliseconds() {
+		r.Status, r.Limit, r.Message = isolate.StatusOK, isolate.LimitNone, ""
+		switch {
+		case r.Signal != 0:
+			r.Status = isolate.StatusSG
+		case r.ExitCode != 0:
+			r.Status = isolate.StatusRE
+		}
+	}
+}
+
+// ioiExit is ioi/isolate's exit status for a report.
+func ioiExit(r *isolate.Report) int {
+	switch status, _ := ioiStatus(r); status {
+	case "":
+		return exitOK
+	case "XX":
+		return exitSandbox
+	}
+	return exitFailed
+}
+
+// statusLine is what ioi/isolate prints on its standard error after a run.
+func statusLine(r *isolate.Report) string {
+	if status, message := ioiStatus(r); status != "" {
+		return message
+	}
+	return fmt.Sprintf("OK (%s sec real, %s sec wall)", msText(millis(r.CPUTime)), msText(millis(r.WallTime)))
+}
+
+func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }

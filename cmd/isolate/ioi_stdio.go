@@ -1,0 +1,291 @@
+package main
+
+// The program's standard streams in the ioi form. -i, -o and -r name files
+// inside the box, relative to /box. ioi/isolate opens them inside the box
+// as the box user; here the supervisor (root) opens them, so we first open
+// each one on the host as the box user would see it: resolved inside the
+// host directory that holds it with RESOLVE_IN_ROOT (a symlink the program
+// planted cannot lead out of that directory) and with the box user's
+// file-system credentials (only what the box user may open opens). The
+// supervisor then reopens that very file through /proc/self/fd.
+//
+// Without -i, -o or -r, the program inherits isolate's own streams, as
+// with ioi/isolate (Judge0 redirects them with the shell around isolate).
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/isolate-sandbox/isolate/isolate"
+)
+
+// ioiStdio holds what the program's streams need during and after a run.
+type ioiStdio struct {
+	open []*os.File // files opened for the run, closed after it
+	// errOut is where the program's standard error went, for the line
+	// ioi/isolate writes there when the program cannot be executed.
+	errOut *os.File
+	// reopened are isolate's own stdout/stderr when the program got a
+	// second open file description of them: before isolate writes to
+	// them again, it moves to their end, past what the program wrote.
+	reopened []int
+}
+
+func (s *ioiStdio) close() {
+	for _, f := range s.open {
+		f.Close()
+	}
+}
+
+// setup fills spec's streams from the options.
+func (s *ioiStdio) setup(o *ioiOptions, spec *isolate.Spec, mounts []mountPoint, boxUID int) error {
+	spec.StderrToStdout = o.stderrToStdout
+	files := []struct {
+		name  string
+		write bool
+		dst   *string
+		fd    int
+	}{{o.stdin, false, &spec.Stdin, 0}, {o.stdout, true, &spec.Stdout, 1}, {o.stderr, true, &spec.Stderr, 2}}
+	var inherited [3]bool
+	for _, f := range files {
+		if f.name == "" {
+			inherited[f.fd] = true
+			continue
+		}
+		file, err := openInBox(mounts, f.name, f.write, boxUID)
+		if err != nil {
+			return err
+		}
+		s.open = append(s.open, file)
+		*f.dst = "/proc/self/fd/" + strconv.Itoa(int(file.Fd()))
+		if f.fd == 2 || (f.fd == 1 && o.stderrToStdout) {
+			s.errOut = file
+		}
+	}
+	if inherited[0] {
+		spec.Stdin = inheritedInput()
+	}
+	if inherited[1] && inherited[2] && !o.stderrToStdout && sameFile(1, 2) {
+		// One file opened once (2>&1): the program must share a single
+		// offset for both, as it would with ioi/isolate.
+		spec.StderrToStdout = true
+	}
+	if inherited[1] {
+		spec.Stdout = s.inheritOutput(1, spec, &spec.LiveStdout)
+		if spec.StderrToStdout && s.errOut == nil {
+			s.errOut = os.Stdout
+		}
+	}
+	if inherited[2] && !spec.StderrToStdout {
+		spec.Stderr = s.inheritOutput(2, spec, &spec.LiveStderr)
+		s.errOut = os.Stderr
+	}
+	return nil
+}
+
+// openInBox opens the file the box path name (relative to /box) refers
+// to, as the box user would.
+func openInBox(mounts []mountPoint, name string, write bool, uid int) (*os.File, error) {
+	fail := func(err error) error { return fmt.Errorf("open(%q): %s", name, strerror(err)) }
+	p := name
+	if !path.IsAbs(p) {
+		p = path.Join("/box", p)
+	}
+	p = path.Clean(p)
+	var mp *mountPoint
+	for i := range mounts {
+		m := &mounts[i]
+		if (p == m.box || strings.HasPrefix(p, m.box+"/")) && (mp == nil || len(m.box) > len(mp.box)) {
+			mp = m
+		}
+	}
+	if mp == nil {
+		return nil, fmt.Errorf("open(%q): only files under /box, a directory rule or /dev/null can be redirected here", name)
+	}
+	if write && !mp.writable {
+		return nil, fail(unix.EROFS)
+	}
+	rel := strings.TrimPrefix(strings.TrimPrefix(p, mp.box), "/")
+	dir, base := mp.host, rel
+	if rel == "" {
+		// A device (or file) that is itself the mount point: resolve its
+		// name in its directory.
+		dir, base = path.Dir(mp.host), path.Base(mp.host)
+	}
+	// The directory itself is the caller's (root's) to open; what lies
+	// below it is the box user's.
+	dirfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fail(err)
+	}
+	defer unix.Close(dirfd)
+	flags := unix.O_RDONLY
+	if write {
+		flags = unix.O_WRONLY | unix.O_CREAT | unix.O_TRUNC
+	}
+	fd, err := openAs(uid, dirfd, base, flags|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, fail(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, fail(err)
+	}
+	// Only regular files and devices: a FIFO or socket the program left
+	// would block the supervisor or talk to something else.
+	if t := st.Mode & unix.S_IFMT; t != unix.S_IFREG && t != unix.S_IFCHR {
+		unix.Close(fd)
+		return nil, fmt.Errorf("open(%q): not a regular file", name)
+	}
+	return os.NewFile(uintptr(fd), p), nil
+}
+
+// openAs opens name below dirfd with the file-system credentials of host
+// uid (and gid) uid and no supplementary groups. The credentials are
+// changed on one locked thread only, which then exits with its goroutine,
+// so no other goroutine ever runs with them.
+func openAs(uid, dirfd int, name string, flags int) (int, error) {
+	type result struct {
+		fd  int
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with this goroutine
+		// Raw system calls: the libc-style wrappers would change every
+		// thread of the process.
+		if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
+			ch <- result{-1, e}
+			return
+		}
+		unix.RawSyscall(unix.SYS_SETFSGID, uintptr(uid), 0, 0)
+		unix.RawSyscall(unix.SYS_SETFSUID, uintptr(uid), 0, 0)
+		// setfsuid reports the previous value: asking for an impossible
+		// one returns the current one.
+		if cur, _, _ := unix.RawSyscall(unix.SYS_SETFSUID, ^uintptr(0), 0, 0); int(cur) != uid {
+			ch <- result{-1, errors.New("cannot switch to the box user")}
+			return
+		}
+		how := &unix.OpenHow{Flags: uint64(flags), Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
+		if flags&unix.O_CREAT != 0 {
+			how.Mode = 0o666 // openat2 refuses a mode without O_CREAT
+		}
+		fd, err := unix.Openat2(dirfd, name, how)
+		ch <- result{fd, err}
+	}()
+	r := <-ch
+	return r.fd, r.err
+}
+
+// inheritedInput is the program's standard input when -i is not given:
+// isolate's own, reopened, or /dev/null when there is none (or it is a
+// socket, which cannot be reopened).
+func inheritedInput() string {
+	var st unix.Stat_t
+	if err := unix.Fstat(0, &st); err != nil || st.Mode&unix.S_IFMT == unix.S_IFSOCK {
+		return os.DevNull
+	}
+	return "/proc/self/fd/0"
+}
+
+// inheritOutput is the program's stream fd when -o or -r does not name a
+// file: a second open of isolate's own when that is the same thing (a
+// pipe, a terminal, a device, an empty file written from its start), else
+// a relay of the captured stream to isolate's own descriptor, which keeps
+// its offset and append mode (and stops at the -f limit, which a program
+// writing through the relay does not hit itself).
+func (s *ioiStdio) inheritOutput(fd int, spec *isolate.Spec, live *interface{ Write([]byte) (int, error) }) string {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return os.DevNull
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFIFO, unix.S_IFCHR:
+		return "/proc/self/fd/" + strconv.Itoa(fd)
+	case unix.S_IFREG:
+		off, _ := unix.Seek(fd, 0, io.SeekCurrent)
+		fl, _ := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+		if st.Size == 0 && off == 0 && fl&unix.O_APPEND == 0 {
+			s.reopened = append(s.reopened, fd)
+			return "/proc/self/fd/" + strconv.Itoa(fd)
+		}
+	}
+	// A duplicate, so that a closed reader makes writes fail with EPIPE
+	// instead of killing isolate (Go raises SIGPIPE only for fds 1 and 2).
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
+	if err != nil {
+		return os.DevNull
+	}
+	f := os.NewFile(uintptr(dup), "relay")
+	s.open = append(s.open, f)
+	limit := int64(-1)
+	if st.Mode&unix.S_IFMT == unix.S_IFREG && spec.FileSize > 0 {
+		limit = spec.FileSize
+	}
+	*live = &relay{w: f, left: limit}
+	spec.Stream = true
+	spec.OutputLimit = 1 // the report keeps nothing worth keeping
+	return ""
+}
+
+// relay copies a captured stream to a descriptor, up to left bytes (-1:
+// no limit); errors only stop the copy.
+type relay struct {
+	w    io.Writer
+	left int64
+	dead bool
+}
+
+func (r *relay) Write(p []byte) (int, error) {
+	n := len(p)
+	if r.dead {
+		return n, nil
+	}
+	if r.left >= 0 {
+		if int64(len(p)) > r.left {
+			p = p[:r.left]
+		}
+		r.left -= int64(len(p))
+	}
+	if _, err := r.w.Write(p); err != nil {
+		r.dead = true
+	}
+	return n, nil
+}
+
+// sameFile tells whether descriptors a and b are the same regular file.
+func sameFile(a, b int) bool {
+	var sa, sb unix.Stat_t
+	if unix.Fstat(a, &sa) != nil || unix.Fstat(b, &sb) != nil {
+		return false
+	}
+	return sa.Mode&unix.S_IFMT == unix.S_IFREG && sa.Dev == sb.Dev && sa.Ino == sb.Ino
+}
+
+// afterRun moves isolate's own reopened streams past what the program
+// wrote, so that isolate's messages follow the program's output.
+func (s *ioiStdio) afterRun() {
+	for _, fd := range s.reopened {
+		unix.Seek(fd, 0, io.SeekEnd)
+	}
+}
+
+// strerror is the C library's text for an error: "No such file or
+// directory", as ioi/isolate prints it.
+func strerror(err error) string {
+	var errno unix.Errno
+	if errors.As(err, &errno) {
+		msg := errno.Error()
+		return strings.ToUpper(msg[:1]) + msg[1:]
+	}
+	return err.Error()
+}

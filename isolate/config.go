@@ -1,0 +1,119 @@
+package isolate
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// ConfigPath is the host's configuration file, in ioi/isolate's format
+// ("key = value" lines, # comments). A missing file means the defaults.
+// The environment variable ISOLATE_CONFIG names another file.
+const ConfigPath = "/etc/isolate/config"
+
+// DefaultBoxRoot is where persistent boxes live, as in ioi/isolate.
+const DefaultBoxRoot = "/var/local/lib/isolate"
+
+// Config is the host's configuration.
+type Config struct {
+	// BoxRoot holds the persistent boxes: BoxRoot/<id>/box.
+	BoxRoot string
+	// CgroupRoot is where box cgroups are created (a cgroup path such as
+	// "/isolate.slice"); empty: under the cgroup isolate runs in.
+	CgroupRoot string
+	// NumBoxes bounds box ids (0 to NumBoxes-1); at most MaxBoxes.
+	NumBoxes int
+	// Path is the file the configuration came from ("" for defaults).
+	Path string
+}
+
+// ignoredKeys are ioi/isolate settings that are accepted and have no
+// effect here, and why.
+var ignoredKeys = map[string]string{
+	"lock_root":       "box locks are abstract unix sockets, nothing on disk",
+	"restricted_init": "isolate runs only as root, so only root creates boxes",
+}
+
+// LoadConfig reads ISOLATE_CONFIG, else ConfigPath. Settings it does not
+// know are an error naming the line, as in ioi/isolate.
+func LoadConfig() (*Config, error) {
+	path := os.Getenv("ISOLATE_CONFIG")
+	explicit := path != ""
+	if !explicit {
+		path = ConfigPath
+	}
+	cfg := &Config{BoxRoot: DefaultBoxRoot, NumBoxes: MaxBoxes}
+	f, err := os.Open(path)
+	if err != nil {
+		if os.IsNotExist(err) && !explicit {
+			return cfg, nil
+		}
+		return nil, fmt.Errorf("read configuration: %w", err)
+	}
+	defer f.Close()
+	cfg.Path = path
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		if err := cfg.set(sc.Text()); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// set applies one line of the configuration file.
+func (c *Config) set(line string) error {
+	if i := strings.IndexByte(line, '#'); i >= 0 {
+		line = line[:i]
+	}
+	line = strings.TrimSpace(line)
+	if line == "" {
+		return nil
+	}
+	key, val, ok := strings.Cut(line, "=")
+	if !ok {
+		return fmt.Errorf("expected key = value, got %q", line)
+	}
+	key, val = strings.TrimSpace(key), strings.TrimSpace(val)
+	switch key {
+	case "box_root":
+		if !filepath.IsAbs(val) || filepath.Clean(val) == "/" {
+			return fmt.Errorf("box_root %q: must be an absolute path other than /", val)
+		}
+		c.BoxRoot = filepath.Clean(val)
+	case "cg_root":
+		// ioi/isolate names the delegated cgroup by its path in /sys
+		// or relative to the hierarchy's root; both work here.
+		val = strings.TrimPrefix(val, "/sys/fs/cgroup")
+		val = strings.TrimPrefix(val, "/unified")
+		c.CgroupRoot = "/" + strings.Trim(val, "/")
+	case "first_uid", "first_gid":
+		if v, err := strconv.Atoi(val); err != nil || v != FirstUID {
+			return fmt.Errorf("%s = %s: box N runs as uid and gid %d+N here; only %d is supported", key, val, FirstUID, FirstUID)
+		}
+	case "num_boxes":
+		v, err := strconv.Atoi(val)
+		if err != nil || v < 1 || v > MaxBoxes {
+			return fmt.Errorf("num_boxes = %s: must be 1-%d", val, MaxBoxes)
+		}
+		c.NumBoxes = v
+	default:
+		if _, ok := ignoredKeys[key]; ok {
+			return nil
+		}
+		// Per-box CPU and NUMA pinning (box3.cpus = ...) is not
+		// implemented; say so rather than pretend.
+		if strings.HasPrefix(key, "box") && (strings.HasSuffix(key, ".cpus") || strings.HasSuffix(key, ".mems") || strings.HasSuffix(key, ".node")) {
+			return fmt.Errorf("%s: per-box CPU and memory-node pinning is not supported", key)
+		}
+		return errors.New("unknown setting " + key)
+	}
+	return nil
+}

@@ -1,0 +1,288 @@
+package isolate
+
+// Persistent boxes, in ioi/isolate's layout: `isolate init` makes
+// <root>/<id>/box, whose contents every run of box id sees as /box, and
+// `isolate cleanup` removes <root>/<id>. Between runs box/ belongs to the
+// caller, who fills it and reads results; during a run it belongs to the
+// box's host uid (FirstUID+id), so the program can write it. Each handover
+// walks the tree without following a symlink or leaving the file system,
+// and drops the symlinks, FIFOs and sockets the program may have planted
+// for the caller to trip over (ioi/isolate 2.x does the same), unless the
+// caller keeps them on purpose.
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrNotInitialized is returned by OpenBox for a box `isolate init` did
+// not make (or `isolate cleanup` removed).
+var ErrNotInitialized = errors.New("box not initialized")
+
+// Owner is who owns a persistent box's files between runs.
+type Owner struct{ UID, GID int }
+
+// Caller is the owner a box gets by default: whoever runs isolate.
+func Caller() Owner { return Owner{UID: os.Getuid(), GID: os.Getgid()} }
+
+// BoxPath is the directory of persistent box id under root.
+func BoxPath(root string, id int) string { return filepath.Join(root, strconv.Itoa(id)) }
+
+// PersistentBox is an initialized box, held for one operation: init,
+// cleanup and runs of the same box exclude each other.
+type PersistentBox struct {
+	ID  int
+	Dir string // <root>/<id>
+	fd  int    // the management lock
+}
+
+// managementLock holds box id's persistent directory for one operation.
+// Like the run lock (boxLock), it is an abstract unix socket: the kernel
+// drops it with its holder, and it leaves nothing on disk. With wait, it
+// polls until the box is free, as ioi/isolate's --wait blocks.
+func managementLock(id int, wait bool) (int, error) {
+	if id < 0 || id >= MaxBoxes {
+		return -1, usagef("box id %d is out of range (0-%d)", id, MaxBoxes-1)
+	}
+	for {
+		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return -1, fmt.Errorf("lock box %d: %w", id, err)
+		}
+		err = unix.Bind(fd, &unix.SockaddrUnix{Name: "@isolate/pbox/" + strconv.Itoa(id)})
+		if err == nil {
+			return fd, nil
+		}
+		unix.Close(fd)
+		if err != unix.EADDRINUSE {
+			return -1, fmt.Errorf("lock box %d: %w", id, err)
+		}
+		if !wait {
+			return -1, fmt.Errorf("box %d is in use by another process", id)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// InitBox makes persistent box id under root, emptying it if it existed
+// (as ioi/isolate 2.x does), and returns its directory. box/ is created
+// mode 0700, owned by owner.
+func InitBox(root string, id int, owner Owner, wait bool) (string, error) {
+	fd, err := managementLock(id, wait)
+	if err != nil {
+		return "", err
+	}
+	defer unix.Close(fd)
+	dir := BoxPath(root, id)
+	if err := os.RemoveAll(dir); err != nil {
+		return "", fmt.Errorf("reset box directory: %w", err)
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return "", fmt.Errorf("create box root: %w", err)
+	}
+	box := filepath.Join(dir, "box")
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{dir, 0o755}, {box, 0o700}} {
+		if err := os.Mkdir(d.path, d.mode); err != nil {
+			return "", fmt.Errorf("create box directory: %w", err)
+		}
+		if err := os.Chmod(d.path, d.mode); err != nil { // whatever the umask
+			return "", fmt.Errorf("create box directory: %w", err)
+		}
+	}
+	if err := os.Lchown(box, owner.UID, owner.GID); err != nil {
+		return "", fmt.Errorf("hand the box to its owner: %w", err)
+	}
+	return dir, nil
+}
+
+// CleanupBox removes persistent box id, also one left half-made; a box
+// that does not exist is not an error.
+func CleanupBox(root string, id int, wait bool) error {
+	fd, err := managementLock(id, wait)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := os.RemoveAll(BoxPath(root, id)); err != nil {
+		return fmt.Errorf("remove box directory: %w", err)
+	}
+	return nil
+}
+
+// OpenBox holds initialized box id for a run; ErrNotInitialized when
+// `isolate init` did not make it.
+func OpenBox(root string, id int, wait bool) (*PersistentBox, error) {
+	fd, err := managementLock(id, wait)
+	if err != nil {
+		return nil, err
+	}
+	b := &PersistentBox{ID: id, Dir: BoxPath(root, id), fd: fd}
+	if fi, err := os.Lstat(b.BoxDir()); err != nil || !fi.IsDir() {
+		b.Close()
+		return nil, ErrNotInitialized
+	}
+	return b, nil
+}
+
+// BoxDir is the host directory bound as /box.
+func (b *PersistentBox) BoxDir() string { return filepath.Join(b.Dir, "box") }
+
+// HostUID is the host uid (and gid) the box's program runs as.
+func (b *PersistentBox) HostUID() int { return FirstUID + b.ID }
+
+// Enter hands box/ to the box's uid for a run.
+func (b *PersistentBox) Enter(keepSpecial bool) error {
+	if err := chownTree(b.BoxDir(), b.HostUID(), b.HostUID(), keepSpecial); err != nil {
+		return fmt.Errorf("hand box/ to the box user: %w", err)
+	}
+	return nil
+}
+
+// Leave hands box/ back to owner after a run.
+func (b *PersistentBox) Leave(owner Owner, keepSpecial bool) error {
+	if err := chownTree(b.BoxDir(), owner.UID, owner.GID, keepSpecial); err != nil {
+		return fmt.Errorf("hand box/ back to its owner: %w", err)
+	}
+	return nil
+}
+
+// TmpDir is the host directory of ioi/isolate's "tmp" directory rule for
+// box path name: <dir>/tmp/<name with / as :>, mode 0700, owned by the
+// box user. The hierarchy is flat and tmp/ itself belongs to root, so the
+// program can never swap one of these directories for a link.
+func (b *PersistentBox) TmpDir(name string) (string, error) {
+	parent := filepath.Join(b.Dir, "tmp")
+	dir := filepath.Join(parent, strings.ReplaceAll(strings.Trim(name, "/"), "/", ":"))
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+		uid  int
+	}{{parent, 0o755, 0}, {dir, 0o700, b.HostUID()}} {
+		if err := os.Mkdir(d.path, d.mode); err != nil && !os.IsExist(err) {
+			return "", fmt.Errorf("create %s: %w", d.path, err)
+		}
+		if fi, err := os.Lstat(d.path); err != nil || !fi.IsDir() {
+			return "", fmt.Errorf("create %s: not a directory", d.path)
+		}
+		if err := os.Lchown(d.path, d.uid, d.uid); err != nil {
+			return "", err
+		}
+		if err := os.Chmod(d.path, d.mode); err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
+// Close releases the box.
+func (b *PersistentBox) Close() {
+	if b.fd >= 0 {
+		unix.Close(b.fd)
+		b.fd = -1
+	}
+}
+
+// UsePersistent makes a run of spec (by `isolate run --box-id N`) use
+// persistent box N when `isolate init` made it: it holds the box, hands
+// box/ to the box user and sets spec.BoxDir. finish hands box/ back to the
+// caller and releases the box; call it after Run. For a box id with no
+// persistent box, or no box id, it does nothing.
+func UsePersistent(spec *Spec, cfg *Config) (finish func() error, err error) {
+	nothing := func() error { return nil }
+	if spec.BoxID < 0 || spec.BoxDir != "" {
+		return nothing, nil
+	}
+	b, err := OpenBox(cfg.BoxRoot, spec.BoxID, false)
+	if errors.Is(err, ErrNotInitialized) {
+		return nothing, nil
+	} else if err != nil {
+		return nil, err
+	}
+	if err := b.Enter(false); err != nil {
+		b.Close()
+		return nil, err
+	}
+	spec.BoxDir = b.BoxDir()
+	return func() error {
+		defer b.Close()
+		return b.Leave(Caller(), false)
+	}, nil
+}
+
+// chownTree gives dir and everything below it to uid:gid. It never
+// follows a symlink (every step is relative to an open directory, with
+// O_NOFOLLOW), refuses to cross into another file system, and removes
+// what is neither a regular file nor a directory unless keepSpecial.
+// Changing the owner also clears set-user-ID and set-group-ID bits and
+// file capabilities, so nothing the program leaves gains privileges.
+func chownTree(dir string, uid, gid int, keepSpecial bool) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return err
+	}
+	if err := unix.Fchown(fd, uid, gid); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("chown %s: %w", dir, err)
+	}
+	return walkChown(fd, dir, st.Dev, uid, gid, keepSpecial)
+}
+
+// walkChown handles the entries of directory fd (and closes it).
+func walkChown(fd int, path string, dev uint64, uid, gid int, keepSpecial bool) error {
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	for _, name := range names {
+		p := filepath.Join(path, name)
+		var st unix.Stat_t
+		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			if err == unix.ENOENT {
+				continue
+			}
+			return fmt.Errorf("stat %s: %w", p, err)
+		}
+		if st.Dev != dev {
+			return fmt.Errorf("%s: unexpected mount point", p)
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			sub, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return fmt.Errorf("open %s: %w", p, err)
+			}
+			if err := walkChown(sub, p, dev, uid, gid, keepSpecial); err != nil {
+				return err
+			}
+		case unix.S_IFREG:
+		default:
+			if !keepSpecial {
+				if err := unix.Unlinkat(fd, name, 0); err != nil {
+					return fmt.Errorf("remove special file %s: %w", p, err)
+				}
+				continue
+			}
+		}
+		if err := unix.Fchownat(fd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("chown %s: %w", p, err)
+		}
+	}
+	return nil
+}
