@@ -1,0 +1,60 @@
+package seccomp
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Install loads filter on the calling thread only. It runs inside the box's
+// init, on a thread locked with runtime.LockOSThread, right before that
+// thread forks the program: raw syscalls only (no cgo), no TSYNC, so that
+// init's other threads stay unfiltered. It sets PR_SET_NO_NEW_PRIVS on the
+// thread (seccomp requires it of a task without CAP_SYS_ADMIN, and the
+// program must never gain privileges through a set-id binary anyway).
+//
+// When notify is true the filter is loaded with
+// SECCOMP_FILTER_FLAG_NEW_LISTENER and the listener's descriptor (close-on-
+// exec) is returned; otherwise -1.
+func Install(filter []byte, notify bool) (listenerFD int, err error) {
+	n := len(filter) / 8
+	if n == 0 || len(filter)%8 != 0 {
+		return -1, errors.New("seccomp: empty or truncated BPF program")
+	}
+	if n > maxInsns {
+		return -1, fmt.Errorf("seccomp: %d instructions, more than the kernel's %d", n, maxInsns)
+	}
+	// A properly aligned copy: the kernel copies it in, but Go may not
+	// point a *SockFilter at arbitrary (e.g. embedded) bytes.
+	insns := make([]unix.SockFilter, n)
+	for i := range insns {
+		b := filter[8*i:]
+		insns[i] = unix.SockFilter{
+			Code: binary.NativeEndian.Uint16(b),
+			Jt:   b[2],
+			Jf:   b[3],
+			K:    binary.NativeEndian.Uint32(b[4:]),
+		}
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return -1, fmt.Errorf("seccomp: PR_SET_NO_NEW_PRIVS: %w", err)
+	}
+	prog := unix.SockFprog{Len: uint16(n), Filter: &insns[0]}
+	var flags uintptr
+	if notify {
+		flags |= unix.SECCOMP_FILTER_FLAG_NEW_LISTENER
+	}
+	r, _, errno := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, uintptr(unsafe.Pointer(&prog)))
+	runtime.KeepAlive(insns)
+	if errno != 0 {
+		return -1, fmt.Errorf("seccomp: SECCOMP_SET_MODE_FILTER: %w", errno)
+	}
+	if !notify {
+		return -1, nil
+	}
+	return int(r), nil
+}
