@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -8,13 +9,15 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/rootfs"
 )
 
 // runFlags are the options of `run` (and of `exec`).
 func runFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.IntFlag{Name: "box-id", Aliases: []string{"b"}, Value: -1, Usage: "box `N` (default: a free one)"},
-		&cli.StringFlag{Name: "image", Value: "host", Usage: "root file system: host, an image name, or a directory"},
+		&cli.StringFlag{Name: "image", Value: "host", Usage: "root file system: host, an image name, a directory or a squashfs file"},
+		&cli.StringFlag{Name: "lang", Usage: "the language `LANG`'s image and environment (isolate langs)"},
 		&cli.StringFlag{Name: "time", Aliases: []string{"t"}, Usage: "CPU time limit `DUR` of the whole program"},
 		&cli.StringFlag{Name: "wall-time", Aliases: []string{"w"}, Usage: "wall-clock limit `DUR` (default 2×time+1s, else 60s)"},
 		&cli.StringFlag{Name: "extra-time", Aliases: []string{"x"}, Usage: "kill only after time+`DUR`"},
@@ -111,7 +114,11 @@ func specFromFlags(c *cli.Context) (*isolate.Spec, error) {
 			return nil, fmt.Errorf("--cpus %q: not a number of CPUs", v)
 		}
 	}
-	if s.Image, s.ImageDir, err = resolveImage(c.String("image")); err != nil {
+	lang, err := langFromFlags(c)
+	if err != nil {
+		return nil, err
+	}
+	if err := resolveImage(&s, imageFromFlags(c, lang)); err != nil {
 		return nil, err
 	}
 	for _, v := range c.StringSlice("bind") {
@@ -135,7 +142,7 @@ func specFromFlags(c *cli.Context) (*isolate.Spec, error) {
 		}
 		s.CopyOut = append(s.CopyOut, cp)
 	}
-	if s.Env, err = buildEnv(isolate.BaseEnv, c.StringSlice("env")); err != nil {
+	if s.Env, err = buildEnv(langEnv(lang), c.StringSlice("env")); err != nil {
 		return nil, err
 	}
 	switch c.String("net") {
@@ -160,13 +167,32 @@ func orDefault(v, def string) string {
 	return v
 }
 
-// resolveImage maps --image to the directory whose system tree the box
-// gets.
-func resolveImage(name string) (string, string, error) {
-	if name == "" || name == "host" {
-		return "host", "/", nil
+// resolveImage maps --image to what the box's system tree comes from:
+// "host", a built image's name, a directory, or a squashfs file.
+func resolveImage(s *isolate.Spec, name string) error {
+	s.Image, s.ImageDir, s.ImageFile = name, "", ""
+	switch {
+	case name == "" || name == "host":
+		s.Image, s.ImageDir = "host", "/"
+	case strings.Contains(name, "/"):
+		fi, err := os.Stat(name)
+		if err != nil {
+			return fmt.Errorf("--image %s: %v", name, errors.Unwrap(err))
+		}
+		if fi.IsDir() {
+			s.ImageDir = name
+		} else if rootfs.IsSquashfs(name) {
+			s.ImageFile = name
+		} else {
+			return fmt.Errorf("--image %s: neither a directory nor a squashfs file", name)
+		}
+	default:
+		if _, err := rootfs.LookupImage(name); err != nil {
+			return fmt.Errorf("--image %s: %v", name, err)
+		}
+		s.ImageFile = rootfs.ImagePath(name)
 	}
-	return "", "", fmt.Errorf("--image %q: unknown image (available: host)", name)
+	return nil
 }
 
 // runAndReport runs spec and prints the report the way the flags ask.

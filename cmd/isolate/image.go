@@ -1,0 +1,185 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/isolate-sandbox/isolate/langs"
+	"github.com/isolate-sandbox/isolate/rootfs"
+)
+
+func init() { extraCommands = append(extraCommands, imageCommand()) }
+
+// imageCommand builds, lists and removes the per-language images.
+func imageCommand() *cli.Command {
+	usage := func(c *cli.Context, err error, _ bool) error { return usageErr(err) }
+	return &cli.Command{
+		Name:         "image",
+		Usage:        "build, list and remove per-language root file system images",
+		OnUsageError: usage,
+		Subcommands: []*cli.Command{
+			{
+				Name:      "build",
+				Usage:     "build the images of languages (debootstrap + squashfs; only when their definition changed)",
+				ArgsUsage: "LANG... | --all",
+				Flags: []cli.Flag{
+					&cli.BoolFlag{Name: "all", Usage: "every language"},
+					&cli.StringFlag{Name: "mirror", Usage: "Debian archive `URL` (default: the one in this machine's apt configuration)"},
+					&cli.BoolFlag{Name: "force", Usage: "rebuild even when the definition did not change"},
+				},
+				OnUsageError: usage,
+				Action:       imageBuild,
+			},
+			{
+				Name:         "list",
+				Usage:        "list the built images",
+				Flags:        []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the manifests as JSON"}},
+				OnUsageError: usage,
+				Action:       imageList,
+			},
+			{
+				Name:         "rm",
+				Usage:        "remove the images of languages",
+				ArgsUsage:    "LANG...",
+				OnUsageError: usage,
+				Action:       imageRemove,
+			},
+		},
+		Action: func(c *cli.Context) error {
+			return usageErr(errors.New("image: expected build, list or rm (see isolate image --help)"))
+		},
+	}
+}
+
+// langsFromArgs resolves the languages named on the command line (or all).
+func langsFromArgs(c *cli.Context, all bool) ([]*langs.Lang, error) {
+	if all {
+		if c.Args().Len() > 0 {
+			return nil, errors.New("give languages or --all, not both")
+		}
+		return langs.Load()
+	}
+	if c.Args().Len() == 0 {
+		return nil, errors.New("name the languages (isolate langs lists them), or --all")
+	}
+	var out []*langs.Lang
+	for _, name := range c.Args().Slice() {
+		l, err := langs.Find(name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// buildSpec is what rootfs needs to build a language's image.
+func buildSpec(l *langs.Lang) *rootfs.BuildSpec {
+	return &rootfs.BuildSpec{
+		Name: l.Image, Suite: l.Suite, Packages: l.Packages, Setup: l.Setup, Version: l.Version,
+		Env:  buildVars().Expand(l.Env),
+		Hash: l.ImageHash(rootfs.BuilderVersion),
+	}
+}
+
+// buildVars are the placeholder values at build time: the host's.
+func buildVars() langs.Vars {
+	return langs.Vars{MemMB: 1024, CPUs: runtime.NumCPU(), Pids: 256}
+}
+
+func imageBuild(c *cli.Context) error {
+	if err := requireRoot(); err != nil {
+		return err
+	}
+	ls, err := langsFromArgs(c, c.Bool("all"))
+	if err != nil {
+		return usageErr(err)
+	}
+	mirror := c.String("mirror")
+	if mirror != "" && !strings.Contains(mirror, "://") {
+		return usageErr(fmt.Errorf("--mirror %q: expected a URL", mirror))
+	}
+	// Progress on a terminal or a log; nothing in CI, where only failures
+	// speak.
+	var progress func(string)
+	if os.Getenv("CI") != "true" {
+		progress = func(line string) { fmt.Fprintln(os.Stderr, line) }
+	}
+	done := map[string]bool{}
+	for _, l := range ls {
+		if done[l.Image] {
+			continue
+		}
+		done[l.Image] = true
+		spec := buildSpec(l)
+		spec.Mirror, spec.Force, spec.Progress = mirror, c.Bool("force"), progress
+		m, built, err := rootfs.BuildImage(spec)
+		if err != nil {
+			return &exitError{code: exitSandbox, msg: err.Error()}
+		}
+		if progress != nil && !built {
+			progress(fmt.Sprintf("[%s] up to date (%s, %.1f MiB)", l.Image, m.Version, float64(m.Size)/(1<<20)))
+		}
+	}
+	return nil
+}
+
+func imageList(c *cli.Context) error {
+	ms, err := rootfs.ListImages()
+	if err != nil {
+		return &exitError{code: exitSandbox, msg: err.Error()}
+	}
+	if c.Bool("json") {
+		if ms == nil {
+			ms = []*rootfs.Manifest{}
+		}
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(ms)
+	}
+	if len(ms) == 0 {
+		fmt.Fprintln(os.Stderr, "no images built (isolate image build --all)")
+		return nil
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "IMAGE\tSUITE\tSIZE\tBUILD\tPACKAGES\tVERSION\tBUILT")
+	for _, m := range ms {
+		fmt.Fprintf(w, "%s\t%s\t%.1f MiB\t%.0f s\t%d\t%s\t%s\n", m.Name, m.Suite, float64(m.Size)/(1<<20), m.BuildTime,
+			len(m.Installed), m.Version, m.BuiltAt.Format(time.DateTime))
+	}
+	return w.Flush()
+}
+
+func imageRemove(c *cli.Context) error {
+	if err := requireRoot(); err != nil {
+		return err
+	}
+	ls, err := langsFromArgs(c, false)
+	if err != nil {
+		return usageErr(err)
+	}
+	names := map[string]bool{}
+	for _, l := range ls {
+		names[l.Image] = true
+	}
+	sorted := make([]string, 0, len(names))
+	for n := range names {
+		sorted = append(sorted, n)
+	}
+	sort.Strings(sorted)
+	for _, n := range sorted {
+		if err := rootfs.RemoveImage(n); err != nil {
+			return usageErr(err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,120 @@
+package rootfs
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+)
+
+// DefaultImagesDir holds the built images: NAME.sqfs and its manifest
+// NAME.json. ISOLATE_IMAGES_DIR overrides it.
+const DefaultImagesDir = "/var/lib/isolate/images"
+
+// ImagesDir is where images are kept on this host.
+func ImagesDir() string {
+	if d := os.Getenv("ISOLATE_IMAGES_DIR"); d != "" {
+		return d
+	}
+	return DefaultImagesDir
+}
+
+// Manifest describes a built image.
+type Manifest struct {
+	Name  string `json:"name"`
+	Suite string `json:"suite"`
+	// Packages are the packages asked for; Installed every package of the
+	// image with its version.
+	Packages  []string          `json:"packages"`
+	Installed map[string]string `json:"installed"`
+	// Version is the first line the toolchain's version command printed.
+	Version string `json:"version"`
+	Size    int64  `json:"size"`
+	SHA256  string `json:"sha256"`
+	// BuildTime is how long the build took, in seconds (the shared base
+	// included only when this build made it).
+	BuildTime float64   `json:"build_time"`
+	BuiltAt   time.Time `json:"built_at"`
+	// DefinitionHash identifies what the image was built from: a build
+	// with the same hash is skipped.
+	DefinitionHash string `json:"definition_hash"`
+}
+
+var imageName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.+-]*$`)
+
+// ValidImageName tells whether name can name an image.
+func ValidImageName(name string) bool {
+	return imageName.MatchString(name) && !strings.Contains(name, "..")
+}
+
+// ImagePath is the squashfs file of image name.
+func ImagePath(name string) string { return filepath.Join(ImagesDir(), name+".sqfs") }
+
+func manifestPath(name string) string { return filepath.Join(ImagesDir(), name+".json") }
+
+// LookupImage returns the manifest of a built image, or an error that says
+// it is not built.
+func LookupImage(name string) (*Manifest, error) {
+	if !ValidImageName(name) {
+		return nil, fmt.Errorf("%q is not an image name", name)
+	}
+	data, err := os.ReadFile(manifestPath(name))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("image %q is not built (isolate image build %s)", name, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the manifest of image %q: %w", name, err)
+	}
+	var m Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("manifest of image %q: %w", name, err)
+	}
+	if _, err := os.Stat(ImagePath(name)); err != nil {
+		return nil, fmt.Errorf("image %q: %w", name, err)
+	}
+	return &m, nil
+}
+
+// ListImages returns the manifests of every built image, by name.
+func ListImages() ([]*Manifest, error) {
+	paths, err := filepath.Glob(filepath.Join(ImagesDir(), "*.json"))
+	if err != nil {
+		return nil, err
+	}
+	var out []*Manifest
+	for _, p := range paths {
+		name := strings.TrimSuffix(filepath.Base(p), ".json")
+		if m, err := LookupImage(name); err == nil {
+			out = append(out, m)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// RemoveImage deletes a built image. Boxes running on it keep their
+// mount (the kernel holds the deleted file) and drop it when they end;
+// no mount or loop device of it exists beyond them.
+func RemoveImage(name string) error {
+	if !ValidImageName(name) {
+		return fmt.Errorf("%q is not an image name", name)
+	}
+	found := false
+	for _, p := range []string{manifestPath(name), ImagePath(name)} {
+		err := os.Remove(p)
+		if err == nil {
+			found = true
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove %s: %w", p, err)
+		}
+	}
+	if !found {
+		return fmt.Errorf("image %q is not built", name)
+	}
+	return nil
+}
