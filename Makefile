@@ -31,8 +31,11 @@ vet:
 test:
 	@$(WITH_GO) ./scripts/test.sh
 
+# Benchmarks (issue 6), not tests: scripts/bench.sh hands BENCH_FLAGS to
+# `isolate bench` (e.g. --precision, --json); BENCH_FLAGS=--doc rewrites the
+# tables of docs/PERFORMANCE.md.
 bench: build
-	./bin/isolate bench
+	./scripts/bench.sh $(BENCH_FLAGS)
 
 # The cgroup v2 path, proven in a VM: our machines are hybrid (v1
 # controllers), most users' hosts are pure v2. Boots a stock Debian kernel

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/isolate-sandbox/isolate/isolate"
+)
+
+// warmupRounds are run and thrown away before the measured rounds: the
+// first runs pay for cold caches (page cache of the binaries, dentries,
+// the first cgroup of a parent) that a busy judge does not.
+const warmupRounds = 5
+
+// variantResult is the latency of one variant over the rounds.
+type variantResult struct {
+	Name    string   `json:"name"`
+	Command []string `json:"command"`
+	// WallMs is the wall time from fork to reaping, in milliseconds.
+	WallMs dist `json:"wall_ms"`
+	// CPUMs is the CPU time (user + system) of the command and all it
+	// reaped, in milliseconds: with N CPUs, no more than N / CPUMs runs
+	// can finish per millisecond.
+	CPUMs dist `json:"cpu_ms"`
+	// RatioToBwrap is median / bwrap's median (0: bwrap did not run).
+	RatioToBwrap float64 `json:"ratio_to_bwrap"`
+	// Skipped says why the variant did not run on this host.
+	Skipped string `json:"skipped,omitempty"`
+}
+
+// latencySamples is what the interleaved rounds collected.
+type latencySamples struct {
+	wall    map[string][]float64 // ms per variant
+	cpu     map[string][]float64 // ms per variant
+	reports []*isolate.Report
+	outside []float64 // ms of each isolate run, matching reports
+}
+
+// latency runs rounds interleaved rounds of every variant, starting each
+// round with the next variant in turn so that none always runs first or
+// right after isolate's teardown (whose asynchronous kernel work, such as
+// freeing a network namespace, lands on whatever runs next).
+func (r *benchRunner) latency(rounds int, vs []variant) (*latencySamples, error) {
+	out, err := newSink()
+	if err != nil {
+		return nil, err
+	}
+	defer out.Close()
+	s := &latencySamples{wall: map[string][]float64{}, cpu: map[string][]float64{}}
+	for round := -warmupRounds; round < rounds; round++ {
+		for i := range vs {
+			v := vs[(i+round+warmupRounds)%len(vs)]
+			var took sample
+			var rep *isolate.Report
+			var err error
+			if v.isolate {
+				took, rep, err = r.isolateTrue(out)
+			} else {
+				took, err = timed(v.argv, nil)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", v.name, err)
+			}
+			if round < 0 {
+				continue
+			}
+			s.wall[v.name] = append(s.wall[v.name], ms(took.wall))
+			s.cpu[v.name] = append(s.cpu[v.name], ms(took.cpu))
+			if v.isolate {
+				s.reports = append(s.reports, rep)
+				s.outside = append(s.outside, ms(took.wall))
+			}
+		}
+	}
+	return s, nil
+}
+
+// variantResults summarises the rounds per variant, in the order given,
+// with each one's ratio to bwrap.
+func variantResults(s *latencySamples, vs []variant, skipped map[string]string) []variantResult {
+	bwrap := median(s.wall[varBwrap])
+	var res []variantResult
+	for _, v := range vs {
+		sum := summarize(s.wall[v.name])
+		cmd := v.argv
+		if strings.HasPrefix(v.name, "isolate") {
+			// Shown as a user types it, not as the bench starts it.
+			cmd = append([]string{"isolate"}, v.argv[1:]...)
+		}
+		res = append(res, variantResult{Name: v.name, Command: cmd, WallMs: sum, CPUMs: summarize(s.cpu[v.name]), RatioToBwrap: ratio(sum.Median, bwrap)})
+	}
+	for _, name := range []string{varBwrap, varUnshare} {
+		if why, ok := skipped[name]; ok {
+			res = append(res, variantResult{Name: name, Skipped: why})
+		}
+	}
+	return res
+}

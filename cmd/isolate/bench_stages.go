@@ -1,0 +1,133 @@
+package main
+
+import (
+	"sort"
+	"strings"
+
+	"github.com/isolate-sandbox/isolate/isolate"
+)
+
+// Parts of a run a stage belongs to.
+const (
+	partCLI        = "cli"        // the isolate process around the runtime
+	partSupervisor = "supervisor" // isolate.Run's own timers, in order
+	partInit       = "init"       // init's timers, inside the supervisor's "start"
+	partTotal      = "total"      // the report's setup/teardown and the outside view
+)
+
+// supervisorStages are the supervisor's timers in the order a run passes
+// them; stages not listed here (renamed or new ones) follow them.
+var supervisorStages = []string{"validate", "lock", "cgroup", "image-mount", "spawn-prep", "spawn", "namespaces+fs", "copy-in", "start", "program", "wait-init", "cgroup-remove"}
+
+// initStages are init's timers in order; any other "init-" stage follows
+// them.
+var initStages = []string{"init-setup", "init-exec"}
+
+// Names of the stages the bench derives rather than reads.
+const (
+	stageCLI           = "cli"
+	stageInitDerived   = "init-start (derived)"
+	stageSetup         = "setup_time"
+	stageTeardown      = "teardown_time"
+	stageSetupTeardown = "setup+teardown"
+	stageProgramWall   = "wall_time (program)"
+	stageOutside       = "wall outside"
+)
+
+// stageResult is one row of the stage breakdown.
+type stageResult struct {
+	Name string `json:"name"`
+	Part string `json:"part"`
+	// Ms is the stage's duration over the runs, in milliseconds.
+	Ms dist `json:"ms"`
+	// Derived marks figures computed from others rather than timed.
+	Derived bool `json:"derived,omitempty"`
+}
+
+// stageBreakdown turns the isolate runs' reports and outside wall times
+// into the breakdown, in the order a run passes the stages.
+func stageBreakdown(reports []*isolate.Report, outside []float64) []stageResult {
+	samples := map[string][]float64{}
+	seen := map[string]bool{}
+	add := func(name string, v float64) { samples[name] = append(samples[name], v) }
+	for i, rep := range reports {
+		sb := rep.Sandbox
+		st := sb.Stages
+		for k, v := range st {
+			add(k, v*1000)
+			seen[k] = true
+		}
+		program := rep.WallTime
+		if p, ok := st["program"]; ok {
+			program = p
+		}
+		// What the supervisor's timers do not see: exec of the isolate
+		// binary, the Go runtime's start, flag parsing, printing the
+		// report and exiting.
+		add(stageCLI, outside[i]-(sb.SetupTime+program+sb.TeardownTime)*1000)
+		if start, ok := st["start"]; ok {
+			// Init's timers start when its own code does: what of the
+			// supervisor's "start" they do not cover is init's way in
+			// (from execve to its first timer) and the message's trip.
+			rest := start + st["namespaces+fs"]
+			for k, v := range st {
+				if strings.HasPrefix(k, "init-") {
+					rest -= v
+				}
+			}
+			add(stageInitDerived, rest*1000)
+		}
+		add(stageSetup, sb.SetupTime*1000)
+		add(stageTeardown, sb.TeardownTime*1000)
+		add(stageSetupTeardown, (sb.SetupTime+sb.TeardownTime)*1000)
+		add(stageProgramWall, rep.WallTime*1000)
+		add(stageOutside, outside[i])
+	}
+	var rows []stageResult
+	row := func(name, part string, derived bool) {
+		if xs, ok := samples[name]; ok {
+			rows = append(rows, stageResult{Name: name, Part: part, Ms: summarize(xs), Derived: derived})
+		}
+	}
+	row(stageCLI, partCLI, true)
+	known := map[string]bool{}
+	for _, k := range append(append([]string{}, supervisorStages...), initStages...) {
+		known[k] = true
+	}
+	var extraSup, extraInit []string
+	for k := range seen {
+		if known[k] {
+			continue
+		}
+		if strings.HasPrefix(k, "init-") {
+			extraInit = append(extraInit, k)
+		} else {
+			extraSup = append(extraSup, k)
+		}
+	}
+	sort.Strings(extraSup)
+	sort.Strings(extraInit)
+	for _, k := range append(append([]string{}, supervisorStages...), extraSup...) {
+		row(k, partSupervisor, false)
+		if k == "start" {
+			for _, ik := range append(append([]string{}, initStages...), extraInit...) {
+				row(ik, partInit, false)
+			}
+			row(stageInitDerived, partInit, true)
+		}
+	}
+	for _, k := range []string{stageSetup, stageTeardown, stageSetupTeardown, stageProgramWall, stageOutside} {
+		row(k, partTotal, k == stageSetupTeardown)
+	}
+	return rows
+}
+
+// stageMedian finds a row's median (0 when absent).
+func stageMedian(rows []stageResult, name string) float64 {
+	for _, r := range rows {
+		if r.Name == name {
+			return r.Ms.Median
+		}
+	}
+	return 0
+}

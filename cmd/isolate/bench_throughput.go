@@ -1,0 +1,79 @@
+package main
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// throughputBlocks is how many blocks of runs each parallelism gets; they
+// alternate (1, 2, 1, 2, ...) so that a change in the machine's load
+// hits both alike, and the median block counts.
+const throughputBlocks = 3
+
+// throughputResult is how many `isolate run -- /bin/true` finish per
+// second one at a time and two at a time.
+type throughputResult struct {
+	RunsPerBlock int       `json:"runs_per_block"`
+	Blocks       int       `json:"blocks"`
+	One          float64   `json:"one_runs_per_s"`
+	Two          float64   `json:"two_runs_per_s"`
+	Ratio        float64   `json:"ratio"`
+	OneBlocks    []float64 `json:"one_blocks_runs_per_s"`
+	TwoBlocks    []float64 `json:"two_blocks_runs_per_s"`
+}
+
+// throughput measures runs/s with one and with two runs in parallel.
+func (r *benchRunner) throughput(perBlock int) (*throughputResult, error) {
+	res := &throughputResult{RunsPerBlock: perBlock, Blocks: throughputBlocks}
+	for b := 0; b < throughputBlocks; b++ {
+		for _, workers := range []int{1, 2} {
+			rate, err := r.parallelBlock(perBlock, workers)
+			if err != nil {
+				return nil, err
+			}
+			if workers == 1 {
+				res.OneBlocks = append(res.OneBlocks, rate)
+			} else {
+				res.TwoBlocks = append(res.TwoBlocks, rate)
+			}
+		}
+	}
+	res.One, res.Two = median(res.OneBlocks), median(res.TwoBlocks)
+	res.Ratio = ratio(res.Two, res.One)
+	return res, nil
+}
+
+// parallelBlock runs n isolate runs of /bin/true on workers workers and
+// returns runs per second.
+func (r *benchRunner) parallelBlock(n, workers int) (float64, error) {
+	var left atomic.Int64
+	left.Store(int64(n))
+	var wg sync.WaitGroup
+	var once sync.Once
+	var firstErr error
+	start := time.Now()
+	for w := 0; w < workers; w++ {
+		out, err := newSink()
+		if err != nil {
+			return 0, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer out.Close()
+			for left.Add(-1) >= 0 {
+				if _, _, err := r.isolateTrue(out); err != nil {
+					once.Do(func() { firstErr = err })
+					left.Store(0)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return 0, firstErr
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
