@@ -1,0 +1,158 @@
+package main
+
+// Tests of `isolate bench`'s output: that it runs and says what it
+// measured, in text, JSON and Markdown. The figures themselves are never
+// judged here: benchmarks are benchmarks.
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestBenchPrintsMediansAndStages(t *testing.T) {
+	res := isolateCmd(t, "", "bench", "--runs", "3")
+	if res.Code != 0 {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", res.Code, res.Stdout, res.Stderr)
+	}
+	for _, want := range []string{"median", "p90", "ratio to bwrap", varBare, varCLI, varIsolate, varBwrap, varUnshare,
+		stageCLI, "start", stageInitDerived, stageSetup, stageTeardown, stageSetupTeardown, "1 at a time", "2 in parallel", "targets"} {
+		if !strings.Contains(res.Stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, res.Stdout)
+		}
+	}
+	if strings.Contains(res.Stdout, "precision") {
+		t.Errorf("precision ran without --precision:\n%s", res.Stdout)
+	}
+}
+
+func TestBenchJSON(t *testing.T) {
+	res := isolateCmd(t, "", "bench", "--runs", "3", "--json")
+	if res.Code != 0 {
+		t.Fatalf("exit %d\nstderr: %s", res.Code, res.Stderr)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(res.Stdout), &raw); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, res.Stdout)
+	}
+	for _, k := range []string{"machine", "rounds", "latency", "stages", "throughput", "targets"} {
+		if _, ok := raw[k]; !ok {
+			t.Errorf("JSON lacks %q", k)
+		}
+	}
+	var r benchResult
+	if err := json.Unmarshal([]byte(res.Stdout), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Rounds != 3 || r.Machine.CPUs < 1 || r.Machine.Kernel == "" || r.Machine.Cgroup == "" {
+		t.Errorf("rounds %d, machine %+v", r.Rounds, r.Machine)
+	}
+	ran := map[string]variantResult{}
+	for _, v := range r.Latency {
+		ran[v.Name] = v
+	}
+	for _, name := range []string{varBare, varCLI, varIsolate} {
+		v, ok := ran[name]
+		if !ok || v.WallMs.N != 3 || v.WallMs.Median <= 0 || v.WallMs.P90 < v.WallMs.Median {
+			t.Errorf("%s: %+v", name, v)
+		}
+	}
+	if bw := ran[varBwrap]; bw.Skipped == "" && (bw.RatioToBwrap != 1 || ran[varIsolate].RatioToBwrap <= 0) {
+		t.Errorf("ratios to bwrap: bwrap %v, isolate %v", bw.RatioToBwrap, ran[varIsolate].RatioToBwrap)
+	}
+	stages := map[string]stageResult{}
+	for _, s := range r.Stages {
+		stages[s.Name] = s
+	}
+	// The runtime's own stage names change as it does; the bench's derived
+	// rows and the report's totals are fixed.
+	for _, name := range []string{stageCLI, "start", stageInitDerived, stageSetup, stageTeardown, stageSetupTeardown, stageOutside} {
+		if s, ok := stages[name]; !ok || s.Ms.N != 3 {
+			t.Errorf("stage %s: %+v", name, s)
+		}
+	}
+	parts := map[string]int{}
+	for i, s := range r.Stages {
+		parts[s.Part]++
+		// init's stages are listed inside the supervisor's "start".
+		if s.Part == partInit && r.Stages[i-1].Part != partInit && r.Stages[i-1].Name != "start" {
+			t.Errorf("init stage %s follows %s, not start", s.Name, r.Stages[i-1].Name)
+		}
+	}
+	if parts[partSupervisor] < 3 || parts[partInit] < 2 || parts[partCLI] != 1 || parts[partTotal] != 5 {
+		t.Errorf("stages per part: %v", parts)
+	}
+	if tp := r.Throughput; tp == nil || tp.One <= 0 || tp.Two <= 0 || tp.Ratio <= 0 || len(tp.OneBlocks) != throughputBlocks {
+		t.Errorf("throughput: %+v", r.Throughput)
+	}
+	if len(r.Targets) < 2 || r.Precision != nil {
+		t.Errorf("targets %+v, precision %+v", r.Targets, r.Precision)
+	}
+}
+
+func TestBenchPrecisionJSON(t *testing.T) {
+	res := isolateCmd(t, "", "bench", "--runs", "1", "--json", "--precision", "--precision-runs", "1")
+	if res.Code != 0 {
+		t.Fatalf("exit %d\nstderr: %s", res.Code, res.Stderr)
+	}
+	var r benchResult
+	if err := json.Unmarshal([]byte(res.Stdout), &r); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, res.Stdout)
+	}
+	p := r.Precision
+	if p == nil {
+		t.Fatal("no precision results")
+	}
+	if len(p.CPULimit) != 4 || len(p.CPUAccounting) != 2 || len(p.Memory) != 2 || len(p.WallLimit) != 3 {
+		t.Fatalf("precision rows: %+v", p)
+	}
+	for _, row := range append(p.CPULimit, p.WallLimit...) {
+		if row.Ms.N != 1 || row.Limit <= 0 {
+			t.Errorf("%s: %+v", row.Label, row)
+		}
+	}
+	for _, row := range append(p.CPUAccounting, p.Memory...) {
+		if row.Pct.N != 1 || row.Target <= 0 {
+			t.Errorf("%s: %+v", row.Label, row)
+		}
+	}
+	names := map[string]bool{}
+	for _, tg := range r.Targets {
+		names[tg.Name] = true
+	}
+	for _, want := range []string{"CPU-limit overshoot, worst (ms)", "CPU accounting error, worst (%)", "memory peak error, worst (%)"} {
+		if !names[want] {
+			t.Errorf("targets lack %q: %+v", want, r.Targets)
+		}
+	}
+}
+
+func TestBenchMarkdown(t *testing.T) {
+	res := isolateCmd(t, "", "bench", "--runs", "2", "--markdown")
+	if res.Code != 0 {
+		t.Fatalf("exit %d\nstderr: %s", res.Code, res.Stderr)
+	}
+	for _, want := range []string{"| CPUs (nproc) |", "| kernel |", "| cgroup mode |", "### Latency", "| variant |",
+		"### Where", "| `start` |", "**setup+teardown**", "### Throughput", "### Targets"} {
+		if !strings.Contains(res.Stdout, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, res.Stdout)
+		}
+	}
+}
+
+func TestBenchBadInput(t *testing.T) {
+	for _, args := range [][]string{
+		{"bench", "--runs", "0"},
+		{"bench", "--runs", "many"},
+		{"bench", "--precision-runs", "-1"},
+		{"bench", "--json", "--markdown"},
+		{"bench", "extra"},
+		{"bench", "--no-such-flag"},
+	} {
+		res := isolateCmd(t, "", args...)
+		lines := strings.Split(strings.TrimSpace(res.Stderr), "\n")
+		if res.Code != 2 || len(lines) != 1 || !strings.HasPrefix(lines[0], "isolate: ") || res.Stdout != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 and one line", args, res.Code, res.Stdout, res.Stderr)
+		}
+	}
+}
