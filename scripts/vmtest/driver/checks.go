@@ -146,60 +146,6 @@ func (d *driver) pids() {
 	d.check("fork bomb cleaned up", len(left) == 0, "box processes left after the run: %v", left)
 }
 
-// cpu: accounting of one and of two threads, and the limit's precision.
-func (d *driver) cpu() {
-	r := d.probe(nil, "spin", "0.5")
-	if d.expect("cpu accounting", r, "OK") {
-		rep := r.rep
-		own, _ := strconv.ParseFloat(strings.TrimSpace(rep.Stdout), 64)
-		diff := rep.CPUTime - rep.UserTime - rep.SysTime
-		rel := 1.0
-		if own > 0 {
-			rel = (rep.CPUTime - own) / own
-		}
-		d.check("cpu accounting", rep.CPUTime >= 0.49 && rep.CPUTime <= 0.52 && diff < 1e-9 && diff > -1e-9 && rel < 0.02 && rel > -0.02,
-			"0.5 s spin: cpu_time %.4f = user %.4f + sys %.4f, program's own %.4f (want 0.49-0.52, within 2%%)",
-			rep.CPUTime, rep.UserTime, rep.SysTime, own)
-	}
-	r = d.probe([]string{"--time", "0.3"}, "forever")
-	if d.expect("cpu limit", r, "TO") {
-		rep := r.rep
-		d.check("cpu limit", rep.Limit == "cpu" && rep.Killed && r.code == 1 && rep.CPUTime >= 0.3 && rep.CPUTime <= 0.32,
-			"--time 0.3: TO %s, killed at cpu_time %.4f (want cpu, 0.30-0.32)", rep.Limit, rep.CPUTime)
-	}
-	r = d.probe(nil, "threads", "2", "0.3")
-	if d.expect("cpu of 2 threads", r, "OK") {
-		d.check("cpu of 2 threads", r.rep.CPUTime >= 0.59 && r.rep.CPUTime <= 0.63,
-			"2 threads x 0.3 s: cpu_time %.4f (want 0.59-0.63), wall %.3f", r.rep.CPUTime, r.rep.WallTime)
-	}
-	r = d.probe([]string{"--time", "0.2"}, "threads", "2", "5")
-	if d.expect("cpu limit of 2 threads", r, "TO") {
-		d.check("cpu limit of 2 threads", r.rep.Limit == "cpu" && r.rep.CPUTime >= 0.2 && r.rep.CPUTime <= 0.24,
-			"--time 0.2, 2 spinning threads: killed at cpu_time %.4f (want 0.20-0.24)", r.rep.CPUTime)
-	}
-}
-
-// wall: the wall-clock limit.
-func (d *driver) wall() {
-	r := d.probe([]string{"--wall-time", "0.3"}, "sleep", "10")
-	if d.expect("wall limit", r, "TO") {
-		rep := r.rep
-		d.check("wall limit", rep.Limit == "wall" && rep.Killed && rep.WallTime >= 0.3 && rep.WallTime <= 0.5,
-			"--wall-time 0.3 on a sleeper: TO %s, wall_time %.3f (want wall, 0.3-0.5)", rep.Limit, rep.WallTime)
-	}
-}
-
-// bandwidth: under --cpus 0.5 a spinner gets half of the wall time.
-func (d *driver) bandwidth() {
-	r := d.probe([]string{"--cpus", "0.5"}, "spin", "1")
-	if d.expect("--cpus 0.5", r, "OK") {
-		rep := r.rep
-		ratio := rep.CPUTime / rep.WallTime
-		d.check("--cpus 0.5", ratio >= 0.45 && ratio <= 0.55,
-			"1 s spin: cpu_time %.3f over wall_time %.3f = %.3f CPUs (want 0.45-0.55)", rep.CPUTime, rep.WallTime, ratio)
-	}
-}
-
 // daemon: a detached (setsid, double fork) sleeper dies with the run and
 // the run does not wait for it.
 func (d *driver) daemon() {

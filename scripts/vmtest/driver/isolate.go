@@ -81,13 +81,8 @@ func (d *driver) probe(opts []string, args ...string) run {
 // expect prints a FAIL line and returns false unless r has a report with
 // status want; otherwise it returns true and prints nothing.
 func (d *driver) expect(name string, r run, want string) bool {
-	if r.err != nil {
-		d.check(name, false, "%v", r.err)
-		return false
-	}
-	if r.rep.Status != want {
-		d.check(name, false, "status %s (%q, exit_code %d, signal %d), want %s; stdout %q stderr %q",
-			r.rep.Status, r.rep.Message, r.rep.ExitCode, r.rep.Signal, want, r.rep.Stdout, r.rep.Stderr)
+	if o := outcome(r, want); o != "" {
+		d.check(name, false, "%s", o)
 		return false
 	}
 	return true
