@@ -1,5 +1,7 @@
+//go:build !amd64
+
 package seccomp
 
 // precompiled is the default policy's BPF built ahead of time for this
-// architecture (nil: Compile builds it with libseccomp).
+// architecture; none here, so Compile builds it with libseccomp.
 var precompiled []byte

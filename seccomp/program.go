@@ -64,14 +64,20 @@ func Compile(policy string) (*Program, error) {
 	case "none":
 		return None, nil
 	case "default", "":
-		defaultOnce.Do(func() {
-			var filter []byte
-			filter, defaultOnce.err = defaultFilter()
-			defaultOnce.p = &Program{Name: "default", Filter: filter, Notify: true}
-		})
+		defaultOnce.Do(func() { defaultOnce.p, defaultOnce.err = compileDefault() })
 		return defaultOnce.p, defaultOnce.err
 	}
 	return compileProfile(policy)
+}
+
+// compileDefault is Compile("default") without the per-process cache: what
+// one run pays.
+func compileDefault() (*Program, error) {
+	filter, err := defaultFilter()
+	if err != nil {
+		return nil, err
+	}
+	return &Program{Name: "default", Filter: filter, Notify: true}, nil
 }
 
 // defaultFilter returns the default policy's BPF: the precompiled one when
