@@ -150,13 +150,15 @@ cat "$work/report.log"
 # The guest ends qemu with status (driver status + 16) << 1 | 1.
 if [ "$qrc" -ge 33 ] && [ $((qrc & 1)) -eq 1 ]; then
 	rc=$(((qrc >> 1) - 16))
+	why="guest status $rc"
 else
-	say "the VM ended without a status (qemu exit $qrc$([ "$qrc" -eq 124 ] && echo ": timed out after ${timeout} s")); kernel console:"
-	tail -n 40 "$work/console.log" >&2
 	rc=1
+	why="the VM ended without a status (qemu exit $qrc$([ "$qrc" -eq 124 ] && echo ": timed out after ${timeout} s"))"
+	say "kernel console, last lines:"
+	tail -n 40 "$work/console.log" >&2
 fi
 if [ "$rc" -ne 0 ]; then
-	say "FAILED (guest status $rc) in $(elapsed "$began") s, VM $vmtime s, host load after $load"
+	say "FAILED ($why) in $(elapsed "$began") s, VM $vmtime s, host load after $load"
 	exit 1
 fi
 grep -q '^vmtest: [0-9]* passed, 0 failed$' "$work/report.log" || die "the report is incomplete"
