@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"slices"
@@ -58,11 +59,14 @@ type dockerFilter struct {
 
 // essential are the syscalls the box's init makes in the program's process
 // after loading the filter and before the program's execve (isolate/init.c,
-// start_child): sending the listener to the supervisor (sendmsg, close),
-// the execve itself, and reporting a failure (write, exit_group). A
-// profile must allow them, or the sandbox could not start the program (or,
-// with SCMP_ACT_NOTIFY, would wait for a listener it is still sending).
-var essential = []string{"sendmsg", "close", "execve", "write", "exit_group"}
+// start_child): the execve itself and reporting its failure (write,
+// exit_group); with a listener, also sending it to the supervisor
+// (sendmsg, close). A profile must allow them, or the sandbox could not
+// start the program (or, with SCMP_ACT_NOTIFY, would wait for a listener
+// it is still sending).
+var essential = []string{"execve", "write", "exit_group"}
+
+var essentialNotify = []string{"sendmsg", "close"}
 
 // compileProfile compiles an OCI or Docker JSON profile. The JSON is
 // checked entry by entry so that an error names the entry; conversion and
@@ -203,7 +207,7 @@ func compileProfile(path string) (*Program, error) {
 	if err != nil {
 		return nil, perr("", "%v", err)
 	}
-	if err := checkEssential(full, native, spec.Syscalls, labels); err != nil {
+	if err := checkEssential(full, native, notify, spec.Syscalls, labels); err != nil {
 		return nil, &ProfileError{Path: path, Entry: err.entry, Err: err}
 	}
 	return &Program{Name: path, Filter: full, Notify: notify}, nil
@@ -387,12 +391,16 @@ func (e *essentialError) Error() string {
 
 // checkEssential runs the compiled filter over the syscalls the sandbox
 // makes after loading it, and names the entry that refuses one.
-func checkEssential(filter []byte, native libseccomp.ScmpArch, calls []specs.LinuxSyscall, labels []string) *essentialError {
+func checkEssential(filter []byte, native libseccomp.ScmpArch, notify bool, calls []specs.LinuxSyscall, labels []string) *essentialError {
 	prog, err := decode(filter)
 	if err != nil {
 		return &essentialError{entry: "", name: "?", ret: 0}
 	}
-	for _, name := range essential {
+	names := essential
+	if notify {
+		names = append(names, essentialNotify...)
+	}
+	for _, name := range names {
 		nr, err := libseccomp.GetSyscallFromNameByArch(name, native)
 		if err != nil {
 			continue
@@ -551,6 +559,9 @@ func strictDecode(data []byte, v any) error {
 
 // jsonError adds the line and column to a JSON syntax error.
 func jsonError(data []byte, err error) string {
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return "unexpected end of file (an unclosed { or [?)"
+	}
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
 	off := int64(-1)
