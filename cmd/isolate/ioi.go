@@ -165,7 +165,10 @@ func ioiRunBox(o *ioiOptions, cfg *isolate.Config, owner isolate.Owner) int {
 	case o.meta == "-":
 		os.Stdout.WriteString(text)
 	}
-	if o.silent == 0 || rep.Status == isolate.StatusXX {
+	switch {
+	case rep.Status == isolate.StatusXX:
+		fmt.Fprintln(os.Stderr, "isolate: "+statusLine(rep))
+	case o.silent == 0:
 		fmt.Fprintln(os.Stderr, statusLine(rep))
 	}
 	return ioiExit(rep)
@@ -219,13 +222,14 @@ func ioiSpec(o *ioiOptions, pb *isolate.PersistentBox) (*isolate.Spec, []mountPo
 	s.OpenFiles = o.openFiles
 	s.Stack = o.stackKB * 1024
 	if s.Stack == 0 {
-		// ioi/isolate's default stack is unlimited; ours may not raise
-		// the hard limit isolate itself got.
+		// ioi/isolate's default stack is unlimited (RLIM_INFINITY, which
+		// also makes glibc give threads its default stack size). A spec
+		// cannot say "infinity", so the box inherits it from isolate,
+		// up to the hard limit isolate itself got.
 		var rl syscall.Rlimit
-		syscall.Getrlimit(syscall.RLIMIT_STACK, &rl)
-		s.Stack = math.MaxInt64
-		if rl.Max < math.MaxInt64 {
-			s.Stack = int64(rl.Max)
+		if syscall.Getrlimit(syscall.RLIMIT_STACK, &rl) == nil {
+			rl.Cur = rl.Max
+			syscall.Setrlimit(syscall.RLIMIT_STACK, &rl)
 		}
 	}
 	s.HostNet = o.shareNet

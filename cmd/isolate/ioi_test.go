@@ -1,0 +1,338 @@
+package main
+
+// The ioi/isolate form's options, one by one, against the real kernel.
+// Box ids 320-349.
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// ioiBoxRoot gives this test a box root of its own (through a
+// configuration file in ISOLATE_CONFIG) and returns it.
+func ioiBoxRoot(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	root := filepath.Join(dir, "boxes")
+	cfg := filepath.Join(dir, "config")
+	if err := os.WriteFile(cfg, []byte("# ioi test\nbox_root = "+root+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("ISOLATE_CONFIG", cfg)
+	return root
+}
+
+// ioiBox initializes box id for the test and cleans it up after.
+func ioiBox(t *testing.T, id int) string {
+	t.Helper()
+	res := isolateCmd(t, "", "-b", strconv.Itoa(id), "--init")
+	if res.Code != 0 {
+		t.Fatalf("--init: exit %d: %s", res.Code, res.Stderr)
+	}
+	t.Cleanup(func() { isolateCmd(t, "", "-b", strconv.Itoa(id), "--cleanup") })
+	return strings.TrimSpace(res.Stdout)
+}
+
+// ioiMeta runs the ioi form with -M - and returns the meta keys, the
+// program's output (which precedes the meta file on stdout) and the exit
+// status.
+func ioiMeta(t *testing.T, args ...string) (map[string]string, result) {
+	t.Helper()
+	res := isolateCmd(t, "", append([]string{"-M", "-"}, args...)...)
+	m := map[string]string{}
+	lines := strings.Split(strings.TrimRight(res.Stdout, "\n"), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		k, v, ok := strings.Cut(lines[i], ":")
+		if !ok || k == "" || strings.ContainsAny(k, " \t") {
+			break
+		}
+		m[k] = v
+		res.Stdout = strings.Join(lines[:i], "\n")
+	}
+	return m, res
+}
+
+// ioiProbe is the directory holding the probe program (see probe).
+func ioiProbe(t *testing.T) string {
+	probe(t)
+	return probeDir
+}
+
+func TestIOIUsageErrors(t *testing.T) {
+	root := ioiBoxRoot(t)
+	for _, args := range [][]string{
+		{"--run"},
+		{"-b", "320", "--run"},
+		{"--init", "--run"},
+		{"-b", "320", "--init", "extra"},
+		{"-t", "abc", "--run", "--", "/bin/true"},
+		{"--frobnicate", "--run", "--", "/bin/true"},
+		{"--std=x", "--run", "--", "/bin/true"},
+		{"-d", "/x:bogus", "--run", "--", "/bin/true"},
+		{"-d", "/x=relative", "--run", "--", "/bin/true"},
+		{"-d", "/x/../../etc=/etc", "--run", "--", "/bin/true"},
+		{"-E", "=x", "--run", "--", "/bin/true"},
+		{"-b", "-1", "--init"},
+		{"-b", "5000", "--init"},
+		{"--processes=x", "--run", "--", "/bin/true"},
+		{"--cg-mem", "--init"},
+		{"--as-uid=5", "--init"},
+	} {
+		res := isolateCmd(t, "", args...)
+		lines := strings.Split(strings.TrimSpace(res.Stderr), "\n")
+		if res.Code != 2 || len(lines) != 1 || !strings.HasPrefix(lines[0], "isolate: ") {
+			t.Errorf("%q: exit %d, stderr %q; want exit 2 and one isolate: line", args, res.Code, res.Stderr)
+		}
+	}
+	if _, err := os.Stat(root); !os.IsNotExist(err) {
+		t.Errorf("bad command lines created %s", root)
+	}
+}
+
+func TestIOIVersionAndCgroupRoot(t *testing.T) {
+	ioiBoxRoot(t)
+	res := isolateCmd(t, "", "--version")
+	if res.Code != 0 || !strings.HasPrefix(res.Stdout, "The process isolator ") {
+		t.Errorf("--version: exit %d %q", res.Code, res.Stdout)
+	}
+	res = isolateCmd(t, "", "--print-cg-root")
+	if res.Code != 0 || !strings.HasPrefix(res.Stdout, "/sys/fs/cgroup") {
+		t.Errorf("--print-cg-root: exit %d %q %q", res.Code, res.Stdout, res.Stderr)
+	}
+}
+
+func TestIOIStatusesAndMeta(t *testing.T) {
+	ioiBoxRoot(t)
+	ioiBox(t, 321)
+	pd := ioiProbe(t)
+	run := func(extra ...string) (map[string]string, result) {
+		return ioiMeta(t, append([]string{"-b", "321", "-d", "/t=" + pd}, extra...)...)
+	}
+	m, res := run("--run", "--", "/t/probe", "exit", "0")
+	if res.Code != 0 || m["exitcode"] != "0" || m["status"] != "" || m["message"] != "" || m["killed"] != "" {
+		t.Errorf("success: exit %d meta %v (no status or message on success)", res.Code, m)
+	}
+	if !strings.HasPrefix(res.Stderr, "OK (") || !strings.Contains(res.Stderr, " sec real, ") {
+		t.Errorf("status line %q", res.Stderr)
+	}
+	m, res = run("-s", "--run", "--", "/t/probe", "exit", "7")
+	if res.Code != 1 || m["status"] != "RE" || m["exitcode"] != "7" || m["message"] != "Exited with error status 7" || res.Stderr != "" {
+		t.Errorf("RE: exit %d meta %v stderr %q", res.Code, m, res.Stderr)
+	}
+	m, res = run("--run", "--", "/t/probe", "abort")
+	if res.Code != 1 || m["status"] != "SG" || m["exitsig"] != "6" || m["exitcode"] != "" {
+		t.Errorf("SG: exit %d meta %v", res.Code, m)
+	}
+	m, res = run("-t", "0.3", "--run", "--", "/t/probe", "forever")
+	if res.Code != 1 || m["status"] != "TO" || m["killed"] != "1" || strings.Contains(m["message"], "wall") || m["exitcode"] != "" {
+		t.Errorf("CPU TO: exit %d meta %v", res.Code, m)
+	}
+	m, res = run("-w", "0.3", "--run", "--", "/t/probe", "sleep", "10")
+	if res.Code != 1 || m["status"] != "TO" || m["killed"] != "1" || !strings.Contains(m["message"], "wall") {
+		t.Errorf("wall TO: exit %d meta %v", res.Code, m)
+	}
+	// -x: killed only after time+extra, still a time-out.
+	m, res = run("-t", "0.2", "-x", "0.3", "--run", "--", "/t/probe", "forever")
+	if tm, _ := strconv.ParseFloat(m["time"], 64); res.Code != 1 || m["status"] != "TO" || tm < 0.5 {
+		t.Errorf("-t 0.2 -x 0.3: exit %d meta %v, want TO after 0.5 s of CPU", res.Code, m)
+	}
+	m, res = run("--cg-mem=32768", "--run", "--", "/t/probe", "touch", "256")
+	if res.Code != 1 || m["status"] != "SG" || m["exitsig"] != "9" || m["cg-oom-killed"] != "1" {
+		t.Errorf("OOM: exit %d meta %v", res.Code, m)
+	}
+	m, res = run("--run", "--", "nope")
+	if res.Code != 1 || m["status"] != "RE" || m["exitcode"] != "127" || !strings.Contains(res.Stderr, `execve("nope"): No such file or directory`) {
+		t.Errorf("cannot execute: exit %d meta %v stderr %q", res.Code, m, res.Stderr)
+	}
+	// An uninitialized box is a sandbox error.
+	m, res = ioiMeta(t, "-b", "322", "--run", "--", "/bin/true")
+	if res.Code != 2 || m["status"] != "XX" || !strings.Contains(m["message"], "--init") {
+		t.Errorf("uninitialized box: exit %d meta %v", res.Code, m)
+	}
+}
+
+func TestIOIEnvironmentRules(t *testing.T) {
+	ioiBoxRoot(t)
+	ioiBox(t, 323)
+	t.Setenv("IOI_PASS", "passed")
+	t.Setenv("IOI_SECRET", "leak")
+	_, res := ioiMeta(t, "-b", "323", "-E", "IOI_PASS", "-E", "SET=1", "-E", "GONE=x", "-E", "GONE=", "-E", "UNSET_VAR", "--run", "--", "/usr/bin/env")
+	got := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+	want := []string{"LIBC_FATAL_STDERR_=1", "IOI_PASS=passed", "SET=1"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("environment %q, want exactly %q", got, want)
+	}
+	_, res = ioiMeta(t, "-b", "323", "-e", "-E", "IOI_SECRET=", "--run", "--", "/usr/bin/env")
+	if !strings.Contains(res.Stdout, "IOI_PASS=passed") || strings.Contains(res.Stdout, "IOI_SECRET") {
+		t.Errorf("-e then -E VAR=: %q", res.Stdout)
+	}
+}
+
+func TestIOIDirectoryRules(t *testing.T) {
+	ioiBoxRoot(t)
+	dir := ioiBox(t, 324)
+	pd := ioiProbe(t)
+	host := shareDir(t)
+	os.WriteFile(filepath.Join(host, "data"), []byte("hello\n"), 0o644)
+	os.Chmod(host, 0o777)
+	sh := func(script string, opts ...string) (map[string]string, result) {
+		return ioiMeta(t, append(append([]string{"-b", "324", "-p10"}, opts...), "--run", "--", "/bin/sh", "-c", script)...)
+	}
+	if _, res := sh("cat /data/data && ! touch /data/new", "-d", "/data="+host); res.Code != 0 {
+		t.Errorf("read-only rule: %d %q %q", res.Code, res.Stdout, res.Stderr)
+	}
+	if _, res := sh("touch /data/new", "-d", "/data="+host+":rw"); res.Code != 0 {
+		t.Errorf("rw rule: %d %q", res.Code, res.Stderr)
+	}
+	if m, res := ioiMeta(t, "-b", "324", "-d", "/t="+pd+":noexec", "--run", "--", "/t/probe", "exit", "0"); res.Code != 1 || m["exitcode"] != "127" {
+		t.Errorf("noexec rule: exit %d %v", res.Code, m)
+	}
+	if _, res := sh("! test -e /nothere", "-d", "/nothere=/does/not/exist:maybe"); res.Code != 0 {
+		t.Errorf("maybe rule: %d %q", res.Code, res.Stderr)
+	}
+	if m, res := sh("true", "-d", "/x=/does/not/exist"); res.Code != 2 || m["status"] != "XX" {
+		t.Errorf("missing directory: exit %d %v", res.Code, m)
+	}
+	if _, res := sh("grep -q ' /scratch tmpfs ' /proc/mounts && touch /scratch/x", "-d", "/scratch=tmpfs:fs:rw"); res.Code != 0 {
+		t.Errorf("fs rule: %d %q", res.Code, res.Stderr)
+	}
+	// tmp rules are directories of the box, kept between runs like /box.
+	if _, res := sh("echo kept > /tmp/f && echo w > /work/f", "-d", "/work:tmp"); res.Code != 0 {
+		t.Errorf("tmp rules: %d %q", res.Code, res.Stderr)
+	}
+	if _, res := sh("cat /tmp/f /work/f", "-d", "/work:tmp"); res.Code != 0 || res.Stdout != "kept\nw" {
+		t.Errorf("tmp rules after a run: %d %q %q", res.Code, res.Stdout, res.Stderr)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "tmp", "work")); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("tmp rule directory: %v %v", fi, err)
+	}
+	// Deleting the box rule leaves a fresh /box; -c is relative to /box.
+	if _, res := sh("echo $PWD; touch f", "-d", "box=", "-c", "sub", "-d", "/box/sub=tmpfs:fs:rw"); res.Code != 0 || res.Stdout != "/box/sub" {
+		t.Errorf("-d box= -c sub: %d %q %q", res.Code, res.Stdout, res.Stderr)
+	}
+	// The host's /dev never enters: the default dev rule is our minimal one.
+	if _, res := sh("ls /dev | tr '\\n' ' '"); strings.Contains(res.Stdout, "sda") || !strings.Contains(res.Stdout, "null") {
+		t.Errorf("/dev: %q", res.Stdout)
+	}
+}
+
+// threadsProgram starts argv[1] threads and says how many it could start.
+const threadsProgram = `#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+static void *idle(void *a) { pause(); return a; }
+int main(int argc, char **argv) {
+	int n = atoi(argv[1]), ok = 0;
+	pthread_t t;
+	for (int i = 0; i < n; i++)
+		if (pthread_create(&t, NULL, idle, NULL) == 0) ok++;
+	printf("started %d\n", ok);
+	return 0;
+}
+`
+
+func TestIOILimits(t *testing.T) {
+	ioiBoxRoot(t)
+	ioiBox(t, 325)
+	pd := ioiProbe(t)
+	probeRun := func(opts []string, args ...string) (map[string]string, result) {
+		return ioiMeta(t, append(append(append([]string{"-b", "325", "-d", "/t=" + pd}, opts...), "--run", "--", "/t/probe"), args...)...)
+	}
+	// One process by default; -p N processes and threads (threads count,
+	// as with ioi/isolate's control groups); -p alone no limit.
+	dir := shareDir(t)
+	compileC(t, dir, "threads", threadsProgram, "-static", "-pthread")
+	threads := func(opts ...string) string {
+		_, res := ioiMeta(t, append(append([]string{"-b", "325", "-d", "/d=" + dir}, opts...), "--run", "--", "/d/threads", "4")...)
+		return res.Stdout
+	}
+	for _, c := range []struct {
+		opts []string
+		want string
+	}{{nil, "started 0"}, {[]string{"-p3"}, "started 2"}, {[]string{"-p5"}, "started 4"}, {[]string{"-p"}, "started 4"}, {[]string{"-p0"}, "started 4"}} {
+		if got := threads(c.opts...); got != c.want {
+			t.Errorf("4 threads with %q: %q, want %q", c.opts, got, c.want)
+		}
+	}
+	// -f: a bigger file dies of SIGXFSZ.
+	if m, _ := probeRun([]string{"-f", "64"}, "write", "/box/big", "128"); m["exitsig"] != "25" {
+		t.Errorf("-f 64 and a 128 KiB file: %v", m)
+	}
+	// -k unset: unlimited stack (up to the limit isolate itself has);
+	// -k, -n and -m set the limits.
+	_, res := ioiMeta(t, "-b", "325", "-p4", "--run", "--", "/bin/sh", "-c", "ulimit -s; ulimit -n")
+	if lines := strings.Fields(res.Stdout); len(lines) != 2 || lines[1] != "64" {
+		t.Errorf("default ulimit -s, -n: %q", res.Stdout)
+	}
+	_, res = ioiMeta(t, "-b", "325", "-p4", "-k", "1024", "-n", "20", "-m", "1048576", "--run", "--", "/bin/sh", "-c", "ulimit -s; ulimit -n; ulimit -v")
+	if got := strings.Fields(res.Stdout); strings.Join(got, " ") != "1024 20 1048576" {
+		t.Errorf("-k 1024 -n 20 -m 1048576: ulimit says %q", res.Stdout)
+	}
+	// -m limits each process's address space: a big allocation fails
+	// inside the program instead of a kill.
+	if m, _ := probeRun([]string{"-m", "65536"}, "touch", "256"); m["status"] == "" || m["cg-oom-killed"] != "" {
+		t.Errorf("-m 65536 and 256 MiB: %v", m)
+	}
+	// --share-net shares the host's network namespace.
+	links, _ := os.ReadDir("/sys/class/net")
+	_, shared := ioiMeta(t, "-b", "325", "--share-net", "--run", "--", "/bin/cat", "/proc/net/dev")
+	_, own := ioiMeta(t, "-b", "325", "--run", "--", "/bin/cat", "/proc/net/dev")
+	for _, l := range links {
+		if !strings.Contains(shared.Stdout, l.Name()+":") {
+			t.Errorf("--share-net: the box does not see %s:\n%s", l.Name(), shared.Stdout)
+		}
+		if l.Name() != "lo" && strings.Contains(own.Stdout, l.Name()+":") {
+			t.Errorf("without --share-net the box sees %s", l.Name())
+		}
+	}
+}
+
+func TestIOIInheritedStreams(t *testing.T) {
+	ioiBoxRoot(t)
+	ioiBox(t, 326)
+	dir := shareDir(t)
+	out, errf, log := filepath.Join(dir, "out"), filepath.Join(dir, "err"), filepath.Join(dir, "log")
+	os.WriteFile(log, []byte("before\n"), 0o644)
+	sh := func(redirect, script string) int {
+		cmd := exec.Command("/bin/sh", "-c", isolateBin+` -s -b 326 -p4 --run -- /bin/sh -c '`+script+`' `+redirect)
+		err := cmd.Run()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode()
+		}
+		return 0
+	}
+	// Judge0's redirections: a file for each stream.
+	if rc := sh("< "+log+" > "+out+" 2> "+errf, "cat; echo e >&2"); rc != 0 {
+		t.Fatalf("exit %d", rc)
+	}
+	if o, _ := os.ReadFile(out); string(o) != "before\n" {
+		t.Errorf("stdout %q", o)
+	}
+	if e, _ := os.ReadFile(errf); string(e) != "e\n" {
+		t.Errorf("stderr %q", e)
+	}
+	// >> appends after what is there; 2>&1 shares one offset.
+	if rc := sh(">> "+log+" 2>&1", "echo one; echo two >&2; echo three"); rc != 0 {
+		t.Fatalf("exit %d", rc)
+	}
+	if l, _ := os.ReadFile(log); string(l) != "before\none\ntwo\nthree\n" {
+		t.Errorf("appended log %q", l)
+	}
+	if rc := sh("> "+out+" 2>&1", "echo one; echo two >&2"); rc != 0 {
+		t.Fatalf("exit %d", rc)
+	}
+	if o, _ := os.ReadFile(out); string(o) != "one\ntwo\n" {
+		t.Errorf("2>&1 into a new file: %q", o)
+	}
+	// The status line follows the program's output in a shared file.
+	cmd := exec.Command("/bin/sh", "-c", isolateBin+` -b 326 --run -- /bin/echo hi > `+out+` 2>&1`)
+	cmd.Run()
+	if o, _ := os.ReadFile(out); !strings.HasPrefix(string(o), "hi\nOK (") {
+		t.Errorf("program output then status line: %q", o)
+	}
+}
