@@ -12,8 +12,9 @@ import (
 	"time"
 )
 
-// DefaultImagesDir holds the built images: NAME.sqfs and its manifest
-// NAME.json. ISOLATE_IMAGES_DIR overrides it.
+// DefaultImagesDir holds the built images: NAME.sqfs, its manifest
+// NAME.json and the log of its last build NAME.log. ISOLATE_IMAGES_DIR
+// overrides it.
 const DefaultImagesDir = "/var/lib/isolate/images"
 
 // ImagesDir is where images are kept on this host.
@@ -105,6 +106,7 @@ func RemoveImage(name string) error {
 		return fmt.Errorf("%q is not an image name", name)
 	}
 	found := false
+	os.Remove(filepath.Join(ImagesDir(), name+".log"))
 	for _, p := range []string{manifestPath(name), ImagePath(name)} {
 		err := os.Remove(p)
 		if err == nil {

@@ -57,9 +57,19 @@ func buildEnv() []string {
 	return env
 }
 
-// stateDir is the parent of the images directory: the shared cache and
-// the build directories live beside it.
-func stateDir() string { return filepath.Dir(ImagesDir()) }
+// DefaultCacheDir holds what every build shares: the debootstrapped
+// base of each suite and the downloaded packages. ISOLATE_CACHE_DIR
+// overrides it. Builds in progress work beside it, in build/.
+const DefaultCacheDir = "/var/lib/isolate/cache"
+
+func cacheDir() string {
+	if d := os.Getenv("ISOLATE_CACHE_DIR"); d != "" {
+		return d
+	}
+	return DefaultCacheDir
+}
+
+func buildDir() string { return filepath.Join(filepath.Dir(cacheDir()), "build") }
 
 // builder is one build in progress.
 type builder struct {
@@ -84,13 +94,13 @@ func BuildImage(spec *BuildSpec) (*Manifest, bool, error) {
 	if old, err := LookupImage(spec.Name); err == nil && old.DefinitionHash == spec.Hash && !spec.Force {
 		return old, false, nil
 	}
-	for _, d := range []string{ImagesDir(), filepath.Join(stateDir(), "cache"), filepath.Join(stateDir(), "build")} {
+	for _, d := range []string{ImagesDir(), cacheDir(), buildDir()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, false, fmt.Errorf("create %s: %w", d, err)
 		}
 	}
 	// One build at a time on a host: they share the base and the caches.
-	lock, err := os.OpenFile(filepath.Join(ImagesDir(), ".build.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	lock, err := os.OpenFile(filepath.Join(cacheDir(), ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, false, err
 	}
@@ -114,7 +124,7 @@ func BuildImage(spec *BuildSpec) (*Manifest, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	logPath := filepath.Join(stateDir(), "build", spec.Name+".log")
+	logPath := filepath.Join(ImagesDir(), spec.Name+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, false, err
@@ -150,7 +160,7 @@ func (b *builder) build() (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	work, err := os.MkdirTemp(filepath.Join(stateDir(), "build"), b.spec.Name+".")
+	work, err := os.MkdirTemp(buildDir(), b.spec.Name+".")
 	if err != nil {
 		return nil, err
 	}
@@ -242,7 +252,7 @@ func (b *builder) build() (*Manifest, error) {
 // base returns the shared minimal system of the suite, made once with
 // debootstrap (minbase) and kept in the cache until the builder changes.
 func (b *builder) base() (string, error) {
-	cache := filepath.Join(stateDir(), "cache")
+	cache := cacheDir()
 	dir := filepath.Join(cache, "base-"+b.spec.Suite)
 	stamp := dir + ".stamp"
 	key := "builder " + BuilderVersion + " suite " + b.spec.Suite + "\n"
@@ -322,7 +332,7 @@ exec chroot "$R" /bin/sh -c "$1"
 `
 
 func (b *builder) chrootCmd(root, command string) *exec.Cmd {
-	archives := filepath.Join(stateDir(), "cache", "apt-archives")
+	archives := filepath.Join(cacheDir(), "apt-archives")
 	cmd := exec.Command("/bin/sh", "-c", chrootScript, "chroot", root, archives, command)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
 	return cmd

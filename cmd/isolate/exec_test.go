@@ -1,0 +1,306 @@
+package main
+
+// Tests of `isolate exec` in every language's built image: the sum of two
+// numbers, a runtime error, a compile error, an endless loop. The images
+// must be built first (scripts/images.sh, which CI runs before the tests).
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/rootfs"
+)
+
+// Box ids of these tests: 400-499.
+const execFirstBox = 400
+
+// langCase is one language's test programs.
+type langCase struct {
+	lang string
+	file string // the source's name on the host (exec renames it)
+	sum  string // reads two numbers, prints their sum
+	re   string // fails at run time with a non-zero exit status
+	reIs string // what its standard error says
+	ce   string // does not compile
+	ceIs string // what the compiler says
+	loop string // never ends
+}
+
+var langCases = []langCase{
+	{
+		lang: "c", file: "sum.c",
+		sum:  "#include <stdio.h>\nint main(void){long a,b;if(scanf(\"%ld %ld\",&a,&b)!=2)return 1;printf(\"%ld\\n\",a+b);return 0;}\n",
+		re:   "#include <stdio.h>\n#include <stdlib.h>\nint main(void){fprintf(stderr,\"boom\\n\");exit(3);}\n",
+		reIs: "boom", ce: "int main(void){ return undeclared; }\n", ceIs: "undeclared",
+		loop: "int main(void){volatile unsigned long i=0;for(;;)i++;}\n",
+	},
+	{
+		lang: "cpp", file: "sum.cc",
+		sum:  "#include <iostream>\nint main(){long long a,b;std::cin>>a>>b;std::cout<<a+b<<std::endl;}\n",
+		re:   "#include <iostream>\n#include <cstdlib>\nint main(){std::cerr<<\"boom\"<<std::endl;std::exit(3);}\n",
+		reIs: "boom", ce: "#include <vector>\nint main(){ std::vector<int> v = 1; }\n", ceIs: "error",
+		loop: "int main(){volatile unsigned long i=0;for(;;)i++;}\n",
+	},
+	{
+		lang: "go", file: "sum.go",
+		sum:  "package main\n\nimport \"fmt\"\n\nfunc main() {\n\tvar a, b int64\n\tfmt.Scan(&a, &b)\n\tfmt.Println(a + b)\n}\n",
+		re:   "package main\n\nfunc main() {\n\tpanic(\"boom\")\n}\n",
+		reIs: "panic: boom", ce: "package main\n\nfunc main() {\n\tx :=\n}\n", ceIs: "syntax error",
+		loop: "package main\n\nfunc main() {\n\tfor {\n\t}\n}\n",
+	},
+	{
+		lang: "python", file: "sum.py",
+		sum:  "a, b = map(int, input().split())\nprint(a + b)\n",
+		re:   "raise ValueError('boom')\n",
+		reIs: "ValueError: boom", ce: "print('a'\n", ceIs: "SyntaxError",
+		loop: "while True:\n    pass\n",
+	},
+	{
+		lang: "javascript", file: "sum.js",
+		sum:  "const [a, b] = require('fs').readFileSync(0, 'utf8').trim().split(/\\s+/).map(BigInt);\nconsole.log((a + b).toString());\n",
+		re:   "throw new Error('boom');\n",
+		reIs: "Error: boom", ce: "let x = ;\n", ceIs: "SyntaxError",
+		loop: "for (;;) {}\n",
+	},
+	{
+		lang: "rust", file: "sum.rs",
+		sum:  "use std::io::Read;\nfn main() {\n    let mut s = String::new();\n    std::io::stdin().read_to_string(&mut s).unwrap();\n    let v: Vec<i64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect();\n    println!(\"{}\", v[0] + v[1]);\n}\n",
+		re:   "fn main() {\n    panic!(\"boom\");\n}\n",
+		reIs: "boom", ce: "fn main() {\n    let x: i32 = \"a\";\n}\n", ceIs: "mismatched types",
+		loop: "fn main() {\n    loop {\n        std::hint::black_box(0);\n    }\n}\n",
+	},
+	{
+		lang: "java", file: "Sum.java",
+		sum:  "import java.util.Scanner;\npublic class Main {\n    public static void main(String[] args) {\n        Scanner in = new Scanner(System.in);\n        long a = in.nextLong(), b = in.nextLong();\n        System.out.println(a + b);\n    }\n}\n",
+		re:   "public class Main {\n    public static void main(String[] args) {\n        throw new RuntimeException(\"boom\");\n    }\n}\n",
+		reIs: "RuntimeException: boom", ce: "public class Main {\n    public static void main(String[] args) {\n        int x = \"s\";\n    }\n}\n", ceIs: "incompatible types",
+		loop: "public class Main {\n    public static void main(String[] args) {\n        while (true) {}\n    }\n}\n",
+	},
+}
+
+// needImage fails the test when the language's image is not built.
+func needImage(t *testing.T, lang string) {
+	t.Helper()
+	if _, err := rootfs.LookupImage(lang); err != nil {
+		t.Fatalf("%v: build the images first (scripts/images.sh)", err)
+	}
+}
+
+// execSource runs `isolate exec --json` on source (written to a file
+// named name) with stdin and the options, and decodes the report.
+func execSource(t *testing.T, name, source, stdin string, opts ...string) (*execReport, int) {
+	t.Helper()
+	dir := shareDir(t)
+	src := filepath.Join(dir, name)
+	if err := os.WriteFile(src, []byte(source), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"exec", "--json"}, opts...)
+	if stdin != "" {
+		in := filepath.Join(dir, "stdin")
+		if err := os.WriteFile(in, []byte(stdin), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--stdin", in)
+	}
+	res := isolateCmd(t, "", append(args, src)...)
+	var rep execReport
+	if err := json.Unmarshal([]byte(res.Stdout), &rep); err != nil {
+		t.Fatalf("isolate %v: exit %d, no JSON report (%v)\nstdout: %s\nstderr: %s", args, res.Code, err, res.Stdout, res.Stderr)
+	}
+	checkNoImageLeaks(t)
+	return &rep, res.Code
+}
+
+// checkNoImageLeaks fails when a loop device still holds an image, or an
+// exec left its box directory: nothing of an exec outlives it. The kernel
+// detaches an autoclear loop device from a workqueue after the last
+// reference goes, so that part gets a moment to happen.
+func checkNoImageLeaks(t *testing.T) {
+	t.Helper()
+	var attached []string
+	start := time.Now()
+	for {
+		attached = attachedImages()
+		if len(attached) == 0 || time.Since(start) > 5*time.Second {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if d := time.Since(start); d > 10*time.Millisecond {
+		t.Logf("loop devices released after %v", d)
+	}
+	for _, a := range attached {
+		t.Errorf("loop device still attached: %s", a)
+	}
+	ents, _ := os.ReadDir(execDirs)
+	for _, e := range ents {
+		pid, _, _ := strings.Cut(e.Name(), ".")
+		if _, err := os.Stat("/proc/" + pid); err != nil {
+			t.Errorf("exec box directory left behind: %s/%s", execDirs, e.Name())
+		}
+	}
+}
+
+// attachedImages lists the loop devices backed by a built image.
+func attachedImages() []string {
+	var out []string
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range files {
+		data, _ := os.ReadFile(f)
+		if strings.HasPrefix(string(data), rootfs.ImagesDir()+"/") {
+			out = append(out, f+" -> "+strings.TrimSpace(string(data)))
+		}
+	}
+	return out
+}
+
+// phaseOf returns the report of the phase that decided the outcome.
+func (r *execReport) last() *isolate.Report {
+	if r.Run != nil {
+		return r.Run
+	}
+	return r.Compile
+}
+
+func TestExecSumOfTwoNumbers(t *testing.T) {
+	for i, c := range langCases {
+		t.Run(c.lang, func(t *testing.T) {
+			needImage(t, c.lang)
+			box := strconv.Itoa(execFirstBox + i)
+			rep, code := execSource(t, c.file, c.sum, "2 40\n", "--lang", c.lang, "--box-id", box, "--time", "5")
+			if rep.Status != isolate.StatusOK || code != 0 {
+				t.Fatalf("status %s, exit %d: %+v", rep.Status, code, rep.last())
+			}
+			if rep.Run.Stdout != "42\n" {
+				t.Errorf("stdout %q, want \"42\\n\" (stderr %q)", rep.Run.Stdout, rep.Run.Stderr)
+			}
+			if rep.Run.BoxID != execFirstBox+i || rep.Run.Sandbox.Image != c.lang {
+				t.Errorf("box %d image %q, want %d %q", rep.Run.BoxID, rep.Run.Sandbox.Image, execFirstBox+i, c.lang)
+			}
+			compiled := rep.Compile != nil
+			if compiled {
+				if rep.Compile.Status != isolate.StatusOK || rep.Compile.BoxID != execFirstBox+i {
+					t.Errorf("compile report: %+v", rep.Compile)
+				}
+			}
+			if want := c.lang != "python" && c.lang != "javascript"; compiled != want {
+				t.Errorf("compile phase ran: %v, want %v", compiled, want)
+			}
+		})
+	}
+}
+
+func TestExecRuntimeErrorIsRE(t *testing.T) {
+	for i, c := range langCases {
+		t.Run(c.lang, func(t *testing.T) {
+			needImage(t, c.lang)
+			rep, code := execSource(t, c.file, c.re, "", "--lang", c.lang, "--box-id", strconv.Itoa(execFirstBox+10+i))
+			if rep.Status != isolate.StatusRE || code != 1 {
+				t.Fatalf("status %s, exit %d, want RE and 1: %+v", rep.Status, code, rep.last())
+			}
+			if rep.Run.ExitCode == 0 || !strings.Contains(rep.Run.Stderr, c.reIs) {
+				t.Errorf("exit code %d, stderr %q: want non-zero and %q", rep.Run.ExitCode, rep.Run.Stderr, c.reIs)
+			}
+		})
+	}
+}
+
+func TestExecCompileErrorIsCE(t *testing.T) {
+	for i, c := range langCases {
+		t.Run(c.lang, func(t *testing.T) {
+			needImage(t, c.lang)
+			rep, code := execSource(t, c.file, c.ce, "1 2\n", "--lang", c.lang, "--box-id", strconv.Itoa(execFirstBox+20+i))
+			if rep.Status != isolate.StatusCE || code != 1 {
+				t.Fatalf("status %s, exit %d, want CE and 1: %+v", rep.Status, code, rep.last())
+			}
+			if rep.Run != nil {
+				t.Errorf("a run report after a compile error: %+v", rep.Run)
+			}
+			if rep.Compile == nil || !strings.Contains(rep.Compile.Message, c.ceIs) {
+				t.Fatalf("compile report %+v: want the compiler's message with %q", rep.Compile, c.ceIs)
+			}
+		})
+	}
+}
+
+func TestExecEndlessLoopIsTO(t *testing.T) {
+	for i, c := range langCases {
+		t.Run(c.lang, func(t *testing.T) {
+			needImage(t, c.lang)
+			rep, code := execSource(t, c.file, c.loop, "", "--lang", c.lang, "--box-id", strconv.Itoa(execFirstBox+30+i), "--time", "0.5")
+			if rep.Status != isolate.StatusTO || code != 1 {
+				t.Fatalf("status %s, exit %d, want TO and 1: %+v", rep.Status, code, rep.last())
+			}
+			if rep.Run.Limit != isolate.LimitCPU || rep.Run.CPUTime < 0.5 {
+				t.Errorf("limit %q after %.3f s of CPU, want cpu after 0.5 s", rep.Run.Limit, rep.Run.CPUTime)
+			}
+		})
+	}
+}
+
+func TestExecPassesArgumentsAndSummarizes(t *testing.T) {
+	needImage(t, "python")
+	dir := shareDir(t)
+	src := filepath.Join(dir, "args.py")
+	os.WriteFile(src, []byte("import sys\nprint(' '.join(sys.argv[1:]), sys.argv[0])\n"), 0o644)
+	res := isolateCmd(t, "", "exec", "--lang", "py3", "--box-id", strconv.Itoa(execFirstBox+40), src, "--", "a", "b c")
+	if res.Code != 0 || res.Stdout != "a b c main.py\n" || !strings.Contains(res.Stderr, "isolate: OK") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", res.Code, res.Stdout, res.Stderr)
+	}
+	checkNoImageLeaks(t)
+}
+
+func TestExecCompileErrorWithoutJSON(t *testing.T) {
+	needImage(t, "c")
+	dir := shareDir(t)
+	src := filepath.Join(dir, "bad.c")
+	os.WriteFile(src, []byte("int main(void){ return nope; }\n"), 0o644)
+	res := isolateCmd(t, "", "exec", "--lang", "c", src)
+	if res.Code != 1 || !strings.Contains(res.Stderr, "nope") || !strings.Contains(res.Stderr, "isolate: CE") {
+		t.Fatalf("exit %d, stderr %q: want 1, the compiler's message and CE", res.Code, res.Stderr)
+	}
+	checkNoImageLeaks(t)
+}
+
+// The JVM stays under the pids and memory limits it is given: its heap and
+// threads follow them (-Xmx, -XX:ActiveProcessorCount, serial GC).
+func TestExecJavaUnderTightLimits(t *testing.T) {
+	needImage(t, "java")
+	c := langCases[len(langCases)-1]
+	rep, code := execSource(t, c.file, c.sum, "1 2\n", "--lang", "java", "--box-id", strconv.Itoa(execFirstBox+41), "--pids", "24", "--mem", "192M")
+	if rep.Status != isolate.StatusOK || code != 0 || rep.Run.Stdout != "3\n" {
+		t.Fatalf("status %s, exit %d: %+v", rep.Status, code, rep.last())
+	}
+	if rep.Run.PidsPeak > 24 || rep.Run.MemoryPeak > 192<<20 {
+		t.Errorf("pids peak %d, memory peak %d", rep.Run.PidsPeak, rep.Run.MemoryPeak)
+	}
+}
+
+func TestExecUsageErrors(t *testing.T) {
+	dir := shareDir(t)
+	src := filepath.Join(dir, "x.c")
+	os.WriteFile(src, []byte("int main(void){return 0;}\n"), 0o644)
+	for _, args := range [][]string{
+		{"exec", src},                          // no --lang
+		{"exec", "--lang", "cobol", src},       // unknown language
+		{"exec", "--lang", "c"},                // no source
+		{"exec", "--lang", "c", dir + "/none"}, // missing source
+		{"exec", "--lang", "c", dir},           // a directory
+		{"exec", "--lang", "c", "--image", dir + "/none", src},
+		{"exec", "--lang", "c", "--mem", "lots", src},
+	} {
+		res := isolateCmd(t, "", args...)
+		lines := strings.Split(strings.TrimSpace(res.Stderr), "\n")
+		if res.Code != 2 || len(lines) != 1 || !strings.HasPrefix(lines[0], "isolate: ") {
+			t.Errorf("%v: exit %d, stderr %q: want 2 and one line", args, res.Code, res.Stderr)
+		}
+	}
+	checkNoImageLeaks(t)
+}
