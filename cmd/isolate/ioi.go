@@ -185,11 +185,13 @@ func ioiExecute(o *ioiOptions, cfg *isolate.Config, pb *isolate.PersistentBox, s
 	if err != nil {
 		return xxReport(err.Error())
 	}
+	if o.verbose > 0 {
+		// Before the streams are set up: an inherited stderr may be
+		// truncated when the program gets its own open of it.
+		fmt.Fprintf(os.Stderr, "Box %d in %s: %q in %s, binds %+v\n", o.boxID, pb.Dir, spec.Command, spec.Chdir, spec.Binds)
+	}
 	if err := stdio.setup(o, spec, mounts, pb.HostUID()); err != nil {
 		return xxReport(err.Error())
-	}
-	if o.verbose > 0 {
-		fmt.Fprintf(os.Stderr, "Box %d: %s, command %q, binds %+v\n", o.boxID, pb.Dir, spec.Command, spec.Binds)
 	}
 	opts := hostOptions()
 	opts.CgroupRoot = cgroupRootSetting(cfg)
