@@ -101,6 +101,7 @@ func progress(format string, a ...any) {
 // and, if asked, precision.
 func (r *benchRunner) bench(rounds int, precision bool, precRuns int) (*benchResult, error) {
 	res := &benchResult{Machine: describeMachine(), Rounds: rounds}
+	meter := newCPUMeter()
 	vs, skipped := r.variants()
 	progress("%d interleaved rounds of %d variants", rounds, len(vs))
 	samples, err := r.latency(rounds, vs)
@@ -124,7 +125,7 @@ func (r *benchRunner) bench(rounds int, precision bool, precRuns int) (*benchRes
 		}
 	}
 	res.Targets = targets(res)
-	res.Machine.LoadEnd = loadAvg()
+	res.Machine.OtherCPUs = meter.others()
 	return res, nil
 }
 

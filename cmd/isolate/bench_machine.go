@@ -22,12 +22,13 @@ type machineInfo struct {
 	Cgroup   string `json:"cgroup"`
 	Go       string `json:"go"`
 	Isolate  string `json:"isolate"`
-	// Load and LoadEnd are /proc/loadavg's 1-minute average when the
-	// bench began and ended: other work on the machine shifts every
-	// figure.
-	Load    string `json:"load"`
-	LoadEnd string `json:"load_end"`
-	Date    string `json:"date"`
+	// Load is /proc/loadavg's 1-minute average when the bench began.
+	Load string `json:"load"`
+	// OtherCPUs is how many CPUs other work kept busy, on average, while
+	// the bench ran: busy time of all CPUs (/proc/stat) less the bench's
+	// own and its children's. Other work shifts every figure.
+	OtherCPUs float64 `json:"other_cpus"`
+	Date      string  `json:"date"`
 }
 
 // loadAvg is the 1-minute load average ("" if unknown).
@@ -42,17 +43,59 @@ func loadAvg() string {
 	return ""
 }
 
-// busy tells whether other work ran during the bench: a load average
-// above half the CPUs, at its start or end (the bench itself adds about
-// one).
-func (m machineInfo) busy() bool {
-	for _, l := range []string{m.Load, m.LoadEnd} {
-		if v, err := strconv.ParseFloat(l, 64); err == nil && v > float64(m.CPUs)/2+1 {
-			return true
+// cpuMeter measures the CPU time other processes use.
+type cpuMeter struct {
+	start      time.Time
+	busy, ours time.Duration
+}
+
+func newCPUMeter() cpuMeter {
+	return cpuMeter{start: time.Now(), busy: hostBusy(), ours: ownCPU()}
+}
+
+// others is the average number of CPUs other work used since the meter
+// started.
+func (m cpuMeter) others() float64 {
+	other := (hostBusy() - m.busy) - (ownCPU() - m.ours)
+	if other < 0 {
+		other = 0
+	}
+	return other.Seconds() / time.Since(m.start).Seconds()
+}
+
+// hostBusy is the time all CPUs spent not idle, from /proc/stat.
+func hostBusy() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
+	var ticks int64
+	for i, v := range f {
+		if i == 0 || i == 4 || i == 5 || i > 8 {
+			continue
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / 100 // USER_HZ
+}
+
+// ownCPU is the CPU time of this process and of the children it reaped.
+func ownCPU() time.Duration {
+	var total time.Duration
+	for _, who := range []int{unix.RUSAGE_SELF, unix.RUSAGE_CHILDREN} {
+		var ru unix.Rusage
+		if unix.Getrusage(who, &ru) == nil {
+			total += time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 		}
 	}
-	return false
+	return total
 }
+
+// busy tells whether other work took a noticeable share of the CPUs.
+func (m machineInfo) busy() bool { return m.OtherCPUs > 0.2 }
 
 func describeMachine() machineInfo {
 	var uts unix.Utsname

@@ -34,9 +34,9 @@ var stageMeaning = map[string]string{
 // printText writes the results for a person at a terminal.
 func printText(w io.Writer, res *benchResult) {
 	m := res.Machine
-	fmt.Fprintf(w, "isolate bench · %d CPUs · %s · Linux %s · cgroup %s · load %s→%s · %s\n", m.CPUs, m.CPUModel, m.Kernel, m.Cgroup, m.Load, m.LoadEnd, m.Date)
+	fmt.Fprintf(w, "isolate bench · %d CPUs · %s · Linux %s · cgroup %s · load %s · %s\n", m.CPUs, m.CPUModel, m.Kernel, m.Cgroup, m.Load, m.Date)
 	if m.busy() {
-		fmt.Fprintf(w, "warning: the machine was busy (load %s→%s on %d CPUs): other work inflates these figures\n", m.Load, m.LoadEnd, m.CPUs)
+		fmt.Fprintf(w, "warning: other work kept %.2f of %d CPUs busy meanwhile: it inflates these figures\n", m.OtherCPUs, m.CPUs)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "/bin/true, %d interleaved rounds (ms from fork to reap; cpu: user+sys of all it reaped)\n", res.Rounds)
@@ -118,9 +118,9 @@ func printMarkdown(w io.Writer, res *benchResult) {
 	fmt.Fprintf(w, "Measured %s with `isolate bench --precision` (isolate %s, %s).\n\n", m.Date, m.Isolate, m.Go)
 	fmt.Fprintln(w, "| machine | |")
 	fmt.Fprintln(w, "|---|---|")
-	fmt.Fprintf(w, "| CPUs (nproc) | %d |\n| CPU model | %s |\n| kernel | %s |\n| cgroup mode | %s |\n| load average at start → end | %s → %s |\n\n", m.CPUs, m.CPUModel, m.Kernel, m.Cgroup, m.Load, m.LoadEnd)
+	fmt.Fprintf(w, "| CPUs (nproc) | %d |\n| CPU model | %s |\n| kernel | %s |\n| cgroup mode | %s |\n| load average at start | %s |\n| CPUs other work used meanwhile | %.2f |\n\n", m.CPUs, m.CPUModel, m.Kernel, m.Cgroup, m.Load, m.OtherCPUs)
 	if m.busy() {
-		fmt.Fprintf(w, "**The machine was busy during this measurement** (load %s → %s on %d CPUs): other work inflates the figures.\n\n", m.Load, m.LoadEnd, m.CPUs)
+		fmt.Fprintf(w, "**The machine was busy during this measurement** (other work kept %.2f of %d CPUs busy): it inflates the figures.\n\n", m.OtherCPUs, m.CPUs)
 	}
 
 	fmt.Fprintf(w, "### Latency of `/bin/true` (%d interleaved rounds, ms from fork to reap)\n\n", res.Rounds)
