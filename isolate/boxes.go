@@ -10,8 +10,13 @@ import (
 	"github.com/isolate-sandbox/isolate/cgroup"
 )
 
-// MaxBoxes bounds box ids, as ioi/isolate's num_boxes does.
-const MaxBoxes = 1000
+// DefaultNumBoxes is how many box ids there are (0 to DefaultNumBoxes-1)
+// unless the configuration's num_boxes says otherwise, as in ioi/isolate.
+const DefaultNumBoxes = 1000
+
+// MaxBoxes bounds num_boxes: box N runs as host uid FirstUID+N, which must
+// stay a valid uid. (Judge0 uses box ids up to 2^31-1.)
+const MaxBoxes = 1 << 31
 
 // FirstUID is the host uid (and gid) of box 0; box N runs as FirstUID+N,
 // as in ioi/isolate.
@@ -47,8 +52,8 @@ func tryLock(id int) (*boxLock, bool, error) {
 	return &boxLock{id: id, fd: fd}, true, nil
 }
 
-// lockBox takes box id, or the first free one when id < 0.
-func lockBox(id int) (*boxLock, error) {
+// lockBox takes box id, or the first free one below numBoxes when id < 0.
+func lockBox(id, numBoxes int) (*boxLock, error) {
 	if id >= 0 {
 		l, ok, err := tryLock(id)
 		if err != nil {
@@ -59,7 +64,7 @@ func lockBox(id int) (*boxLock, error) {
 		}
 		return l, nil
 	}
-	for i := 0; i < MaxBoxes; i++ {
+	for i := 0; i < numBoxes; i++ {
 		l, ok, err := tryLock(i)
 		if err != nil {
 			return nil, fmt.Errorf("lock box %d: %w", i, err)
@@ -68,7 +73,7 @@ func lockBox(id int) (*boxLock, error) {
 			return l, nil
 		}
 	}
-	return nil, fmt.Errorf("all %d boxes are in use", MaxBoxes)
+	return nil, fmt.Errorf("all %d boxes are in use", numBoxes)
 }
 
 func (l *boxLock) release() { unix.Close(l.fd) }

@@ -46,7 +46,7 @@ func LoadConfig() (*Config, error) {
 	if !explicit {
 		path = ConfigPath
 	}
-	cfg := &Config{BoxRoot: DefaultBoxRoot, NumBoxes: MaxBoxes}
+	cfg := &Config{BoxRoot: DefaultBoxRoot, NumBoxes: DefaultNumBoxes}
 	f, err := os.Open(path)
 	if err != nil {
 		if os.IsNotExist(err) && !explicit {

@@ -32,6 +32,8 @@ type Options struct {
 	// CgroupRoot overrides where box cgroups are created (a cgroup path);
 	// empty: under this process's own cgroup.
 	CgroupRoot string
+	// NumBoxes is how many box ids there are; 0 means DefaultNumBoxes.
+	NumBoxes int
 }
 
 // setupTimeout bounds how long init may take to build a box.
@@ -95,6 +97,13 @@ func Run(spec *Spec, opts Options) (*Report, error) {
 	return s.report, nil
 }
 
+func (s *supervisor) numBoxes() int {
+	if s.opts.NumBoxes > 0 {
+		return s.opts.NumBoxes
+	}
+	return DefaultNumBoxes
+}
+
 func (s *supervisor) policyName() string {
 	if s.spec.Seccomp == "" {
 		return "default"
@@ -108,8 +117,8 @@ func (s *supervisor) validate() error {
 	if len(sp.Command) == 0 || sp.Command[0] == "" {
 		return usagef("no command given (isolate run [options] -- COMMAND [ARG...])")
 	}
-	if sp.BoxID >= MaxBoxes {
-		return usagef("box id %d is out of range (0-%d)", sp.BoxID, MaxBoxes-1)
+	if sp.BoxID >= s.numBoxes() {
+		return usagef("box id %d is out of range (0-%d; num_boxes in %s raises it)", sp.BoxID, s.numBoxes()-1, ConfigPath)
 	}
 	if sp.ImageDir == "" && sp.ImageFile == "" && sp.ImageMount == nil {
 		return usagef("unknown image %q", sp.Image)
@@ -180,7 +189,7 @@ func dirOf(p string) string {
 // prepare takes a box id and creates the box's cgroup.
 func (s *supervisor) prepare() error {
 	var err error
-	if s.lock, err = lockBox(s.spec.BoxID); err != nil {
+	if s.lock, err = lockBox(s.spec.BoxID, s.numBoxes()); err != nil {
 		return err
 	}
 	s.report.BoxID = s.lock.id

@@ -160,7 +160,7 @@ func findLeaks() []string {
 		}
 		for _, line := range strings.Split(string(data), "\n") {
 			if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
-				if uid, _ := strconv.Atoi(f[1]); uid >= isolate.FirstUID && uid < isolate.FirstUID+isolate.MaxBoxes {
+				if uid, _ := strconv.Atoi(f[1]); uid >= isolate.FirstUID && uid < isolate.FirstUID+isolate.DefaultNumBoxes {
 					leaks = append(leaks, "process "+p+" uid "+f[1])
 				}
 			}

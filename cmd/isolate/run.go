@@ -197,7 +197,19 @@ func resolveImage(s *isolate.Spec, name string) error {
 
 // runAndReport runs spec and prints the report the way the flags ask.
 func runAndReport(c *cli.Context, spec *isolate.Spec) error {
-	rep, err := isolate.Run(spec, hostOptions())
+	opts, cfg, err := loadHost()
+	if err != nil {
+		return usageErr(err)
+	}
+	// A box made by `isolate init` keeps its /box across runs.
+	finish, err := isolate.UsePersistent(spec, cfg)
+	if err != nil {
+		return usageErr(err)
+	}
+	rep, err := isolate.Run(spec, opts)
+	if ferr := finish(); ferr != nil && err == nil && rep.Status != isolate.StatusXX {
+		rep.Status, rep.Message = isolate.StatusXX, "hand the box back: "+ferr.Error()
+	}
 	if err != nil {
 		return usageErr(err)
 	}
@@ -218,7 +230,23 @@ func exitStatus(r *isolate.Report) int {
 	return exitFailed
 }
 
-// hostOptions reads host settings (the environment, then defaults).
+// hostOptions is the host's settings, for callers that have already
+// reported a broken configuration file (or do not read it).
 func hostOptions() isolate.Options {
-	return isolate.Options{CgroupRoot: os.Getenv("ISOLATE_CGROUP_ROOT")}
+	opts, _, _ := loadHost()
+	return opts
+}
+
+// loadHost reads the host's settings: the configuration file, then
+// ISOLATE_CGROUP_ROOT from the environment.
+func loadHost() (isolate.Options, *isolate.Config, error) {
+	cfg, err := isolate.LoadConfig()
+	if err != nil {
+		return isolate.Options{}, nil, err
+	}
+	opts := isolate.Options{CgroupRoot: cfg.CgroupRoot, NumBoxes: cfg.NumBoxes}
+	if root := os.Getenv("ISOLATE_CGROUP_ROOT"); root != "" {
+		opts.CgroupRoot = root
+	}
+	return opts, cfg, nil
 }

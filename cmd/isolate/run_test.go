@@ -548,3 +548,29 @@ func TestCheckAndVersion(t *testing.T) {
 		t.Errorf("version: %q", res.Stdout)
 	}
 }
+
+func TestNativeRunOnPersistentBox(t *testing.T) {
+	root := shareDir(t)
+	cfg := filepath.Join(root, "config")
+	os.WriteFile(cfg, []byte("box_root = "+root+"\n"), 0o644)
+	t.Setenv("ISOLATE_CONFIG", cfg)
+	res := isolateCmd(t, "", "init", "--box-id", "921")
+	if res.Code != 0 {
+		t.Fatalf("init: exit %d %s", res.Code, res.Stderr)
+	}
+	defer isolateCmd(t, "", "cleanup", "--box-id", "921")
+	dir := strings.TrimSpace(res.Stdout)
+	os.WriteFile(filepath.Join(dir, "box", "in.txt"), []byte("kept\n"), 0o644)
+	rep, _ := runBox(t, "--box-id", "921", "--", "/bin/sh", "-c", "cat in.txt; echo made > out.txt")
+	expectStatus(t, rep, isolate.StatusOK)
+	if rep.Stdout != "kept\n" {
+		t.Errorf("the persistent box's file inside: %q", rep.Stdout)
+	}
+	rep, _ = runBox(t, "--box-id", "921", "--", "/bin/cat", "out.txt")
+	if rep.Stdout != "made\n" {
+		t.Errorf("/box did not persist across runs: %q", rep.Stdout)
+	}
+	if got, err := os.ReadFile(filepath.Join(dir, "box", "out.txt")); err != nil || string(got) != "made\n" {
+		t.Errorf("the caller reads the result: %q %v", got, err)
+	}
+}
