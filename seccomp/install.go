@@ -10,16 +10,21 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Install loads filter on the calling thread only. It runs inside the box's
-// init, on a thread locked with runtime.LockOSThread, right before that
-// thread forks the program: raw syscalls only (no cgo), no TSYNC, so that
-// init's other threads stay unfiltered. It sets PR_SET_NO_NEW_PRIVS on the
-// thread (seccomp requires it of a task without CAP_SYS_ADMIN, and the
-// program must never gain privileges through a set-id binary anyway).
+// Install loads filter on the calling thread only, for a Go process that
+// starts the program itself: call it on a thread locked with
+// runtime.LockOSThread, right before that thread forks (the child inherits
+// the filter). Raw syscalls only (no cgo), no TSYNC, so the process's other
+// threads stay unfiltered. It sets PR_SET_NO_NEW_PRIVS on the thread
+// (seccomp requires it of a task without CAP_SYS_ADMIN, and the program must
+// never gain privileges through a set-id binary anyway). The box's init,
+// written in C, does the same in the forked program itself
+// (isolate/init.c).
 //
 // When notify is true the filter is loaded with
 // SECCOMP_FILTER_FLAG_NEW_LISTENER and the listener's descriptor (close-on-
-// exec) is returned; otherwise -1.
+// exec) is returned; otherwise -1. Hand it to a Recorder and close this
+// copy: the kernel detaches a listener only when its last descriptor is
+// closed, which is what makes the Recorder's cap work.
 func Install(filter []byte, notify bool) (listenerFD int, err error) {
 	n := len(filter) / 8
 	if n == 0 || len(filter)%8 != 0 {

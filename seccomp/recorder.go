@@ -57,8 +57,8 @@ type Recorder struct {
 	capped   bool
 }
 
-// NewRecorder takes ownership of a listener descriptor (from
-// Install, passed to the supervisor with pidfd_getfd).
+// NewRecorder takes ownership of a listener descriptor, received from the
+// process that loaded the filter (which must close its own copy).
 func NewRecorder(listenerFD int) *Recorder {
 	return &Recorder{fd: listenerFD, wake: -1, limit: MaxAnswered, done: make(chan struct{}), counts: map[uint64]int{}}
 }
