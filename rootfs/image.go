@@ -106,6 +106,7 @@ func RemoveImage(name string) error {
 		return fmt.Errorf("%q is not an image name", name)
 	}
 	found := false
+	ReleaseHolder(ImagePath(name))
 	os.Remove(filepath.Join(ImagesDir(), name+".log"))
 	for _, p := range []string{manifestPath(name), ImagePath(name)} {
 		err := os.Remove(p)

@@ -238,6 +238,7 @@ func (b *builder) build() (*Manifest, error) {
 	}
 	// The image first, then its manifest: a manifest always describes
 	// the file beside it. Boxes on the old file keep it until they end.
+	ReleaseHolder(ImagePath(b.spec.Name))
 	if err := os.Rename(tmp, ImagePath(b.spec.Name)); err != nil {
 		os.Remove(mtmp)
 		return nil, err

@@ -124,7 +124,7 @@ func (j *execJob) execute() (*execReport, error) {
 	if j.spec.ImageFile != "" {
 		// One mount for both phases: the run finds in the page cache
 		// what the compiler already read.
-		m, err := rootfs.MountSquashfs(j.spec.ImageFile)
+		m, err := rootfs.OpenImage(j.spec.ImageFile)
 		if err != nil {
 			return &execReport{Status: isolate.StatusXX, Run: sandboxFailure(j.spec, err)}, nil
 		}

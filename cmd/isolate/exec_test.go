@@ -7,9 +7,12 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -303,4 +306,96 @@ func TestExecUsageErrors(t *testing.T) {
 		}
 	}
 	checkNoImageLeaks(t)
+}
+
+// BenchmarkExecOverhead compares `isolate exec` with the toolchain's own
+// time: the same image's toolchain run directly (chroot into the unpacked
+// image, no sandbox) on the same source, interleaved, medians reported.
+// Run it with:
+//
+//	go test -tags urfave_cli_no_docs,netgo,osusergo -run '^$' -bench ExecOverhead -benchtime 40x ./cmd/isolate
+func BenchmarkExecOverhead(b *testing.B) {
+	cases := []struct {
+		name, lang, file, source string
+		bare                     [][]string // the toolchain's own steps, in /work of the unpacked image
+	}{
+		{"python-hello", "python", "hello.py", "print('hello')\n", [][]string{{"python3", "hello.py"}}},
+		{"c-compile-run", "c", "hello.c", "#include <stdio.h>\nint main(void){puts(\"hello\");return 0;}\n",
+			[][]string{{"gcc", "-std=gnu17", "-O2", "-pipe", "-o", "main", "hello.c", "-lm"}, {"./main"}}},
+	}
+	for _, c := range cases {
+		for _, warm := range []bool{false, true} {
+			name := c.name + "/cold"
+			if warm {
+				name = c.name + "/warm"
+			}
+			b.Run(name, func(b *testing.B) {
+				if _, err := rootfs.LookupImage(c.lang); err != nil {
+					b.Skip(err)
+				}
+				if warm {
+					// Images stay mounted between runs (a holder keeps
+					// them); released at the end.
+					b.Setenv(rootfs.LingerEnv, "60")
+					defer rootfs.ReleaseHolder(rootfs.ImagePath(c.lang))
+				}
+				benchExec(b, c.lang, c.file, c.source, c.bare)
+			})
+		}
+	}
+}
+
+func benchExec(b *testing.B, lang, file, source string, steps [][]string) {
+	root := unpackImage(b, lang)
+	work := filepath.Join(root, "work")
+	os.MkdirAll(work, 0o777)
+	os.WriteFile(filepath.Join(work, file), []byte(source), 0o644)
+	src := filepath.Join(shareDir(b), file)
+	os.WriteFile(src, []byte(source), 0o644)
+	var bare, sandboxed []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t := time.Now()
+		for _, step := range steps {
+			cmd := exec.Command(step[0], step[1:]...)
+			if cmd.Path = step[0]; !strings.Contains(cmd.Path, "/") {
+				cmd.Path = "/usr/bin/" + cmd.Path // looked up inside the image
+			}
+			cmd.Dir = "/work"
+			cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/work", "LANG=C.UTF-8"}
+			cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
+			if out, err := cmd.CombinedOutput(); err != nil {
+				b.Fatalf("%v: %v\n%s", step, err, out)
+			}
+		}
+		bare = append(bare, time.Since(t))
+		t = time.Now()
+		res := isolateCmd(b, "", "exec", "--lang", lang, src)
+		sandboxed = append(sandboxed, time.Since(t))
+		if res.Code != 0 || res.Stdout != "hello\n" {
+			b.Fatalf("exec: exit %d, %q %q", res.Code, res.Stdout, res.Stderr)
+		}
+	}
+	b.StopTimer()
+	mb, ms := medianOf(bare), medianOf(sandboxed)
+	b.ReportMetric(float64(mb.Microseconds())/1000, "toolchain-ms")
+	b.ReportMetric(float64(ms.Microseconds())/1000, "exec-ms")
+	b.ReportMetric(float64((ms-mb).Microseconds())/1000, "overhead-ms")
+}
+
+// unpackImage unpacks a built image into a temporary directory (removed
+// with the benchmark): the toolchain without any sandbox.
+func unpackImage(b *testing.B, name string) string {
+	b.Helper()
+	dir := filepath.Join(shareDir(b), "root")
+	if out, err := exec.Command("unsquashfs", "-q", "-n", "-d", dir, rootfs.ImagePath(name)).CombinedOutput(); err != nil {
+		b.Fatalf("unsquashfs: %v\n%s", err, out)
+	}
+	return dir
+}
+
+func medianOf(d []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
 }

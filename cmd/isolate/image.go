@@ -17,7 +17,12 @@ import (
 	"github.com/isolate-sandbox/isolate/rootfs"
 )
 
-func init() { extraCommands = append(extraCommands, imageCommand()) }
+func init() {
+	extraCommands = append(extraCommands, imageCommand())
+	rootfs.HolderArgv = func(path string, linger time.Duration) []string {
+		return []string{"image", "hold", "--linger", linger.String(), path}
+	}
+}
 
 // imageCommand builds, lists and removes the per-language images.
 func imageCommand() *cli.Command {
@@ -45,6 +50,20 @@ func imageCommand() *cli.Command {
 				Flags:        []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the manifests as JSON"}},
 				OnUsageError: usage,
 				Action:       imageList,
+			},
+			{
+				// The holder of a warm image (ISOLATE_IMAGE_LINGER): runs
+				// start it, nobody else.
+				Name:      "hold",
+				Hidden:    true,
+				ArgsUsage: "SQUASHFS",
+				Flags:     []cli.Flag{&cli.DurationFlag{Name: "linger"}},
+				Action: func(c *cli.Context) error {
+					if err := rootfs.HoldImage(c.Args().First(), c.Duration("linger")); err != nil {
+						return &exitError{code: exitSandbox, msg: err.Error()}
+					}
+					return nil
+				},
 			},
 			{
 				Name:         "rm",
