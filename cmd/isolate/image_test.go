@@ -124,6 +124,23 @@ func TestImageBuildRunListRemove(t *testing.T) {
 		t.Errorf("langs after a change:\n%s", res.Stdout)
 	}
 
+	// Warm images: a holder keeps the mount between runs, for the linger
+	// after the last one; image rm ends it at once.
+	t.Setenv(rootfs.LingerEnv, "0.5")
+	for i := 0; i < 2; i++ {
+		rep, _ = runBox(t, "--image", "tiny", "--", "hello")
+		expectStatus(t, rep, isolate.StatusOK)
+		if len(attachedImages()) != 1 {
+			t.Fatalf("run %d with a linger: attached %v, want the image held", i, attachedImages())
+		}
+	}
+	checkNoImageLeaks(t) // the holder goes after 0.5 s
+	t.Setenv(rootfs.LingerEnv, "1h")
+	rep, _ = runBox(t, "--image", "tiny", "--", "hello")
+	expectStatus(t, rep, isolate.StatusOK)
+	if len(attachedImages()) != 1 {
+		t.Fatalf("held: %v", attachedImages())
+	}
 	res = isolateCmd(t, "", "image", "rm", "tiny")
 	if res.Code != 0 {
 		t.Fatalf("image rm: exit %d\n%s", res.Code, res.Stderr)
@@ -131,6 +148,7 @@ func TestImageBuildRunListRemove(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(images, "tiny*")); len(left) != 0 {
 		t.Errorf("left after rm: %v", left)
 	}
+	checkNoImageLeaks(t) // rm released the holder
 	res = isolateCmd(t, "", "image", "rm", "tiny")
 	if res.Code != 2 || !strings.Contains(res.Stderr, "not built") {
 		t.Errorf("second rm: exit %d, %q", res.Code, res.Stderr)
