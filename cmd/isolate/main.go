@@ -1,3 +1,8 @@
+// The runtime need not size GOMAXPROCS from cgroup files at every start:
+// the supervisor waits on the kernel, it does not compute.
+//go:debug containermaxprocs=0
+//go:debug updatemaxprocs=0
+
 // Command isolate runs untrusted programs in a sandbox: see
 // ../shared/CONTRACT.md for the commands, options, report and exit status.
 package main

@@ -12,37 +12,52 @@ import (
 	"github.com/isolate-sandbox/isolate/rootfs"
 )
 
+// runValues receive the options of `run` (and `exec`) as urfave/cli parses
+// them: reading them back by name (c.String) scans every flag's names with
+// a regexp on each call, which cost about half a millisecond per run. Only
+// one command runs per process, so the commands share them.
+var runValues struct {
+	boxID                                               int
+	image, lang, time, wallTime, extraTime, mem, pids   string
+	cpus, fsize, tmpSize, openFiles, stack, outputLimit string
+	net, stdin, stdout, stderr, chdir, seccomp          string
+	report, meta                                        string
+	bind, copyIn, copyOut, env                          cli.StringSlice
+	stream, json                                        bool
+}
+
 // runFlags are the options of `run` (and of `exec`).
 func runFlags() []cli.Flag {
+	v := &runValues
 	return []cli.Flag{
-		&cli.IntFlag{Name: "box-id", Aliases: []string{"b"}, Value: -1, Usage: "box `N` (default: a free one)"},
-		&cli.StringFlag{Name: "image", Value: "host", Usage: "root file system: host, an image name, a directory or a squashfs file"},
-		&cli.StringFlag{Name: "lang", Usage: "the language `LANG`'s image and environment (isolate langs)"},
-		&cli.StringFlag{Name: "time", Aliases: []string{"t"}, Usage: "CPU time limit `DUR` of the whole program"},
-		&cli.StringFlag{Name: "wall-time", Aliases: []string{"w"}, Usage: "wall-clock limit `DUR` (default 2×time+1s, else 60s)"},
-		&cli.StringFlag{Name: "extra-time", Aliases: []string{"x"}, Usage: "kill only after time+`DUR`"},
-		&cli.StringFlag{Name: "mem", Aliases: []string{"m"}, Value: "512M", Usage: "memory limit `SIZE` (cgroup)"},
-		&cli.StringFlag{Name: "pids", Aliases: []string{"p"}, Value: "64", Usage: "processes and threads at once"},
-		&cli.StringFlag{Name: "cpus", Usage: "CPU bandwidth `F` (e.g. 0.5)"},
-		&cli.StringFlag{Name: "fsize", Aliases: []string{"f"}, Value: "64M", Usage: "largest file `SIZE`"},
-		&cli.StringFlag{Name: "tmp-size", Value: "64M", Usage: "`SIZE` of /box and /tmp"},
-		&cli.StringFlag{Name: "open-files", Value: "256", Usage: "RLIMIT_NOFILE"},
-		&cli.StringFlag{Name: "stack", Value: "8M", Usage: "RLIMIT_STACK `SIZE`"},
-		&cli.StringFlag{Name: "output-limit", Value: "1M", Usage: "bytes kept per captured stream"},
-		&cli.StringSliceFlag{Name: "bind", Usage: "`HOST:BOX[:ro|rw]` bind (repeatable)"},
-		&cli.StringSliceFlag{Name: "copy-in", Usage: "`HOST:BOX` copy into the box"},
-		&cli.StringSliceFlag{Name: "copy-out", Usage: "`BOX:HOST` copy out of the box"},
-		&cli.StringSliceFlag{Name: "env", Aliases: []string{"E"}, Usage: "`NAME[=VALUE]` environment variable"},
-		&cli.StringFlag{Name: "net", Value: "none", Usage: "none or host"},
-		&cli.StringFlag{Name: "stdin", Aliases: []string{"i"}, Usage: "host `FILE` as standard input"},
-		&cli.StringFlag{Name: "stdout", Aliases: []string{"o"}, Usage: "host `FILE` for standard output"},
-		&cli.StringFlag{Name: "stderr", Aliases: []string{"r"}, Usage: "host `FILE` for standard error"},
-		&cli.BoolFlag{Name: "stream", Usage: "also copy output live to isolate's stdout/stderr"},
-		&cli.StringFlag{Name: "chdir", Aliases: []string{"c"}, Value: "/box", Usage: "working `DIR` inside"},
-		&cli.StringFlag{Name: "seccomp", Value: "default", Usage: "default, none, or an OCI seccomp profile `FILE`"},
-		&cli.BoolFlag{Name: "json", Usage: "print the report as JSON on stdout"},
-		&cli.StringFlag{Name: "report", Usage: "write the JSON report to `FILE`"},
-		&cli.StringFlag{Name: "meta", Aliases: []string{"M"}, Usage: "write an ioi/isolate-style meta `FILE`"},
+		&cli.IntFlag{Name: "box-id", Aliases: []string{"b"}, Value: -1, Usage: "box `N` (default: a free one)", Destination: &v.boxID},
+		&cli.StringFlag{Name: "image", Value: "host", Usage: "root file system: host, an image name, a directory or a squashfs file", Destination: &v.image},
+		&cli.StringFlag{Name: "lang", Usage: "the language `LANG`'s image and environment (isolate langs)", Destination: &v.lang},
+		&cli.StringFlag{Name: "time", Aliases: []string{"t"}, Usage: "CPU time limit `DUR` of the whole program", Destination: &v.time},
+		&cli.StringFlag{Name: "wall-time", Aliases: []string{"w"}, Usage: "wall-clock limit `DUR` (default 2×time+1s, else 60s)", Destination: &v.wallTime},
+		&cli.StringFlag{Name: "extra-time", Aliases: []string{"x"}, Usage: "kill only after time+`DUR`", Destination: &v.extraTime},
+		&cli.StringFlag{Name: "mem", Aliases: []string{"m"}, Value: "512M", Usage: "memory limit `SIZE` (cgroup)", Destination: &v.mem},
+		&cli.StringFlag{Name: "pids", Aliases: []string{"p"}, Value: "64", Usage: "processes and threads at once", Destination: &v.pids},
+		&cli.StringFlag{Name: "cpus", Usage: "CPU bandwidth `F` (e.g. 0.5)", Destination: &v.cpus},
+		&cli.StringFlag{Name: "fsize", Aliases: []string{"f"}, Value: "64M", Usage: "largest file `SIZE`", Destination: &v.fsize},
+		&cli.StringFlag{Name: "tmp-size", Value: "64M", Usage: "`SIZE` of /box and /tmp", Destination: &v.tmpSize},
+		&cli.StringFlag{Name: "open-files", Value: "256", Usage: "RLIMIT_NOFILE", Destination: &v.openFiles},
+		&cli.StringFlag{Name: "stack", Value: "8M", Usage: "RLIMIT_STACK `SIZE`", Destination: &v.stack},
+		&cli.StringFlag{Name: "output-limit", Value: "1M", Usage: "bytes kept per captured stream", Destination: &v.outputLimit},
+		&cli.StringSliceFlag{Name: "bind", Usage: "`HOST:BOX[:ro|rw]` bind (repeatable)", Destination: &v.bind},
+		&cli.StringSliceFlag{Name: "copy-in", Usage: "`HOST:BOX` copy into the box", Destination: &v.copyIn},
+		&cli.StringSliceFlag{Name: "copy-out", Usage: "`BOX:HOST` copy out of the box", Destination: &v.copyOut},
+		&cli.StringSliceFlag{Name: "env", Aliases: []string{"E"}, Usage: "`NAME[=VALUE]` environment variable", Destination: &v.env},
+		&cli.StringFlag{Name: "net", Value: "none", Usage: "none or host", Destination: &v.net},
+		&cli.StringFlag{Name: "stdin", Aliases: []string{"i"}, Usage: "host `FILE` as standard input", Destination: &v.stdin},
+		&cli.StringFlag{Name: "stdout", Aliases: []string{"o"}, Usage: "host `FILE` for standard output", Destination: &v.stdout},
+		&cli.StringFlag{Name: "stderr", Aliases: []string{"r"}, Usage: "host `FILE` for standard error", Destination: &v.stderr},
+		&cli.BoolFlag{Name: "stream", Usage: "also copy output live to isolate's stdout/stderr", Destination: &v.stream},
+		&cli.StringFlag{Name: "chdir", Aliases: []string{"c"}, Value: "/box", Usage: "working `DIR` inside", Destination: &v.chdir},
+		&cli.StringFlag{Name: "seccomp", Value: "default", Usage: "default, none, or an OCI seccomp profile `FILE`", Destination: &v.seccomp},
+		&cli.BoolFlag{Name: "json", Usage: "print the report as JSON on stdout", Destination: &v.json},
+		&cli.StringFlag{Name: "report", Usage: "write the JSON report to `FILE`", Destination: &v.report},
+		&cli.StringFlag{Name: "meta", Aliases: []string{"M"}, Usage: "write an ioi/isolate-style meta `FILE`", Destination: &v.meta},
 	}
 }
 
@@ -72,7 +87,7 @@ func runCommand() *cli.Command {
 // specFromFlags turns the run options into a Spec.
 func specFromFlags(c *cli.Context) (*isolate.Spec, error) {
 	s := isolate.Defaults()
-	s.BoxID = c.Int("box-id")
+	s.BoxID = runValues.boxID
 	if s.BoxID < -1 {
 		return nil, fmt.Errorf("--box-id %d: must be 0 or more", s.BoxID)
 	}
@@ -82,34 +97,36 @@ func specFromFlags(c *cli.Context) (*isolate.Spec, error) {
 		dst  *int64
 	}{}
 	_ = durations
-	if s.CPUTime, err = parseDuration("time", orDefault(c.String("time"), "0")); err != nil {
+	if s.CPUTime, err = parseDuration("time", orDefault(runValues.time, "0")); err != nil {
 		return nil, err
 	}
-	if s.WallTime, err = parseDuration("wall-time", orDefault(c.String("wall-time"), "0")); err != nil {
+	if s.WallTime, err = parseDuration("wall-time", orDefault(runValues.wallTime, "0")); err != nil {
 		return nil, err
 	}
-	if s.ExtraTime, err = parseDuration("extra-time", orDefault(c.String("extra-time"), "0")); err != nil {
+	if s.ExtraTime, err = parseDuration("extra-time", orDefault(runValues.extraTime, "0")); err != nil {
 		return nil, err
 	}
+	v := &runValues
 	sizes := []struct {
 		name string
+		val  *string
 		dst  *int64
 	}{
-		{"mem", &s.Memory}, {"fsize", &s.FileSize}, {"tmp-size", &s.TmpSize},
-		{"stack", &s.Stack}, {"output-limit", &s.OutputLimit},
+		{"mem", &v.mem, &s.Memory}, {"fsize", &v.fsize, &s.FileSize}, {"tmp-size", &v.tmpSize, &s.TmpSize},
+		{"stack", &v.stack, &s.Stack}, {"output-limit", &v.outputLimit, &s.OutputLimit},
 	}
 	for _, sz := range sizes {
-		if *sz.dst, err = parseSize(sz.name, c.String(sz.name)); err != nil {
+		if *sz.dst, err = parseSize(sz.name, *sz.val); err != nil {
 			return nil, err
 		}
 	}
-	if s.Pids, err = parseCount("pids", c.String("pids")); err != nil {
+	if s.Pids, err = parseCount("pids", runValues.pids); err != nil {
 		return nil, err
 	}
-	if s.OpenFiles, err = parseCount("open-files", c.String("open-files")); err != nil {
+	if s.OpenFiles, err = parseCount("open-files", runValues.openFiles); err != nil {
 		return nil, err
 	}
-	if v := c.String("cpus"); v != "" && v != "unlimited" {
+	if v := runValues.cpus; v != "" && v != "unlimited" {
 		if _, err := fmt.Sscanf(v, "%g", &s.CPUs); err != nil || s.CPUs < 0 || strings.ContainsAny(v, " ") {
 			return nil, fmt.Errorf("--cpus %q: not a number of CPUs", v)
 		}
@@ -121,42 +138,42 @@ func specFromFlags(c *cli.Context) (*isolate.Spec, error) {
 	if err := resolveImage(&s, imageFromFlags(c, lang)); err != nil {
 		return nil, err
 	}
-	for _, v := range c.StringSlice("bind") {
+	for _, v := range runValues.bind.Value() {
 		b, err := parseBind(v)
 		if err != nil {
 			return nil, err
 		}
 		s.Binds = append(s.Binds, b)
 	}
-	for _, v := range c.StringSlice("copy-in") {
+	for _, v := range runValues.copyIn.Value() {
 		cp, err := parseCopy("copy-in", v)
 		if err != nil {
 			return nil, err
 		}
 		s.CopyIn = append(s.CopyIn, cp)
 	}
-	for _, v := range c.StringSlice("copy-out") {
+	for _, v := range runValues.copyOut.Value() {
 		cp, err := parseCopy("copy-out", v)
 		if err != nil {
 			return nil, err
 		}
 		s.CopyOut = append(s.CopyOut, cp)
 	}
-	if s.Env, err = buildEnv(langEnv(lang), c.StringSlice("env")); err != nil {
+	if s.Env, err = buildEnv(langEnv(lang), runValues.env.Value()); err != nil {
 		return nil, err
 	}
-	switch c.String("net") {
+	switch runValues.net {
 	case "none":
 	case "host":
 		s.HostNet = true
 	default:
-		return nil, fmt.Errorf("--net %q: expected none or host", c.String("net"))
+		return nil, fmt.Errorf("--net %q: expected none or host", runValues.net)
 	}
-	s.Stdin, s.Stdout, s.Stderr = c.String("stdin"), c.String("stdout"), c.String("stderr")
-	s.Stream = c.Bool("stream")
+	s.Stdin, s.Stdout, s.Stderr = runValues.stdin, runValues.stdout, runValues.stderr
+	s.Stream = runValues.stream
 	s.LiveStdout, s.LiveStderr = os.Stdout, os.Stderr
-	s.Chdir = c.String("chdir")
-	s.Seccomp = c.String("seccomp")
+	s.Chdir = runValues.chdir
+	s.Seccomp = runValues.seccomp
 	return &s, nil
 }
 
@@ -213,7 +230,7 @@ func runAndReport(c *cli.Context, spec *isolate.Spec) error {
 	if err != nil {
 		return usageErr(err)
 	}
-	if err := emitReport(rep, c.Bool("json"), c.String("report"), c.String("meta"), c.Bool("stream")); err != nil {
+	if err := emitReport(rep, runValues.json, runValues.report, runValues.meta, runValues.stream); err != nil {
 		return &exitError{code: exitSandbox, msg: err.Error()}
 	}
 	return &exitError{code: exitStatus(rep)}
