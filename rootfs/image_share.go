@@ -160,6 +160,9 @@ func startHolder(path string, linger time.Duration) error {
 	cmd := exec.Command(self, HolderArgv(path, linger)...)
 	cmd.Dir = "/"
 	cmd.Env = []string{}
+	if d := os.Getenv("GOCOVERDIR"); d != "" {
+		cmd.Env = append(cmd.Env, "GOCOVERDIR="+d) // coverage builds of the tests
+	}
 	// Its own session, no terminal, nothing of the caller's streams: it
 	// outlives the run that started it.
 	cmd.ExtraFiles = []*os.File{w}

@@ -84,7 +84,7 @@ func execAction(c *cli.Context) error {
 
 // newExecJob checks the command line; nothing is created yet.
 func newExecJob(c *cli.Context) (*execJob, error) {
-	if c.String("lang") == "" {
+	if runValues.lang == "" {
 		return nil, errors.New("exec: --lang is required (isolate langs lists the languages)")
 	}
 	if c.Args().Len() == 0 {
@@ -336,17 +336,17 @@ func emitExecReport(c *cli.Context, rep *execReport) error {
 	if last == nil {
 		last = rep.Compile
 	}
-	if f := c.String("report"); f != "" {
+	if f := runValues.report; f != "" {
 		if err := writeJSON(f, rep); err != nil {
 			return err
 		}
 	}
-	if f := c.String("meta"); f != "" && last != nil {
+	if f := runValues.meta; f != "" && last != nil {
 		if err := writeMeta(f, last); err != nil {
 			return err
 		}
 	}
-	if c.Bool("json") {
+	if runValues.json {
 		return json.NewEncoder(os.Stdout).Encode(rep)
 	}
 	if rep.Status == isolate.StatusCE {
@@ -357,7 +357,7 @@ func emitExecReport(c *cli.Context, rep *execReport) error {
 	if last == nil {
 		return nil
 	}
-	if !c.Bool("stream") {
+	if !runValues.stream {
 		os.Stdout.WriteString(last.Stdout)
 		os.Stderr.WriteString(last.Stderr)
 	}

@@ -77,7 +77,7 @@ func langsCommand() *cli.Command {
 
 // langFromFlags is the language --lang names, or nil.
 func langFromFlags(c *cli.Context) (*langs.Lang, error) {
-	name := c.String("lang")
+	name := runValues.lang
 	if name == "" {
 		return nil, nil
 	}
@@ -94,7 +94,7 @@ func imageFromFlags(c *cli.Context, l *langs.Lang) string {
 	if l != nil && !c.IsSet("image") {
 		return l.Image
 	}
-	return c.String("image")
+	return runValues.image
 }
 
 // langEnv is the environment a run starts from: the base, then the
