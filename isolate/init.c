@@ -18,6 +18,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <grp.h>
 #include <net/if.h>
 #include <poll.h>
@@ -402,6 +403,11 @@ static void exec_path(const char *file) {
 /* start_child runs in the forked child: it becomes the program. */
 static void start_child(int pipe_fd, const sigset_t *oldmask) {
 	sigprocmask(SIG_SETMASK, oldmask, NULL);
+	/* No core dumps, whatever the caller's limit: a crash must not hand
+	 * the program's memory to the host's core_pattern handler. */
+	struct rlimit nocore = {0, 0};
+	if (setrlimit(RLIMIT_CORE, &nocore) < 0)
+		child_fail(pipe_fd, CS_RLIMIT, errno);
 	/* Into the box's cgroups before the program's first instruction; init
 	 * itself stays out, so nothing of the sandbox is charged to the box. */
 	for (int i = 0; i < prog.ncgroup; i++)
@@ -468,10 +474,9 @@ static void wait_control(void) {
 		;
 }
 
-static int run_init(void) {
-	stage_last = now_ns();
-	/* Nothing the supervisor passed may reach the program by accident. */
-	syscall(SYS_close_range, 3, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */);
+/* run_box is PID 1 of the box: it carries out the plan, starts the
+ * program and reaps the box. */
+static int run_box(struct rec *recs, int nrecs) {
 	sigset_t chld, oldmask;
 	sigemptyset(&chld);
 	sigaddset(&chld, SIGCHLD);
@@ -479,15 +484,8 @@ static int run_init(void) {
 	int sfd = signalfd(-1, &chld, SFD_CLOEXEC);
 	if (sfd < 0)
 		fail("create signalfd", errno);
-
-	for (;;) {
-		struct rec r;
-		if (read_rec(&r) < 0)
-			fail("read plan", errno ? errno : EPIPE);
-		if (strcmp(r.f[1], "end") == 0)
-			break;
-		do_op(&r);
-	}
+	for (int i = 0; i < nrecs; i++)
+		do_op(&recs[i]);
 	mark("init-setup");
 	if (!prog.argv || !prog.argv[0])
 		fail("decode plan: no program", EINVAL);
@@ -594,8 +592,61 @@ static int run_init(void) {
 	return 0;
 }
 
+/* run_init creates the box's namespaces, has the supervisor map the box's
+ * user namespace, reads the plan, and forks PID 1 of the new PID
+ * namespace to carry it out. It stays as that process's parent, so that
+ * the supervisor's death (PDEATHSIG on this process) takes the box down.
+ *
+ * Creating the namespaces here rather than in the supervisor's clone(2)
+ * lets the supervisor start this process with vfork: Go must fully fork
+ * its own address space to create a user namespace (the child waits for
+ * its ID maps before exec), which cost a millisecond per run. */
+static int run_init(unsigned long flags) {
+	stage_last = now_ns();
+	/* Nothing the supervisor passed may reach the program by accident. */
+	syscall(SYS_close_range, 3, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */);
+	if (unshare(flags) < 0)
+		fail("create namespaces", errno);
+	put("{\"type\":\"map\"}");
+	flush();
+	/* The plan comes once the supervisor has written our ID maps. Read
+	 * all of it first, then carry it out: the timers tell the transfer
+	 * from the work. */
+	static struct rec recs[1024];
+	int nrecs = 0;
+	for (;;) {
+		if (nrecs == 1024)
+			fail("read plan: too many steps", E2BIG);
+		errno = 0;
+		if (read_rec(&recs[nrecs]) < 0)
+			fail("read plan", errno ? errno : EPIPE);
+		if (strcmp(recs[nrecs].f[1], "end") == 0)
+			break;
+		nrecs++;
+	}
+	mark("init-namespaces+read");
+	pid_t pid1 = fork();
+	if (pid1 < 0)
+		fail("fork the box's PID 1", errno);
+	if (pid1 == 0) {
+		/* (getppid() is 0 here, the parent being outside the new PID
+		 * namespace; had the parent died already, the closed control
+		 * pipe takes the box down.) */
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+			fail("set the parent-death signal", errno);
+		return run_box(recs, nrecs);
+	}
+	/* Hold nothing of the box's: its streams end when PID 1's do. */
+	syscall(SYS_close_range, 0, ~0U, 0);
+	int ws;
+	while (waitpid(pid1, &ws, 0) < 0)
+		if (errno != EINTR)
+			return 1;
+	return WIFEXITED(ws) ? WEXITSTATUS(ws) : 1;
+}
+
 __attribute__((constructor)) static void isolate_init_entry(int argc, char **argv, char **envp) {
 	(void)envp;
-	if (argc >= 2 && strcmp(argv[1], INIT_ARG) == 0)
-		_exit(run_init());
+	if (argc >= 3 && strcmp(argv[1], INIT_ARG) == 0)
+		_exit(run_init(strtoul(argv[2], NULL, 10)));
 }

@@ -46,6 +46,7 @@ func itoa(i int) string { return strconv.Itoa(i) }
 
 // Message types sent by init.
 const (
+	msgMap     = "map"     // init created its namespaces: write its ID maps
 	msgReady   = "ready"   // the file system is built; waiting for ctlGo
 	msgStarted = "started" // the program runs
 	msgExited  = "exited"  // the program and everything it left are gone

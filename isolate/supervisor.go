@@ -264,18 +264,14 @@ func (s *supervisor) start() error {
 		files = append(files, f.Fd())
 	}
 	// syscall.ForkExec, not os/exec: os/exec probes pidfd support with a
-	// throwaway fork in every new process, a cost on every run.
+	// throwaway fork in every new process, a cost on every run. No clone
+	// flags: init creates the namespaces itself (see init.c), so Go can
+	// start it with vfork instead of copying the supervisor.
 	pidfd := -1
 	attr := &syscall.ProcAttr{
 		Env:   initEnv(),
 		Files: files,
 		Sys: &syscall.SysProcAttr{
-			Cloneflags: flags,
-			// Root of the box's user namespace is root outside, for init
-			// alone; the program runs as boxUID, an unprivileged host uid.
-			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}, {ContainerID: boxUID, HostID: hostUID, Size: 1}},
-			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}, {ContainerID: boxUID, HostID: hostUID, Size: 1}},
-			GidMappingsEnableSetgroups: true,
 			// The box dies with the supervisor, however the supervisor dies.
 			Pdeathsig: syscall.SIGKILL,
 			PidFD:     &pidfd,
@@ -285,7 +281,7 @@ func (s *supervisor) start() error {
 		return fmt.Errorf("create %s: %w", rootfs.StagingDir, err)
 	}
 	s.timer.mark("spawn-prep")
-	pid, err := syscall.ForkExec("/proc/self/exe", []string{"isolate-init", InitArg}, attr)
+	pid, err := syscall.ForkExec("/proc/self/exe", []string{"isolate-init", InitArg, strconv.FormatUint(uint64(flags), 10)}, attr)
 	if err != nil {
 		return fmt.Errorf("start init: %w", err)
 	}
@@ -297,6 +293,13 @@ func (s *supervisor) start() error {
 	s.closers = nil
 	s.msgs = make(chan initMessage, 4)
 	go readMessages(statusR, s.msgs)
+	if _, err := s.await(msgMap); err != nil {
+		return err
+	}
+	if err := writeIDMaps(pid, hostUID); err != nil {
+		return err
+	}
+	s.timer.mark("namespaces+maps")
 	if _, err := ctlW.Write(p.buf); err != nil {
 		return fmt.Errorf("send the plan to init: %w", err)
 	}
@@ -384,6 +387,20 @@ func describeWait(ws syscall.WaitStatus) string {
 		return "killed by signal " + ws.Signal().String()
 	}
 	return "exit status " + strconv.Itoa(ws.ExitStatus())
+}
+
+// writeIDMaps maps the user namespace init created: its root is root
+// outside, for init alone; the program runs as boxUID, which is hostUID
+// outside, an unprivileged uid of this box.
+func writeIDMaps(pid, hostUID int) error {
+	m := fmt.Sprintf("0 0 1\n%d %d 1\n", boxUID, hostUID)
+	for _, f := range []string{"uid_map", "gid_map"} {
+		path := "/proc/" + strconv.Itoa(pid) + "/" + f
+		if err := os.WriteFile(path, []byte(m), 0); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+	}
+	return nil
 }
 
 // receiveFD takes the descriptor the program sent before its exec.
