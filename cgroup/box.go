@@ -55,7 +55,7 @@ func (m *Manager) Create(name string, l Limits) (*Box, error) {
 	if m.mode.usesV1() {
 		err = b.createV1(m, l)
 	} else {
-		err = b.createV2(l)
+		err = b.createV2(m, l)
 	}
 	if err != nil {
 		b.Destroy()
@@ -109,10 +109,7 @@ func (b *Box) createV1(m *Manager, l Limits) error {
 	var subsystems []cgroup1.Subsystem
 	// containerd addresses a controller as <mount root>/<name>/<path>; the
 	// mount root is the directory above the controller's mount point.
-	mounts, err := cgroupMounts()
-	if err != nil {
-		return err
-	}
+	mounts := m.mounts
 	rel := map[cgroup1.Name]string{}
 	for _, c := range v1Controllers {
 		mnt := mounts[c]
@@ -142,7 +139,7 @@ func (b *Box) createV1(m *Manager, l Limits) error {
 	return nil
 }
 
-func (b *Box) createV2(l Limits) error {
+func (b *Box) createV2(m *Manager, l Limits) error {
 	dir := b.dirs[""]
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return fmt.Errorf("create cgroup %s: %w", dir, err)
@@ -164,11 +161,7 @@ func (b *Box) createV2(l Limits) error {
 		period := uint64(cfsPeriod)
 		res.CPU = &cgroup2.CPU{Max: cgroup2.NewCPUMax(&quota, &period)}
 	}
-	mounts, err := cgroupMounts()
-	if err != nil {
-		return err
-	}
-	mnt := mounts[""]
+	mnt := m.mounts[""]
 	mgr, err := cgroup2.Load(strings.TrimPrefix(dir, mnt), cgroup2.WithMountpoint(mnt))
 	if err != nil {
 		return err

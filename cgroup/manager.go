@@ -23,6 +23,9 @@ var v2Controllers = []string{"memory", "pids", "cpu"}
 // Manager knows where box cgroups live on this host.
 type Manager struct {
 	mode Mode
+	// mounts maps each v1 controller ("" for cgroup2) to its mount point,
+	// read once.
+	mounts map[string]string
 	// parents maps a v1 controller to the absolute directory that holds the
 	// boxes; on v2 the only key is "".
 	parents map[string]string
@@ -43,6 +46,7 @@ func NewManager(root string) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.mounts = mounts
 	switch {
 	case mode.usesV1():
 		for _, c := range v1Controllers {

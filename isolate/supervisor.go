@@ -422,14 +422,8 @@ func receiveFD(sock *os.File) (int, error) {
 	return fds[0], nil
 }
 
-// initEnv is init's own environment: nothing of the caller's, except what
-// coverage builds of the tests need.
-func initEnv() []string {
-	if d := os.Getenv("GOCOVERDIR"); d != "" {
-		return []string{"GOCOVERDIR=" + d}
-	}
-	return []string{}
-}
+// initEnv is init's own environment: nothing of the caller's.
+func initEnv() []string { return []string{} }
 
 // plan is everything init does, in order: the namespaces' settings, the
 // file system, then the program and how to start it. placement is the

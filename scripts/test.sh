@@ -21,10 +21,11 @@ work=$(mktemp -d /tmp/isolate-test.XXXXXX)
 chmod 0755 "$work" # the box user and the not-root test run binaries from here
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/cover"
-chmod 0777 "$work/cover" # the box's init writes its counters from inside
 
 echo "== build (coverage-instrumented)"
-CGO_ENABLED=1 go build -tags "$TAGS" -cover -coverpkg="$RUNTIME_PKGS" -o "$work/isolate" ./cmd/isolate
+# (The main package must be instrumented too, or the binary never writes
+# its counters.)
+CGO_ENABLED=1 go build -tags "$TAGS" -cover -coverpkg="$RUNTIME_PKGS,github.com/isolate-sandbox/isolate/cmd/isolate" -o "$work/isolate" ./cmd/isolate
 
 echo "== tests"
 ISOLATE_BIN="$work/isolate" ISOLATE_COVERDIR="$work/cover" \
