@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -62,6 +63,10 @@ func execAction(c *cli.Context) error {
 	if err := requireRoot(); err != nil {
 		return err
 	}
+	// What exec creates (the box directory, the source, init's mount
+	// points) must be readable by the box user, whatever the caller's
+	// umask.
+	unix.Umask(0o022)
 	job, err := newExecJob(c)
 	if err != nil {
 		return usageErr(err)
@@ -153,6 +158,16 @@ func (j *execJob) execute() (*execReport, error) {
 		rep.Compile = crep
 		switch crep.Status {
 		case isolate.StatusOK:
+			if j.spec.BoxID < 0 {
+				// The run may get another box (another uid) than the
+				// compiler had: what the compiler wrote must be readable
+				// and runnable by it, whatever the umask.
+				if err := openToAll(dir); err != nil {
+					rep.Status = isolate.StatusXX
+					rep.Run = sandboxFailure(j.spec, fmt.Errorf("share the compiler's output: %w", err))
+					return rep, nil
+				}
+			}
 		case isolate.StatusXX:
 			rep.Status = isolate.StatusXX
 			return rep, nil
@@ -204,6 +219,28 @@ func (j *execJob) makeDir() (string, error) {
 		return dir, fmt.Errorf("copy the source into the box: %w", err)
 	}
 	return dir, nil
+}
+
+// openToAll makes everything under dir readable (and, where its owner may
+// run it, runnable) by every uid; it follows no symlink.
+func openToAll(dir string) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.Type()&fs.ModeSymlink != 0 {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		mode := fi.Mode().Perm() | 0o444
+		if fi.IsDir() || mode&0o100 != 0 {
+			mode |= 0o111
+		}
+		if p == dir {
+			return nil // stays 0777
+		}
+		return os.Chmod(p, mode)
+	})
 }
 
 func copySource(src, dst string, owner int) error {
