@@ -399,3 +399,19 @@ func medianOf(d []time.Duration) time.Duration {
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return s[len(s)/2]
 }
+
+// A caller with umask 077 and no box id: the source, the box directory and
+// the compiler's output still reach the box user of either phase.
+func TestExecUnderRestrictiveUmask(t *testing.T) {
+	needImage(t, "c")
+	dir := shareDir(t)
+	src := filepath.Join(dir, "sum.c")
+	os.WriteFile(src, []byte(langCases[0].sum), 0o644)
+	os.WriteFile(filepath.Join(dir, "in"), []byte("20 22\n"), 0o644)
+	cmd := exec.Command("/bin/sh", "-c", `umask 077; exec "$0" exec --lang c --stdin "$1" "$2"`, isolateBin, filepath.Join(dir, "in"), src)
+	out, err := cmd.Output()
+	if err != nil || string(out) != "42\n" {
+		t.Fatalf("exec under umask 077: %v, stdout %q", err, out)
+	}
+	checkNoImageLeaks(t)
+}
