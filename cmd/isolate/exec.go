@@ -112,7 +112,7 @@ func newExecJob(c *cli.Context) (*execJob, error) {
 		return nil, fmt.Errorf("language %s: run limits: %v", lang.Name, err)
 	}
 	if spec.BoxDir != "" {
-		return nil, errors.New("exec: a box of its own is made for each exec")
+		return nil, fmt.Errorf("exec: box %d is a persistent box (isolate init); exec makes a box of its own, give another --box-id", spec.BoxID)
 	}
 	args := c.Args().Tail()
 	if len(args) > 0 && args[0] == "--" {
