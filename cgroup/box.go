@@ -273,24 +273,6 @@ func (b *Box) PidsPeak() (int64, error) {
 	return readInt(filepath.Join(dir, "pids.peak"))
 }
 
-// Kill sends SIGKILL to every process in the box.
-func (b *Box) Kill() error {
-	if !b.mode.usesV1() {
-		if err := os.WriteFile(filepath.Join(b.dirs[""], "cgroup.kill"), []byte("1"), 0); err == nil {
-			return nil
-		}
-	}
-	var errs []error
-	for _, d := range b.dirs {
-		for _, pid := range procs(d) {
-			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && err != syscall.ESRCH {
-				errs = append(errs, err)
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // Destroy kills what is left in the box and removes its cgroup directories.
 // Removing a directory the kernel still holds busy (a task is exiting) is
 // retried for a while.

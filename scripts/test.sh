@@ -35,6 +35,9 @@ ISOLATE_BIN="$work/isolate" ISOLATE_COVERDIR="$work/cover" \
 echo "== coverage of the runtime packages"
 go tool covdata percent -i "$work/cover" -pkg "$RUNTIME_PKGS" | tee "$work/cover.txt"
 go tool covdata textfmt -i "$work/cover" -pkg "$RUNTIME_PKGS" -o "$work/cover.out"
-total=$(go tool cover -func "$work/cover.out" | awk '/^total:/ {sub("%","",$3); print $3}')
+mkdir -p coverage
+go tool cover -func "$work/cover.out" > coverage/func.txt
+cp "$work/cover.out" coverage/cover.out
+total=$(awk '/^total:/ {sub("%","",$3); print $3}' coverage/func.txt)
 echo "runtime statement coverage: ${total}%"
 awk -v t="$total" -v m="$MIN_COVERAGE" 'BEGIN { exit !(t >= m) }' || { echo "coverage ${total}% is below ${MIN_COVERAGE}%" >&2; exit 1; }

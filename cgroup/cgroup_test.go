@@ -1,0 +1,293 @@
+package cgroup
+
+// These tests create real cgroups, as root, under this process's own
+// cgroup (per controller on v1) and remove them again.
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates real cgroups")
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(data))
+}
+
+// joinAndRun runs a shell that moves itself into the box through the
+// placement files (as the box's init does between fork and exec) and then
+// runs script.
+func joinAndRun(t *testing.T, b *Box, script string) {
+	t.Helper()
+	files, err := b.PlacementFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var join []string
+	for i := range files {
+		join = append(join, fmt.Sprintf("echo 0 >&%d", 3+i))
+	}
+	cmd := exec.Command("/bin/sh", "-c", strings.Join(join, "; ")+"; "+script)
+	cmd.ExtraFiles = files
+	out, err := cmd.CombinedOutput()
+	for _, f := range files {
+		f.Close()
+	}
+	if err != nil {
+		t.Fatalf("run in box: %v\n%s", err, out)
+	}
+}
+
+func TestBoxLifecycle(t *testing.T) {
+	requireRoot(t)
+	m, err := NewManager("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Mode() == V2 && m.Parents()[""] == "" {
+		t.Fatal("no v2 parent")
+	}
+	name := fmt.Sprintf("box-test-%d", os.Getpid())
+	b, err := m.Create(name, Limits{Memory: 64 << 20, Pids: 7, CPUs: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Destroy()
+	if b.Name() != name || b.Mode() != m.Mode() {
+		t.Errorf("box %q mode %s", b.Name(), b.Mode())
+	}
+	if m.Mode().usesV1() {
+		if got := readFile(t, filepath.Join(b.dirs["memory"], "memory.limit_in_bytes")); got != "67108864" {
+			t.Errorf("memory.limit_in_bytes %s", got)
+		}
+		if got := readFile(t, filepath.Join(b.dirs["pids"], "pids.max")); got != "7" {
+			t.Errorf("pids.max %s, want exactly the limit", got)
+		}
+		if got := readFile(t, filepath.Join(b.dirs["cpu"], "cpu.cfs_quota_us")); got != "50000" {
+			t.Errorf("cpu.cfs_quota_us %s", got)
+		}
+	}
+	found := false
+	for _, n := range m.Boxes() {
+		found = found || n == name
+	}
+	if !found {
+		t.Errorf("Boxes() = %v lacks %s", m.Boxes(), name)
+	}
+	// 16 MiB written to a pipe's reader is not charged; touching memory
+	// with dd into /dev/null through a buffer is.
+	joinAndRun(t, b, "dd if=/dev/zero of=/dev/null bs=8M count=4 2>/dev/null; i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done")
+	used, err := b.CPUUsage()
+	if err != nil || used <= 0 {
+		t.Errorf("CPUUsage %v %v", used, err)
+	}
+	user, sys, err := b.CPUSplit()
+	if err != nil || user+sys <= 0 {
+		t.Errorf("CPUSplit %v %v %v", user, sys, err)
+	}
+	if peak, err := b.MemoryPeak(); err != nil || peak < 8<<20 || peak > 64<<20 {
+		t.Errorf("MemoryPeak %d %v, want 8-64 MiB", peak, err)
+	}
+	if n, err := b.OOMKills(); err != nil || n != 0 {
+		t.Errorf("OOMKills %d %v", n, err)
+	}
+	if n, err := b.PidsPeak(); err != nil || n < 1 || n > 2 {
+		t.Errorf("PidsPeak %d %v", n, err)
+	}
+	// The pids limit holds for what the box forks (the shell fails to
+	// fork past it: its status does not matter).
+	joinAndRun(t, b, "(for i in 1 2 3 4 5 6 7 8 9 10; do sleep 1 & done; wait) 2>/dev/null; true")
+	if n, _ := b.PidsPeak(); n != 7 {
+		t.Errorf("PidsPeak %d under pids.max 7", n)
+	}
+	if err := b.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range b.dirs {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("%s left after Destroy", d)
+		}
+	}
+}
+
+func TestOOMKillCounted(t *testing.T) {
+	requireRoot(t)
+	m, err := NewManager("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.Create(fmt.Sprintf("box-test-oom-%d", os.Getpid()), Limits{Memory: 16 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Destroy()
+	files, _ := b.PlacementFiles()
+	var join []string
+	for i := range files {
+		join = append(join, fmt.Sprintf("echo 0 >&%d", 3+i))
+	}
+	// A shell variable growing past the limit: the OOM killer acts.
+	cmd := exec.Command("/bin/sh", "-c", strings.Join(join, "; ")+`; x=xxxxxxxxxxxxxxxx; while true; do x="$x$x"; done`)
+	cmd.ExtraFiles = files
+	cmd.Run()
+	for _, f := range files {
+		f.Close()
+	}
+	if n, err := b.OOMKills(); err != nil || n < 1 {
+		t.Errorf("OOMKills %d %v after an OOM kill", n, err)
+	}
+}
+
+// A cgroup left by a killed supervisor, with a process still in it, is
+// removed (its process killed) when the same box is created again.
+func TestStaleBoxRemoved(t *testing.T) {
+	requireRoot(t)
+	m, err := NewManager("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("box-test-stale-%d", os.Getpid())
+	b, err := m.Create(name, Limits{Pids: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _ := b.PlacementFiles()
+	sleeper := exec.Command("/bin/sh", "-c", "echo 0 >&3; echo 0 >&4; echo 0 >&5; echo 0 >&6; exec sleep 60")
+	if !m.Mode().usesV1() {
+		sleeper = exec.Command("/bin/sh", "-c", "echo 0 >&3; exec sleep 60")
+	}
+	sleeper.ExtraFiles = files
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { sleeper.Wait(); close(done) }()
+	for _, f := range files {
+		f.Close()
+	}
+	// Wait until the sleeper is inside.
+	for i := 0; i < 500 && len(procs(b.dirs[pidsKey(m)])) == 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	b2, err := m.Create(name, Limits{})
+	if err != nil {
+		t.Fatalf("re-create over a stale box: %v", err)
+	}
+	<-done // its process was killed
+	if err := b2.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Remove(name); err != nil {
+		t.Errorf("Remove of a removed box: %v", err)
+	}
+}
+
+func pidsKey(m *Manager) string {
+	if m.Mode().usesV1() {
+		return "pids"
+	}
+	return ""
+}
+
+func TestConfiguredRoot(t *testing.T) {
+	requireRoot(t)
+	m, err := NewManager("/isolate-test-root")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for c, p := range m.Parents() {
+		if !strings.Contains(p, "/isolate-test-root/isolate") {
+			t.Errorf("parent of %q is %s", c, p)
+		}
+	}
+}
+
+// On a hybrid host the unified hierarchy is real but holds no
+// controllers: the v2 code paths run against the kernel there, and the
+// refusal to use a parent without controllers is what the kernel makes
+// of it.
+func TestV2PathsOnTheUnifiedMount(t *testing.T) {
+	requireRoot(t)
+	if DetectMode() != Hybrid {
+		t.Skip("needs a hybrid host's (controller-less) unified mount")
+	}
+	mounts, err := cgroupMounts()
+	if err != nil || mounts[""] == "" {
+		t.Skip("no cgroup2 mount")
+	}
+	own, _ := ownCgroups()
+	parent := filepath.Join(mounts[""], own[""], fmt.Sprintf("isolate-v2test-%d", os.Getpid()))
+	m := &Manager{mode: V2, mounts: mounts, parents: map[string]string{"": parent}}
+	if _, err := m.Create("box-0", Limits{Memory: 1 << 20}); err == nil || !strings.Contains(err.Error(), "not enabled") {
+		t.Fatalf("v2 without controllers: %v, want a clear refusal", err)
+	}
+	if _, err := os.Stat(parent); !os.IsNotExist(err) {
+		t.Errorf("refused parent %s left behind", parent)
+	}
+	// Without limits the box is only a directory: the v2 files of the
+	// core (cgroup.procs, cpu.stat) are all it uses.
+	if err := os.Mkdir(parent, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(parent)
+	b := &Box{mode: V2, name: "box-0", dirs: map[string]string{"": filepath.Join(parent, "box-0")}}
+	if err := b.createV2(m, Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Destroy()
+	joinAndRun(t, b, "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done")
+	b.cpuUsage, _ = os.Open(filepath.Join(b.dirs[""], "cpu.stat"))
+	if used, err := b.CPUUsage(); err != nil || used <= 0 {
+		t.Errorf("v2 CPUUsage %v %v", used, err)
+	}
+	if u, s, err := b.CPUSplit(); err != nil || u+s <= 0 {
+		t.Errorf("v2 CPUSplit %v %v %v", u, s, err)
+	}
+	// No memory or pids controller here: their files are absent, and
+	// the errors say so.
+	if _, err := b.MemoryPeak(); err == nil {
+		t.Error("memory.peak without the memory controller")
+	}
+	if _, err := b.OOMKills(); err == nil {
+		t.Error("memory.events without the memory controller")
+	}
+	if _, err := b.PidsPeak(); err == nil {
+		t.Error("pids.peak without the pids controller")
+	}
+	if err := b.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStatParsing(t *testing.T) {
+	data := []byte("usage_usec 1234\nuser_usec 1000\nsystem_usec 234\n")
+	if v, err := statField(data, "user_usec"); err != nil || v != 1000 {
+		t.Errorf("statField %d %v", v, err)
+	}
+	if _, err := statField(data, "nope"); err == nil {
+		t.Error("statField of a missing key")
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "max"), []byte("max\n"), 0o644)
+	if v, err := readInt(filepath.Join(dir, "max")); err != nil || v != -1 {
+		t.Errorf("readInt(max) %d %v", v, err)
+	}
+	if _, err := readInt(filepath.Join(dir, "missing")); err == nil {
+		t.Error("readInt of a missing file")
+	}
+}
