@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/containerd/cgroups/v3/cgroup1"
 	"github.com/containerd/cgroups/v3/cgroup2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -221,6 +223,23 @@ func (b *Box) CPUUsage() (time.Duration, error) {
 	}
 	us, err := statField(data, "usage_usec")
 	return time.Duration(us) * time.Microsecond, err
+}
+
+// SyncCPU makes the kernel charge the box's running threads for the CPU
+// time they used since the last scheduler tick, so that CPUUsage is exact
+// rather than up to a tick per CPU behind. Reading a process's CPU clock
+// (clock_gettime of its CPUCLOCK_SCHED clock) updates the scheduler's
+// accounting of its running threads, and with it the cgroup's.
+func (b *Box) SyncCPU() {
+	dir := b.dirs[""]
+	if b.mode.usesV1() {
+		dir = b.dirs["cpuacct"]
+	}
+	var ts unix.Timespec
+	for _, pid := range procs(dir) {
+		// A process's scheduler clock: ~pid << 3 | CPUCLOCK_SCHED.
+		unix.ClockGettime(int32(^pid<<3|2), &ts)
+	}
 }
 
 // CPUSplit is the user and system CPU time of the box, as the kernel

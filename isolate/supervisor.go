@@ -39,6 +39,11 @@ type Options struct {
 // setupTimeout bounds how long init may take to build a box.
 const setupTimeout = 10 * time.Second
 
+// preciseCPUWindow is, per CPU the box may use, how close to its CPU
+// limit the supervisor makes the kernel settle the box's CPU time before
+// each check.
+const preciseCPUWindow = 40 * time.Millisecond
+
 // killGrace is how long init gets to kill the program and report before
 // the supervisor kills init itself.
 const killGrace = 2 * time.Second
@@ -660,6 +665,16 @@ func (s *supervisor) supervise() error {
 			used, err := s.cg.CPUUsage()
 			if err != nil {
 				return fmt.Errorf("read CPU usage: %w", err)
+			}
+			// The cgroup's counter lags a running thread by up to a
+			// scheduler tick (4 ms at HZ=250) per CPU. Near the end, have
+			// the kernel charge what the box's running threads have used
+			// so far, and read again.
+			if cpuBudget-used < time.Duration(cpus*float64(preciseCPUWindow)) {
+				s.cg.SyncCPU()
+				if used, err = s.cg.CPUUsage(); err != nil {
+					return fmt.Errorf("read CPU usage: %w", err)
+				}
 			}
 			if used >= cpuBudget {
 				s.kill(LimitCPU)
