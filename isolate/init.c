@@ -603,6 +603,9 @@ static int run_box(struct rec *recs, int nrecs) {
  * its ID maps before exec), which cost a millisecond per run. */
 static int run_init(unsigned long flags) {
 	stage_last = now_ns();
+	/* The box's /etc and mount points must be readable by the box user,
+	 * whatever umask the caller had. */
+	umask(022);
 	/* Nothing the supervisor passed may reach the program by accident. */
 	syscall(SYS_close_range, 3, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */);
 	if (unshare(flags) < 0)

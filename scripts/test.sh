@@ -27,6 +27,9 @@ echo "== build (coverage-instrumented)"
 # its counters.)
 CGO_ENABLED=1 go build -tags "$TAGS" -cover -coverpkg="$RUNTIME_PKGS,github.com/isolate-sandbox/isolate/cmd/isolate" -o "$work/isolate" ./cmd/isolate
 
+echo "== language images (built once per machine, then cached)"
+ISOLATE_BIN="$work/isolate" ./scripts/images.sh
+
 echo "== tests"
 ISOLATE_BIN="$work/isolate" ISOLATE_COVERDIR="$work/cover" \
 	go test -tags "$TAGS" -count=1 -timeout 40m -cover -coverpkg="$RUNTIME_PKGS" ./... \
