@@ -37,8 +37,11 @@ const (
 	varBare    = "bare exec"
 	varCLI     = "isolate version"
 	varIsolate = "isolate run"
-	varBwrap   = "bwrap"
-	varUnshare = "unshare -Urnpimf"
+	// The same run without a syscall filter: the difference is what the
+	// default seccomp policy costs per run.
+	varNoSeccomp = "isolate run --seccomp none"
+	varBwrap     = "bwrap"
+	varUnshare   = "unshare -Urnpimf"
 )
 
 // variants lists what the latency rounds run, with a note for each one that
@@ -51,6 +54,7 @@ func (r *benchRunner) variants() (vs []variant, skipped map[string]string) {
 		// runtime's start, package initialisation, exit.
 		variant{name: varCLI, argv: []string{r.bin, "version"}},
 		variant{name: varIsolate, argv: r.isolateArgs(nil, "/bin/true"), isolate: true},
+		variant{name: varNoSeccomp, argv: r.isolateArgs([]string{"--seccomp", "none"}, "/bin/true")},
 	)
 	if bwrap, err := ensureBwrap(); err != nil {
 		skipped[varBwrap] = err.Error()
