@@ -63,6 +63,3 @@ type SandboxInfo struct {
 	// bench`: where the setup and teardown time went.
 	Stages map[string]float64 `json:"stages,omitempty"`
 }
-
-// Failed tells whether the program did not succeed (exit status 1).
-func (r *Report) Failed() bool { return r.Status != StatusOK && r.Status != StatusXX }

@@ -616,15 +616,6 @@ func (s *supervisor) fill() error {
 	return nil
 }
 
-// grabFD duplicates descriptor fd of process pid into this process.
-func grabFD(pid, fd int) (int, error) {
-	pidfd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		return -1, err
-	}
-	defer unix.Close(pidfd)
-	return unix.PidfdGetfd(pidfd, fd, 0)
-}
 
 // supervise enforces the CPU and wall limits until the program is done,
 // then collects what it used.

@@ -574,3 +574,64 @@ func TestNativeRunOnPersistentBox(t *testing.T) {
 		t.Errorf("the caller reads the result: %q %v", got, err)
 	}
 }
+
+func TestCopyOutDirectoryAndErrors(t *testing.T) {
+	dir := shareDir(t)
+	out := filepath.Join(dir, "out")
+	rep, _ := runBox(t,
+		"--copy-out", "/box/d:"+out,
+		"--copy-out", "/box/missing:"+filepath.Join(dir, "missing"),
+		"--", "/bin/sh", "-c", "mkdir -p d/sub; echo A > d/a; echo B > d/sub/b; ln -s /etc/passwd d/link")
+	expectStatus(t, rep, isolate.StatusOK)
+	if got, _ := os.ReadFile(filepath.Join(out, "a")); string(got) != "A\n" {
+		t.Errorf("copied-out d/a: %q", got)
+	}
+	if got, _ := os.ReadFile(filepath.Join(out, "sub", "b")); string(got) != "B\n" {
+		t.Errorf("copied-out d/sub/b: %q", got)
+	}
+	if _, err := os.Lstat(filepath.Join(out, "link")); !os.IsNotExist(err) {
+		t.Errorf("a symlink inside a copied-out directory was followed or copied: %v", err)
+	}
+	if !strings.Contains(rep.Message, "--copy-out /box/missing") {
+		t.Errorf("a missing copy-out is not reported: message %q", rep.Message)
+	}
+}
+
+func TestConfigurationFile(t *testing.T) {
+	dir := shareDir(t)
+	cfg := filepath.Join(dir, "config")
+	t.Setenv("ISOLATE_CONFIG", cfg)
+	os.WriteFile(cfg, []byte("# judge host\nnum_boxes = 2000\nbox_root = "+dir+"\nfirst_uid = 60000\nlock_root = /run/isolate/locks\n"), 0o644)
+	rep, code := runBox(t, "--box-id", "1922", "--", "/bin/true")
+	if rep.Status != isolate.StatusOK || rep.BoxID != 1922 || code != 0 {
+		t.Errorf("box 1922 under num_boxes 2000: %s %q box %d", rep.Status, rep.Message, rep.BoxID)
+	}
+	os.WriteFile(cfg, []byte("num_boxes = 10\n"), 0o644)
+	if res := isolateCmd(t, "", "run", "--box-id", "12", "--", "/bin/true"); res.Code != 2 || !strings.Contains(res.Stderr, "out of range") {
+		t.Errorf("box 12 under num_boxes 10: exit %d %q", res.Code, res.Stderr)
+	}
+	for _, bad := range []string{"nonsense = 1\n", "num_boxes = 0\n", "box_root = relative\n", "first_uid = 1000\n", "box3.cpus = 1\n"} {
+		os.WriteFile(cfg, []byte(bad), 0o644)
+		res := isolateCmd(t, "", "run", "--", "/bin/true")
+		if lines := strings.Split(strings.TrimSpace(res.Stderr), "\n"); res.Code != 2 || len(lines) != 1 || !strings.Contains(res.Stderr, "config") {
+			t.Errorf("config %q: exit %d stderr %q, want one line naming the file", bad, res.Code, res.Stderr)
+		}
+	}
+}
+
+// A failure inside the sandbox machinery is XX, exit 2, with the step that
+// failed and its errno, and leaves nothing behind.
+func TestSetupFailureIsXXWithTheStep(t *testing.T) {
+	rep, code := runBox(t, "--box-id", "923", "--bind", "/etc/hostname:/proc/sys/isolate-test", "--", "/bin/true")
+	if rep.Status != isolate.StatusXX || code != 2 {
+		t.Fatalf("status %s exit %d, want XX and 2", rep.Status, code)
+	}
+	if !strings.Contains(rep.Message, "/proc/sys/isolate-test") || !strings.Contains(rep.Message, "errno") {
+		t.Errorf("message %q does not name the step and errno", rep.Message)
+	}
+	for _, l := range findLeaks() {
+		if strings.Contains(l, "box-923") || strings.Contains(l, "uid 60923") {
+			t.Errorf("after a setup failure: %s", l)
+		}
+	}
+}
