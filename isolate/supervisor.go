@@ -616,7 +616,6 @@ func (s *supervisor) fill() error {
 	return nil
 }
 
-
 // supervise enforces the CPU and wall limits until the program is done,
 // then collects what it used.
 func (s *supervisor) supervise() error {
