@@ -9,13 +9,14 @@ import (
 )
 
 // MaybeInit is the Go side of the init guard. The box's init is C code
-// (init.c) that runs from an ELF constructor when argv[1] is InitArg, before
-// the Go runtime starts, and never returns; so when Go code sees InitArg,
-// that constructor was not linked in, and starting boxes cannot work.
-// Call it first thing in main and in TestMain.
+// (init.c) that runs from an ELF constructor when argv[1] is InitArg and
+// argv[2] its namespace flags, before the Go runtime starts, and never
+// returns; so when Go code sees InitArg, the process was not started by a
+// supervisor (or the constructor is missing): refuse rather than run the
+// CLI or a test suite again. Call it first thing in main and in TestMain.
 func MaybeInit() {
 	if len(os.Args) > 1 && os.Args[1] == InitArg {
-		fmt.Fprintln(os.Stderr, "isolate: box init missing from this binary (built without cgo?)")
+		fmt.Fprintln(os.Stderr, "isolate: "+InitArg+" is the box's init, started only by isolate itself")
 		os.Exit(2)
 	}
 }
