@@ -635,3 +635,19 @@ func TestSetupFailureIsXXWithTheStep(t *testing.T) {
 		}
 	}
 }
+
+func TestCopyInErrorsAndSymlinks(t *testing.T) {
+	dir := shareDir(t)
+	os.Mkdir(filepath.Join(dir, "tree"), 0o755)
+	os.WriteFile(filepath.Join(dir, "tree", "f"), []byte("F"), 0o644)
+	os.Symlink("/etc/shadow", filepath.Join(dir, "tree", "shadow"))
+	rep, _ := runBox(t, "--copy-in", filepath.Join(dir, "tree")+":/box/t", "--", "/bin/sh", "-c", "cat t/f; test -e t/shadow && echo LINKED; true")
+	expectStatus(t, rep, isolate.StatusOK)
+	if rep.Stdout != "F" {
+		t.Errorf("copy-in of a tree with a host symlink: %q (the symlink must not be copied)", rep.Stdout)
+	}
+	rep, code := runBox(t, "--copy-in", filepath.Join(dir, "tree", "f")+":/box/no/such/dir/f", "--", "/bin/true")
+	if rep.Status != isolate.StatusXX || code != 2 || !strings.Contains(rep.Message, "--copy-in") {
+		t.Errorf("copy-in into a missing directory: %s %q exit %d", rep.Status, rep.Message, code)
+	}
+}
