@@ -2,6 +2,7 @@ package seccomp
 
 import (
 	"fmt"
+	"os"
 	"sort"
 	"sync"
 	"unsafe"
@@ -42,8 +43,9 @@ type seccompNotifResp struct {
 // Recorder answers a seccomp listener in the supervisor: every notification
 // is a syscall the policy refused; it answers EPERM and counts it by name.
 type Recorder struct {
-	fd    int // the listener; -1 once closed
-	wake  int // eventfd that ends the loop
+	// file is the listener, non-blocking, so that Go's poller wakes the
+	// loop: no thread sits blocked in a syscall for the run's length.
+	file  *os.File
 	limit int
 
 	started  bool
@@ -57,66 +59,77 @@ type Recorder struct {
 	capped   bool
 }
 
-// NewRecorder takes ownership of a listener descriptor, received from the
-// process that loaded the filter (which must close its own copy).
+// NewRecorder takes over the listener descriptor (it closes it on Stop).
+// A negative descriptor gives a Recorder that records nothing.
 func NewRecorder(listenerFD int) *Recorder {
-	return &Recorder{fd: listenerFD, wake: -1, limit: MaxAnswered, done: make(chan struct{}), counts: map[uint64]int{}}
+	r := &Recorder{limit: MaxAnswered, done: make(chan struct{}), counts: map[uint64]int{}}
+	if listenerFD >= 0 {
+		unix.SetNonblock(listenerFD, true)
+		r.file = os.NewFile(uintptr(listenerFD), "seccomp-listener")
+	}
+	return r
 }
 
-// Start answers notifications on a goroutine until Stop.
+// Start answers notifications until Stop, the cap, or the end of every
+// task under the filter.
 func (r *Recorder) Start() {
-	if r.started || r.fd < 0 {
+	if r.started || r.file == nil {
 		return
 	}
-	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
-	if err != nil {
-		// Without a way to stop a blocking poll, answer nothing: refused
-		// calls then wait for Stop, which closes the listener (ENOSYS).
-		return
-	}
-	r.wake = wake
 	r.started = true
 	go r.loop()
 }
 
 func (r *Recorder) loop() {
 	defer close(r.done)
-	fds := []unix.PollFd{{Fd: int32(r.fd), Events: unix.POLLIN}, {Fd: int32(r.wake), Events: unix.POLLIN}}
-	for {
-		fds[0].Revents, fds[1].Revents = 0, 0
-		if _, err := unix.Poll(fds, -1); err != nil {
-			if err == unix.EINTR {
-				continue
+	rc, err := r.file.SyscallConn()
+	if err != nil {
+		return
+	}
+	finished := false
+	for !finished {
+		err := rc.Read(func(fd uintptr) bool {
+			// The poller is edge-triggered: answer everything pending,
+			// then wait for the next edge.
+			for {
+				pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+				if n, err := unix.Poll(pfd, 0); err != nil || n == 0 {
+					return err != nil && err != unix.EINTR
+				}
+				if pfd[0].Revents&unix.POLLIN == 0 {
+					// POLLHUP: every task under the filter is gone.
+					finished = true
+					return true
+				}
+				if !r.answer(int(fd)) {
+					finished = true
+					return true
+				}
 			}
-			return
+		})
+		if err != nil {
+			return // Stop closed the listener
 		}
-		if fds[1].Revents != 0 {
-			return
-		}
-		ev := fds[0].Revents
-		if ev&unix.POLLIN != 0 {
-			if !r.answer() {
-				return
-			}
-			continue
-		}
-		if ev&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0 {
-			return // every task under the filter is gone
-		}
+	}
+	r.mu.Lock()
+	capped := r.capped
+	r.mu.Unlock()
+	if capped {
+		// Closing the listener makes the kernel fail further refused
+		// calls fast (ENOSYS) instead of waiting for an answer.
+		r.file.Close()
 	}
 }
 
-// answer receives one notification and fails it with EPERM. It reports
-// false when the loop should end.
-func (r *Recorder) answer() bool {
+// answer takes one notification, refuses the call with EPERM and counts
+// it; false once the cap is reached.
+func (r *Recorder) answer(fd int) bool {
 	var req seccompNotif
-	if err := ioctl(r.fd, unix.SECCOMP_IOCTL_NOTIF_RECV, unsafe.Pointer(&req)); err != nil {
-		// ENOENT: the caller died meanwhile; EINTR: try again.
+	if err := ioctl(fd, unix.SECCOMP_IOCTL_NOTIF_RECV, unsafe.Pointer(&req)); err != nil {
 		return err == unix.ENOENT || err == unix.EINTR
 	}
 	resp := seccompNotifResp{ID: req.ID, Error: -int32(unix.EPERM)}
-	// ENOENT here too means the caller is gone: not counted then.
-	err := ioctl(r.fd, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp))
+	err := ioctl(fd, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp))
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err == nil {
@@ -125,8 +138,6 @@ func (r *Recorder) answer() bool {
 	}
 	if r.answered >= r.limit {
 		r.capped = true
-		unix.Close(r.fd)
-		r.fd = -1
 		return false
 	}
 	return true
@@ -153,18 +164,14 @@ func (r *Recorder) Capped() bool {
 // never nil.
 func (r *Recorder) Stop() []Blocked {
 	r.stopOnce.Do(func() {
+		if r.file != nil {
+			r.file.Close() // ends the loop's wait
+		}
 		if r.started {
-			var one = [8]byte{1}
-			unix.Write(r.wake, one[:])
 			<-r.done
-			unix.Close(r.wake)
 		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if r.fd >= 0 {
-			unix.Close(r.fd)
-			r.fd = -1
-		}
 		r.result = make([]Blocked, 0, len(r.counts))
 		for key, n := range r.counts {
 			r.result = append(r.result, Blocked{Name: syscallName(uint32(key>>32), uint32(key)), Count: n})
