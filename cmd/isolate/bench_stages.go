@@ -17,11 +17,11 @@ const (
 
 // supervisorStages are the supervisor's timers in the order a run passes
 // them; stages not listed here (renamed or new ones) follow them.
-var supervisorStages = []string{"validate", "lock", "cgroup", "image-mount", "spawn-prep", "spawn", "namespaces+fs", "copy-in", "start", "program", "wait-init", "cgroup-remove"}
+var supervisorStages = []string{"validate", "lock", "cgroup", "image-mount", "spawn-prep", "spawn", "namespaces+maps", "namespaces+fs", "copy-in", "start", "program", "wait-init", "cgroup-remove"}
 
 // initStages are init's timers in order; any other "init-" stage follows
 // them.
-var initStages = []string{"init-setup", "init-exec"}
+var initStages = []string{"init-namespaces+read", "init-setup", "init-exec"}
 
 // Names of the stages the bench derives rather than reads.
 const (
@@ -69,7 +69,7 @@ func stageBreakdown(reports []*isolate.Report, outside []float64) []stageResult 
 			// Init's timers start when its own code does: what of the
 			// supervisor's "start" they do not cover is init's way in
 			// (from execve to its first timer) and the message's trip.
-			rest := start + st["namespaces+fs"]
+			rest := st["namespaces+maps"] + start + st["namespaces+fs"]
 			for k, v := range st {
 				if strings.HasPrefix(k, "init-") {
 					rest -= v
