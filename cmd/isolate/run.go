@@ -29,7 +29,7 @@ var runValues struct {
 // runFlags are the options of `run` (and of `exec`).
 func runFlags() []cli.Flag {
 	v := &runValues
-	return []cli.Flag{
+	return cachedNames([]cli.Flag{
 		&cli.IntFlag{Name: "box-id", Aliases: []string{"b"}, Value: -1, Usage: "box `N` (default: a free one)", Destination: &v.boxID},
 		&cli.StringFlag{Name: "image", Value: "host", Usage: "root file system: host, an image name, a directory or a squashfs file", Destination: &v.image},
 		&cli.StringFlag{Name: "lang", Usage: "the language `LANG`'s image and environment (isolate langs)", Destination: &v.lang},
@@ -58,7 +58,7 @@ func runFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "json", Usage: "print the report as JSON on stdout", Destination: &v.json},
 		&cli.StringFlag{Name: "report", Usage: "write the JSON report to `FILE`", Destination: &v.report},
 		&cli.StringFlag{Name: "meta", Aliases: []string{"M"}, Usage: "write an ioi/isolate-style meta `FILE`", Destination: &v.meta},
-	}
+	})
 }
 
 func runCommand() *cli.Command {
