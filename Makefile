@@ -3,18 +3,19 @@
 SHELL := /bin/bash
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 TAGS := urfave_cli_no_docs,netgo,osusergo
-# A static binary: copy it to any host. netgo/osusergo keep glibc's NSS out
-# of it, urfave_cli_no_docs keeps the man-page generator (and its start-up
-# cost) out; libseccomp links in from libseccomp-dev's archive.
-LDFLAGS := -s -w -linkmode external -extldflags "-static" -X main.version=$(VERSION)
-WITH_GO = export PATH="$$(./scripts/deps.sh):$$PATH";
+# A static binary on musl (scripts/cgo-env.sh): copy it to any host.
+# netgo/osusergo keep the C library's name services out of it,
+# urfave_cli_no_docs keeps the man-page generator (and its start-up cost)
+# out; libseccomp links in from libseccomp-dev's archive.
+LDFLAGS := -s -w -X main.version=$(VERSION)
+WITH_GO = export PATH="$$(./scripts/deps.sh):$$PATH"; . ./scripts/cgo-env.sh;
 
 .PHONY: all build test bench vet clean vmtest demo
 
 all: build
 
 build:
-	@$(WITH_GO) CGO_ENABLED=1 go build -tags $(TAGS) -trimpath -ldflags '$(LDFLAGS)' -o bin/isolate ./cmd/isolate
+	@$(WITH_GO) go build -tags $(TAGS) -trimpath -ldflags '$(LDFLAGS)' -o bin/isolate ./cmd/isolate
 	@echo "built bin/isolate"
 
 # One real sandboxed run on this machine, after building everything.
@@ -44,4 +45,4 @@ vmtest:
 	./scripts/vmtest.sh
 
 clean:
-	rm -rf bin
+	rm -rf bin build

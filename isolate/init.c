@@ -648,8 +648,26 @@ static int run_init(unsigned long flags) {
 	return WIFEXITED(ws) ? WEXITSTATUS(ws) : 1;
 }
 
+#ifdef __GLIBC__
 __attribute__((constructor)) static void isolate_init_entry(int argc, char **argv, char **envp) {
 	(void)envp;
+#else
+extern char **environ;
+
+/*
+ * musl calls constructors without arguments. Nothing has touched the
+ * environment yet, so environ is still where the kernel put it: right
+ * after argv's terminating NULL, with argc in the word before argv[0]
+ * (the ELF start-up stack). argv's entries are pointers, never a small
+ * count, so the first n whose slot holds n is argc.
+ */
+__attribute__((constructor)) static void isolate_init_entry(void) {
+	char **envp = environ;
+	long argc = 0;
+	while ((long)envp[-2 - argc] != argc)
+		argc++;
+	char **argv = envp - 1 - argc;
+#endif
 	if (argc >= 3 && strcmp(argv[1], INIT_ARG) == 0)
 		_exit(run_init(strtoul(argv[2], NULL, 10)));
 }

@@ -33,8 +33,8 @@ if [ "$mode" = profile ]; then
 	if [ -z "${ISOLATE_BIN:-}" ]; then
 		# As `make build` builds it, but with symbols for perf.
 		export PATH="$(./scripts/deps.sh):$PATH"
-		CGO_ENABLED=1 go build -tags urfave_cli_no_docs,netgo,osusergo -trimpath \
-			-ldflags '-linkmode external -extldflags "-static"' -o "$tmp/isolate" ./cmd/isolate
+		. scripts/cgo-env.sh
+		go build -tags urfave_cli_no_docs,netgo,osusergo -trimpath -o "$tmp/isolate" ./cmd/isolate
 		bin=$tmp/isolate
 	fi
 	hz=10000

@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 log() { [ "${CI:-}" = true ] || echo "deps: $*" >&2; }
 
 need=()
-for pkg in libseccomp-dev gcc libc6-dev make pkg-config ca-certificates curl unzip "$@"; do
+for pkg in libseccomp-dev musl-tools linux-libc-dev gcc libc6-dev make pkg-config ca-certificates curl unzip "$@"; do
 	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 apt_updated=

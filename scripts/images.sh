@@ -16,7 +16,8 @@ if [ -z "$bin" ]; then
 	work=$(mktemp -d /tmp/isolate-images.XXXXXX)
 	trap 'rm -rf "$work"' EXIT
 	bin="$work/isolate"
-	CGO_ENABLED=1 go build -tags urfave_cli_no_docs,netgo,osusergo -o "$bin" ./cmd/isolate
+	. scripts/cgo-env.sh
+	go build -tags urfave_cli_no_docs,netgo,osusergo -o "$bin" ./cmd/isolate
 fi
 if [ $# -gt 0 ]; then
 	"$bin" image build "$@"

@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$(./scripts/deps.sh):$PATH"
+. scripts/cgo-env.sh
 TAGS=urfave_cli_no_docs,netgo,osusergo
 RUNTIME_PKGS=github.com/isolate-sandbox/isolate/isolate,github.com/isolate-sandbox/isolate/cgroup,github.com/isolate-sandbox/isolate/seccomp,github.com/isolate-sandbox/isolate/rootfs
 MIN_COVERAGE=80
@@ -25,7 +26,7 @@ mkdir -p "$work/cover"
 echo "== build (coverage-instrumented)"
 # (The main package must be instrumented too, or the binary never writes
 # its counters.)
-CGO_ENABLED=1 go build -tags "$TAGS" -cover -coverpkg="$RUNTIME_PKGS,github.com/isolate-sandbox/isolate/cmd/isolate" -o "$work/isolate" ./cmd/isolate
+go build -tags "$TAGS" -cover -coverpkg="$RUNTIME_PKGS,github.com/isolate-sandbox/isolate/cmd/isolate" -o "$work/isolate" ./cmd/isolate
 
 echo "== language images (built once per machine, then cached)"
 ISOLATE_BIN="$work/isolate" ./scripts/images.sh

@@ -1,0 +1,23 @@
+# Sourced by every script that builds isolate: cgo compiles and links
+# against musl, statically. glibc probes the CPU with cpuid at every
+# start-up, a VM exit each, about 0.5 ms per process on our VMs; isolate
+# starts twice per run (the supervisor, then the box's init), so the
+# binary carries musl instead (see docs/PERFORMANCE.md).
+#
+# musl-gcc sees only musl's headers: build/musl/include adds the kernel's
+# (linux-libc-dev) and libseccomp's, build/musl/lib holds libseccomp.a
+# alone, so that no glibc archive beside it can be picked up. Needs
+# musl-tools, linux-libc-dev and libseccomp-dev (scripts/deps.sh).
+_cgo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build/musl
+_cgo_arch=$(gcc -print-multiarch)
+mkdir -p "$_cgo_root/include" "$_cgo_root/lib"
+ln -sfn /usr/include/linux "$_cgo_root/include/linux"
+ln -sfn /usr/include/asm-generic "$_cgo_root/include/asm-generic"
+ln -sfn "/usr/include/$_cgo_arch/asm" "$_cgo_root/include/asm"
+ln -sfn /usr/include/seccomp.h "$_cgo_root/include/seccomp.h"
+ln -sfn /usr/include/seccomp-syscalls.h "$_cgo_root/include/seccomp-syscalls.h"
+ln -sfn "/usr/lib/$_cgo_arch/libseccomp.a" "$_cgo_root/lib/libseccomp.a"
+export CGO_ENABLED=1 CC=musl-gcc
+export CGO_CFLAGS="-O2 -g -idirafter $_cgo_root/include"
+export CGO_LDFLAGS="-L$_cgo_root/lib -static"
+unset _cgo_root _cgo_arch
