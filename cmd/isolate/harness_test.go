@@ -39,6 +39,11 @@ func TestMain(m *testing.M) {
 				return 1
 			}
 			defer os.RemoveAll(dir)
+			// The tests also run it as nobody.
+			if err := os.Chmod(dir, 0o755); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
 			isolateBin = filepath.Join(dir, "isolate")
 			args := []string{"build", "-tags", "urfave_cli_no_docs,netgo,osusergo", "-o", isolateBin}
 			if os.Getenv("ISOLATE_COVERDIR") != "" {
