@@ -169,14 +169,36 @@ static void fail(const char *step, int err) {
 
 /* ---- reading the plan ---------------------------------------------- */
 
-static int read_full(int fd, void *buf, size_t n) {
+/* Descriptors that came with the plan (the cgroup files, see
+ * sendWithFiles in supervisor.go); the plan names them by index. */
+static int received[8];
+static int nreceived;
+
+/* read_plan reads n bytes of the plan from the control socket, taking any
+ * descriptors attached to them. */
+static int read_plan(void *buf, size_t n) {
 	char *p = buf;
 	while (n > 0) {
-		ssize_t r = read(fd, p, n);
+		union {
+			struct cmsghdr h;
+			char buf[CMSG_SPACE(sizeof received)];
+		} cm;
+		struct iovec iov = {.iov_base = p, .iov_len = n};
+		struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof cm.buf};
+		ssize_t r = recvmsg(FD_CONTROL, &mh, MSG_CMSG_CLOEXEC);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r <= 0)
 			return -1;
+		if (mh.msg_flags & MSG_CTRUNC)
+			return errno = EMFILE, -1;
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+			if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+				continue;
+			size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			for (size_t i = 0; i < k && nreceived < 8; i++)
+				memcpy(&received[nreceived++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+		}
 		p += r;
 		n -= r;
 	}
@@ -184,17 +206,17 @@ static int read_full(int fd, void *buf, size_t n) {
 }
 
 static int read_rec(struct rec *r) {
-	if (read_full(FD_CONTROL, &r->n, 4) < 0 || r->n == 0 || r->n > 1 << 16)
+	if (read_plan(&r->n, 4) < 0 || r->n == 0 || r->n > 1 << 16)
 		return -1;
 	r->f = calloc(r->n, sizeof *r->f);
 	r->len = calloc(r->n, sizeof *r->len);
 	if (!r->f || !r->len)
 		return -1;
 	for (uint32_t i = 0; i < r->n; i++) {
-		if (read_full(FD_CONTROL, &r->len[i], 4) < 0 || r->len[i] > 64u << 20)
+		if (read_plan(&r->len[i], 4) < 0 || r->len[i] > 64u << 20)
 			return -1;
 		r->f[i] = malloc(r->len[i] + 1);
-		if (!r->f[i] || read_full(FD_CONTROL, r->f[i], r->len[i]) < 0)
+		if (!r->f[i] || read_plan(r->f[i], r->len[i]) < 0)
 			return -1;
 		r->f[i][r->len[i]] = 0;
 	}
@@ -321,7 +343,10 @@ static void do_op(struct rec *r) {
 		prog.rlimits[prog.nrlimits].val = strtoull(ARG(1), NULL, 10);
 		prog.nrlimits++;
 	} else if (OP("cgroup") && NARGS == 1 && prog.ncgroup < 8) {
-		prog.cgroup_fds[prog.ncgroup++] = atoi(ARG(0));
+		int i = atoi(ARG(0));
+		if (i < 0 || i >= nreceived)
+			fail("decode plan: cgroup file not received", EBADF);
+		prog.cgroup_fds[prog.ncgroup++] = received[i];
 	} else if (OP("seccomp") && NARGS == 2) {
 		prog.filter = ARG(0);
 		prog.filter_len = r->len[2];

@@ -13,9 +13,9 @@ const InitArg = "__isolate_init__"
 
 // The fixed descriptors of init. 0-2 are the program's standard streams.
 const (
-	fdControl = 3 // supervisor -> init: the plan, then control bytes
+	fdControl = 3 // supervisor <-> init, a stream socket: the plan (with the cgroup files), then control bytes
 	fdStatus  = 4 // init -> supervisor: status messages, one JSON line each
-	fdExtra   = 5 // cgroup placement files, then the seccomp listener socket
+	// From 5 on: the seccomp listener socket, then the image's mount, if any.
 )
 
 // Control bytes the supervisor sends after the plan.

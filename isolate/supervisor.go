@@ -63,8 +63,13 @@ type supervisor struct {
 	stdout  *capture
 	stderr  *capture
 	closers []*os.File // host ends to close once init has them
-	notify  *os.File   // socket on which the program sends its seccomp listener
-	rec     *seccomp.Recorder
+	// placement are the cgroup files through which the program joins the
+	// box's cgroup; they reach init with the plan.
+	placement  []*os.File
+	notifySock int      // init's descriptor of the seccomp listener socket, or -1
+	ownImage   *os.File // the run\'s own image mount, until the box is planned
+	notify     *os.File // socket on which the program sends its seccomp listener
+	rec        *seccomp.Recorder
 
 	// image is where the supervisor and init find a mounted image's
 	// files (see rootfs.MountSquashfs); empty: ImageDir.
@@ -82,9 +87,13 @@ func Run(spec *Spec, opts Options) (*Report, error) {
 	}
 	s.timer.mark("validate")
 	s.report = &Report{BoxID: -1, BlockedSyscalls: []seccomp.Blocked{}, Sandbox: SandboxInfo{Image: spec.Image, Seccomp: s.policyName()}}
-	err := s.prepare()
-	if err == nil {
-		err = s.start()
+	var err error
+	// Init creates the namespaces (about a millisecond) while the
+	// supervisor creates the cgroup and plans the box.
+	for _, step := range []func() error{s.lockBox, s.startInit, s.createCgroup, s.buildBox} {
+		if err = step(); err != nil {
+			break
+		}
 	}
 	if err == nil {
 		s.timer.mark("start")
@@ -191,14 +200,20 @@ func dirOf(p string) string {
 	return "."
 }
 
-// prepare takes a box id and creates the box's cgroup.
-func (s *supervisor) prepare() error {
+// lockBox takes a box id.
+func (s *supervisor) lockBox() error {
 	var err error
 	if s.lock, err = lockBox(s.spec.BoxID, s.numBoxes()); err != nil {
 		return err
 	}
 	s.report.BoxID = s.lock.id
 	s.timer.mark("lock")
+	return nil
+}
+
+// createCgroup creates the box's cgroup and opens the files through which
+// the program joins it.
+func (s *supervisor) createCgroup() error {
 	mgr, err := cgroup.NewManager(s.opts.CgroupRoot)
 	if err != nil {
 		return fmt.Errorf("cgroups: %w", err)
@@ -209,32 +224,32 @@ func (s *supervisor) prepare() error {
 	if err != nil {
 		return err
 	}
+	if s.placement, err = s.cg.PlacementFiles(); err != nil {
+		return fmt.Errorf("open cgroup placement files: %w", err)
+	}
 	s.timer.mark("cgroup")
 	return nil
 }
 
-// start launches init in new namespaces and hands it the plan of the box.
-func (s *supervisor) start() error {
-	sp := s.spec
-	hostUID := FirstUID + s.lock.id
-	ctlR, ctlW, err := os.Pipe()
+// startInit starts init, which creates the box's namespaces and then
+// waits for its ID maps and the plan (see buildBox).
+func (s *supervisor) startInit() error {
+	// A socket, not a pipe: the cgroup files, created meanwhile, travel
+	// with the plan.
+	ctl, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return err
+		return fmt.Errorf("create the control socket: %w", err)
 	}
+	s.ctl = os.NewFile(uintptr(ctl[0]), "init-control")
+	ctlInit := os.NewFile(uintptr(ctl[1]), "init-control")
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
+		ctlInit.Close()
 		return err
 	}
-	s.ctl = ctlW
-	s.closers = append(s.closers, ctlR, statusW)
-	extra := []*os.File{ctlR, statusW}
-	placement, err := s.cg.PlacementFiles()
-	if err != nil {
-		return fmt.Errorf("open cgroup placement files: %w", err)
-	}
-	extra = append(extra, placement...)
-	s.closers = append(s.closers, placement...)
-	notifySock := -1
+	s.closers = append(s.closers, ctlInit, statusW)
+	extra := []*os.File{ctlInit, statusW}
+	s.notifySock = -1
 	if s.policy != nil && s.policy.Notify {
 		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
@@ -242,7 +257,7 @@ func (s *supervisor) start() error {
 		}
 		s.notify = os.NewFile(uintptr(pair[0]), "seccomp-listener")
 		theirs := os.NewFile(uintptr(pair[1]), "seccomp-listener")
-		notifySock = fdControl + len(extra)
+		s.notifySock = fdControl + len(extra)
 		extra = append(extra, theirs)
 		s.closers = append(s.closers, theirs)
 	}
@@ -252,16 +267,12 @@ func (s *supervisor) start() error {
 		s.image, s.imageInInit = m.Path(), "/proc/self/fd/"+itoa(fdControl+len(extra))
 		extra = append(extra, m.File())
 	}
-	p, err := s.plan(len(placement), notifySock)
-	if err != nil {
-		return err
-	}
 	stdin, stdout, stderr, err := s.stdio()
 	if err != nil {
 		return err
 	}
 	flags := uintptr(syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS)
-	if !sp.HostNet {
+	if !s.spec.HostNet {
 		flags |= syscall.CLONE_NEWNET
 	}
 	files := []uintptr{stdin.Fd(), stdout.Fd(), stderr.Fd()}
@@ -292,22 +303,42 @@ func (s *supervisor) start() error {
 	}
 	s.init = &initProc{pid: pid, pidfd: pidfd}
 	s.timer.mark("spawn")
-	for _, f := range s.closers {
-		f.Close()
-	}
+	closeAll(s.closers)
 	s.closers = nil
 	s.msgs = make(chan initMessage, 4)
 	go readMessages(statusR, s.msgs)
+	return nil
+}
+
+// buildBox maps the user namespace init created, sends init the plan of
+// the box with the cgroup files, fills the box (--copy-in) and waits for
+// the program to start.
+func (s *supervisor) buildBox() error {
+	sp := s.spec
+	p, err := s.plan(len(s.placement), s.notifySock)
+	if err != nil {
+		return err
+	}
+	if s.ownImage != nil {
+		s.ownImage.Close()
+		s.ownImage = nil
+	}
+	s.timer.mark("plan")
 	if _, err := s.await(msgMap); err != nil {
 		return err
 	}
-	if err := writeIDMaps(pid, hostUID); err != nil {
+	if err := writeIDMaps(s.init.pid, FirstUID+s.lock.id); err != nil {
 		return err
 	}
 	s.timer.mark("namespaces+maps")
-	if _, err := ctlW.Write(p.buf); err != nil {
+	if err := sendWithFiles(s.ctl, p.buf, s.placement); err != nil {
 		return fmt.Errorf("send the plan to init: %w", err)
 	}
+	closeAll(s.placement)
+	if s.ownImage != nil {
+		s.ownImage.Close()
+	}
+	s.placement = nil
 	if len(sp.CopyIn) > 0 {
 		if _, err := s.await(msgReady); err != nil {
 			return err
@@ -316,7 +347,7 @@ func (s *supervisor) start() error {
 		if err := s.fill(); err != nil {
 			return err
 		}
-		if _, err := ctlW.Write([]byte{ctlGo}); err != nil {
+		if _, err := s.ctl.Write([]byte{ctlGo}); err != nil {
 			return fmt.Errorf("start program: %w", err)
 		}
 	}
@@ -345,7 +376,7 @@ func (s *supervisor) start() error {
 
 // mountImage mounts the run's squashfs image, or takes the one the caller
 // shares; nil for a directory image. A mount of the run's own is closed
-// once init holds it.
+// once init holds it and the box is planned.
 func (s *supervisor) mountImage() (*rootfs.Mounted, error) {
 	if s.spec.ImageMount != nil {
 		return s.spec.ImageMount, nil
@@ -357,7 +388,9 @@ func (s *supervisor) mountImage() (*rootfs.Mounted, error) {
 	if err != nil {
 		return nil, fmt.Errorf("image: %w", err)
 	}
-	s.closers = append(s.closers, m.File())
+	// Open until the box is planned: the plan reads the image's tree
+	// through it.
+	s.ownImage = m.File()
 	s.timer.mark("image-mount")
 	return m, nil
 }
@@ -408,6 +441,21 @@ func writeIDMaps(pid, hostUID int) error {
 	return nil
 }
 
+// sendWithFiles writes buf to the stream socket sock, the descriptors of
+// files attached to its first bytes.
+func sendWithFiles(sock *os.File, buf []byte, files []*os.File) error {
+	fds := make([]int, len(files))
+	for i, f := range files {
+		fds[i] = int(f.Fd())
+	}
+	n, err := unix.SendmsgN(int(sock.Fd()), buf, unix.UnixRights(fds...), nil, 0)
+	if err != nil {
+		return err
+	}
+	_, err = sock.Write(buf[n:])
+	return err
+}
+
 // receiveFD takes the descriptor the program sent before its exec.
 func receiveFD(sock *os.File) (int, error) {
 	buf := make([]byte, 1)
@@ -432,7 +480,7 @@ func initEnv() []string { return []string{} }
 
 // plan is everything init does, in order: the namespaces' settings, the
 // file system, then the program and how to start it. placement is the
-// number of cgroup files passed from fdExtra on; notifySock the
+// number of cgroup files that come with the plan; notifySock the
 // descriptor of the seccomp listener socket, or -1.
 func (s *supervisor) plan(placement, notifySock int) (*plan, error) {
 	sp := s.spec
@@ -492,7 +540,7 @@ func (s *supervisor) plan(placement, notifySock int) (*plan, error) {
 		rl(unix.RLIMIT_CPU, int64((sp.CPUTime+sp.ExtraTime)/time.Second)+2)
 	}
 	for i := 0; i < placement; i++ {
-		p.add("cgroup", "cgroup", itoa(fdExtra+i))
+		p.add("cgroup", "cgroup", itoa(i))
 	}
 	if s.policy != nil && s.policy.Filter != nil {
 		p.add("seccomp filter", "seccomp", string(s.policy.Filter), itoa(notifySock))
@@ -780,9 +828,8 @@ func (s *supervisor) account(m *initMessage, wall time.Duration) error {
 // teardown copies files out, lets init exit (the kernel then drops the
 // namespaces and every mount), removes the cgroup and frees the box id.
 func (s *supervisor) teardown() {
-	for _, f := range s.closers {
-		f.Close()
-	}
+	closeAll(s.closers)
+	closeAll(s.placement)
 	if s.init != nil {
 		if len(s.spec.CopyOut) > 0 && s.report.Status != "" {
 			s.copyOut()
@@ -838,6 +885,12 @@ func (s *supervisor) copyOut() {
 		if err := copyOut(root, c); err != nil {
 			s.report.Message = appendMsg(s.report.Message, "--copy-out "+c.From+": "+err.Error())
 		}
+	}
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
 	}
 }
 

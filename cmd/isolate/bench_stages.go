@@ -17,7 +17,7 @@ const (
 
 // supervisorStages are the supervisor's timers in the order a run passes
 // them; stages not listed here (renamed or new ones) follow them.
-var supervisorStages = []string{"validate", "lock", "cgroup", "image-mount", "spawn-prep", "spawn", "namespaces+maps", "namespaces+fs", "copy-in", "start", "program", "wait-init", "cgroup-remove"}
+var supervisorStages = []string{"validate", "lock", "image-mount", "spawn-prep", "spawn", "cgroup", "plan", "namespaces+maps", "namespaces+fs", "copy-in", "start", "program", "wait-init", "cgroup-remove"}
 
 // initStages are init's timers in order; any other "init-" stage follows
 // them.
@@ -67,9 +67,10 @@ func stageBreakdown(reports []*isolate.Report, outside []float64) []stageResult 
 		add(stageCLI, outside[i]-(sb.SetupTime+program+sb.TeardownTime)*1000)
 		if start, ok := st["start"]; ok {
 			// Init's timers start when its own code does: what of the
-			// supervisor's "start" they do not cover is init's way in
-			// (from execve to its first timer) and the message's trip.
-			rest := st["namespaces+maps"] + start + st["namespaces+fs"]
+			// supervisor's stages from init's spawn to the program's start
+			// they do not cover is init's way in (from execve to its first
+			// timer) and the messages' trips.
+			rest := st["cgroup"] + st["plan"] + st["namespaces+maps"] + start + st["namespaces+fs"]
 			for k, v := range st {
 				if strings.HasPrefix(k, "init-") {
 					rest -= v
