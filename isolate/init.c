@@ -174,33 +174,56 @@ static void fail(const char *step, int err) {
 static int received[8];
 static int nreceived;
 
-/* read_plan reads n bytes of the plan from the control socket, taking any
- * descriptors attached to them. */
+/* The plan arrives in large reads: the supervisor sends nothing after it
+ * until init answers, so reading ahead takes nothing that is not plan. */
+static char *planbuf;
+static size_t plan_cap, plan_len, plan_pos;
+
+/* fill_plan receives more of the plan from the control socket, taking any
+ * descriptors attached to it. */
+static int fill_plan(void) {
+	if (plan_pos == plan_len)
+		plan_pos = plan_len = 0;
+	if (plan_len == plan_cap) {
+		size_t cap = plan_cap ? plan_cap * 2 : 256 << 10;
+		char *b = realloc(planbuf, cap);
+		if (!b)
+			return -1;
+		planbuf = b, plan_cap = cap;
+	}
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof received)];
+	} cm;
+	struct iovec iov = {.iov_base = planbuf + plan_len, .iov_len = plan_cap - plan_len};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof cm.buf};
+	ssize_t r;
+	while ((r = recvmsg(FD_CONTROL, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+		;
+	if (r <= 0)
+		return -1;
+	if (mh.msg_flags & MSG_CTRUNC)
+		return errno = EMFILE, -1;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < k && nreceived < 8; i++)
+			memcpy(&received[nreceived++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+	}
+	plan_len += r;
+	return 0;
+}
+
+/* read_plan takes the next n bytes of the plan. */
 static int read_plan(void *buf, size_t n) {
 	char *p = buf;
 	while (n > 0) {
-		union {
-			struct cmsghdr h;
-			char buf[CMSG_SPACE(sizeof received)];
-		} cm;
-		struct iovec iov = {.iov_base = p, .iov_len = n};
-		struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof cm.buf};
-		ssize_t r = recvmsg(FD_CONTROL, &mh, MSG_CMSG_CLOEXEC);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
+		if (plan_pos == plan_len && fill_plan() < 0)
 			return -1;
-		if (mh.msg_flags & MSG_CTRUNC)
-			return errno = EMFILE, -1;
-		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-			if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-				continue;
-			size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-			for (size_t i = 0; i < k && nreceived < 8; i++)
-				memcpy(&received[nreceived++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-		}
-		p += r;
-		n -= r;
+		size_t k = plan_len - plan_pos < n ? plan_len - plan_pos : n;
+		memcpy(p, planbuf + plan_pos, k);
+		plan_pos += k, p += k, n -= k;
 	}
 	return 0;
 }
@@ -635,6 +658,7 @@ static int run_init(unsigned long flags) {
 	syscall(SYS_close_range, 3, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */);
 	if (unshare(flags) < 0)
 		fail("create namespaces", errno);
+	mark("init-namespaces");
 	put("{\"type\":\"map\"}");
 	flush();
 	/* The plan comes once the supervisor has written our ID maps. Read
@@ -652,7 +676,7 @@ static int run_init(unsigned long flags) {
 			break;
 		nrecs++;
 	}
-	mark("init-namespaces+read");
+	mark("init-maps+plan");
 	pid_t pid1 = fork();
 	if (pid1 < 0)
 		fail("fork the box's PID 1", errno);

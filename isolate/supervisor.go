@@ -66,9 +66,10 @@ type supervisor struct {
 	// placement are the cgroup files through which the program joins the
 	// box's cgroup; they reach init with the plan.
 	placement  []*os.File
-	notifySock int      // init's descriptor of the seccomp listener socket, or -1
-	ownImage   *os.File // the run\'s own image mount, until the box is planned
-	notify     *os.File // socket on which the program sends its seccomp listener
+	notifySock int               // init's descriptor of the seccomp listener socket, or -1
+	ownImage   *os.File          // the run\'s own image mount, until the box is planned
+	cgroupDone chan cgroupResult // createCgroup\'s result, until awaitCgroup takes it
+	notify     *os.File          // socket on which the program sends its seccomp listener
 	rec        *seccomp.Recorder
 
 	// image is where the supervisor and init find a mounted image's
@@ -87,13 +88,15 @@ func Run(spec *Spec, opts Options) (*Report, error) {
 	}
 	s.timer.mark("validate")
 	s.report = &Report{BoxID: -1, BlockedSyscalls: []seccomp.Blocked{}, Sandbox: SandboxInfo{Image: spec.Image, Seccomp: s.policyName()}}
-	var err error
-	// Init creates the namespaces (about a millisecond) while the
-	// supervisor creates the cgroup and plans the box.
-	for _, step := range []func() error{s.lockBox, s.startInit, s.createCgroup, s.buildBox} {
-		if err = step(); err != nil {
-			break
+	err := s.lockBox()
+	if err == nil {
+		// The cgroup is created in the background while init starts and
+		// creates the namespaces (about half a millisecond each).
+		s.createCgroup()
+		if err = s.startInit(); err == nil {
+			err = s.buildBox()
 		}
+		s.awaitCgroup() // on failure too: teardown removes what it made
 	}
 	if err == nil {
 		s.timer.mark("start")
@@ -211,24 +214,55 @@ func (s *supervisor) lockBox() error {
 	return nil
 }
 
+// cgroupResult is what createCgroup's goroutine made.
+type cgroupResult struct {
+	mode      cgroup.Mode
+	box       *cgroup.Box
+	placement []*os.File
+	took      time.Duration
+	err       error
+}
+
 // createCgroup creates the box's cgroup and opens the files through which
-// the program joins it.
-func (s *supervisor) createCgroup() error {
-	mgr, err := cgroup.NewManager(s.opts.CgroupRoot)
-	if err != nil {
-		return fmt.Errorf("cgroups: %w", err)
+// the program joins it, in a goroutine: see awaitCgroup.
+func (s *supervisor) createCgroup() {
+	done := make(chan cgroupResult, 1)
+	s.cgroupDone = done
+	id, root := s.lock.id, s.opts.CgroupRoot
+	limits := cgroup.Limits{Memory: s.spec.Memory, Pids: s.spec.Pids, CPUs: s.spec.CPUs}
+	go func() {
+		start := time.Now()
+		r := cgroupResult{}
+		defer func() { r.took = time.Since(start); done <- r }()
+		mgr, err := cgroup.NewManager(root)
+		if err != nil {
+			r.err = fmt.Errorf("cgroups: %w", err)
+			return
+		}
+		r.mode = mgr.Mode()
+		sweepStale(mgr, id)
+		if r.box, r.err = mgr.Create(cgroupName(id), limits); r.err != nil {
+			return
+		}
+		if r.placement, err = r.box.PlacementFiles(); err != nil {
+			r.err = fmt.Errorf("open cgroup placement files: %w", err)
+		}
+	}()
+}
+
+// awaitCgroup takes what createCgroup made (once; later calls return
+// nil). Teardown removes it, whatever else failed.
+func (s *supervisor) awaitCgroup() error {
+	if s.cgroupDone == nil {
+		return nil
 	}
-	s.report.Sandbox.Cgroup = string(mgr.Mode())
-	sweepStale(mgr, s.lock.id)
-	s.cg, err = mgr.Create(cgroupName(s.lock.id), cgroup.Limits{Memory: s.spec.Memory, Pids: s.spec.Pids, CPUs: s.spec.CPUs})
-	if err != nil {
-		return err
-	}
-	if s.placement, err = s.cg.PlacementFiles(); err != nil {
-		return fmt.Errorf("open cgroup placement files: %w", err)
-	}
-	s.timer.mark("cgroup")
-	return nil
+	r := <-s.cgroupDone
+	s.cgroupDone = nil
+	s.timer.mark("cgroup-wait")
+	s.timer.stages["cgroup"] = r.took.Seconds()
+	s.report.Sandbox.Cgroup = string(r.mode)
+	s.cg, s.placement = r.box, r.placement
+	return r.err
 }
 
 // startInit starts init, which creates the box's namespaces and then
@@ -315,7 +349,7 @@ func (s *supervisor) startInit() error {
 // the program to start.
 func (s *supervisor) buildBox() error {
 	sp := s.spec
-	p, err := s.plan(len(s.placement), s.notifySock)
+	p, err := s.plan(s.notifySock)
 	if err != nil {
 		return err
 	}
@@ -324,6 +358,13 @@ func (s *supervisor) buildBox() error {
 		s.ownImage = nil
 	}
 	s.timer.mark("plan")
+	if err := s.awaitCgroup(); err != nil {
+		return err
+	}
+	for i := range s.placement {
+		p.add("cgroup", "cgroup", itoa(i))
+	}
+	p.add("end", "end")
 	if _, err := s.await(msgMap); err != nil {
 		return err
 	}
@@ -335,9 +376,6 @@ func (s *supervisor) buildBox() error {
 		return fmt.Errorf("send the plan to init: %w", err)
 	}
 	closeAll(s.placement)
-	if s.ownImage != nil {
-		s.ownImage.Close()
-	}
 	s.placement = nil
 	if len(sp.CopyIn) > 0 {
 		if _, err := s.await(msgReady); err != nil {
@@ -479,10 +517,10 @@ func receiveFD(sock *os.File) (int, error) {
 func initEnv() []string { return []string{} }
 
 // plan is everything init does, in order: the namespaces' settings, the
-// file system, then the program and how to start it. placement is the
-// number of cgroup files that come with the plan; notifySock the
-// descriptor of the seccomp listener socket, or -1.
-func (s *supervisor) plan(placement, notifySock int) (*plan, error) {
+// file system, then the program and how to start it (buildBox adds the
+// cgroup files). notifySock is init's descriptor of the seccomp listener
+// socket, or -1.
+func (s *supervisor) plan(notifySock int) (*plan, error) {
 	sp := s.spec
 	p := &plan{}
 	p.add("set host name", "hostname", "isolate")
@@ -539,9 +577,6 @@ func (s *supervisor) plan(placement, notifySock int) (*plan, error) {
 		// A backstop only: the supervisor kills at the exact limit.
 		rl(unix.RLIMIT_CPU, int64((sp.CPUTime+sp.ExtraTime)/time.Second)+2)
 	}
-	for i := 0; i < placement; i++ {
-		p.add("cgroup", "cgroup", itoa(i))
-	}
 	if s.policy != nil && s.policy.Filter != nil {
 		p.add("seccomp filter", "seccomp", string(s.policy.Filter), itoa(notifySock))
 	}
@@ -551,7 +586,6 @@ func (s *supervisor) plan(placement, notifySock int) (*plan, error) {
 	if len(sp.CopyIn) > 0 {
 		p.add("wait for copy-in", "wait-for-go")
 	}
-	p.add("end", "end")
 	return p, nil
 }
 
@@ -830,6 +864,9 @@ func (s *supervisor) account(m *initMessage, wall time.Duration) error {
 func (s *supervisor) teardown() {
 	closeAll(s.closers)
 	closeAll(s.placement)
+	if s.ownImage != nil {
+		s.ownImage.Close()
+	}
 	if s.init != nil {
 		if len(s.spec.CopyOut) > 0 && s.report.Status != "" {
 			s.copyOut()
