@@ -81,6 +81,7 @@ static struct {
 	int notify_sock; /* -1: no listener wanted */
 	int stderr_to_stdout;
 	int wait_for_go;
+	int hold; /* keep the box after the program until the supervisor is done (--copy-out) */
 } prog = {.notify_sock = -1};
 
 static int64_t now_ns(void) {
@@ -378,6 +379,8 @@ static void do_op(struct rec *r) {
 		prog.stderr_to_stdout = 1;
 	} else if (OP("wait-for-go")) {
 		prog.wait_for_go = 1;
+	} else if (OP("hold")) {
+		prog.hold = 1;
 	} else {
 		fail("decode plan: unknown operation", EINVAL);
 	}
@@ -576,7 +579,8 @@ static int run_box(struct rec *recs, int nrecs) {
 		else
 			snprintf(text, sizeof text, "%s: %s", child_steps[step], strerror(msg[1]));
 		report_exited(127 << 8, now_ns() - start, &ru, text);
-		wait_control();
+		if (prog.hold)
+			wait_control();
 		return 0;
 	}
 	mark("init-exec");
@@ -636,7 +640,11 @@ static int run_box(struct rec *recs, int nrecs) {
 	if (!ctl_open)
 		return 1;
 	report_exited(main_ws, end - start, &main_ru, NULL);
-	wait_control(); /* the supervisor copies files out meanwhile */
+	/* Without --copy-out nothing needs the box any more: tearing it down
+	 * (the kernel drops the namespaces and mounts) overlaps the
+	 * supervisor's accounting. */
+	if (prog.hold)
+		wait_control(); /* the supervisor copies files out meanwhile */
 	return 0;
 }
 

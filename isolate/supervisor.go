@@ -586,6 +586,9 @@ func (s *supervisor) plan(notifySock int) (*plan, error) {
 	if len(sp.CopyIn) > 0 {
 		p.add("wait for copy-in", "wait-for-go")
 	}
+	if len(sp.CopyOut) > 0 {
+		p.add("keep the box for copy-out", "hold")
+	}
 	return p, nil
 }
 
