@@ -69,6 +69,7 @@ type supervisor struct {
 	notifySock int               // init's descriptor of the seccomp listener socket, or -1
 	ownImage   *os.File          // the run\'s own image mount, until the box is planned
 	cgroupDone chan cgroupResult // createCgroup\'s result, until awaitCgroup takes it
+	notStarted *initMessage      // init\'s "exited" for a program that could not be started
 	notify     *os.File          // socket on which the program sends its seccomp listener
 	rec        *seccomp.Recorder
 
@@ -394,8 +395,9 @@ func (s *supervisor) buildBox() error {
 		return err
 	}
 	if m.Type == msgExited {
-		// It could not even be started: keep the message for supervise.
-		s.msgs <- m
+		// It could not even be started: keep the message for supervise
+		// (init may be gone already, its channel closed).
+		s.notStarted = &m
 		return nil
 	}
 	for k, v := range m.Stages {
@@ -721,7 +723,7 @@ func (s *supervisor) supervise() error {
 		cpuCheck = cpuTimer.C
 	}
 	var grace <-chan time.Time
-	var exited *initMessage
+	exited := s.notStarted
 	for exited == nil {
 		select {
 		case m, ok := <-s.msgs:
