@@ -872,6 +872,11 @@ func (s *supervisor) teardown() {
 	if s.ownImage != nil {
 		s.ownImage.Close()
 	}
+	// Once init has reported the program's exit, it has reaped every
+	// process of the box: the cgroup goes while init ends.
+	if s.report.Status != "" {
+		s.removeCgroup()
+	}
 	if s.init != nil {
 		if len(s.spec.CopyOut) > 0 && s.report.Status != "" {
 			s.copyOut()
@@ -904,16 +909,24 @@ func (s *supervisor) teardown() {
 		s.report.Stderr, s.report.StderrTruncated = s.stderr.result()
 	}
 	s.timer.mark("wait-init")
-	if s.cg != nil {
-		if err := s.cg.Destroy(); err != nil && s.report.Status != StatusXX {
-			s.report.Status = StatusXX
-			s.report.Message = "teardown: " + err.Error()
-		}
-		s.timer.mark("cgroup-remove")
-	}
+	s.removeCgroup()
 	if s.lock != nil {
 		s.lock.release()
 	}
+}
+
+// removeCgroup removes the box's cgroup (once), killing anything left in
+// it.
+func (s *supervisor) removeCgroup() {
+	if s.cg == nil {
+		return
+	}
+	if err := s.cg.Destroy(); err != nil && s.report.Status != StatusXX {
+		s.report.Status = StatusXX
+		s.report.Message = "teardown: " + err.Error()
+	}
+	s.cg = nil
+	s.timer.mark("cgroup-remove")
 }
 
 func (s *supervisor) copyOut() {
