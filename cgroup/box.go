@@ -180,24 +180,24 @@ func (b *Box) Name() string { return b.name }
 // Mode is the cgroup layout the box lives on.
 func (b *Box) Mode() Mode { return b.mode }
 
-// PlacementFiles opens, for writing, the files that move a process into
-// the box: each v1 controller's "tasks" file, or the v2 "cgroup.procs".
-// The program, between fork and exec, writes "0" to each: it is inside
-// before its first instruction, and nothing else of the sandbox is.
-// (v1 checks the opener's credentials, so a descriptor opened here by root
-// works in the box's user namespace.)
+// PlacementFiles opens the files by which the program enters the box
+// before its first instruction, so that nothing else of the sandbox is in
+// it. On v1: each controller's "tasks" file, opened for writing; the
+// program writes "0" to each between fork and exec (v1 checks the
+// opener's credentials, so a descriptor opened here by root works in the
+// box's user namespace). On v2 (ForkInto): the cgroup's directory, into
+// which the program is forked (clone3 with CLONE_INTO_CGROUP).
 func (b *Box) PlacementFiles() ([]*os.File, error) {
-	var paths []string
-	if b.mode.usesV1() {
-		for _, c := range v1Controllers {
-			paths = append(paths, filepath.Join(b.dirs[c], "tasks"))
+	if b.ForkInto() {
+		f, err := os.OpenFile(b.dirs[""], os.O_RDONLY|unix.O_DIRECTORY, 0)
+		if err != nil {
+			return nil, err
 		}
-	} else {
-		paths = append(paths, filepath.Join(b.dirs[""], "cgroup.procs"))
+		return []*os.File{f}, nil
 	}
 	var files []*os.File
-	for _, p := range paths {
-		f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	for _, c := range v1Controllers {
+		f, err := os.OpenFile(filepath.Join(b.dirs[c], "tasks"), os.O_WRONLY, 0)
 		if err != nil {
 			for _, f := range files {
 				f.Close()
@@ -208,6 +208,10 @@ func (b *Box) PlacementFiles() ([]*os.File, error) {
 	}
 	return files, nil
 }
+
+// ForkInto tells whether PlacementFiles is a directory to fork into (v2)
+// rather than files to write (v1).
+func (b *Box) ForkInto() bool { return !b.mode.usesV1() }
 
 // CPUUsage is the CPU time used so far by every task in the box.
 func (b *Box) CPUUsage() (time.Duration, error) {

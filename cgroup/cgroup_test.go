@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -29,14 +30,14 @@ func readFile(t *testing.T, path string) string {
 	return strings.TrimSpace(string(data))
 }
 
-// joinAndRun runs a shell that moves itself into the box through the
-// placement files (as the box's init does between fork and exec) and then
-// runs script.
-func joinAndRun(t *testing.T, b *Box, script string) {
-	t.Helper()
-	files, err := b.PlacementFiles()
-	if err != nil {
-		t.Fatal(err)
+// boxShell is a shell that runs script inside the box, entered through
+// the placement files as the box's init does it: forked into the v2
+// cgroup, or writing itself into each v1 tasks file first.
+func boxShell(b *Box, files []*os.File, script string) *exec.Cmd {
+	if b.ForkInto() {
+		cmd := exec.Command("/bin/sh", "-c", script)
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(files[0].Fd())}
+		return cmd
 	}
 	var join []string
 	for i := range files {
@@ -44,7 +45,17 @@ func joinAndRun(t *testing.T, b *Box, script string) {
 	}
 	cmd := exec.Command("/bin/sh", "-c", strings.Join(join, "; ")+"; "+script)
 	cmd.ExtraFiles = files
-	out, err := cmd.CombinedOutput()
+	return cmd
+}
+
+// joinAndRun runs script in the box.
+func joinAndRun(t *testing.T, b *Box, script string) {
+	t.Helper()
+	files, err := b.PlacementFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := boxShell(b, files, script).CombinedOutput()
 	for _, f := range files {
 		f.Close()
 	}
@@ -137,14 +148,8 @@ func TestOOMKillCounted(t *testing.T) {
 	}
 	defer b.Destroy()
 	files, _ := b.PlacementFiles()
-	var join []string
-	for i := range files {
-		join = append(join, fmt.Sprintf("echo 0 >&%d", 3+i))
-	}
 	// A shell variable growing past the limit: the OOM killer acts.
-	cmd := exec.Command("/bin/sh", "-c", strings.Join(join, "; ")+`; x=xxxxxxxxxxxxxxxx; while true; do x="$x$x"; done`)
-	cmd.ExtraFiles = files
-	cmd.Run()
+	boxShell(b, files, `x=xxxxxxxxxxxxxxxx; while true; do x="$x$x"; done`).Run()
 	for _, f := range files {
 		f.Close()
 	}
@@ -167,11 +172,7 @@ func TestStaleBoxRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	files, _ := b.PlacementFiles()
-	sleeper := exec.Command("/bin/sh", "-c", "echo 0 >&3; echo 0 >&4; echo 0 >&5; echo 0 >&6; exec sleep 60")
-	if !m.Mode().usesV1() {
-		sleeper = exec.Command("/bin/sh", "-c", "echo 0 >&3; exec sleep 60")
-	}
-	sleeper.ExtraFiles = files
+	sleeper := boxShell(b, files, "exec sleep 60")
 	if err := sleeper.Start(); err != nil {
 		t.Fatal(err)
 	}

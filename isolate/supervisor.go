@@ -363,7 +363,11 @@ func (s *supervisor) buildBox() error {
 		return err
 	}
 	for i := range s.placement {
-		p.add("cgroup", "cgroup", itoa(i))
+		if s.cg.ForkInto() {
+			p.add("cgroup", "cgroup-fork", itoa(i))
+		} else {
+			p.add("cgroup", "cgroup", itoa(i))
+		}
 	}
 	p.add("end", "end")
 	if _, err := s.await(msgMap); err != nil {
