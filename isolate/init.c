@@ -564,7 +564,7 @@ static void wait_control(void) {
 
 /* run_box is PID 1 of the box: it carries out the plan, starts the
  * program and reaps the box. */
-static int run_box(struct rec *recs, int nrecs) {
+static int run_box(void) {
 	sigset_t chld, oldmask;
 	sigemptyset(&chld);
 	sigaddset(&chld, SIGCHLD);
@@ -572,8 +572,22 @@ static int run_box(struct rec *recs, int nrecs) {
 	int sfd = signalfd(-1, &chld, SFD_CLOEXEC);
 	if (sfd < 0)
 		fail("create signalfd", errno);
-	for (int i = 0; i < nrecs; i++)
-		do_op(&recs[i]);
+	/* Each step is carried out as it arrives: the supervisor sends the
+	 * file system as soon as the ID maps are written, and the cgroup
+	 * files, made meanwhile, last. */
+	static struct rec r;
+	for (int first = 1;; first = 0) {
+		errno = 0;
+		if (read_rec(&r) < 0)
+			fail("read plan", errno ? errno : EPIPE);
+		if (first)
+			mark("init-maps+plan");
+		if (r.n < 2)
+			fail("decode plan: record without an operation", EINVAL);
+		if (strcmp(r.f[1], "end") == 0)
+			break;
+		do_op(&r);
+	}
 	mark("init-setup");
 	if (!prog.argv || !prog.argv[0])
 		fail("decode plan: no program", EINVAL);
@@ -685,9 +699,9 @@ static int run_box(struct rec *recs, int nrecs) {
 	return 0;
 }
 
-/* run_init creates the box's namespaces, has the supervisor map the box's
- * user namespace, reads the plan, and forks PID 1 of the new PID
- * namespace to carry it out. It stays as that process's parent, so that
+/* run_init creates the box's namespaces, asks the supervisor to map the
+ * box's user namespace, and forks PID 1 of the new PID namespace, which
+ * reads the plan and carries it out. It stays as that process's parent, so that
  * the supervisor's death (PDEATHSIG on this process) takes the box down.
  *
  * Creating the namespaces here rather than in the supervisor's clone(2)
@@ -706,32 +720,18 @@ static int run_init(unsigned long flags) {
 	mark("init-namespaces");
 	put("{\"type\":\"map\"}");
 	flush();
-	/* The plan comes once the supervisor has written our ID maps. Read
-	 * all of it first, then carry it out: the timers tell the transfer
-	 * from the work. */
-	static struct rec recs[1024];
-	int nrecs = 0;
-	for (;;) {
-		if (nrecs == 1024)
-			fail("read plan: too many steps", E2BIG);
-		errno = 0;
-		if (read_rec(&recs[nrecs]) < 0)
-			fail("read plan", errno ? errno : EPIPE);
-		if (strcmp(recs[nrecs].f[1], "end") == 0)
-			break;
-		nrecs++;
-	}
-	mark("init-maps+plan");
+	/* PID 1 waits for the plan itself, which comes once the supervisor
+	 * has written our ID maps. */
 	pid_t pid1 = fork();
 	if (pid1 < 0)
 		fail("fork the box's PID 1", errno);
 	if (pid1 == 0) {
 		/* (getppid() is 0 here, the parent being outside the new PID
 		 * namespace; had the parent died already, the closed control
-		 * pipe takes the box down.) */
+		 * socket takes the box down.) */
 		if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
 			fail("set the parent-death signal", errno);
-		return run_box(recs, nrecs);
+		return run_box();
 	}
 	/* Hold nothing of the box's: its streams end when PID 1's do. */
 	syscall(SYS_close_range, 0, ~0U, 0);

@@ -345,9 +345,10 @@ func (s *supervisor) startInit() error {
 	return nil
 }
 
-// buildBox maps the user namespace init created, sends init the plan of
-// the box with the cgroup files, fills the box (--copy-in) and waits for
-// the program to start.
+// buildBox maps the user namespace init created and sends init the plan
+// of the box: the file system as soon as the maps are written (PID 1
+// builds it while the cgroup is made), the cgroup files last. Then it
+// fills the box (--copy-in) and waits for the program to start.
 func (s *supervisor) buildBox() error {
 	sp := s.spec
 	p, err := s.plan(s.notifySock)
@@ -359,26 +360,30 @@ func (s *supervisor) buildBox() error {
 		s.ownImage = nil
 	}
 	s.timer.mark("plan")
-	if err := s.awaitCgroup(); err != nil {
-		return err
-	}
-	for i := range s.placement {
-		if s.cg.ForkInto() {
-			p.add("cgroup", "cgroup-fork", itoa(i))
-		} else {
-			p.add("cgroup", "cgroup", itoa(i))
-		}
-	}
-	p.add("end", "end")
 	if _, err := s.await(msgMap); err != nil {
 		return err
 	}
 	if err := writeIDMaps(s.init.pid, FirstUID+s.lock.id); err != nil {
 		return err
 	}
-	s.timer.mark("namespaces+maps")
-	if err := sendWithFiles(s.ctl, p.buf, s.placement); err != nil {
+	if _, err := s.ctl.Write(p.buf); err != nil {
 		return fmt.Errorf("send the plan to init: %w", err)
+	}
+	s.timer.mark("namespaces+maps")
+	if err := s.awaitCgroup(); err != nil {
+		return err
+	}
+	last := &plan{}
+	for i := range s.placement {
+		if s.cg.ForkInto() {
+			last.add("cgroup", "cgroup-fork", itoa(i))
+		} else {
+			last.add("cgroup", "cgroup", itoa(i))
+		}
+	}
+	last.add("end", "end")
+	if err := sendWithFiles(s.ctl, last.buf, s.placement); err != nil {
+		return fmt.Errorf("send the cgroup to init: %w", err)
 	}
 	closeAll(s.placement)
 	s.placement = nil
