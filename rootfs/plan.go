@@ -190,18 +190,18 @@ func (p *planner) etc(l *Layout) error {
 		{"hostname", "isolate\n"},
 		{"nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n"},
 	}
-	copies := []string{"ld.so.cache"}
 	if l.HostNet {
-		copies = append(copies, "resolv.conf")
-	}
-	for _, name := range copies {
-		data, err := os.ReadFile(filepath.Join(l.Image, "etc", name))
-		if err == nil {
-			files = append(files, struct{ name, content string }{name, string(data)})
+		if data, err := os.ReadFile(filepath.Join(l.Image, "etc", "resolv.conf")); err == nil {
+			files = append(files, struct{ name, content string }{"resolv.conf", string(data)})
 		}
 	}
 	for _, f := range files {
 		p.add("write /etc/"+f.name, "write", p.in("etc/"+f.name), "420", f.content)
+	}
+	// The dynamic linker's cache is bound, not copied: it is tens of
+	// kilobytes, read and written on every run otherwise.
+	if _, err := os.Stat(filepath.Join(l.Image, "etc", "ld.so.cache")); err == nil {
+		p.bind(filepath.Join(l.source(), "etc", "ld.so.cache"), "/etc/ld.so.cache", false, false, false)
 	}
 	for _, name := range imageEtc {
 		src := filepath.Join(l.Image, "etc", name)
