@@ -250,17 +250,21 @@ static int read_rec(struct rec *r) {
 
 /* ---- file system and namespace operations -------------------------- */
 
+/* mkdir_p creates path and any missing parents. The parents nearly always
+ * exist: try the directory itself first. */
 static int mkdir_p(char *path, mode_t mode) {
-	for (char *p = path + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = 0;
-		if (mkdir(path, 0755) < 0 && errno != EEXIST) {
-			*p = '/';
-			return -1;
-		}
-		*p = '/';
-	}
+	if (mkdir(path, mode) == 0 || errno == EEXIST)
+		return 0;
+	if (errno != ENOENT)
+		return -1;
+	char *slash = strrchr(path, '/');
+	if (!slash || slash == path)
+		return -1;
+	*slash = 0;
+	int rc = mkdir_p(path, 0755);
+	*slash = '/';
+	if (rc < 0)
+		return -1;
 	if (mkdir(path, mode) < 0 && errno != EEXIST)
 		return -1;
 	return 0;

@@ -179,8 +179,8 @@ func (p *planner) userBind(b Bind) error {
 	return nil
 }
 
-// etc writes a minimal /etc: the box user, loopback names, the dynamic
-// linker's cache, and binds the image's toolchain configuration.
+// etc writes a minimal /etc: the box user, loopback names; binds the dynamic
+// linker's cache and the image's toolchain configuration.
 func (p *planner) etc(l *Layout) error {
 	p.add("create /etc", "mkdir", p.in("etc"))
 	files := []struct{ name, content string }{
