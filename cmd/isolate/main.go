@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 
 	"github.com/urfave/cli/v2"
 
@@ -44,14 +43,6 @@ func usageErr(err error) error { return &exitError{code: exitSandbox, msg: err.E
 
 func main() {
 	isolate.MaybeInit()
-	// One P: the supervisor mostly waits on the kernel, and on a small
-	// machine idle Ps' threads spinning for work take CPU from the box's
-	// init and program (≈ 0.1 ms per run on 2 CPUs). GOMAXPROCS in the
-	// environment still wins; the bench, a parent of parallel runs, keeps
-	// its Ps.
-	if os.Getenv("GOMAXPROCS") == "" && !(len(os.Args) > 1 && os.Args[1] == "bench") {
-		runtime.GOMAXPROCS(1)
-	}
 	os.Exit(run(os.Args))
 }
 
