@@ -367,7 +367,7 @@ func (s *supervisor) buildBox() error {
 		return err
 	}
 	if _, err := s.ctl.Write(p.buf); err != nil {
-		return fmt.Errorf("send the plan to init: %w", err)
+		return s.sendFailed("send the plan to init", err)
 	}
 	s.timer.mark("namespaces+maps")
 	if err := s.awaitCgroup(); err != nil {
@@ -383,7 +383,7 @@ func (s *supervisor) buildBox() error {
 	}
 	last.add("end", "end")
 	if err := sendWithFiles(s.ctl, last.buf, s.placement); err != nil {
-		return fmt.Errorf("send the cgroup to init: %w", err)
+		return s.sendFailed("send the cgroup to init", err)
 	}
 	closeAll(s.placement)
 	s.placement = nil
@@ -687,6 +687,15 @@ func (s *supervisor) await(typ string) (initMessage, error) {
 	case <-timeout.C:
 		return initMessage{}, fmt.Errorf("box setup: init did not answer within %v", setupTimeout)
 	}
+}
+
+// sendFailed explains a failed write to init: init has most likely
+// failed first and said why, or died; that is the real cause.
+func (s *supervisor) sendFailed(step string, err error) error {
+	if _, cause := s.await(msgStarted); cause != nil {
+		return cause
+	}
+	return fmt.Errorf("%s: %w", step, err)
 }
 
 // initDied explains why init ended without a word.
