@@ -8,10 +8,11 @@
  * is forked from a process a few hundred kilobytes large (its pre-exec
  * footprint counts in the program's ru_maxrss).
  *
- * The supervisor sends the whole plan on fd 3 (see config.go): records of
- * length-prefixed fields, each an operation to carry out (mounts and files
- * of the box's file system, host name, loopback...) or a setting of the
- * program. Init carries them out in order, then forks the program, reaps
+ * The supervisor sends the plan on fd 3, a stream socket (see protocol.go):
+ * records of length-prefixed fields, each an operation to carry out
+ * (mounts and files of the box's file system, host name, loopback...) or a
+ * setting of the program; the cgroup files come last, as SCM_RIGHTS. PID 1
+ * carries the records out as they arrive, then forks the program, reaps
  * the box and reports on fd 4, one JSON line per message. Any failure is
  * reported with the step that failed and its errno, never guessed at.
  */
@@ -559,7 +560,7 @@ static void report_exited(int ws, int64_t wall, struct rusage *ru, const char *e
 	flush();
 }
 
-/* wait_control blocks until the supervisor closes the control pipe. */
+/* wait_control blocks until the supervisor closes the control socket. */
 static void wait_control(void) {
 	char c;
 	while (read(FD_CONTROL, &c, 1) > 0 || errno == EINTR)

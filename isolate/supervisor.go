@@ -58,7 +58,7 @@ type supervisor struct {
 	cg      *cgroup.Box
 	policy  *seccomp.Program
 	init    *initProc
-	ctl     *os.File // control pipe to init (write end)
+	ctl     *os.File // control socket to init (the plan, then control bytes)
 	msgs    chan initMessage
 	stdout  *capture
 	stderr  *capture
@@ -67,9 +67,9 @@ type supervisor struct {
 	// box's cgroup; they reach init with the plan.
 	placement  []*os.File
 	notifySock int               // init's descriptor of the seccomp listener socket, or -1
-	ownImage   *os.File          // the run\'s own image mount, until the box is planned
-	cgroupDone chan cgroupResult // createCgroup\'s result, until awaitCgroup takes it
-	notStarted *initMessage      // init\'s "exited" for a program that could not be started
+	ownImage   *os.File          // the run's own image mount, until the box is planned
+	cgroupDone chan cgroupResult // createCgroup's result, until awaitCgroup takes it
+	notStarted *initMessage      // init's "exited" for a program that could not be started
 	notify     *os.File          // socket on which the program sends its seccomp listener
 	rec        *seccomp.Recorder
 
