@@ -92,6 +92,10 @@ static int64_t now_ns(void) {
 	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
+/* PID 1's pid in the host's PID namespace: the supervisor reaches the
+ * box's root through /proc/PID/root (--copy-in, --copy-out). */
+static int box_host_pid;
+
 /* Stage timers, sent with "started". */
 static struct { const char *name; int64_t ns; } stages[8];
 static int nstages;
@@ -545,6 +549,7 @@ static void start_child(int pipe_fd, const sigset_t *oldmask) {
 
 static void report_exited(int ws, int64_t wall, struct rusage *ru, const char *exec_err) {
 	put("{\"type\":\"exited\"");
+	put_num("pid", box_host_pid);
 	put_num("ws", ws);
 	put_num("wall_ns", wall);
 	put_num("utime_ns", (long long)ru->ru_utime.tv_sec * 1000000000 + ru->ru_utime.tv_usec * 1000);
@@ -586,7 +591,7 @@ static int run_box(void) {
 		if (read_rec(&r) < 0)
 			fail("read plan", errno ? errno : EPIPE);
 		if (first)
-			mark("init-maps+plan");
+			mark("init-plan");
 		if (r.n < 2)
 			fail("decode plan: record without an operation", EINVAL);
 		if (strcmp(r.f[1], "end") == 0)
@@ -597,7 +602,9 @@ static int run_box(void) {
 	if (!prog.argv || !prog.argv[0])
 		fail("decode plan: no program", EINVAL);
 	if (prog.wait_for_go) {
-		put("{\"type\":\"ready\"}");
+		put("{\"type\":\"ready\"");
+		put_num("pid", box_host_pid);
+		put("}");
 		flush();
 		char c;
 		if (read(FD_CONTROL, &c, 1) != 1 || c != CTL_GO)
@@ -646,7 +653,9 @@ static int run_box(void) {
 		snprintf(buf, sizeof buf, "%s\"%s\":%lld", i ? "," : "", stages[i].name, (long long)stages[i].ns);
 		put(buf);
 	}
-	put("}}");
+	put("}");
+	put_num("pid", box_host_pid);
+	put("}");
 	flush();
 
 	/* Reap until the program is gone; then kill what it left and reap
@@ -704,40 +713,75 @@ static int run_box(void) {
 	return 0;
 }
 
-/* run_init creates the box's namespaces, asks the supervisor to map the
- * box's user namespace, and forks PID 1 of the new PID namespace, which
- * reads the plan and carries it out. It stays as that process's parent, so that
- * the supervisor's death (PDEATHSIG on this process) takes the box down.
+/* write_id_maps writes the ID maps (the text of uid_map and gid_map) of
+ * process pid's user namespace. */
+static int write_id_maps(pid_t pid, const char *maps) {
+	static const char *files[] = {"uid_map", "gid_map"};
+	size_t n = strlen(maps);
+	for (int i = 0; i < 2; i++) {
+		char path[64];
+		snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, files[i]);
+		int fd = open(path, O_WRONLY | O_CLOEXEC);
+		if (fd < 0)
+			return -1;
+		ssize_t w = write(fd, maps, n);
+		int err = errno;
+		close(fd);
+		if (w != (ssize_t)n)
+			return errno = w < 0 ? err : EIO, -1;
+	}
+	return 0;
+}
+
+/* run_init starts PID 1 of the box in new namespaces, maps its user
+ * namespace, and stays its parent, so that the supervisor's death
+ * (PDEATHSIG on this process) takes the box down. PID 1 reads the plan
+ * and carries it out.
  *
- * Creating the namespaces here rather than in the supervisor's clone(2)
- * lets the supervisor start this process with vfork: Go must fully fork
- * its own address space to create a user namespace (the child waits for
- * its ID maps before exec), which cost a millisecond per run. */
-static int run_init(unsigned long flags) {
+ * PID 1 is cloned straight into the namespaces, and this process stays in
+ * the host's, still root there: it writes PID 1's ID maps itself (maps:
+ * their text), with no round trip through the supervisor. And the
+ * supervisor can start this process with vfork: Go must fully fork its
+ * own address space to create a user namespace, which cost a millisecond
+ * per run. */
+static int run_init(unsigned long flags, const char *maps) {
 	stage_last = now_ns();
 	/* The box's /etc and mount points must be readable by the box user,
 	 * whatever umask the caller had. */
 	umask(022);
 	/* Nothing the supervisor passed may reach the program by accident. */
 	syscall(SYS_close_range, 3, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */);
-	if (unshare(flags) < 0)
-		fail("create namespaces", errno);
-	mark("init-namespaces");
-	put("{\"type\":\"map\"}");
-	flush();
-	/* PID 1 waits for the plan itself, which comes once the supervisor
-	 * has written our ID maps. */
-	pid_t pid1 = fork();
+	int mapped[2];
+	if (pipe2(mapped, O_CLOEXEC) < 0)
+		fail("create pipe", errno);
+	/* A raw clone, like fork: PID 1 makes only plain system calls until
+	 * it execs nothing but the program, so the C library's fork
+	 * bookkeeping is not needed. */
+	pid_t pid1 = syscall(SYS_clone, flags | SIGCHLD, NULL, NULL, NULL, NULL);
 	if (pid1 < 0)
-		fail("fork the box's PID 1", errno);
+		fail("create namespaces", errno);
 	if (pid1 == 0) {
+		mark("init-namespaces");
 		/* (getppid() is 0 here, the parent being outside the new PID
-		 * namespace; had the parent died already, the closed control
-		 * socket takes the box down.) */
+		 * namespace; had the parent died already, the closed pipe and
+		 * control socket take the box down.) */
 		if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
 			fail("set the parent-death signal", errno);
+		close(mapped[1]);
+		int32_t host_pid;
+		if (read(mapped[0], &host_pid, sizeof host_pid) != sizeof host_pid)
+			_exit(1); /* the parent failed, and said why */
+		close(mapped[0]);
+		box_host_pid = host_pid;
+		mark("init-maps");
 		return run_box();
 	}
+	close(mapped[0]);
+	if (write_id_maps(pid1, maps) < 0)
+		fail("write the user namespace's ID maps", errno);
+	int32_t host_pid = pid1;
+	if (write(mapped[1], &host_pid, sizeof host_pid) != sizeof host_pid)
+		fail("start the box's PID 1", errno);
 	/* Hold nothing of the box's: its streams end when PID 1's do. */
 	syscall(SYS_close_range, 0, ~0U, 0);
 	int ws;
@@ -767,6 +811,6 @@ __attribute__((constructor)) static void isolate_init_entry(void) {
 		argc++;
 	char **argv = envp - 1 - argc;
 #endif
-	if (argc >= 3 && strcmp(argv[1], INIT_ARG) == 0)
-		_exit(run_init(strtoul(argv[2], NULL, 10)));
+	if (argc >= 4 && strcmp(argv[1], INIT_ARG) == 0)
+		_exit(run_init(strtoul(argv[2], NULL, 10), argv[3]));
 }

@@ -46,7 +46,6 @@ func itoa(i int) string { return strconv.Itoa(i) }
 
 // Message types sent by init.
 const (
-	msgMap     = "map"     // init created its namespaces: write its ID maps
 	msgReady   = "ready"   // the file system is built; waiting for ctlGo
 	msgStarted = "started" // the program runs
 	msgExited  = "exited"  // the program and everything it left are gone
@@ -56,6 +55,8 @@ const (
 // initMessage is one status line from init.
 type initMessage struct {
 	Type string `json:"type"`
+	// ready, started, exited: the box's PID 1 in the host's PID namespace.
+	Pid int `json:"pid,omitempty"`
 	// started: init's own timers (ns), for the stage breakdown.
 	Stages map[string]int64 `json:"stages,omitempty"`
 	// exited

@@ -70,6 +70,7 @@ type supervisor struct {
 	ownImage   *os.File          // the run's own image mount, until the box is planned
 	cgroupDone chan cgroupResult // createCgroup's result, until awaitCgroup takes it
 	notStarted *initMessage      // init's "exited" for a program that could not be started
+	boxPid     int               // the box's PID 1, in the host's PID namespace
 	notify     *os.File          // socket on which the program sends its seccomp listener
 	rec        *seccomp.Recorder
 
@@ -332,7 +333,8 @@ func (s *supervisor) startInit() error {
 		return fmt.Errorf("create %s: %w", rootfs.StagingDir, err)
 	}
 	s.timer.mark("spawn-prep")
-	pid, err := syscall.ForkExec("/proc/self/exe", []string{"isolate-init", InitArg, strconv.FormatUint(uint64(flags), 10)}, attr)
+	argv := []string{"isolate-init", InitArg, strconv.FormatUint(uint64(flags), 10), idMaps(FirstUID + s.lock.id)}
+	pid, err := syscall.ForkExec("/proc/self/exe", argv, attr)
 	if err != nil {
 		return fmt.Errorf("start init: %w", err)
 	}
@@ -345,9 +347,8 @@ func (s *supervisor) startInit() error {
 	return nil
 }
 
-// buildBox maps the user namespace init created and sends init the plan
-// of the box: the file system as soon as the maps are written (PID 1
-// builds it while the cgroup is made), the cgroup files last. Then it
+// buildBox sends init the plan of the box: the file system at once (PID
+// 1 builds it while the cgroup is made), the cgroup files last. Then it
 // fills the box (--copy-in) and waits for the program to start.
 func (s *supervisor) buildBox() error {
 	sp := s.spec
@@ -359,17 +360,10 @@ func (s *supervisor) buildBox() error {
 		s.ownImage.Close()
 		s.ownImage = nil
 	}
-	s.timer.mark("plan")
-	if _, err := s.await(msgMap); err != nil {
-		return err
-	}
-	if err := writeIDMaps(s.init.pid, FirstUID+s.lock.id); err != nil {
-		return err
-	}
 	if _, err := s.ctl.Write(p.buf); err != nil {
 		return s.sendFailed("send the plan to init", err)
 	}
-	s.timer.mark("namespaces+maps")
+	s.timer.mark("plan")
 	if err := s.awaitCgroup(); err != nil {
 		return err
 	}
@@ -388,9 +382,11 @@ func (s *supervisor) buildBox() error {
 	closeAll(s.placement)
 	s.placement = nil
 	if len(sp.CopyIn) > 0 {
-		if _, err := s.await(msgReady); err != nil {
+		m, err := s.await(msgReady)
+		if err != nil {
 			return err
 		}
+		s.boxPid = m.Pid
 		s.timer.mark("namespaces+fs")
 		if err := s.fill(); err != nil {
 			return err
@@ -403,6 +399,7 @@ func (s *supervisor) buildBox() error {
 	if err != nil {
 		return err
 	}
+	s.boxPid = m.Pid
 	if m.Type == msgExited {
 		// It could not even be started: keep the message for supervise
 		// (init may be gone already, its channel closed).
@@ -476,19 +473,11 @@ func describeWait(ws syscall.WaitStatus) string {
 	return "exit status " + strconv.Itoa(ws.ExitStatus())
 }
 
-// writeIDMaps maps the user namespace init created: its root is root
-// outside, for init alone; the program runs as boxUID, which is hostUID
-// outside, an unprivileged uid of this box.
-func writeIDMaps(pid, hostUID int) error {
-	m := fmt.Sprintf("0 0 1\n%d %d 1\n", boxUID, hostUID)
-	for _, f := range []string{"uid_map", "gid_map"} {
-		path := "/proc/" + strconv.Itoa(pid) + "/" + f
-		if err := os.WriteFile(path, []byte(m), 0); err != nil {
-			return fmt.Errorf("write %s: %w", path, err)
-		}
-	}
-	return nil
-}
+// idMaps is the text of the uid_map and gid_map of a box's user
+// namespace, which init writes: its root is root outside, for init alone;
+// the program runs as boxUID, which is hostUID outside, an unprivileged
+// uid of this box.
+func idMaps(hostUID int) string { return fmt.Sprintf("0 0 1\n%d %d 1\n", boxUID, hostUID) }
 
 // sendWithFiles writes buf to the stream socket sock, the descriptors of
 // files attached to its first bytes.
@@ -698,6 +687,14 @@ func (s *supervisor) sendFailed(step string, err error) error {
 	return fmt.Errorf("%s: %w", step, err)
 }
 
+// openBoxRoot opens the box's root directory, through its PID 1.
+func (s *supervisor) openBoxRoot() (int, error) {
+	if s.boxPid <= 0 {
+		return -1, errors.New("init did not say where the box is")
+	}
+	return unix.Open("/proc/"+strconv.Itoa(s.boxPid)+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+}
+
 // initDied explains why init ended without a word.
 func (s *supervisor) initDied() error {
 	ws := s.init.wait()
@@ -707,7 +704,7 @@ func (s *supervisor) initDied() error {
 
 // fill copies the --copy-in files into the box, through init's root.
 func (s *supervisor) fill() error {
-	root, err := unix.Open("/proc/"+strconv.Itoa(s.init.pid)+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	root, err := s.openBoxRoot()
 	if err != nil {
 		return fmt.Errorf("open the box root: %w", err)
 	}
@@ -948,7 +945,7 @@ func (s *supervisor) removeCgroup() {
 }
 
 func (s *supervisor) copyOut() {
-	root, err := unix.Open("/proc/"+strconv.Itoa(s.init.pid)+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	root, err := s.openBoxRoot()
 	if err != nil {
 		s.report.Message = appendMsg(s.report.Message, "copy-out: "+err.Error())
 		return
