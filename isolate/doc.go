@@ -3,9 +3,9 @@
 //
 // The supervisor (the isolate command, in the host's namespaces, as root)
 // takes a box id and starts init: this same binary, re-executed with
-// InitArg, which creates new user, PID, mount, network, IPC and UTS
-// namespaces and forks their PID 1, while the supervisor creates the box's
-// cgroup. PID 1 builds the box's file system from the supervisor's plan,
+// InitArg, which clones PID 1 into new user, PID, mount, network, IPC and
+// UTS namespaces and maps its user namespace, while the supervisor creates
+// the box's cgroup. PID 1 builds the box's file system from the supervisor's plan,
 // pivots into it and starts the program as an unprivileged user, inside the
 // cgroup and under the (precompiled) syscall filter from its first
 // instruction.
