@@ -7,7 +7,7 @@ from spawn to reap.
 
 e.g. scripts/ab.py '/tmp/old/isolate run -- /bin/true' 'bin/isolate run -- /bin/true'.
 A command may start with VAR=value words for its environment. The timer
-includes Python's own spawn (about 0.4 ms on the project's VMs): compare the
+includes Python's own spawn (about 0.1 ms on the project's VMs): compare the
 commands with each other, not with other tables."""
 import argparse, os, shlex, statistics, subprocess, time
 
