@@ -215,8 +215,9 @@ func (p *planner) etc(l *Layout) error {
 // dev builds a minimal /dev: a few host device nodes bound in, the usual
 // symlinks, a tmpfs /dev/shm.
 func (p *planner) dev() {
+	// A directory of the root tmpfs, read-only like it once the box is
+	// built: the nodes are bind mounts, which keep their own flags.
 	p.add("create /dev", "mkdir", p.in("dev"))
-	p.mount("mount /dev", "tmpfs", p.in("dev"), "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k")
 	for _, n := range devNodes {
 		p.add("create /dev/"+n, "touch", p.in("dev/"+n))
 		p.mount("bind /dev/"+n, "/dev/"+n, p.in("dev/"+n), "", unix.MS_BIND, "")
