@@ -215,6 +215,22 @@ func TestExecRuntimeErrorIsRE(t *testing.T) {
 	}
 }
 
+// Only a syntax error in the source itself is CE for an interpreted
+// language: one raised while the program runs (here by compiling a string)
+// is the program's own RE.
+func TestExecPythonRunTimeSyntaxErrorIsRE(t *testing.T) {
+	needImage(t, "python")
+	rep, code := execSource(t, "late.py", "print('started')\ncompile('x = (', 'late', 'exec')\n", "",
+		"--lang", "python", "--box-id", strconv.Itoa(execFirstBox+45))
+	if rep.Status != isolate.StatusRE || code != 1 || rep.Run == nil {
+		t.Fatalf("status %s, exit %d, want RE and 1: %+v", rep.Status, code, rep.last())
+	}
+	if rep.Run.Stdout != "started\n" || !strings.Contains(rep.Run.Stderr, "SyntaxError") || rep.Run.ExitCode != 1 {
+		t.Errorf("stdout %q, stderr %q, exit code %d: want the program's output, its traceback, 1",
+			rep.Run.Stdout, rep.Run.Stderr, rep.Run.ExitCode)
+	}
+}
+
 func TestExecCompileErrorIsCE(t *testing.T) {
 	for i, c := range langCases {
 		t.Run(c.lang, func(t *testing.T) {
