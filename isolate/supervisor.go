@@ -267,8 +267,8 @@ func (s *supervisor) awaitCgroup() error {
 	return r.err
 }
 
-// startInit starts init, which creates the box's namespaces and then
-// waits for its ID maps and the plan (see buildBox).
+// startInit starts init, which clones the box's PID 1 into new
+// namespaces and maps them; PID 1 then waits for the plan (see buildBox).
 func (s *supervisor) startInit() error {
 	// A socket, not a pipe: the cgroup files, created meanwhile, travel
 	// with the plan.
