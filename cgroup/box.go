@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -41,28 +42,38 @@ type Box struct {
 // Create makes the cgroup of box name with limits l. A cgroup of that name
 // left over by a killed supervisor is removed first.
 func (m *Manager) Create(name string, l Limits) (*Box, error) {
-	if err := m.ensureParents(); err != nil {
-		return nil, err
-	}
 	b := &Box{mode: m.mode, name: name, dirs: map[string]string{}}
 	for c, parent := range m.parents {
 		b.dirs[c] = filepath.Join(parent, name)
 	}
 	if b.exists() {
-		if err := b.Destroy(); err != nil {
+		if err := b.removeDirs(); err != nil {
 			return nil, fmt.Errorf("remove stale cgroup of %s: %w", name, err)
 		}
 	}
-	var err error
-	if m.mode.usesV1() {
-		err = b.createV1(m, l)
-	} else {
-		err = b.createV2(m, l)
-	}
-	if err != nil {
+	for attempt := 1; ; attempt++ {
+		err := m.ensureParents()
+		if err == nil {
+			if m.mode.usesV1() {
+				err = b.createV1(m, l)
+			} else {
+				err = b.createV2(m, l)
+			}
+		}
+		if err == nil {
+			break
+		}
+		b.removeDirs()
+		// Another box's teardown removes the parents it leaves empty: if
+		// that happened between making them and making ours, make them
+		// again.
+		if errors.Is(err, fs.ErrNotExist) && attempt < 3 {
+			continue
+		}
 		b.Destroy()
 		return nil, err
 	}
+	var err error
 	usage := filepath.Join(b.dirs[""], "cpu.stat")
 	if m.mode.usesV1() {
 		usage = filepath.Join(b.dirs["cpuacct"], "cpuacct.usage")
@@ -296,14 +307,27 @@ func (b *Box) PidsPeak() (int64, error) {
 	return readInt(filepath.Join(dir, "pids.peak"))
 }
 
-// Destroy kills what is left in the box and removes its cgroup directories.
-// Removing a directory the kernel still holds busy (a task is exiting) is
-// retried for a while.
+// Destroy kills what is left in the box and removes its cgroup
+// directories, then the parents ("isolate") if no other box is in them:
+// nothing of isolate stays in the cgroup tree after its last box. Removing
+// a directory the kernel still holds busy (a task is exiting) is retried
+// for a while.
 func (b *Box) Destroy() error {
 	if b.cpuUsage != nil {
 		b.cpuUsage.Close()
 		b.cpuUsage = nil
 	}
+	err := b.removeDirs()
+	for _, d := range b.dirs {
+		// Fails while another box is in it (EBUSY), or when another
+		// teardown was first (ENOENT): both fine.
+		syscall.Rmdir(filepath.Dir(d))
+	}
+	return err
+}
+
+// removeDirs removes the box's own directories.
+func (b *Box) removeDirs() error {
 	var errs []error
 	for _, d := range b.dirs {
 		if err := removeDir(d); err != nil {

@@ -64,12 +64,78 @@ func joinAndRun(t *testing.T, b *Box, script string) {
 	}
 }
 
-func TestBoxLifecycle(t *testing.T) {
-	requireRoot(t)
+// testManager is a Manager whose box parents lie in a directory of their
+// own below this process's cgroups, <own>/isolate-test-PID/isolate: the
+// cmd tests' boxes, made meanwhile under <own>/isolate, do not share them,
+// so what a test finds there is its own doing.
+func testManager(t *testing.T) *Manager {
+	t.Helper()
 	m, err := NewManager("")
 	if err != nil {
 		t.Fatal(err)
 	}
+	base := fmt.Sprintf("isolate-test-%d", os.Getpid())
+	for c, parent := range m.parents {
+		dir := filepath.Join(filepath.Dir(parent), base)
+		if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			syscall.Rmdir(filepath.Join(dir, parentName)) // if a test left it
+			syscall.Rmdir(dir)
+		})
+		if c == "" {
+			if err := enableV2Controllers(dir); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m.parents[c] = filepath.Join(dir, parentName)
+	}
+	return m
+}
+
+// The parents exist while a box does and go with the last box.
+func TestParentsGoWithTheLastBox(t *testing.T) {
+	requireRoot(t)
+	m := testManager(t)
+	a, err := m.Create("box-a", Limits{Pids: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.Create("box-b", Limits{Pids: 4})
+	if err != nil {
+		a.Destroy()
+		t.Fatal(err)
+	}
+	if err := a.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	for c, p := range m.Parents() {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("parent of %q gone while box-b lives: %v", c, err)
+		}
+	}
+	if err := b.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	for c, p := range m.Parents() {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("parent of %q, %s, left after the last box: %v", c, p, err)
+		}
+	}
+	// And they come back with the next box.
+	c, err := m.Create("box-c", Limits{})
+	if err != nil {
+		t.Fatalf("a box after the parents went: %v", err)
+	}
+	if err := c.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBoxLifecycle(t *testing.T) {
+	requireRoot(t)
+	m := testManager(t)
 	if m.Mode() == V2 && m.Parents()[""] == "" {
 		t.Fatal("no v2 parent")
 	}
@@ -138,10 +204,7 @@ func TestBoxLifecycle(t *testing.T) {
 
 func TestOOMKillCounted(t *testing.T) {
 	requireRoot(t)
-	m, err := NewManager("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := testManager(t)
 	b, err := m.Create(fmt.Sprintf("box-test-oom-%d", os.Getpid()), Limits{Memory: 16 << 20})
 	if err != nil {
 		t.Fatal(err)
@@ -162,10 +225,7 @@ func TestOOMKillCounted(t *testing.T) {
 // removed (its process killed) when the same box is created again.
 func TestStaleBoxRemoved(t *testing.T) {
 	requireRoot(t)
-	m, err := NewManager("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := testManager(t)
 	name := fmt.Sprintf("box-test-stale-%d", os.Getpid())
 	b, err := m.Create(name, Limits{Pids: 4})
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/isolate-sandbox/isolate/cgroup"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
@@ -151,6 +152,7 @@ func compileC(t testing.TB, dir, name, src string, flags ...string) string {
 // box users, mounts of box roots on the host.
 func findLeaks() []string {
 	var leaks []string
+	leaks = append(leaks, cgroupParentsLeft()...)
 	for _, pattern := range []string{"/sys/fs/cgroup/*/isolate/box-*", "/sys/fs/cgroup/*/*/*/isolate/box-*", "/sys/fs/cgroup/isolate/box-*", "/sys/fs/cgroup/unified/isolate/box-*"} {
 		m, _ := filepath.Glob(pattern)
 		for _, d := range m {
@@ -181,4 +183,21 @@ func findLeaks() []string {
 		}
 	}
 	return leaks
+}
+
+// cgroupParentsLeft lists the "isolate" cgroup directories under this
+// process's own cgroups (where the runs of the tests, its children, make
+// their boxes): they go with the last box.
+func cgroupParentsLeft() []string {
+	m, err := cgroup.NewManager("")
+	if err != nil {
+		return []string{"cgroups: " + err.Error()}
+	}
+	var left []string
+	for _, dir := range m.Parents() {
+		if _, err := os.Stat(dir); err == nil {
+			left = append(left, "cgroup parent "+dir)
+		}
+	}
+	return left
 }

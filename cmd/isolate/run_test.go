@@ -636,6 +636,29 @@ func TestSetupFailureIsXXWithTheStep(t *testing.T) {
 	}
 }
 
+// Nothing of isolate stays in the cgroup tree after a run, however it
+// ended: not the box's cgroup, not the "isolate" directory above it.
+func TestNoCgroupLeftAfterRuns(t *testing.T) {
+	runs := []struct {
+		name   string
+		status isolate.Status
+		args   []string
+	}{
+		{"ok", isolate.StatusOK, []string{"--", "/bin/true"}},
+		{"wall limit", isolate.StatusTO, []string{"--wall-time", "0.2", "--", "/bin/sleep", "5"}},
+		{"setup failure", isolate.StatusXX, []string{"--bind", "/etc/hostname:/proc/sys/isolate-test", "--", "/bin/true"}},
+	}
+	for _, r := range runs {
+		rep, _ := runBox(t, r.args...)
+		if rep.Status != r.status {
+			t.Errorf("%s: status %s, want %s", r.name, rep.Status, r.status)
+		}
+		if left := cgroupParentsLeft(); len(left) > 0 {
+			t.Errorf("after a run (%s): %v", r.name, left)
+		}
+	}
+}
+
 func TestCopyInErrorsAndSymlinks(t *testing.T) {
 	dir := shareDir(t)
 	os.Mkdir(filepath.Join(dir, "tree"), 0o755)
