@@ -26,9 +26,11 @@ const roAttrs = unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATT
 // systemDirs are the image directories bound read-only into every box.
 var systemDirs = []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"}
 
-// imageEtc are /etc entries of the image that toolchains need (the
-// alternatives symlinks, the JVM's configuration). They hold no secrets.
-var imageEtc = []string{"alternatives", "java-17-openjdk", "java-21-openjdk"}
+// imageEtc are /etc entries of the image that programs and toolchains need
+// (the dynamic linker's cache, the alternatives symlinks, the JVM's
+// configuration), bound read-only. They hold no secrets. The cache is
+// bound rather than copied: tens of kilobytes, on every run otherwise.
+var imageEtc = []string{"ld.so.cache", "alternatives", "java-17-openjdk", "java-21-openjdk"}
 
 // devNodes are the host device nodes bound into the box's /dev.
 var devNodes = []string{"null", "zero", "full", "random", "urandom"}
@@ -179,8 +181,8 @@ func (p *planner) userBind(b Bind) error {
 	return nil
 }
 
-// etc writes a minimal /etc: the box user, loopback names; binds the dynamic
-// linker's cache and the image's toolchain configuration.
+// etc writes a minimal /etc (the box user, loopback names) and binds the
+// image's entries the box needs (imageEtc).
 func (p *planner) etc(l *Layout) error {
 	p.add("create /etc", "mkdir", p.in("etc"))
 	files := []struct{ name, content string }{
@@ -197,11 +199,6 @@ func (p *planner) etc(l *Layout) error {
 	}
 	for _, f := range files {
 		p.add("write /etc/"+f.name, "write", p.in("etc/"+f.name), "420", f.content)
-	}
-	// The dynamic linker's cache is bound, not copied: it is tens of
-	// kilobytes, read and written on every run otherwise.
-	if _, err := os.Stat(filepath.Join(l.Image, "etc", "ld.so.cache")); err == nil {
-		p.bind(filepath.Join(l.source(), "etc", "ld.so.cache"), "/etc/ld.so.cache", false, false, false)
 	}
 	for _, name := range imageEtc {
 		src := filepath.Join(l.Image, "etc", name)
