@@ -471,8 +471,8 @@ static void exec_path(const char *file) {
 #endif
 
 /* fork_program forks the program's process. On cgroup v2 it is born in
- * the box's cgroup (clone3 with CLONE_INTO_CGROUP: no migration, whose
- * lock costs ~0.15 ms); kernels before 5.7 have it write itself into
+ * the box's cgroup (clone3 with CLONE_INTO_CGROUP: no migration, no
+ * thread-group lock); kernels before 5.7 have it write itself into
  * cgroup.procs instead. On v1 it writes itself into each tasks file
  * (start_child). */
 static pid_t fork_program(void) {
@@ -583,8 +583,7 @@ static int run_box(void) {
 	if (sfd < 0)
 		fail("create signalfd", errno);
 	/* Each step is carried out as it arrives: the supervisor sends the
-	 * file system as soon as the ID maps are written, and the cgroup
-	 * files, made meanwhile, last. */
+	 * file system at once, and the cgroup files, made meanwhile, last. */
 	static struct rec r;
 	for (int first = 1;; first = 0) {
 		errno = 0;
