@@ -6,12 +6,14 @@ package main
 // real Go and Java programs run untouched under the default policy.
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/isolate-sandbox/isolate/isolate"
@@ -164,17 +166,25 @@ int main(void) {
 	return 0;
 }
 `, "-static")
-	// Without a filter the gate works: the test can tell.
+	// Without a filter the gate works, unless the kernel has no 32-bit
+	// emulation: then int $0x80 faults (SIGSEGV) before seccomp could see
+	// it, in the box as on the host, and nothing else may happen.
+	wantSignal, unfiltered := 31, isolate.StatusOK
 	if out, err := exec.Command(bin).CombinedOutput(); err != nil || !strings.Contains(string(out), "getpid returned") {
-		t.Fatalf("int $0x80 on the host: %v %s", err, out)
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGSEGV || strings.Contains(string(out), "returned") {
+			t.Fatalf("int $0x80 on the host: %v %s", err, out)
+		}
+		t.Log("this kernel has no 32-bit syscall gate: int $0x80 faults before seccomp")
+		wantSignal, unfiltered = int(syscall.SIGSEGV), isolate.StatusSG
 	}
 	rep, code := runBox(t, append(bind, "--", "/opt/sc/int80")...)
 	expectStatus(t, rep, isolate.StatusSG)
-	if rep.Signal != 31 || code != 1 || strings.Contains(rep.Stdout, "returned") {
-		t.Fatalf("signal %d, exit %d, stdout %q: want SIGSYS (31) before any output", rep.Signal, code, rep.Stdout)
+	if rep.Signal != wantSignal || code != 1 || strings.Contains(rep.Stdout, "returned") {
+		t.Fatalf("signal %d, exit %d, stdout %q: want signal %d before any output", rep.Signal, code, rep.Stdout, wantSignal)
 	}
 	rep, _ = runBox(t, append(bind, "--seccomp", "none", "--", "/opt/sc/int80")...)
-	expectStatus(t, rep, isolate.StatusOK)
+	expectStatus(t, rep, unfiltered)
 }
 
 func TestSeccompProfileDenyingUname(t *testing.T) {
