@@ -14,7 +14,10 @@ import (
 // returns; so when Go code sees InitArg, the process was not started by a
 // supervisor (or the constructor is missing): refuse rather than run the
 // CLI or a test suite again. Call it first thing in main and in TestMain.
+//
+// It also gives the process back the caller's CPU affinity (RestoreCPUs).
 func MaybeInit() {
+	RestoreCPUs()
 	if len(os.Args) > 1 && os.Args[1] == InitArg {
 		fmt.Fprintln(os.Stderr, "isolate: "+InitArg+" is the box's init, started only by isolate itself")
 		os.Exit(2)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -727,7 +726,7 @@ func (s *supervisor) supervise() error {
 	defer wall.Stop()
 	var cpuCheck <-chan time.Time
 	cpuBudget := sp.CPUTime + sp.ExtraTime
-	cpus := float64(runtime.NumCPU())
+	cpus := float64(NumCPU())
 	if sp.CPUs > 0 && sp.CPUs < cpus {
 		cpus = sp.CPUs
 	}

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolate-sandbox/isolate/cgroup"
+	"github.com/isolate-sandbox/isolate/isolate"
 )
 
 // machineInfo says where the figures were taken: they mean little without
@@ -101,7 +102,7 @@ func describeMachine() machineInfo {
 	var uts unix.Utsname
 	unix.Uname(&uts)
 	m := machineInfo{
-		CPUs:     runtime.NumCPU(),
+		CPUs:     isolate.NumCPU(),
 		CPUModel: cpuModel(),
 		Kernel:   unix.ByteSliceToString(uts.Release[:]),
 		Cgroup:   string(cgroup.DetectMode()),

@@ -9,7 +9,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 
@@ -316,7 +315,7 @@ func applyLimits(s *isolate.Spec, l langs.Limits, userSet func(string) bool) err
 
 // phaseVars are the values of a definition's placeholders under s's limits.
 func phaseVars(s *isolate.Spec) langs.Vars {
-	v := langs.Vars{MemMB: s.Memory >> 20, Pids: s.Pids, CPUs: runtime.NumCPU()}
+	v := langs.Vars{MemMB: s.Memory >> 20, Pids: s.Pids, CPUs: isolate.NumCPU()}
 	if v.MemMB == 0 {
 		var si unix.Sysinfo_t
 		if unix.Sysinfo(&si) == nil {

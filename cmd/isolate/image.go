@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/isolate-sandbox/isolate/isolate"
 	"github.com/isolate-sandbox/isolate/langs"
 	"github.com/isolate-sandbox/isolate/rootfs"
 )
@@ -112,7 +112,7 @@ func buildSpec(l *langs.Lang) *rootfs.BuildSpec {
 
 // buildVars are the placeholder values at build time: the host's.
 func buildVars() langs.Vars {
-	return langs.Vars{MemMB: 1024, CPUs: runtime.NumCPU(), Pids: 256}
+	return langs.Vars{MemMB: 1024, CPUs: isolate.NumCPU(), Pids: 256}
 }
 
 func imageBuild(c *cli.Context) error {
