@@ -491,22 +491,20 @@ static void child_entry(void *arg) {
 }
 
 #if defined(__x86_64__)
-/* The program's process shares PID 1's memory until its execve, on a stack
- * of its own, and PID 1 sleeps meanwhile (CLONE_VM | CLONE_VFORK, as
- * posix_spawn does): no page tables to copy, and no copy-on-write fault
- * in either process afterwards. Fork cost 0.4 ms more per start than this
- * on the project's VMs, where a page fault costs ~10 us. The child starts
- * on the new stack, so it may use nothing of the parent's frame: the
- * assembly calls child_entry(arg) at once, and that never returns. */
-static char child_stack[64 << 10] __attribute__((aligned(16)));
-
-static long clone3_spawn(struct clone3_args *args, void *arg) {
+/* clone_run starts a process that shares this one's memory (CLONE_VM) and
+ * runs fn(arg) on the given stack; fn never returns. Without a copy of the
+ * address space the kernel copies no page tables, and neither process
+ * takes copy-on-write faults afterwards: on the project's VMs, where a
+ * page fault costs ~10 us, fork+exec cost 0.4 ms more than this. The new
+ * process starts on its own stack, so it may use nothing of this frame:
+ * the assembly calls fn at once. */
+static long clone_run(struct clone3_args *args, char *stack, size_t size, void (*fn)(void *), void *arg) {
 	long ret;
-	register void (*fn)(void *) __asm__("r12") = child_entry;
-	register void *fnarg __asm__("r13") = arg;
-	args->stack = (uint64_t)(uintptr_t)child_stack;
-	args->stack_size = sizeof child_stack;
-	args->flags |= CLONE_VM | CLONE_VFORK;
+	register void (*entry)(void *) __asm__("r12") = fn;
+	register void *entry_arg __asm__("r13") = arg;
+	args->flags |= CLONE_VM;
+	args->stack = (uint64_t)(uintptr_t)stack;
+	args->stack_size = size;
 	__asm__ volatile("syscall\n\t"
 	                 "test %%rax, %%rax\n\t"
 	                 "jnz 1f\n\t"
@@ -516,21 +514,26 @@ static long clone3_spawn(struct clone3_args *args, void *arg) {
 	                 "ud2\n"
 	                 "1:"
 	                 : "=a"(ret)
-	                 : "a"((long)SYS_clone3), "D"(args), "S"(sizeof *args), "r"(fn), "r"(fnarg)
+	                 : "a"((long)SYS_clone3), "D"(args), "S"(sizeof *args), "r"(entry), "r"(entry_arg)
 	                 : "rcx", "r11", "memory");
 	if (ret < 0)
 		return errno = -ret, -1;
 	return ret;
 }
 #else
-/* Elsewhere a plain fork (clone3 without CLONE_VM): the child returns here. */
-static long clone3_spawn(struct clone3_args *args, void *arg) {
+/* Elsewhere a copy of the address space, as fork makes. */
+static long clone_run(struct clone3_args *args, char *stack, size_t size, void (*fn)(void *), void *arg) {
+	(void)stack, (void)size;
 	long pid = syscall(SYS_clone3, args, sizeof *args);
 	if (pid == 0)
-		child_entry(arg);
+		fn(arg);
 	return pid;
 }
 #endif
+
+/* The stacks of PID 1 and of the program's process until its execve. */
+static char pid1_stack[256 << 10] __attribute__((aligned(16)));
+static char child_stack[64 << 10] __attribute__((aligned(16)));
 
 /* spawn_program starts the program's process, which runs start_child. On
  * cgroup v2 it is born in the box's cgroup (CLONE_INTO_CGROUP: no
@@ -539,12 +542,14 @@ static long clone3_spawn(struct clone3_args *args, void *arg) {
  * CLONE_INTO_CGROUP (before 5.7) fork, and on v2 the child writes itself
  * into cgroup.procs. */
 static pid_t spawn_program(struct child_start *c) {
-	struct clone3_args args = {.exit_signal = SIGCHLD};
+	/* PID 1 sleeps until the program's execve (CLONE_VFORK): they share
+	 * memory until then, as with posix_spawn. */
+	struct clone3_args args = {.flags = CLONE_VFORK, .exit_signal = SIGCHLD};
 	if (prog.cgroup_dir >= 0) {
-		args.flags = CLONE_INTO_CGROUP;
+		args.flags |= CLONE_INTO_CGROUP;
 		args.cgroup = (uint64_t)prog.cgroup_dir;
 	}
-	long pid = clone3_spawn(&args, c);
+	long pid = clone_run(&args, child_stack, sizeof child_stack, child_entry, c);
 	if (pid >= 0 || (errno != ENOSYS && errno != EINVAL && errno != E2BIG))
 		return pid;
 	if (prog.cgroup_dir >= 0) {
@@ -800,6 +805,27 @@ static int write_id_maps(pid_t pid, const char *maps) {
 	return 0;
 }
 
+/* pid1_entry is PID 1 of the box, in the new namespaces: it waits until
+ * its ID maps are written (the pipe mapped brings its host pid), then
+ * carries out the plan. */
+static void pid1_entry(void *arg) {
+	int *mapped = arg;
+	mark("init-namespaces");
+	/* (getppid() is 0 here, the parent being outside the new PID
+	 * namespace; had the parent died already, the closed pipe and
+	 * control socket take the box down.) */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+		fail("set the parent-death signal", errno);
+	close(mapped[1]);
+	int32_t host_pid;
+	if (read(mapped[0], &host_pid, sizeof host_pid) != sizeof host_pid)
+		_exit(1); /* the parent failed, and said why */
+	close(mapped[0]);
+	box_host_pid = host_pid;
+	mark("init-maps");
+	_exit(run_box());
+}
+
 /* run_init starts PID 1 of the box in new namespaces, maps its user
  * namespace, and stays its parent, so that the supervisor's death
  * (PDEATHSIG on this process) takes the box down. PID 1 reads the plan
@@ -821,28 +847,18 @@ static int run_init(unsigned long flags, const char *maps) {
 	int mapped[2];
 	if (pipe2(mapped, O_CLOEXEC) < 0)
 		fail("create pipe", errno);
-	/* A raw clone, like fork: PID 1 makes only plain system calls until
-	 * it execs nothing but the program, so the C library's fork
-	 * bookkeeping is not needed. */
-	pid_t pid1 = syscall(SYS_clone, flags | SIGCHLD, NULL, NULL, NULL, NULL);
+	/* PID 1 shares this process's memory (clone_run): it alone uses the C
+	 * library's state from here on; this process only writes the maps
+	 * and waits, on its own stack. Kernels before 5.3 fork. */
+	struct clone3_args args = {.flags = flags, .exit_signal = SIGCHLD};
+	pid_t pid1 = clone_run(&args, pid1_stack, sizeof pid1_stack, pid1_entry, &mapped[0]);
+	if (pid1 < 0 && errno == ENOSYS) {
+		pid1 = syscall(SYS_clone, flags | SIGCHLD, NULL, NULL, NULL, NULL);
+		if (pid1 == 0)
+			pid1_entry(&mapped[0]);
+	}
 	if (pid1 < 0)
 		fail("create namespaces", errno);
-	if (pid1 == 0) {
-		mark("init-namespaces");
-		/* (getppid() is 0 here, the parent being outside the new PID
-		 * namespace; had the parent died already, the closed pipe and
-		 * control socket take the box down.) */
-		if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
-			fail("set the parent-death signal", errno);
-		close(mapped[1]);
-		int32_t host_pid;
-		if (read(mapped[0], &host_pid, sizeof host_pid) != sizeof host_pid)
-			_exit(1); /* the parent failed, and said why */
-		close(mapped[0]);
-		box_host_pid = host_pid;
-		mark("init-maps");
-		return run_box();
-	}
 	close(mapped[0]);
 	if (write_id_maps(pid1, maps) < 0)
 		fail("write the user namespace's ID maps", errno);
