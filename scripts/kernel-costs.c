@@ -1,6 +1,6 @@
 /*
- * kernel-costs: what two kernel operations on a run's path cost on this
- * machine, the evidence behind figures in docs/PERFORMANCE.md and README.md.
+ * kernel-costs: what kernel operations on a run's path cost on this machine,
+ * the evidence behind figures in docs/PERFORMANCE.md and README.md.
  *
  *   kernel-costs ns              unshare(2) of a new user namespace with each
  *                                other namespace a box gets, one at a time
@@ -8,6 +8,12 @@
  *                                each cgroup file F in turn (the first
  *                                cgroup.procs write pays for the thread-group
  *                                lock; v1 "tasks" files move one thread)
+ *   kernel-costs faults          a first touch of an anonymous page (a page
+ *                                fault) against populating pages in one
+ *                                madvise(MADV_POPULATE_WRITE); a system call
+ *                                (getppid); fork+exec+wait of /bin/true
+ *                                against vfork+exec+wait, from a process
+ *                                that has written 256 KiB
  *
  * Medians of 200 runs, microseconds. Run as root; scripts/kernel-costs.sh
  * builds it and makes (and removes) the cgroups it writes to.
@@ -16,6 +22,8 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <stdio.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -88,6 +96,61 @@ static void do_join(long long *t, void *arg) {
 	}
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+/* faults: what touching memory and starting programs cost, per unit. */
+static int faults(void) {
+	const size_t pages = 1024, ps = 4096;
+	long long v[RUNS];
+	for (int r = 0; r < RUNS / 10; r++) {
+		char *m = mmap(NULL, pages * ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		long long a = now_ns();
+		for (size_t i = 0; i < pages; i++)
+			m[i * ps] = 1;
+		v[r] = (now_ns() - a) / (long long)pages;
+		munmap(m, pages * ps);
+	}
+	printf("page fault (first write of an anonymous page)   %7.2f us\n", median_us(v, RUNS / 10));
+	for (int r = 0; r < RUNS / 10; r++) {
+		char *m = mmap(NULL, pages * ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		long long a = now_ns();
+		if (madvise(m, pages * ps, MADV_POPULATE_WRITE) < 0) {
+			perror("madvise");
+			return 1;
+		}
+		v[r] = (now_ns() - a) / (long long)pages;
+		munmap(m, pages * ps);
+	}
+	printf("page populated by MADV_POPULATE_WRITE, per page %7.2f us\n", median_us(v, RUNS / 10));
+	for (int r = 0; r < RUNS; r++) {
+		long long a = now_ns();
+		for (int i = 0; i < 100; i++)
+			syscall(SYS_getppid);
+		v[r] = (now_ns() - a) / 100;
+	}
+	printf("system call (getppid)                           %7.2f us\n", median_us(v, RUNS));
+	static char written[256 << 10];
+	memset(written, 1, sizeof written);
+	char *argv[] = {"/bin/true", NULL}, *envp[] = {NULL};
+	for (int mode = 0; mode < 2; mode++) {
+		for (int r = 0; r < RUNS; r++) {
+			long long a = now_ns();
+			pid_t c = mode ? vfork() : fork();
+			if (c == 0) {
+				execve(argv[0], argv, envp);
+				_exit(127);
+			}
+			waitpid(c, NULL, 0);
+			written[(r * 4096) % sizeof written]++; /* the parent writes on, as init does */
+			v[r] = now_ns() - a;
+		}
+		printf("%-5s + exec + wait of /bin/true                %7.1f us\n", mode ? "vfork" : "fork", median_us(v, RUNS));
+	}
+	return 0;
+}
+
 int main(int argc, char **argv) {
 	static long long v[16][RUNS];
 	if (argc >= 2 && strcmp(argv[1], "ns") == 0) {
@@ -119,6 +182,8 @@ int main(int argc, char **argv) {
 			printf("write \"0\" #%d %-60s %7.1f us\n", i + 1, argv[i + 2], median_us(v[i], RUNS));
 		return 0;
 	}
-	fprintf(stderr, "usage: kernel-costs ns | kernel-costs cgroup FILE...\n");
+	if (argc == 2 && strcmp(argv[1], "faults") == 0)
+		return faults();
+	fprintf(stderr, "usage: kernel-costs ns | kernel-costs cgroup FILE... | kernel-costs faults\n");
 	return 2;
 }

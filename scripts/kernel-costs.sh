@@ -1,7 +1,8 @@
 #!/bin/bash
 # The kernel's share of a run, measured directly (scripts/kernel-costs.c):
-# creating each namespace, and a fresh process joining cgroups through
-# cgroup.procs against v1's tasks. Root; makes its cgroups below its own
+# creating each namespace, a fresh process joining cgroups through
+# cgroup.procs against v1's tasks, and what page faults, system calls and
+# fork against vfork cost here. Root; makes its cgroups below its own
 # (one per hierarchy) and removes them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,7 @@ cleanup() {
 trap cleanup EXIT
 gcc -O2 -Wall -o "$work/kernel-costs" scripts/kernel-costs.c
 "$work/kernel-costs" ns
+"$work/kernel-costs" faults
 
 # One probe cgroup below this shell's own cgroup in each hierarchy.
 procs=() tasks=()
