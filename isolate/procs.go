@@ -38,7 +38,7 @@ func RestoreCPUs() {
 				fresh++
 			}
 		}
-		if fresh == 0 || len(tids) == 0 {
+		if fresh == 0 {
 			break
 		}
 	}
