@@ -490,22 +490,25 @@ static void child_entry(void *arg) {
 	start_child(c->pipe_fd, c->oldmask);
 }
 
-#if defined(__x86_64__)
-/* clone_run starts a process that shares this one's memory (CLONE_VM) and
- * runs fn(arg) on the given stack; fn never returns. Without a copy of the
- * address space the kernel copies no page tables, and neither process
- * takes copy-on-write faults afterwards: on the project's VMs, where a
- * page fault costs ~10 us, fork + exec + wait of /bin/true takes 2.2 ms
- * against 1.5 ms with vfork (scripts/kernel-costs.sh faults). The new
- * process starts on its own stack, so it may use nothing of this frame:
- * the assembly calls fn at once. */
+/* clone_run starts a process that runs fn(arg) and never returns. With
+ * clone3 (Linux 5.3) on x86-64 it shares this process's memory
+ * (CLONE_VM) and runs on the given stack: the kernel copies no page
+ * tables, and neither process takes copy-on-write faults afterwards. On
+ * the project's VMs, where a page fault costs ~10 us, fork + exec + wait
+ * of /bin/true takes 2.2 ms against 1.5 ms with vfork (scripts/
+ * kernel-costs.sh faults). The new process starts on its own stack, so it
+ * may use nothing of this frame: the assembly calls fn at once. Elsewhere,
+ * and before 5.3, the child gets a copy of the address space, as fork
+ * makes. */
 static long clone_run(struct clone3_args *args, char *stack, size_t size, void (*fn)(void *), void *arg) {
 	long ret;
+#if defined(__x86_64__)
 	register void (*entry)(void *) __asm__("r12") = fn;
 	register void *entry_arg __asm__("r13") = arg;
-	args->flags |= CLONE_VM;
-	args->stack = (uint64_t)(uintptr_t)stack;
-	args->stack_size = size;
+	struct clone3_args shared = *args;
+	shared.flags |= CLONE_VM;
+	shared.stack = (uint64_t)(uintptr_t)stack;
+	shared.stack_size = size;
 	__asm__ volatile("syscall\n\t"
 	                 "test %%rax, %%rax\n\t"
 	                 "jnz 1f\n\t"
@@ -515,22 +518,27 @@ static long clone_run(struct clone3_args *args, char *stack, size_t size, void (
 	                 "ud2\n"
 	                 "1:"
 	                 : "=a"(ret)
-	                 : "a"((long)SYS_clone3), "D"(args), "S"(sizeof *args), "r"(entry), "r"(entry_arg)
+	                 : "a"((long)SYS_clone3), "D"(&shared), "S"(sizeof shared), "r"(entry), "r"(entry_arg)
 	                 : "rcx", "r11", "memory");
 	if (ret < 0)
-		return errno = -ret, -1;
+		errno = -ret, ret = -1;
+#else
+	(void)stack, (void)size;
+	ret = syscall(SYS_clone3, args, sizeof *args);
+	if (ret == 0)
+		fn(arg);
+#endif
+	if (ret >= 0 || errno != ENOSYS)
+		return ret;
+	/* Before 5.3: the flags clone3 alone takes (CLONE_INTO_CGROUP) are
+	 * the caller's to do without. */
+	if (args->flags >> 32)
+		return errno = EINVAL, -1;
+	ret = syscall(SYS_clone, args->flags | args->exit_signal, NULL, NULL, NULL, NULL);
+	if (ret == 0)
+		fn(arg);
 	return ret;
 }
-#else
-/* Elsewhere a copy of the address space, as fork makes. */
-static long clone_run(struct clone3_args *args, char *stack, size_t size, void (*fn)(void *), void *arg) {
-	(void)stack, (void)size;
-	long pid = syscall(SYS_clone3, args, sizeof *args);
-	if (pid == 0)
-		fn(arg);
-	return pid;
-}
-#endif
 
 /* The stacks of PID 1 and of the program's process until its execve. */
 static char pid1_stack[256 << 10] __attribute__((aligned(16)));
@@ -539,9 +547,8 @@ static char child_stack[64 << 10] __attribute__((aligned(16)));
 /* spawn_program starts the program's process, which runs start_child. On
  * cgroup v2 it is born in the box's cgroup (CLONE_INTO_CGROUP: no
  * migration, no thread-group lock); on v1 it writes itself into each tasks
- * file (start_child). Kernels without clone3 (before 5.3) or without
- * CLONE_INTO_CGROUP (before 5.7) fork, and on v2 the child writes itself
- * into cgroup.procs. */
+ * file (start_child), as it does into cgroup.procs on kernels without
+ * CLONE_INTO_CGROUP (before 5.7). */
 static pid_t spawn_program(struct child_start *c) {
 	/* PID 1 sleeps until the program's execve (CLONE_VFORK): they share
 	 * memory until then, as with posix_spawn. */
@@ -551,18 +558,14 @@ static pid_t spawn_program(struct child_start *c) {
 		args.cgroup = (uint64_t)prog.cgroup_dir;
 	}
 	long pid = clone_run(&args, child_stack, sizeof child_stack, child_entry, c);
-	if (pid >= 0 || (errno != ENOSYS && errno != EINVAL && errno != E2BIG))
+	if (pid >= 0 || prog.cgroup_dir < 0 || (errno != EINVAL && errno != E2BIG))
 		return pid;
-	if (prog.cgroup_dir >= 0) {
-		int fd = openat(prog.cgroup_dir, "cgroup.procs", O_WRONLY | O_CLOEXEC);
-		if (fd < 0)
-			return -1;
-		prog.cgroup_fds[prog.ncgroup++] = fd;
-	}
-	pid = fork();
-	if (pid == 0)
-		child_entry(c);
-	return pid;
+	int fd = openat(prog.cgroup_dir, "cgroup.procs", O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	prog.cgroup_fds[prog.ncgroup++] = fd;
+	args.flags &= ~CLONE_INTO_CGROUP;
+	return clone_run(&args, child_stack, sizeof child_stack, child_entry, c);
 }
 
 /* start_child runs in the program's process: it becomes the program. It
@@ -850,14 +853,9 @@ static int run_init(unsigned long flags, const char *maps) {
 		fail("create pipe", errno);
 	/* PID 1 shares this process's memory (clone_run): it alone uses the C
 	 * library's state from here on; this process only writes the maps
-	 * and waits, on its own stack. Kernels before 5.3 fork. */
+	 * and waits, on its own stack. */
 	struct clone3_args args = {.flags = flags, .exit_signal = SIGCHLD};
-	pid_t pid1 = clone_run(&args, pid1_stack, sizeof pid1_stack, pid1_entry, &mapped[0]);
-	if (pid1 < 0 && errno == ENOSYS) {
-		pid1 = syscall(SYS_clone, flags | SIGCHLD, NULL, NULL, NULL, NULL);
-		if (pid1 == 0)
-			pid1_entry(&mapped[0]);
-	}
+	pid_t pid1 = clone_run(&args, pid1_stack, sizeof pid1_stack, pid1_entry, mapped);
 	if (pid1 < 0)
 		fail("create namespaces", errno);
 	close(mapped[0]);
