@@ -18,12 +18,6 @@ import (
 	"github.com/isolate-sandbox/isolate/seccomp"
 )
 
-// UsageError is bad input: the CLI prints it and exits 2, and nothing was
-// created.
-type UsageError struct{ Msg string }
-
-func (e *UsageError) Error() string { return e.Msg }
-
 func usagef(format string, a ...any) error { return &UsageError{Msg: fmt.Sprintf(format, a...)} }
 
 // Options are settings of the host rather than of one run.
