@@ -50,6 +50,10 @@ type Report struct {
 	BoxID           int         `json:"box_id"`
 	Sandbox         SandboxInfo `json:"sandbox"`
 
+	// Cause is why the sandbox failed (status XX), for errors.As: a
+	// *StepError for a failed step of building the box, context.Cause
+	// when the caller's context ended the run. Not in the JSON report.
+	Cause error `json:"-"`
 	// StartFailure is why the program could not be started (exit code
 	// 127 from the sandbox, not from the program): the step, its errno.
 	// Not part of the JSON report, whose message says it in words.
@@ -80,6 +84,15 @@ type ExecReport struct {
 	Status  Status  `json:"status"`
 	Compile *Report `json:"compile"`
 	Run     *Report `json:"run"`
+}
+
+// Last is the report of the phase that decided the outcome: the run's,
+// else the compiler's; nil if neither ran.
+func (r *ExecReport) Last() *Report {
+	if r.Run != nil {
+		return r.Run
+	}
+	return r.Compile
 }
 
 // Failed tells whether a finished run's status is a failure of the
