@@ -538,6 +538,35 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// Malformed numbers are usage errors: before package api's parsers, each
+// of these ran with a garbage limit (NaN became a negative or huge value,
+// "0.5x" and "inf" CPUs were read, an empty --time meant none).
+func TestMalformedNumbersAreUsageErrors(t *testing.T) {
+	before := findLeaks()
+	cases := [][]string{
+		{"--mem", "NaN"}, {"--output-limit", "NaN"}, {"--fsize", "NaN"}, {"--tmp-size", "NaN"}, {"--stack", "nan"},
+		{"--time", "NaN"}, {"--wall-time", "NaN"}, {"--extra-time", "NaN"}, {"--cpus", "inf"}, {"--cpus", "0.5x"},
+		{"--cpus", "NaN"}, {"--time", ""}, {"--mem", "1e3"}, {"--pids", "99999999999"}, {"--mem", "99999999999G"},
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	for _, c := range cases {
+		args := append(append([]string{"run", "-o", out}, c...), "--", "/bin/true")
+		res := isolateCmd(t, "", args...)
+		lines := strings.Split(strings.TrimSpace(res.Stderr), "\n")
+		if res.Code != 2 || len(lines) != 1 || !strings.HasPrefix(lines[0], "isolate: --") || res.Stdout != "" {
+			t.Errorf("%v: exit %d stdout %q stderr %q; want exit 2 and one line naming the option", c, res.Code, res.Stdout, res.Stderr)
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Errorf("%v: created the output file", c)
+			os.Remove(out)
+		}
+	}
+	if after := findLeaks(); len(after) > len(before) {
+		t.Errorf("malformed numbers left %v", after)
+	}
+}
+
 func TestCheckAndVersion(t *testing.T) {
 	res := isolateCmd(t, "", "check")
 	if res.Code != 0 || !strings.Contains(res.Stdout, "cgroups") {
