@@ -1,8 +1,11 @@
-package main
+// Package judge compiles and runs one source file in a language's image:
+// the compile phase, the run phase, and the verdict (CE rules) decided
+// here once. Front ends (isolate exec, the service) build a Job from an
+// api.Spec and print or send its api.ExecReport.
+package judge
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +17,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
 	"github.com/isolate-sandbox/isolate/api"
@@ -24,33 +26,14 @@ import (
 	"github.com/isolate-sandbox/isolate/seccomp"
 )
 
-func init() { extraCommands = append(extraCommands, execCommand()) }
-
-// execDirs holds the host directories that are the /box of an exec: the
+// BoxDirs holds the host directories that are the /box of an exec: the
 // compiler's output has to outlive the compile box to reach the run box.
 // Each is removed when its exec ends; one whose exec died is removed by
 // the next exec.
-const execDirs = "/run/isolate/exec"
+const BoxDirs = "/run/isolate/exec"
 
-// execReport is exec's JSON report (CONTRACT.md): the outcome, and the
-// report of each phase that ran (null when it did not).
-type execReport = api.ExecReport
-
-func execCommand() *cli.Command {
-	return &cli.Command{
-		Name:      "exec",
-		Usage:     "compile (if the language compiles) and run one source file",
-		ArgsUsage: "--lang LANG [options] SOURCE [-- ARG...]",
-		Flags:     runFlags(),
-		OnUsageError: func(c *cli.Context, err error, _ bool) error {
-			return usageErr(err)
-		},
-		Action: execAction,
-	}
-}
-
-// execJob is one exec: the language, the run's spec, the source.
-type execJob struct {
+// Job is one exec: the language, the run's spec, the source.
+type Job struct {
 	host   *isolate.Host
 	lang   *langs.Lang
 	spec   *isolate.Spec // the run phase; the compile phase derives from it
@@ -58,44 +41,14 @@ type execJob struct {
 	dir    string // host directory bound as /box in both phases
 }
 
-func execAction(c *cli.Context) error {
-	if err := requireRoot(); err != nil {
-		return err
-	}
-	// What exec creates (the box directory, the source, init's mount
-	// points) must be readable by the box user, whatever the caller's
-	// umask.
-	unix.Umask(0o022)
-	job, err := newExecJob(c)
-	if err != nil {
-		return usageErr(err)
-	}
-	stdio, closeFiles, err := stdioFromFlags()
-	defer closeFiles()
-	if err != nil {
-		return usageErr(err)
-	}
-	ctx, stop := signalContext()
-	defer stop()
-	rep, err := job.execute(ctx, stdio)
-	if err != nil {
-		return usageErr(err)
-	}
-	if err := emitExecReport(c, rep); err != nil {
-		return &exitError{code: exitSandbox, msg: err.Error()}
-	}
-	return &exitError{code: exitStatus(rep.Status)}
-}
-
-// newExecJob checks the command line; nothing is created yet.
-func newExecJob(c *cli.Context) (*execJob, error) {
-	if runValues.lang == "" {
+// New checks a job: the language's run command with args, the request's
+// limits (the language's own where the request leaves one at its
+// default), the source file. Nothing is created yet. Bad input is an
+// error for the caller's user.
+func New(host *isolate.Host, req *api.Spec, source string, args []string) (*Job, error) {
+	if req.Lang == "" {
 		return nil, errors.New("exec: --lang is required (isolate langs lists the languages)")
 	}
-	if c.Args().Len() == 0 {
-		return nil, errors.New("exec: no source file (isolate exec --lang LANG [options] SOURCE [-- ARG...])")
-	}
-	source := c.Args().First()
 	fi, err := os.Stat(source)
 	if err != nil {
 		return nil, fmt.Errorf("exec: source %s: %v", source, errors.Unwrap(err))
@@ -103,47 +56,38 @@ func newExecJob(c *cli.Context) (*execJob, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("exec: source %s is not a regular file", source)
 	}
-	req, err := specFromFlags(c)
+	lang, err := langs.Find(req.Lang)
+	if err != nil {
+		return nil, &api.FieldError{Field: "lang", Msg: err.Error()}
+	}
+	r := *req
+	r.Args = []string{lang.Name} // the language's run command, below
+	spec, err := host.Resolve(&r)
 	if err != nil {
 		return nil, err
 	}
-	req.Args = []string{"exec"} // the language's run command, below
-	host, err := isolate.NewHost(nil)
-	if err != nil {
-		return nil, err
-	}
-	spec, err := host.Resolve(req)
-	if err != nil {
-		return nil, flagError(err)
-	}
-	lang, err := langFromFlags(c)
-	if err != nil {
-		return nil, err
-	}
-	if err := applyLimits(spec, lang.RunLimits, c.IsSet); err != nil {
+	if err := applyLimits(spec, lang.RunLimits, req); err != nil {
 		return nil, fmt.Errorf("language %s: run limits: %v", lang.Name, err)
 	}
-	if spec.BoxDir != "" {
-		return nil, fmt.Errorf("exec: box %d is a persistent box (isolate init); exec makes a box of its own, give another --box-id", spec.BoxID)
-	}
-	args := c.Args().Tail()
-	if len(args) > 0 && args[0] == "--" {
-		args = args[1:]
-	}
-	spec.Command = append(phaseVars(spec).Expand(lang.Run), args...)
-	spec.Env = phaseVars(spec).Expand(spec.Env)
-	return &execJob{host: host, lang: lang, spec: spec, source: source}, nil
+	vars := phaseVars(spec)
+	spec.Command = append(vars.Expand(lang.Run), args...)
+	spec.Env = vars.Expand(spec.Env)
+	return &Job{host: host, lang: lang, spec: spec, source: source}, nil
 }
 
-// execute runs the phases in one box directory, and always removes it.
-func (j *execJob) execute(ctx context.Context, stdio isolate.IO) (*execReport, error) {
+// Run compiles (if the language compiles) and runs the source, in one box
+// directory that it always removes, and decides the verdict: CE when the
+// compiler failed, or the language's syntax check did; else the run's.
+// stdio is the run phase's; the compiler gets no input and its output is
+// captured.
+func (j *Job) Run(ctx context.Context, stdio isolate.IO) (*api.ExecReport, error) {
 	sweepExecDirs()
 	if j.spec.ImageFile != "" {
 		// One mount for both phases: the run finds in the page cache
 		// what the compiler already read.
 		m, err := rootfs.OpenImage(j.spec.ImageFile)
 		if err != nil {
-			return &execReport{Status: isolate.StatusXX, Run: sandboxFailure(j.spec, err)}, nil
+			return &api.ExecReport{Status: isolate.StatusXX, Run: sandboxFailure(j.spec, err)}, nil
 		}
 		defer m.Close()
 		j.spec.ImageMount = m
@@ -153,11 +97,11 @@ func (j *execJob) execute(ctx context.Context, stdio isolate.IO) (*execReport, e
 		defer os.RemoveAll(dir)
 	}
 	if err != nil {
-		return &execReport{Status: isolate.StatusXX, Run: sandboxFailure(j.spec, err)}, nil
+		return &api.ExecReport{Status: isolate.StatusXX, Run: sandboxFailure(j.spec, err)}, nil
 	}
 	j.dir = dir
 	j.spec.BoxDir = dir
-	rep := &execReport{}
+	rep := &api.ExecReport{}
 	if j.lang.Compiled() {
 		cspec, err := j.compileSpec()
 		if err != nil {
@@ -168,7 +112,7 @@ func (j *execJob) execute(ctx context.Context, stdio isolate.IO) (*execReport, e
 			return nil, err
 		}
 		rep.Compile = crep
-		switch crep.Status {
+		switch compileVerdict(crep) {
 		case isolate.StatusOK:
 			if j.spec.BoxID < 0 {
 				// The run may get another box (another uid) than the
@@ -183,7 +127,7 @@ func (j *execJob) execute(ctx context.Context, stdio isolate.IO) (*execReport, e
 		case isolate.StatusXX:
 			rep.Status = isolate.StatusXX
 			return rep, nil
-		default:
+		case isolate.StatusCE:
 			rep.Status = isolate.StatusCE
 			crep.Message = compileMessage(crep)
 			return rep, nil
@@ -193,12 +137,12 @@ func (j *execJob) execute(ctx context.Context, stdio isolate.IO) (*execReport, e
 	if err != nil {
 		return nil, err
 	}
-	if !j.lang.Compiled() && j.lang.SyntaxErrorExit != 0 && rrep.Status == isolate.StatusRE && rrep.ExitCode == j.lang.SyntaxErrorExit {
+	if syntaxError(j.lang, rrep) {
 		// The language checks its source in the run's own process: it
 		// did not compile, and nothing of it ran.
 		rrep.Status = isolate.StatusCE
 		rrep.Message = compileMessage(rrep)
-		return &execReport{Status: isolate.StatusCE, Compile: rrep}, nil
+		return &api.ExecReport{Status: isolate.StatusCE, Compile: rrep}, nil
 	}
 	rep.Run = rrep
 	rep.Status = rrep.Status
@@ -206,7 +150,7 @@ func (j *execJob) execute(ctx context.Context, stdio isolate.IO) (*execReport, e
 }
 
 // run runs one phase.
-func (j *execJob) run(ctx context.Context, spec *isolate.Spec, stdio isolate.IO) (*isolate.Report, error) {
+func (j *Job) run(ctx context.Context, spec *isolate.Spec, stdio isolate.IO) (*isolate.Report, error) {
 	p, err := j.host.PrepareSpec(spec)
 	if err != nil {
 		return nil, err
@@ -218,11 +162,11 @@ func (j *execJob) run(ctx context.Context, spec *isolate.Spec, stdio isolate.IO)
 // language's file name. The box user owns it when the box id is known;
 // otherwise each phase may get another id (another uid), so it is open to
 // all of them (its parent is root's alone on the host).
-func (j *execJob) makeDir() (string, error) {
-	if err := os.MkdirAll(execDirs, 0o700); err != nil {
-		return "", fmt.Errorf("create %s: %w", execDirs, err)
+func (j *Job) makeDir() (string, error) {
+	if err := os.MkdirAll(BoxDirs, 0o700); err != nil {
+		return "", fmt.Errorf("create %s: %w", BoxDirs, err)
 	}
-	dir, err := os.MkdirTemp(execDirs, strconv.Itoa(os.Getpid())+".")
+	dir, err := os.MkdirTemp(BoxDirs, strconv.Itoa(os.Getpid())+".")
 	if err != nil {
 		return "", fmt.Errorf("create the box directory: %w", err)
 	}
@@ -287,7 +231,7 @@ func copySource(src, dst string, owner int) error {
 
 // compileSpec is the compile phase: the run's box and image, the
 // language's compile limits, no input, output captured.
-func (j *execJob) compileSpec() (*isolate.Spec, error) {
+func (j *Job) compileSpec() (*isolate.Spec, error) {
 	r := j.spec
 	s := isolate.Defaults()
 	s.BoxID, s.BoxDir = r.BoxID, r.BoxDir
@@ -295,7 +239,7 @@ func (j *execJob) compileSpec() (*isolate.Spec, error) {
 	s.Seccomp, s.HostNet = r.Seccomp, false
 	s.OutputLimit = 256 << 10
 	s.StderrToStdout = false
-	if err := applyLimits(&s, j.lang.CompileLimits, func(string) bool { return false }); err != nil {
+	if err := applyLimits(&s, j.lang.CompileLimits, &api.Spec{}); err != nil {
 		return nil, fmt.Errorf("language %s: compile limits: %v", j.lang.Name, err)
 	}
 	vars := phaseVars(&s)
@@ -304,16 +248,17 @@ func (j *execJob) compileSpec() (*isolate.Spec, error) {
 	return &s, nil
 }
 
-// applyLimits sets the limits a language asks for, except those the user
-// set on the command line.
-func applyLimits(s *isolate.Spec, l langs.Limits, userSet func(string) bool) error {
+// applyLimits sets the limits a language asks for, except those the
+// request sets itself (non-zero).
+func applyLimits(s *isolate.Spec, l langs.Limits, req *api.Spec) error {
 	var err error
 	durations := []struct {
 		flag, v string
+		set     bool
 		dst     *time.Duration
-	}{{"time", l.Time, &s.CPUTime}, {"wall-time", l.Wall, &s.WallTime}}
+	}{{"time", l.Time, req.CPUTimeMs != 0, &s.CPUTime}, {"wall-time", l.Wall, req.WallTimeMs != 0, &s.WallTime}}
 	for _, d := range durations {
-		if d.v != "" && !userSet(d.flag) {
+		if d.v != "" && !d.set {
 			if *d.dst, err = api.ParseDuration(d.v); err != nil {
 				return fmt.Errorf("--%s %q: %v", d.flag, d.v, err)
 			}
@@ -321,10 +266,14 @@ func applyLimits(s *isolate.Spec, l langs.Limits, userSet func(string) bool) err
 	}
 	sizes := []struct {
 		flag, v string
+		set     bool
 		dst     *int64
-	}{{"mem", l.Memory, &s.Memory}, {"tmp-size", l.TmpSize, &s.TmpSize}, {"fsize", l.FSize, &s.FileSize}}
+	}{
+		{"mem", l.Memory, req.MemoryBytes != 0, &s.Memory}, {"tmp-size", l.TmpSize, req.TmpSizeBytes != 0, &s.TmpSize},
+		{"fsize", l.FSize, req.FileSizeBytes != 0, &s.FileSize},
+	}
 	for _, sz := range sizes {
-		if sz.v != "" && !userSet(sz.flag) {
+		if sz.v != "" && !sz.set {
 			v, err := api.ParseSize(sz.v)
 			if err != nil {
 				return fmt.Errorf("--%s %q: %v", sz.flag, sz.v, err)
@@ -332,7 +281,7 @@ func applyLimits(s *isolate.Spec, l langs.Limits, userSet func(string) bool) err
 			*sz.dst = max(v, 0) // Unlimited: the runtime's 0, no limit
 		}
 	}
-	if l.Pids > 0 && !userSet("pids") {
+	if l.Pids > 0 && req.Pids == 0 {
 		s.Pids = l.Pids
 	}
 	return nil
@@ -351,6 +300,23 @@ func phaseVars(s *isolate.Spec) langs.Vars {
 		v.CPUs = int(math.Ceil(s.CPUs))
 	}
 	return v
+}
+
+// compileVerdict is what the compile phase's report means for the exec:
+// OK (go on to the run), XX (the sandbox failed) or CE.
+func compileVerdict(r *api.Report) api.Status {
+	switch r.Status {
+	case api.StatusOK, api.StatusXX:
+		return r.Status
+	}
+	return api.StatusCE
+}
+
+// syntaxError tells whether the run of a language that checks its source
+// in the run's own process (no compile phase) ended with the language's
+// syntax-error exit status: CE, and nothing of the program ran.
+func syntaxError(l *langs.Lang, r *api.Report) bool {
+	return !l.Compiled() && l.SyntaxErrorExit != 0 && r.Status == api.StatusRE && r.ExitCode == l.SyntaxErrorExit
 }
 
 // compileMessage is the compiler's own words, for the CE report.
@@ -375,7 +341,7 @@ func sandboxFailure(s *isolate.Spec, err error) *isolate.Report {
 
 // sweepExecDirs removes the box directories of execs that died.
 func sweepExecDirs() {
-	ents, err := os.ReadDir(execDirs)
+	ents, err := os.ReadDir(BoxDirs)
 	if err != nil {
 		return
 	}
@@ -385,40 +351,7 @@ func sweepExecDirs() {
 			continue
 		}
 		if _, err := os.Stat("/proc/" + pid); errors.Is(err, os.ErrNotExist) {
-			os.RemoveAll(filepath.Join(execDirs, e.Name()))
+			os.RemoveAll(filepath.Join(BoxDirs, e.Name()))
 		}
 	}
-}
-
-// emitExecReport prints the outcome as the flags ask: JSON, a report file,
-// a meta file of the last phase, or the program's output and a summary.
-func emitExecReport(c *cli.Context, rep *execReport) error {
-	last := rep.Last()
-	if f := runValues.report; f != "" {
-		if err := writeJSON(f, rep); err != nil {
-			return err
-		}
-	}
-	if f := runValues.meta; f != "" && last != nil {
-		if err := writeMeta(f, last); err != nil {
-			return err
-		}
-	}
-	if runValues.json {
-		return json.NewEncoder(os.Stdout).Encode(rep)
-	}
-	if rep.Status == isolate.StatusCE {
-		fmt.Fprintln(os.Stderr, last.Message)
-		fmt.Fprintln(os.Stderr, "isolate: CE (compilation failed)")
-		return nil
-	}
-	if last == nil {
-		return nil
-	}
-	if !runValues.stream {
-		os.Stdout.WriteString(last.Stdout)
-		os.Stderr.WriteString(last.Stderr)
-	}
-	fmt.Fprintln(os.Stderr, summary(last))
-	return nil
 }

@@ -16,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/judge"
 	"github.com/isolate-sandbox/isolate/rootfs"
 )
 
@@ -97,7 +99,7 @@ func needImage(t *testing.T, lang string) {
 
 // execSource runs `isolate exec --json` on source (written to a file
 // named name) with stdin and the options, and decodes the report.
-func execSource(t *testing.T, name, source, stdin string, opts ...string) (*execReport, int) {
+func execSource(t *testing.T, name, source, stdin string, opts ...string) (*api.ExecReport, int) {
 	t.Helper()
 	dir := shareDir(t)
 	src := filepath.Join(dir, name)
@@ -113,7 +115,7 @@ func execSource(t *testing.T, name, source, stdin string, opts ...string) (*exec
 		args = append(args, "--stdin", in)
 	}
 	res := isolateCmd(t, "", append(args, src)...)
-	var rep execReport
+	var rep api.ExecReport
 	if err := json.Unmarshal([]byte(res.Stdout), &rep); err != nil {
 		t.Fatalf("isolate %v: exit %d, no JSON report (%v)\nstdout: %s\nstderr: %s", args, res.Code, err, res.Stdout, res.Stderr)
 	}
@@ -142,11 +144,11 @@ func checkNoImageLeaks(t *testing.T) {
 	for _, a := range attached {
 		t.Errorf("loop device still attached: %s", a)
 	}
-	ents, _ := os.ReadDir(execDirs)
+	ents, _ := os.ReadDir(judge.BoxDirs)
 	for _, e := range ents {
 		pid, _, _ := strings.Cut(e.Name(), ".")
 		if _, err := os.Stat("/proc/" + pid); err != nil {
-			t.Errorf("exec box directory left behind: %s/%s", execDirs, e.Name())
+			t.Errorf("exec box directory left behind: %s/%s", judge.BoxDirs, e.Name())
 		}
 	}
 }

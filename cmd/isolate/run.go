@@ -122,8 +122,14 @@ func specFromFlags(c *cli.Context) (*api.Spec, error) {
 		{"mem", v.mem, &s.MemoryBytes}, {"fsize", v.fsize, &s.FileSizeBytes}, {"tmp-size", v.tmpSize, &s.TmpSizeBytes},
 		{"stack", v.stack, &s.StackBytes}, {"output-limit", v.outputLimit, &s.OutputLimitBytes},
 	}
+	// An option left at its default stays 0 in the request, the
+	// contract's same default, so that exec can tell it from a value
+	// the user gave (a language's own limits apply to the rest).
 	var err error
 	for _, sz := range sizes {
+		if !c.IsSet(sz.name) {
+			continue
+		}
 		if *sz.dst, err = api.ParseSize(sz.val); err != nil {
 			return nil, fmt.Errorf("--%s %q: %v", sz.name, sz.val, err)
 		}
@@ -134,6 +140,9 @@ func specFromFlags(c *cli.Context) (*api.Spec, error) {
 		dst  *int64
 	}{{"pids", v.pids, &s.Pids}, {"open-files", v.openFiles, &s.OpenFiles}}
 	for _, n := range counts {
+		if !c.IsSet(n.name) {
+			continue
+		}
 		if *n.dst, err = api.ParseCount(n.val); err != nil {
 			return nil, fmt.Errorf("--%s %q: %v", n.name, n.val, err)
 		}
