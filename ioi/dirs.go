@@ -1,4 +1,4 @@
-package main
+package ioi
 
 // ioi/isolate's directory rules (-d IN=OUT:OPTIONS) and how they map onto
 // the box our runtime builds.

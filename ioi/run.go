@@ -1,9 +1,11 @@
-package main
+package ioi
 
-// The ioi/isolate-compatible form: `isolate [options] --init | --run --
-// CMD... | --cleanup`, with ioi/isolate 2.x's options, box layout, meta
-// file and exit statuses (see MIGRATING.md). The isolation is ours: user
-// namespace, seccomp, cgroups on v1, hybrid and v2 hosts alike.
+// Package ioi is the ioi/isolate-compatible form: `isolate [options]
+// --init | --run -- CMD... | --cleanup`, with ioi/isolate 2.x's options,
+// box layout, meta file and exit statuses (see MIGRATING.md). The
+// isolation is ours: user namespace, seccomp, cgroups on v1, hybrid and
+// v2 hosts alike. The CLI parses with Parse, calls Init, Cleanup, CgroupRoot
+// or Run, and prints.
 
 import (
 	"context"
@@ -19,79 +21,9 @@ import (
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
-// isIOIForm tells whether the command line is ioi/isolate's form: one of
-// its commands among the options, before any "--".
-func isIOIForm(args []string) bool {
-	for _, a := range args {
-		switch a {
-		case "--":
-			return false
-		case "--init", "--run", "--cleanup", "--version", "--print-cg-root":
-			return true
-		}
-	}
-	return false
-}
-
-// runIOI runs ioi/isolate's form of the command line and returns the exit
-// status: 0 the program succeeded, 1 it failed, 2 bad usage or a failure
-// of the sandbox.
-func runIOI(args []string) int {
-	o, err := parseIOI(args)
-	if err != nil {
-		return ioiUsage(err)
-	}
-	if o.mode == ioiVersion {
-		fmt.Printf("The process isolator %s\n(isolate, compatible with ioi/isolate 2.x command lines)\n", version)
-		return exitOK
-	}
-	if os.Geteuid() != 0 {
-		return ioiUsage(errors.New("must be started as root"))
-	}
-	syscall.Umask(0o022)
-	cfg, err := isolate.LoadConfig()
-	if err != nil {
-		return ioiUsage(err)
-	}
-	if o.boxID >= cfg.NumBoxes {
-		return ioiUsage(fmt.Errorf("sandbox ID out of range (allowed: 0-%d)", cfg.NumBoxes-1))
-	}
-	owner := isolate.Caller()
-	if o.asUID >= 0 {
-		owner = isolate.Owner{UID: o.asUID, GID: o.asGID}
-	}
-	switch o.mode {
-	case ioiInit:
-		dir, err := isolate.InitBox(cfg.BoxRoot, o.boxID, owner, o.wait)
-		if err != nil {
-			return ioiUsage(err)
-		}
-		fmt.Println(dir)
-		return exitOK
-	case ioiCleanup:
-		if err := isolate.CleanupBox(cfg.BoxRoot, o.boxID, o.wait); err != nil {
-			return ioiUsage(err)
-		}
-		return exitOK
-	case ioiPrintCgRoot:
-		root, err := cgroupRoot(cfg)
-		if err != nil {
-			return ioiUsage(err)
-		}
-		fmt.Println(root)
-		return exitOK
-	}
-	return ioiRunBox(o, cfg, owner)
-}
-
-// ioiUsage reports bad usage, or a failure before any box was touched.
-func ioiUsage(err error) int {
-	fmt.Fprintln(os.Stderr, "isolate: "+err.Error())
-	return exitSandbox
-}
-
-// cgroupRoot is the directory under which box cgroups are made.
-func cgroupRoot(cfg *isolate.Config) (string, error) {
+// CgroupRoot is the directory under which box cgroups are made
+// (--print-cg-root).
+func CgroupRoot(cfg *isolate.Config) (string, error) {
 	host, err := isolate.NewHost(cfg)
 	if err != nil {
 		return "", err
@@ -107,20 +39,22 @@ func cgroupRoot(cfg *isolate.Config) (string, error) {
 	return parents["memory"], nil
 }
 
-// ioiRun is one `--run`: hold the box, hand box/ to the box user, run,
-// hand it back, then report as ioi/isolate does.
-func ioiRunBox(o *ioiOptions, cfg *isolate.Config, owner isolate.Owner) int {
+// Run is one `--run`: hold the box, hand box/ to the box user, run, hand
+// it back; write the meta file (unless it is "-": the caller prints
+// MetaText then). A meta file that cannot be written is an error.
+func Run(o *Options, cfg *isolate.Config) (*isolate.Report, error) {
 	var meta *os.File
 	if o.meta != "" && o.meta != "-" {
 		// Opened before the run, as ioi/isolate does: nothing the program
 		// does can redirect it.
 		f, err := os.OpenFile(o.meta, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 		if err != nil {
-			return ioiUsage(fmt.Errorf("failed to open metafile '%s': %v", o.meta, strerror(err)))
+			return nil, fmt.Errorf("failed to open metafile '%s': %v", o.meta, strerror(err))
 		}
 		defer f.Close()
 		meta = f
 	}
+	owner := o.owner()
 	var stdio ioiStdio
 	defer stdio.close()
 	rep := func() *isolate.Report {
@@ -147,23 +81,30 @@ func ioiRunBox(o *ioiOptions, cfg *isolate.Config, owner isolate.Owner) int {
 		// on the program's standard error.
 		fmt.Fprintf(stdio.errOut, "execve(%q): %s\n", o.command[0], f.Msg)
 	}
-	text := formatMeta(rep)
-	switch {
-	case meta != nil:
-		if _, err := meta.WriteString(text); err != nil {
-			fmt.Fprintln(os.Stderr, "isolate: write meta file: "+err.Error())
-			return exitSandbox
+	if meta != nil {
+		if _, err := meta.WriteString(MetaText(rep)); err != nil {
+			return rep, fmt.Errorf("write meta file: %w", err)
 		}
-	case o.meta == "-":
-		os.Stdout.WriteString(text)
 	}
-	switch {
-	case rep.Status == isolate.StatusXX:
-		fmt.Fprintln(os.Stderr, "isolate: "+statusLine(rep))
-	case o.silent == 0:
-		fmt.Fprintln(os.Stderr, statusLine(rep))
+	return rep, nil
+}
+
+// Init creates the box (--init) and returns its directory.
+func Init(o *Options, cfg *isolate.Config) (string, error) {
+	return isolate.InitBox(cfg.BoxRoot, o.boxID, o.owner(), o.wait)
+}
+
+// Cleanup removes the box (--cleanup).
+func Cleanup(o *Options, cfg *isolate.Config) error {
+	return isolate.CleanupBox(cfg.BoxRoot, o.boxID, o.wait)
+}
+
+// owner is who gets box/ back: the caller, or --as-uid/--as-gid.
+func (o *Options) owner() isolate.Owner {
+	if o.asUID >= 0 {
+		return isolate.Owner{UID: o.asUID, GID: o.asGID}
 	}
-	return ioiExit(rep)
+	return isolate.Caller()
 }
 
 // xxReport is the report of a run the sandbox could not do.
@@ -172,7 +113,7 @@ func xxReport(msg string) *isolate.Report {
 }
 
 // ioiExecute builds the run's spec from the options and runs it.
-func ioiExecute(o *ioiOptions, cfg *isolate.Config, pb *isolate.PersistentBox, stdio *ioiStdio) *isolate.Report {
+func ioiExecute(o *Options, cfg *isolate.Config, pb *isolate.PersistentBox, stdio *ioiStdio) *isolate.Report {
 	spec, mounts, err := ioiSpec(o, pb)
 	if err != nil {
 		return xxReport(err.Error())
@@ -207,7 +148,7 @@ func ioiExecute(o *ioiOptions, cfg *isolate.Config, pb *isolate.PersistentBox, s
 }
 
 // ioiSpec turns ioi/isolate's options into a run of our runtime.
-func ioiSpec(o *ioiOptions, pb *isolate.PersistentBox) (*isolate.Spec, []mountPoint, error) {
+func ioiSpec(o *Options, pb *isolate.PersistentBox) (*isolate.Spec, []mountPoint, error) {
 	s := isolate.Defaults()
 	s.BoxID = o.boxID
 	s.CPUTime, s.ExtraTime = o.timeout, o.extra
@@ -265,7 +206,7 @@ func execPath(name string) string {
 // (or, with -e, isolate's whole environment), LIBC_FATAL_STDERR_=1, then
 // each -E in order: VAR passes isolate's value on, VAR=value sets it,
 // VAR= removes it.
-func ioiEnv(o *ioiOptions) []string {
+func ioiEnv(o *Options) []string {
 	var env []string
 	if o.fullEnv {
 		env = append(env, os.Environ()...)

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+
+	"github.com/isolate-sandbox/isolate/ioi"
+	"github.com/isolate-sandbox/isolate/isolate"
+)
+
+// isIOIForm tells whether the command line is ioi/isolate's form: one of
+// its commands among the options, before any "--".
+func isIOIForm(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "--init", "--run", "--cleanup", "--version", "--print-cg-root":
+			return true
+		}
+	}
+	return false
+}
+
+// runIOI runs ioi/isolate's form of the command line and returns the exit
+// status: 0 the program succeeded, 1 it failed, 2 bad usage or a failure
+// of the sandbox.
+func runIOI(args []string) int {
+	o, err := ioi.Parse(args)
+	if err != nil {
+		return ioiUsage(err)
+	}
+	if o.Mode() == ioi.ModeVersion {
+		fmt.Printf("The process isolator %s\n(isolate, compatible with ioi/isolate 2.x command lines)\n", version)
+		return exitOK
+	}
+	if os.Geteuid() != 0 {
+		return ioiUsage(errors.New("must be started as root"))
+	}
+	syscall.Umask(0o022)
+	cfg, err := isolate.LoadConfig()
+	if err != nil {
+		return ioiUsage(err)
+	}
+	if o.BoxID() >= cfg.NumBoxes {
+		return ioiUsage(fmt.Errorf("sandbox ID out of range (allowed: 0-%d)", cfg.NumBoxes-1))
+	}
+	switch o.Mode() {
+	case ioi.ModeInit:
+		dir, err := ioi.Init(o, cfg)
+		if err != nil {
+			return ioiUsage(err)
+		}
+		fmt.Println(dir)
+		return exitOK
+	case ioi.ModeCleanup:
+		if err := ioi.Cleanup(o, cfg); err != nil {
+			return ioiUsage(err)
+		}
+		return exitOK
+	case ioi.ModePrintCgRoot:
+		root, err := ioi.CgroupRoot(cfg)
+		if err != nil {
+			return ioiUsage(err)
+		}
+		fmt.Println(root)
+		return exitOK
+	}
+	rep, err := ioi.Run(o, cfg)
+	if rep == nil {
+		return ioiUsage(err)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "isolate: "+err.Error())
+		return exitSandbox
+	}
+	if o.Meta() == "-" {
+		os.Stdout.WriteString(ioi.MetaText(rep))
+	}
+	outcome := ioi.Outcome(rep)
+	switch {
+	case outcome == isolate.StatusXX:
+		fmt.Fprintln(os.Stderr, "isolate: "+ioi.StatusLine(rep))
+	case !o.Silent():
+		fmt.Fprintln(os.Stderr, ioi.StatusLine(rep))
+	}
+	return exitStatus(outcome)
+}
+
+// ioiUsage reports bad usage, or a failure before any box was touched.
+func ioiUsage(err error) int {
+	fmt.Fprintln(os.Stderr, "isolate: "+err.Error())
+	return exitSandbox
+}
