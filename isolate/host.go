@@ -110,6 +110,7 @@ type Prepared struct {
 	// persistent: a box id names a persistent box if `isolate init` made
 	// it (a request's box_id). A runtime-level spec says BoxDir itself.
 	persistent bool
+	checkTook  time.Duration // the "validate" stage of the report's timers
 }
 
 // Run performs one sandboxed run of spec: check and resolve it (bad input
@@ -145,10 +146,12 @@ func (h *Host) Prepare(spec *api.Spec) (*Prepared, error) {
 // PrepareSpec checks a runtime-level spec (for front ends that need what
 // a request cannot say, like the ioi form's directory rules).
 func (h *Host) PrepareSpec(spec *Spec) (*Prepared, error) {
+	start := time.Now()
 	p := &Prepared{h: h, spec: spec}
 	if err := p.check(); err != nil {
 		return nil, err
 	}
+	p.checkTook = time.Since(start)
 	return p, nil
 }
 

@@ -77,6 +77,7 @@ type supervisor struct {
 func run(ctx context.Context, p *Prepared, stdio IO) *Report {
 	spec := p.spec
 	s := &supervisor{ctx: ctx, host: p.h, spec: spec, io: stdio, policy: p.policy, timer: newStageTimer()}
+	s.timer.stages["validate"] = p.checkTook.Seconds()
 	s.report = &Report{BoxID: -1, BlockedSyscalls: []seccomp.Blocked{}, Sandbox: SandboxInfo{Image: spec.Image, Seccomp: policyName(spec)}}
 	err := s.lockBox()
 	if err == nil {
@@ -90,7 +91,7 @@ func run(ctx context.Context, p *Prepared, stdio IO) *Report {
 	}
 	if err == nil {
 		s.timer.mark("start")
-		s.report.Sandbox.SetupTime = s.timer.since0()
+		s.report.Sandbox.SetupTime = s.timer.since0() + p.checkTook.Seconds()
 		err = s.supervise()
 	}
 	teardownStart := time.Now()

@@ -167,6 +167,7 @@ func attachedImages() []string {
 }
 
 func TestExecSumOfTwoNumbers(t *testing.T) {
+	needRoot(t)
 	for i, c := range langCases {
 		t.Run(c.lang, func(t *testing.T) {
 			needImage(t, c.lang)
@@ -195,6 +196,7 @@ func TestExecSumOfTwoNumbers(t *testing.T) {
 }
 
 func TestExecRuntimeErrorIsRE(t *testing.T) {
+	needRoot(t)
 	for i, c := range langCases {
 		t.Run(c.lang, func(t *testing.T) {
 			needImage(t, c.lang)
@@ -213,6 +215,7 @@ func TestExecRuntimeErrorIsRE(t *testing.T) {
 // language: one raised while the program runs (here by compiling a string)
 // is the program's own RE.
 func TestExecPythonRunTimeSyntaxErrorIsRE(t *testing.T) {
+	needRoot(t)
 	needImage(t, "python")
 	rep, code := execSource(t, "late.py", "print('started')\ncompile('x = (', 'late', 'exec')\n", "",
 		"--lang", "python", "--box-id", strconv.Itoa(execFirstBox+45))
@@ -226,6 +229,7 @@ func TestExecPythonRunTimeSyntaxErrorIsRE(t *testing.T) {
 }
 
 func TestExecCompileErrorIsCE(t *testing.T) {
+	needRoot(t)
 	for i, c := range langCases {
 		t.Run(c.lang, func(t *testing.T) {
 			needImage(t, c.lang)
@@ -244,6 +248,7 @@ func TestExecCompileErrorIsCE(t *testing.T) {
 }
 
 func TestExecEndlessLoopIsTO(t *testing.T) {
+	needRoot(t)
 	for i, c := range langCases {
 		t.Run(c.lang, func(t *testing.T) {
 			needImage(t, c.lang)
@@ -259,6 +264,7 @@ func TestExecEndlessLoopIsTO(t *testing.T) {
 }
 
 func TestExecPassesArgumentsAndSummarizes(t *testing.T) {
+	needRoot(t)
 	needImage(t, "python")
 	dir := shareDir(t)
 	src := filepath.Join(dir, "args.py")
@@ -271,6 +277,7 @@ func TestExecPassesArgumentsAndSummarizes(t *testing.T) {
 }
 
 func TestExecCompileErrorWithoutJSON(t *testing.T) {
+	needRoot(t)
 	needImage(t, "c")
 	dir := shareDir(t)
 	src := filepath.Join(dir, "bad.c")
@@ -285,6 +292,7 @@ func TestExecCompileErrorWithoutJSON(t *testing.T) {
 // The JVM stays under the pids and memory limits it is given: its heap and
 // threads follow them (-Xmx, -XX:ActiveProcessorCount, serial GC).
 func TestExecJavaUnderTightLimits(t *testing.T) {
+	needRoot(t)
 	needImage(t, "java")
 	c := langCases[len(langCases)-1]
 	rep, code := execSource(t, c.file, c.sum, "1 2\n", "--lang", "java", "--box-id", strconv.Itoa(execFirstBox+41), "--pids", "24", "--mem", "192M")
@@ -297,6 +305,7 @@ func TestExecJavaUnderTightLimits(t *testing.T) {
 }
 
 func TestExecUsageErrors(t *testing.T) {
+	needRoot(t)
 	dir := shareDir(t)
 	src := filepath.Join(dir, "x.c")
 	os.WriteFile(src, []byte("int main(void){return 0;}\n"), 0o644)
@@ -413,6 +422,7 @@ func medianOf(d []time.Duration) time.Duration {
 // A caller with umask 077 and no box id: the source, the box directory and
 // the compiler's output still reach the box user of either phase.
 func TestExecUnderRestrictiveUmask(t *testing.T) {
+	needRoot(t)
 	needImage(t, "c")
 	dir := shareDir(t)
 	src := filepath.Join(dir, "sum.c")

@@ -46,6 +46,7 @@ func withImagesDir(t *testing.T) (images, defs string) {
 }
 
 func TestImageBuildRunListRemove(t *testing.T) {
+	needRoot(t)
 	images, defs := withImagesDir(t)
 	if err := os.WriteFile(filepath.Join(defs, "tiny.json"), []byte(tinyLang), 0o644); err != nil {
 		t.Fatal(err)
@@ -174,6 +175,7 @@ func TestImageBuildRunListRemove(t *testing.T) {
 
 // The language images CI builds: one per language, each described.
 func TestLanguageImagesHaveManifests(t *testing.T) {
+	needRoot(t)
 	for _, c := range langCases {
 		needImage(t, c.lang)
 		m, err := rootfs.LookupImage(c.lang)
@@ -197,6 +199,7 @@ func TestLanguageImagesHaveManifests(t *testing.T) {
 }
 
 func TestImageUsageErrors(t *testing.T) {
+	needRoot(t)
 	withImagesDir(t)
 	for _, args := range [][]string{
 		{"image"},
@@ -221,6 +224,7 @@ func TestImageUsageErrors(t *testing.T) {
 // A definition of the host's replaces the built-in one of the same name;
 // a broken one is an error that names its file.
 func TestLangsOverride(t *testing.T) {
+	needRoot(t)
 	_, defs := withImagesDir(t)
 	over := strings.Replace(strings.Replace(tinyLang, `"tiny"`, `"c"`, 1), "GNU hello", "C from the host", 1)
 	os.WriteFile(filepath.Join(defs, "c.json"), []byte(over), 0o644)

@@ -1,28 +1,23 @@
-package main
-
-// `isolate bench`: what a sandboxed run costs against a bare exec, bwrap
-// and unshare, where isolate's time goes, how runs scale on two CPUs, and
-// (with --precision) how exactly limits and accounting hold. Benchmarks,
-// never assertions: the targets are printed as met or missed.
+// Package bench is `isolate bench`'s harness: what a sandboxed run costs
+// against a bare exec, bwrap and unshare, where isolate's time goes, how
+// runs scale on two CPUs, and (with --precision) how exactly limits and
+// accounting hold. Benchmarks, never assertions: the targets are printed
+// as met or missed.
+package bench
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 
-	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 )
 
-func init() { extraCommands = append(extraCommands, benchCommand()) }
-
-// benchResult is everything one `isolate bench` measured.
-type benchResult struct {
+// Result is everything one `isolate bench` measured.
+type Result struct {
 	Machine    machineInfo       `json:"machine"`
 	Rounds     int               `json:"rounds"`
-	Latency    []variantResult   `json:"latency"`
-	Stages     []stageResult     `json:"stages"`
+	Latency    []VariantResult   `json:"latency"`
+	Stages     []StageResult     `json:"stages"`
 	Throughput *throughputResult `json:"throughput"`
 	Precision  *precisionResult  `json:"precision,omitempty"`
 	Targets    []targetResult    `json:"targets"`
@@ -36,57 +31,19 @@ type targetResult struct {
 	Met    bool    `json:"met"`
 }
 
-func benchCommand() *cli.Command {
-	return &cli.Command{
-		Name:  "bench",
-		Usage: "measure sandbox overhead against a bare exec",
-		Description: "Interleaved rounds of /bin/true: a bare exec, `isolate run`, bwrap and unshare -Urnpimf\n" +
-			"(median, p90, ratio to bwrap); isolate's stage breakdown from its own timers; throughput with\n" +
-			"1 and 2 parallel runs. --precision adds CPU- and wall-limit overshoot and accounting errors.",
-		Flags: []cli.Flag{
-			&cli.IntFlag{Name: "runs", Value: 200, Usage: "interleaved rounds `N` (each runs every variant once)"},
-			&cli.BoolFlag{Name: "json", Usage: "print the results as JSON"},
-			&cli.BoolFlag{Name: "markdown", Usage: "print the results as the tables of docs/PERFORMANCE.md"},
-			&cli.BoolFlag{Name: "precision", Usage: "also measure limit overshoot and accounting error (about a minute)"},
-			&cli.IntFlag{Name: "precision-runs", Value: 10, Usage: "runs `N` per precision benchmark"},
-		},
-		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageErr(err) },
-		Action: func(c *cli.Context) error {
-			if c.Args().Len() > 0 {
-				return usageErr(fmt.Errorf("bench takes no arguments (got %q)", c.Args().First()))
-			}
-			runs, precRuns := c.Int("runs"), c.Int("precision-runs")
-			if runs < 1 {
-				return usageErr(fmt.Errorf("--runs %d: must be 1 or more", runs))
-			}
-			if precRuns < 1 {
-				return usageErr(fmt.Errorf("--precision-runs %d: must be 1 or more", precRuns))
-			}
-			if c.Bool("json") && c.Bool("markdown") {
-				return usageErr(errors.New("--json and --markdown exclude each other"))
-			}
-			if err := requireRoot(); err != nil {
-				return err
-			}
-			// The isolate binary itself, started as a user would start it.
-			r := &benchRunner{bin: "/proc/self/exe"}
-			res, err := r.bench(runs, c.Bool("precision"), precRuns)
-			if err != nil {
-				return &exitError{code: exitSandbox, msg: "bench: " + err.Error()}
-			}
-			switch {
-			case c.Bool("json"):
-				enc := json.NewEncoder(os.Stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(res)
-			case c.Bool("markdown"):
-				printMarkdown(os.Stdout, res)
-			default:
-				printText(os.Stdout, res)
-			}
-			return nil
-		},
-	}
+// Config is what `isolate bench` measures, and with which binary.
+type Config struct {
+	Bin, Version  string // the isolate binary to start, and its version
+	Rounds        int    // interleaved rounds of the latency variants
+	Precision     bool   // also measure limits' overshoot and accounting error
+	PrecisionRuns int    // runs per precision benchmark
+}
+
+// Run measures everything: rounds of the latency variants, the stage
+// breakdown, throughput and, if asked, precision.
+func Run(c Config) (*Result, error) {
+	r := &benchRunner{bin: c.Bin, version: c.Version}
+	return r.bench(c.Rounds, c.Precision, c.PrecisionRuns)
 }
 
 // progress tells a person at a terminal what the bench is doing; pipes
@@ -99,8 +56,8 @@ func progress(format string, a ...any) {
 
 // bench measures everything: latency rounds, stage breakdown, throughput
 // and, if asked, precision.
-func (r *benchRunner) bench(rounds int, precision bool, precRuns int) (*benchResult, error) {
-	res := &benchResult{Machine: describeMachine(), Rounds: rounds}
+func (r *benchRunner) bench(rounds int, precision bool, precRuns int) (*Result, error) {
+	res := &Result{Machine: describeMachine(r.version), Rounds: rounds}
 	meter := newCPUMeter()
 	vs, skipped := r.variants()
 	progress("%d interleaved rounds of %d variants", rounds, len(vs))
@@ -114,7 +71,7 @@ func (r *benchRunner) bench(rounds int, precision bool, precRuns int) (*benchRes
 	if perBlock < 10 {
 		perBlock = 10
 	}
-	progress("throughput: %d alternating blocks of %d runs, 1 and 2 at a time", throughputBlocks, perBlock)
+	progress("throughput: %d alternating blocks of %d runs, 1 and 2 at a time", ThroughputBlocks, perBlock)
 	if res.Throughput, err = r.throughput(perBlock); err != nil {
 		return nil, err
 	}
@@ -130,14 +87,14 @@ func (r *benchRunner) bench(rounds int, precision bool, precRuns int) (*benchRes
 }
 
 // targets checks issue 6's targets against the results.
-func targets(res *benchResult) []targetResult {
+func targets(res *Result) []targetResult {
 	var ts []targetResult
 	for _, v := range res.Latency {
-		if v.Name == varIsolate && v.RatioToBwrap > 0 {
+		if v.Name == VarIsolate && v.RatioToBwrap > 0 {
 			ts = append(ts, targetResult{Name: "isolate run median / bwrap median", Value: v.RatioToBwrap, Target: "≤ 1.00", Met: v.RatioToBwrap <= 1.0})
 		}
 	}
-	st := stageMedian(res.Stages, stageSetupTeardown)
+	st := stageMedian(res.Stages, StageSetupTeardown)
 	ts = append(ts, targetResult{Name: "setup_time + teardown_time, median (ms)", Value: st, Target: "≤ 1.5", Met: st <= 1.5})
 	if t := res.Throughput; t != nil {
 		ts = append(ts, targetResult{Name: "throughput 2 parallel / 1", Value: t.Ratio, Target: "≥ 1.6", Met: t.Ratio >= 1.6})

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/isolate-sandbox/isolate/internal/bench"
+)
+
+func init() { extraCommands = append(extraCommands, benchCommand()) }
+
+func benchCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "bench",
+		Usage: "measure sandbox overhead against a bare exec",
+		Description: "Interleaved rounds of /bin/true: a bare exec, `isolate run`, bwrap and unshare -Urnpimf\n" +
+			"(median, p90, ratio to bwrap); isolate's stage breakdown from its own timers; throughput with\n" +
+			"1 and 2 parallel runs. --precision adds CPU- and wall-limit overshoot and accounting errors.",
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "runs", Value: 200, Usage: "interleaved rounds `N` (each runs every variant once)"},
+			&cli.BoolFlag{Name: "json", Usage: "print the results as JSON"},
+			&cli.BoolFlag{Name: "markdown", Usage: "print the results as the tables of docs/PERFORMANCE.md"},
+			&cli.BoolFlag{Name: "precision", Usage: "also measure limit overshoot and accounting error (about a minute)"},
+			&cli.IntFlag{Name: "precision-runs", Value: 10, Usage: "runs `N` per precision benchmark"},
+		},
+		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageErr(err) },
+		Action: func(c *cli.Context) error {
+			if c.Args().Len() > 0 {
+				return usageErr(fmt.Errorf("bench takes no arguments (got %q)", c.Args().First()))
+			}
+			runs, precRuns := c.Int("runs"), c.Int("precision-runs")
+			if runs < 1 {
+				return usageErr(fmt.Errorf("--runs %d: must be 1 or more", runs))
+			}
+			if precRuns < 1 {
+				return usageErr(fmt.Errorf("--precision-runs %d: must be 1 or more", precRuns))
+			}
+			if c.Bool("json") && c.Bool("markdown") {
+				return usageErr(errors.New("--json and --markdown exclude each other"))
+			}
+			if err := requireRoot(); err != nil {
+				return err
+			}
+			// The isolate binary itself, started as a user would start it.
+			res, err := bench.Run(bench.Config{Bin: "/proc/self/exe", Version: version, Rounds: runs, Precision: c.Bool("precision"), PrecisionRuns: precRuns})
+			if err != nil {
+				return &exitError{code: exitSandbox, msg: "bench: " + err.Error()}
+			}
+			switch {
+			case c.Bool("json"):
+				enc := json.NewEncoder(os.Stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(res)
+			case c.Bool("markdown"):
+				bench.PrintMarkdown(os.Stdout, res)
+			default:
+				bench.PrintText(os.Stdout, res)
+			}
+			return nil
+		},
+	}
+}
