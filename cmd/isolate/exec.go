@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,21 +42,13 @@ func execAction(c *cli.Context) error {
 	if err != nil {
 		return usageErr(flagError(err))
 	}
-	stdio, closeFiles, err := stdioFromFlags()
-	defer closeFiles()
-	if err != nil {
-		return usageErr(err)
-	}
-	ctx, stop := signalContext()
-	defer stop()
-	rep, err := job.Run(ctx, stdio)
-	if err != nil {
-		return usageErr(err)
-	}
-	if err := emitExecReport(rep); err != nil {
-		return &exitError{code: exitSandbox, msg: err.Error()}
-	}
-	return &exitError{code: exitStatus(rep.Status)}
+	return withRunIO(func(ctx context.Context, stdio isolate.IO) (api.Status, error) {
+		rep, err := job.Run(ctx, stdio)
+		if err != nil {
+			return "", err
+		}
+		return rep.Status, emitExecReport(rep)
+	})
 }
 
 // execJobFromFlags checks the command line; nothing is created yet.

@@ -275,6 +275,20 @@ func runAndReport(spec *api.Spec) error {
 	if err != nil {
 		return usageErr(flagError(err))
 	}
+	return withRunIO(func(ctx context.Context, stdio isolate.IO) (api.Status, error) {
+		rep, err := prep.Run(ctx, stdio)
+		if err != nil {
+			return "", err
+		}
+		return rep.Status, emitReport(rep, runValues.json, runValues.report, runValues.meta, runValues.stream)
+	})
+}
+
+// withRunIO opens the run's host files and a context that signals end,
+// calls run, and turns its outcome into isolate's exit: an error from run
+// itself is a usage error (no report), one from printing a sandbox
+// failure, else the status's exit.
+func withRunIO(run func(context.Context, isolate.IO) (api.Status, error)) error {
 	stdio, closeFiles, err := stdioFromFlags()
 	defer closeFiles()
 	if err != nil {
@@ -282,14 +296,14 @@ func runAndReport(spec *api.Spec) error {
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	rep, err := prep.Run(ctx, stdio)
-	if err != nil {
+	status, err := run(ctx, stdio)
+	switch {
+	case err != nil && status == "":
 		return usageErr(err)
-	}
-	if err := emitReport(rep, runValues.json, runValues.report, runValues.meta, runValues.stream); err != nil {
+	case err != nil:
 		return &exitError{code: exitSandbox, msg: err.Error()}
 	}
-	return &exitError{code: exitStatus(rep.Status)}
+	return &exitError{code: exitStatus(status)}
 }
 
 // exitStatus is isolate's exit status for a finished run or exec (the
