@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -168,12 +167,7 @@ func (p *Prepared) Run(ctx context.Context, stdio IO) (*api.Report, error) {
 			return nil, err
 		}
 	}
-	// The box's init dies with the thread that started it (its parent-
-	// death signal is per thread): this goroutine keeps that thread until
-	// init is gone, whatever else the process does meanwhile.
-	runtime.LockOSThread()
 	rep := run(ctx, p, stdio)
-	runtime.UnlockOSThread()
 	if ferr := finish(); ferr != nil && rep.Status != StatusXX {
 		rep.Status, rep.Message = StatusXX, "hand the box back: "+ferr.Error()
 	}

@@ -323,16 +323,19 @@ func exitStatus(s api.Status) int {
 // is then killed and torn down, and its report says which signal.
 func signalContext() (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	go func() {
-		if sig, ok := <-sigs; ok {
+		// Installed from a goroutine, which runs once the run first
+		// waits: the runtime's signal watcher takes a thread of its own,
+		// and starting it there costs the run nothing. A signal before
+		// that ends isolate as it always did, before any box exists.
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+		defer signal.Stop(sigs)
+		select {
+		case sig := <-sigs:
 			cancel(fmt.Errorf("signal %d (%v)", sig.(syscall.Signal), sig))
+		case <-ctx.Done():
 		}
 	}()
-	return ctx, func() {
-		signal.Stop(sigs)
-		close(sigs)
-		cancel(nil)
-	}
+	return ctx, func() { cancel(nil) }
 }
