@@ -50,7 +50,7 @@ func imageCommand() *cli.Command {
 			{
 				Name:         "export",
 				Usage:        "write a built image to FILE (its squashfs and manifest), for image import on another host",
-				ArgsUsage:    "LANG FILE",
+				ArgsUsage:    "LANG|IMAGE FILE",
 				OnUsageError: usage,
 				Action:       imageExport,
 			},
@@ -64,7 +64,7 @@ func imageCommand() *cli.Command {
 			{
 				Name:         "rm",
 				Usage:        "remove the images of languages (waits for the runs that use them, and says so)",
-				ArgsUsage:    "LANG...",
+				ArgsUsage:    "LANG|IMAGE...",
 				OnUsageError: usage,
 				Action:       imageRemove,
 			},
@@ -225,11 +225,8 @@ func imageExport(c *cli.Context) error {
 	if c.Args().Len() != 2 {
 		return usageErr(errors.New("image export: expected LANG FILE"))
 	}
-	l, err := langs.Find(c.Args().Get(0))
-	if err != nil {
-		return usageErr(err)
-	}
-	if _, err := rootfs.LookupImage(l.Image); err != nil {
+	name := imageOf(c.Args().Get(0))
+	if _, err := rootfs.LookupImage(name); err != nil {
 		return usageErr(err)
 	}
 	path := c.Args().Get(1)
@@ -237,7 +234,7 @@ func imageExport(c *cli.Context) error {
 	if err != nil {
 		return usageErr(fmt.Errorf("image export: %v", err))
 	}
-	err = rootfs.ExportImage(l.Image, out)
+	err = rootfs.ExportImage(name, out)
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
@@ -280,17 +277,25 @@ func cleanupImages(c *cli.Context) error {
 	return nil
 }
 
+// imageOf is the image of a language, or an image named by itself (an
+// imported one may have no definition on this host).
+func imageOf(arg string) string {
+	if l, err := langs.Find(arg); err == nil {
+		return l.Image
+	}
+	return arg
+}
+
 func imageRemove(c *cli.Context) error {
 	if err := requireRoot(); err != nil {
 		return err
 	}
-	ls, err := langsFromArgs(c, false)
-	if err != nil {
-		return usageErr(err)
+	if c.Args().Len() == 0 {
+		return usageErr(errors.New("image rm: name the languages or images"))
 	}
 	names := map[string]bool{}
-	for _, l := range ls {
-		names[l.Image] = true
+	for _, arg := range c.Args().Slice() {
+		names[imageOf(arg)] = true
 	}
 	sorted := make([]string, 0, len(names))
 	for n := range names {
