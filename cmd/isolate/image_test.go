@@ -113,7 +113,8 @@ func TestImageBuildRunListRemove(t *testing.T) {
 		t.Errorf("langs: %+v", infos)
 	}
 	res = isolateCmd(t, "", "image", "list")
-	if res.Code != 0 || !strings.Contains(res.Stdout, "tiny") || strings.Count(res.Stdout, "\n") != 2 {
+	table, cache, _ := strings.Cut(res.Stdout, "\n\n")
+	if res.Code != 0 || !strings.Contains(table, "tiny") || strings.Count(table, "\n") != 1 || !strings.Contains(cache, "tiny-") {
 		t.Errorf("image list: exit %d\n%s", res.Code, res.Stdout)
 	}
 
