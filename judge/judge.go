@@ -43,8 +43,9 @@ type Job struct {
 
 // New checks a job: the language's run command with args, the request's
 // limits (the language's own where the request leaves one at its
-// default), the source file. Nothing is created yet. Bad input is an
-// error for the caller's user.
+// default), the source file. Nothing is created yet but the hold on the
+// image's tree, which Run releases. Bad input is an error for the
+// caller's user.
 func New(host *isolate.Host, req *api.Spec, source string, args []string) (*Job, error) {
 	if req.Lang == "" {
 		return nil, errors.New("exec: --lang is required (isolate langs lists the languages)")
@@ -67,6 +68,7 @@ func New(host *isolate.Host, req *api.Spec, source string, args []string) (*Job,
 		return nil, err
 	}
 	if err := applyLimits(spec, lang.RunLimits, req); err != nil {
+		spec.ImageTree.Close()
 		return nil, fmt.Errorf("language %s: run limits: %v", lang.Name, err)
 	}
 	vars := phaseVars(spec)
@@ -81,11 +83,12 @@ func New(host *isolate.Host, req *api.Spec, source string, args []string) (*Job,
 // stdio is the run phase's; the compiler gets no input and its output is
 // captured.
 func (j *Job) Run(ctx context.Context, stdio isolate.IO) (*api.ExecReport, error) {
+	defer j.spec.ImageTree.Close()
 	sweepExecDirs()
 	if j.spec.ImageFile != "" {
 		// One mount for both phases: the run finds in the page cache
 		// what the compiler already read.
-		m, err := rootfs.OpenImage(j.spec.ImageFile)
+		m, err := rootfs.MountSquashfs(j.spec.ImageFile)
 		if err != nil {
 			return &api.ExecReport{Status: isolate.StatusXX, Run: sandboxFailure(j.spec, err)}, nil
 		}
@@ -235,7 +238,7 @@ func (j *Job) compileSpec() (*isolate.Spec, error) {
 	r := j.spec
 	s := isolate.Defaults()
 	s.BoxID, s.BoxDir = r.BoxID, r.BoxDir
-	s.Image, s.ImageDir, s.ImageFile, s.ImageMount = r.Image, r.ImageDir, r.ImageFile, r.ImageMount
+	s.Image, s.ImageDir, s.ImageFile, s.ImageMount, s.ImageTree = r.Image, r.ImageDir, r.ImageFile, r.ImageMount, r.ImageTree
 	s.Seccomp, s.HostNet = r.Seccomp, false
 	s.OutputLimit = 256 << 10
 	s.StderrToStdout = false

@@ -275,6 +275,7 @@ func runAndReport(spec *api.Spec) error {
 	if err != nil {
 		return usageErr(flagError(err))
 	}
+	defer prep.Close()
 	return withRunIO(func(ctx context.Context, stdio isolate.IO) (api.Status, error) {
 		rep, err := prep.Run(ctx, stdio)
 		if err != nil {
