@@ -29,7 +29,7 @@ struct program init_prog = {.notify_sock = -1, .cgroup_dir = -1};
 /* received returns the descriptor the plan names by index i, or fails. */
 static int received(struct op *op, struct plan_reader *r, uint64_t i) {
 	if (i >= r->nfds)
-		init_fail_op(op, "descriptor not received", EBADF);
+		init_fail_op(op, NULL, EBADF); /* not sent with the command part */
 	return r->fds[i];
 }
 

@@ -2,11 +2,13 @@ package isolate
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -213,6 +215,36 @@ func TestProtocolBoxPlan(t *testing.T) {
 		typ := strings.TrimPrefix(fmt.Sprintf("%T", op), "rootfs.")
 		if got := strings.Fields(lines[i])[0]; got != names[typ] {
 			t.Errorf("op %d (%+v) decoded as %q", i, op, lines[i])
+		}
+	}
+}
+
+// TestStepError checks that init's error message becomes a StepError
+// callers can test with errors.As and errors.Is, its text naming the step,
+// the op and the path.
+func TestStepError(t *testing.T) {
+	tests := []struct {
+		m    initMessage
+		want string
+	}{
+		{initMessage{Type: msgError, Step: "create /proc/x", Op: "touch", Path: "/r/proc/x", Err: "No such file or directory", Errno: 2},
+			"box setup failed: create /proc/x: touch /r/proc/x: No such file or directory (errno 2)"},
+		{initMessage{Type: msgError, Step: "cgroup", Op: "cgroup", Err: "Bad file descriptor", Errno: 9},
+			"box setup failed: cgroup: cgroup: Bad file descriptor (errno 9)"},
+		{initMessage{Type: msgError, Step: "create namespaces", Err: "Operation not permitted", Errno: 1},
+			"box setup failed: create namespaces: Operation not permitted (errno 1)"},
+	}
+	for _, tt := range tests {
+		var err error = tt.m.stepError()
+		var se *StepError
+		if !errors.As(err, &se) || se.Step != tt.m.Step || int(se.Errno) != tt.m.Errno {
+			t.Errorf("%+v: not a StepError with its fields: %#v", tt.m, err)
+		}
+		if !errors.Is(err, syscall.Errno(tt.m.Errno)) {
+			t.Errorf("%v: errors.Is(errno %d) is false", err, tt.m.Errno)
+		}
+		if err.Error() != tt.want {
+			t.Errorf("got %q, want %q", err.Error(), tt.want)
 		}
 	}
 }
