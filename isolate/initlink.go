@@ -90,7 +90,7 @@ func readMessages(r *os.File, out chan<- initMessage) {
 }
 
 // await waits for message typ from init during setup (for msgStarted,
-// msgExited does too). A failed step is a *StepError; init's death is an
+// msgExited does too). A failed step wraps a *StepError; init's death is an
 // error saying how it died.
 func (l *initLink) await(typ string) (initMessage, error) {
 	timeout := time.NewTimer(setupTimeout)
@@ -108,7 +108,7 @@ func (l *initLink) await(typ string) (initMessage, error) {
 				return m, nil
 			}
 		case msgError:
-			return m, m.stepError()
+			return m, fmt.Errorf("box setup failed: %w", m.stepError())
 		}
 		return m, fmt.Errorf("box setup: unexpected message %q from init", m.Type)
 	case <-timeout.C:

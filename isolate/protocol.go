@@ -6,6 +6,7 @@ import "C"
 import (
 	"encoding/binary"
 	"fmt"
+	"strconv"
 	"syscall"
 
 	"github.com/isolate-sandbox/isolate/rootfs"
@@ -175,28 +176,31 @@ type initMessage struct {
 	Errno int    `json:"errno,omitempty"`
 }
 
-// StepError is a step of building the box or starting init that failed,
-// as init reported it: the step, the errno, and a message naming the
-// operation and the path. (The api package's StepError carries the same
-// fields.)
+// StepError is a failed step of building the box or starting the
+// program, as init reported it: the step, the errno (0: none) and a
+// message naming the operation and the path. It has the fields and text
+// of api.StepError (branch lib), which replaces it.
 type StepError struct {
 	Step  string
-	Errno syscall.Errno
+	Errno int
 	Msg   string
 }
 
+// Error reads "step: text (errno N)".
 func (e *StepError) Error() string {
+	s := e.Step + ": " + e.Msg
 	if e.Errno != 0 {
-		return fmt.Sprintf("box setup failed: %s: %s (errno %d)", e.Step, e.Msg, int(e.Errno))
+		s += " (errno " + strconv.Itoa(e.Errno) + ")"
 	}
-	return fmt.Sprintf("box setup failed: %s: %s", e.Step, e.Msg)
+	return s
 }
 
+// Unwrap gives the errno, for errors.Is(err, syscall.ENOENT).
 func (e *StepError) Unwrap() error {
 	if e.Errno == 0 {
 		return nil
 	}
-	return e.Errno
+	return syscall.Errno(e.Errno)
 }
 
 // stepError is init's error message as a StepError.
@@ -208,5 +212,5 @@ func (m *initMessage) stepError() *StepError {
 			msg = m.Op + ": " + m.Err
 		}
 	}
-	return &StepError{Step: m.Step, Errno: syscall.Errno(m.Errno), Msg: msg}
+	return &StepError{Step: m.Step, Errno: m.Errno, Msg: msg}
 }

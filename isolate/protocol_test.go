@@ -235,9 +235,9 @@ func TestStepError(t *testing.T) {
 			"box setup failed: create namespaces: Operation not permitted (errno 1)"},
 	}
 	for _, tt := range tests {
-		var err error = tt.m.stepError()
+		err := fmt.Errorf("box setup failed: %w", tt.m.stepError())
 		var se *StepError
-		if !errors.As(err, &se) || se.Step != tt.m.Step || int(se.Errno) != tt.m.Errno {
+		if !errors.As(err, &se) || se.Step != tt.m.Step || se.Errno != tt.m.Errno {
 			t.Errorf("%+v: not a StepError with its fields: %#v", tt.m, err)
 		}
 		if !errors.Is(err, syscall.Errno(tt.m.Errno)) {

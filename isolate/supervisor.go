@@ -674,7 +674,7 @@ func (s *supervisor) supervise() error {
 			if m.Type == msgExited {
 				exited = &m
 			} else if m.Type == msgError {
-				return m.stepError()
+				return fmt.Errorf("box init failed: %w", m.stepError())
 			}
 		case <-wall.C:
 			s.kill(LimitWall)
