@@ -169,7 +169,8 @@ class CLITransport:
 
 def limit_flags(limits: Limits) -> List[str]:
     """isolate's flags for the limits."""
-    seconds = f"{limits.timeout:g}"
+    # Fixed-point: isolate reads "1.5" or "90", not the exponent form ("1e+03") of %g.
+    seconds = f"{limits.timeout:.3f}".rstrip("0").rstrip(".")
     flags = ["--time", seconds, "--wall-time", seconds, "--mem", f"{limits.memory_mb}M",
              "--output-limit", str(limits.max_output_bytes)]
     if limits.pids is not None:

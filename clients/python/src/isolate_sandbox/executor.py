@@ -17,7 +17,7 @@ RESULT_FILE = BOX_JOB + "/result.json"
 # method, and writes the outcome to result.json, which the client copies out. Output the code
 # prints is captured into the outcome, so stdout stays free of protocol.
 DRIVER = r'''
-import contextlib, io, json, sys, traceback, types
+import contextlib, io, json, linecache, sys, traceback, types
 
 def main():
     with open("request.json", encoding="utf-8") as f:
@@ -30,6 +30,9 @@ def main():
             module = types.ModuleType("generated")
             module.__file__ = "generated.py"
             sys.modules["generated"] = module
+            # Tracebacks quote the generated code's lines, as they would from a file.
+            linecache.cache["generated.py"] = (len(req["code"]), None,
+                                               req["code"].splitlines(True), "generated.py")
             exec(compile(req["code"], "generated.py", "exec"), module.__dict__)
             cls = getattr(module, req["class_name"])
             method = getattr(cls(), req["method_name"])
