@@ -203,7 +203,8 @@ def test_unknown_language_and_bad_limits(cli: Sandbox) -> None:
 
 def test_isolate_usage_error_raised(tmp_path: pathlib.Path) -> None:
     box = Sandbox(SandboxConfig(backend="cli"))
-    with pytest.raises(SandboxError, match='isolate exited with status 2: isolate: --env "BAD VAR"'):
+    with pytest.raises(SandboxError,
+                       match='isolate exited with status 2: isolate: --env "BAD VAR"'):
         box.execute_code("print(1)", env={"BAD VAR": "x"})
 
 

@@ -11,7 +11,8 @@ from .result import ExecutionResult
 
 
 def should_store(policy: str, result: ExecutionResult) -> bool:
-    """``always`` stores every execution, ``on_error`` those that did not succeed, ``never`` none."""
+    """``always`` stores every execution, ``on_error`` those that did not succeed, ``never``
+    none."""
     if policy not in STORE_POLICIES:
         raise ValueError(f"unknown store policy {policy!r}; valid: {', '.join(STORE_POLICIES)}")
     return policy == "always" or (policy == "on_error" and not result.success)

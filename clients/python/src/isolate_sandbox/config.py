@@ -2,7 +2,7 @@
 
 import dataclasses
 import os
-from typing import Any, FrozenSet, Mapping, Optional
+from typing import Any, Dict, FrozenSet, Mapping, Optional
 
 BACKENDS = ("auto", "service", "cli", "local")
 STORE_POLICIES = ("never", "on_error", "always")
@@ -67,7 +67,7 @@ class SandboxConfig:
         A malformed value raises ValueError naming the variable.
         """
         env = os.environ if environ is None else environ
-        values: dict = {}
+        values: Dict[str, Any] = {}
         if env.get("SANDBOX_TYPE"):
             values["backend"] = env["SANDBOX_TYPE"].strip().lower()
         if env.get("SANDBOX_TIMEOUT_SEC"):

@@ -7,4 +7,3 @@ class SandboxError(Exception):
 
 class SandboxUnavailableError(SandboxError):
     """No backend can run code here: no service answers and this process cannot use the binary."""
-

@@ -68,7 +68,7 @@ class SandboxExecutor:
     """
 
     def __init__(self, config: Optional[SandboxConfig] = None, image: str = "python",
-                 transport: Optional[Transport] = None, **overrides: object) -> None:
+                 transport: Optional[Transport] = None, **overrides: Any) -> None:
         self.config = config or SandboxConfig.from_env(**overrides)
         self.image = image
         self.transport = transport if transport is not None else select_transport(self.config)

@@ -2,7 +2,7 @@
 
 import os
 import time
-from typing import Dict, Iterable, Mapping, Optional
+from typing import Any, Dict, Iterable, Mapping, Optional
 
 from .config import SandboxConfig
 from .result import ExecutionResult, from_report
@@ -23,7 +23,7 @@ class SandboxRunner:
     """
 
     def __init__(self, config: Optional[SandboxConfig] = None, image: str = "host",
-                 transport: Optional[Transport] = None, **overrides: object) -> None:
+                 transport: Optional[Transport] = None, **overrides: Any) -> None:
         self.config = config or SandboxConfig.from_env(**overrides)
         self.image = image
         self.transport = transport if transport is not None else select_transport(self.config)

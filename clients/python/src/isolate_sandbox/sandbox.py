@@ -2,7 +2,7 @@
 
 import os
 import time
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from .artifacts import maybe_store, utc_now
 from .cli_transport import CLITransport, find_binary
@@ -86,7 +86,7 @@ class Sandbox:
         lang = canonical_language(language)
         limits = self.limits(timeout, memory_mb, max_output_kb)
         started = utc_now()
-        blocked: list = []
+        blocked: List[str] = []
         if lang == "python":
             verdict = self.analyze(code, bypass_security)
             blocked = verdict.blocked
