@@ -19,6 +19,9 @@ type Spec struct {
 	// between runs. Either replaces ImageDir.
 	ImageFile  string
 	ImageMount *rootfs.Mounted
+	// ImageTree, for a built image, is its unpacked tree (ImageDir), held
+	// unchanged until the caller closes it after the run.
+	ImageTree *rootfs.Tree
 
 	CPUTime   time.Duration // CPU time of all processes and threads
 	WallTime  time.Duration

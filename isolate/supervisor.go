@@ -429,7 +429,7 @@ func (s *supervisor) mountImage() (*rootfs.Mounted, error) {
 	if s.spec.ImageFile == "" {
 		return nil, nil
 	}
-	m, err := rootfs.OpenImage(s.spec.ImageFile)
+	m, err := rootfs.MountSquashfs(s.spec.ImageFile)
 	if err != nil {
 		return nil, fmt.Errorf("image: %w", err)
 	}

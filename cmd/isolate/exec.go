@@ -70,6 +70,7 @@ func execAction(c *cli.Context) error {
 	if err != nil {
 		return usageErr(err)
 	}
+	defer job.spec.ImageTree.Close()
 	rep, err := job.execute()
 	if err != nil {
 		return usageErr(err)
@@ -128,7 +129,7 @@ func (j *execJob) execute() (*execReport, error) {
 	if j.spec.ImageFile != "" {
 		// One mount for both phases: the run finds in the page cache
 		// what the compiler already read.
-		m, err := rootfs.OpenImage(j.spec.ImageFile)
+		m, err := rootfs.MountSquashfs(j.spec.ImageFile)
 		if err != nil {
 			return &execReport{Status: isolate.StatusXX, Run: sandboxFailure(j.spec, err)}, nil
 		}

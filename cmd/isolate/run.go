@@ -78,6 +78,7 @@ func runCommand() *cli.Command {
 			if err != nil {
 				return usageErr(err)
 			}
+			defer spec.ImageTree.Close()
 			spec.Command = c.Args().Slice()
 			return runAndReport(c, spec)
 		},
@@ -185,7 +186,8 @@ func orDefault(v, def string) string {
 }
 
 // resolveImage maps --image to what the box's system tree comes from:
-// "host", a built image's name, a directory, or a squashfs file.
+// "host", a built image's name (its unpacked tree), a directory, or a
+// squashfs file (mounted for each run: the slow path).
 func resolveImage(s *isolate.Spec, name string) error {
 	s.Image, s.ImageDir, s.ImageFile = name, "", ""
 	switch {
@@ -204,10 +206,13 @@ func resolveImage(s *isolate.Spec, name string) error {
 			return fmt.Errorf("--image %s: neither a directory nor a squashfs file", name)
 		}
 	default:
-		if _, err := rootfs.LookupImage(name); err != nil {
+		// The image's tree, held for as long as the process runs boxes
+		// on it: a rebuild or rm does not change it under them.
+		t, err := rootfs.OpenTree(name)
+		if err != nil {
 			return fmt.Errorf("--image %s: %v", name, err)
 		}
-		s.ImageFile = rootfs.ImagePath(name)
+		s.ImageDir, s.ImageTree = t.Dir, t
 	}
 	return nil
 }
