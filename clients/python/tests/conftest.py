@@ -2,6 +2,7 @@
 
 import os
 import pathlib
+import tempfile
 from typing import Iterator
 
 import pytest
@@ -44,3 +45,8 @@ def cli() -> Sandbox:
 def open_fds() -> set:
     """This process's open descriptors."""
     return set(os.listdir("/proc/self/fd"))
+
+
+def isolate_tmp() -> set:
+    """The client's temporary directories in the temporary directory."""
+    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("isolate-")}

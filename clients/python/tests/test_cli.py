@@ -1,15 +1,13 @@
 """execute_code, execute_file, run_python_code through the real isolate binary, as root."""
 
-import os
 import pathlib
 import subprocess
 import sys
-import tempfile
 from typing import List, Tuple
 
 import pytest
 
-from conftest import isolate_binary, needs_root, open_fds
+from conftest import isolate_binary, isolate_tmp, needs_root, open_fds
 from isolate_sandbox import (Sandbox, SandboxConfig, SandboxError, SandboxUnavailableError,
                              execute_code, execute_file, get_sandbox, run_python_code)
 from isolate_sandbox.cli_transport import CLITransport, find_binary
@@ -110,7 +108,6 @@ def test_caller_environment_not_seen(cli: Sandbox, monkeypatch: pytest.MonkeyPat
 def test_writes_outside_the_box_refused(cli: Sandbox, tmp_path: pathlib.Path) -> None:
     target = tmp_path / "escaped"
     code = f"""
-import os
 for path in ["/etc/passwd", "/usr/evil", "{target}", "/escaped"]:
     try:
         with open(path, "a") as f:
@@ -237,7 +234,3 @@ def test_not_root_without_service_says_what_to_start(tmp_path: pathlib.Path) -> 
     assert "no isolate service answers on" in first and "this process is not root" in first
     assert "isolate serve" in first
     assert second.startswith("the isolate binary needs root")
-
-
-def isolate_tmp() -> set:
-    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("isolate-")}

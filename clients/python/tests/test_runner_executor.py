@@ -1,12 +1,10 @@
 """SandboxRunner and SandboxExecutor through the real isolate binary, as root."""
 
-import os
 import pathlib
-import tempfile
 
 import pytest
 
-from conftest import needs_root, open_fds
+from conftest import isolate_tmp, needs_root, open_fds
 from isolate_sandbox import SandboxConfig, SandboxExecutor, SandboxRunner
 
 pytestmark = needs_root
@@ -21,10 +19,6 @@ def project(tmp_path: pathlib.Path) -> pathlib.Path:
         "from pkg import double\n\ndef test_double():\n    assert double(2) == 4\n\n"
         "def test_fails():\n    assert double(1) == 3\n")
     return root
-
-
-def isolate_tmp() -> set:
-    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("isolate-")}
 
 
 def test_runner_runs_pytest_on_a_copy(project: pathlib.Path) -> None:
