@@ -16,6 +16,9 @@ fi
 [ -x "${ISOLATE_BIN:-bin/isolate}" ] || make build
 export ISOLATE_BIN="${ISOLATE_BIN:-$REPO/bin/isolate}"
 cd clients/python
+# Coverage data outside the tree: nothing of a test run lands in the repository.
+export COVERAGE_FILE="${TMPDIR:-/tmp}/isolate-python-coverage.$$"
+trap 'rm -f "$COVERAGE_FILE"' EXIT
 $PY -m flake8 src tests
 $PY -m mypy src
 # The root tests start boxes and the suite's leak check is machine-wide: hold the shared lock,
