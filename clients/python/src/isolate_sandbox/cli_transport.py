@@ -137,6 +137,10 @@ class CLITransport:
         streaming = on_stdout is not None or on_stderr is not None
         argv = argv + (["--stream", "--report", report_path] if streaming else ["--json"]) + tail
         child_env = {k: v for k, v in os.environ.items() if k.startswith(ISOLATE_ENV_PREFIX)}
+        if "GOCOVERDIR" in os.environ:
+            # A coverage-instrumented isolate (the test command's) writes its counters there,
+            # and warns on stderr without it.
+            child_env["GOCOVERDIR"] = os.environ["GOCOVERDIR"]
         child_env["PATH"] = os.environ.get("PATH", "/usr/bin:/bin")
         child_env.update(env)
         out = TextSink(on_stdout if streaming else None, 64 << 20)
