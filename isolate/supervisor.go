@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -72,6 +73,9 @@ type supervisor struct {
 	boxPid     int               // the box's PID 1, in the host's PID namespace
 	notify     *os.File          // socket on which the program sends its seccomp listener
 	rec        *seccomp.Recorder
+	// copyDst are the --copy-out destinations, their directories opened
+	// with the caller's rights before the program starts.
+	copyDst []*hostPath
 
 	// image is where the supervisor and init find a mounted image's
 	// files (see rootfs.MountSquashfs); empty: ImageDir.
@@ -85,6 +89,7 @@ type supervisor struct {
 func Run(spec *Spec, opts Options) (*Report, error) {
 	s := &supervisor{spec: spec, opts: opts, timer: newStageTimer()}
 	if err := s.validate(); err != nil {
+		s.closeCopyDst()
 		return nil, err
 	}
 	s.timer.mark("validate")
@@ -175,10 +180,17 @@ func (s *supervisor) validate() error {
 			return usagef("output file %s: directory %s does not exist", out, dirOf(out))
 		}
 	}
-	for _, c := range sp.CopyOut {
-		if _, err := os.Stat(dirOf(c.To)); err != nil {
-			return usagef("--copy-out %s: directory %s does not exist", c.To, dirOf(c.To))
+	if err := withFSThread(func(t *fsThread) error {
+		for _, c := range sp.CopyOut {
+			h, err := openHostPath(t, s.caller(), c.To)
+			if err != nil {
+				return usagef("--copy-out %s: %v", c.To, err)
+			}
+			s.copyDst = append(s.copyDst, h)
 		}
+		return nil
+	}); err != nil {
+		return err
 	}
 	p, err := seccomp.Compile(s.policyName())
 	if err != nil {
@@ -190,6 +202,21 @@ func (s *supervisor) validate() error {
 	}
 	s.policy = p
 	return nil
+}
+
+// caller is whose rights the run's host paths are opened with.
+func (s *supervisor) caller() Cred {
+	if s.spec.Caller != nil {
+		return *s.spec.Caller
+	}
+	return ownCred()
+}
+
+func (s *supervisor) closeCopyDst() {
+	for _, h := range s.copyDst {
+		h.close()
+	}
+	s.copyDst = nil
 }
 
 func dirOf(p string) string {
@@ -593,19 +620,38 @@ func (s *supervisor) plan(notifySock int) (*plan, error) {
 
 // stdio opens the program's standard streams: files, or pipes captured by
 // the supervisor.
+// Files are the caller's: opened with the caller's rights, never through
+// a symlink in their last component (see openOutput).
 func (s *supervisor) stdio() (stdin, stdout, stderr *os.File, err error) {
 	sp := s.spec
 	in := sp.Stdin
 	if in == "" {
 		in = os.DevNull
 	}
-	if stdin, err = os.Open(in); err != nil {
-		return nil, nil, nil, fmt.Errorf("open stdin %s: %w", in, err)
+	// One thread with the caller's rights opens the files the caller named.
+	openFile := func(path string, input bool) (f *os.File, err error) {
+		err = withFSThread(func(t *fsThread) error {
+			h, err := openHostPath(t, s.caller(), path)
+			if err != nil {
+				return err
+			}
+			defer h.close()
+			if input {
+				f, err = openInput(t, s.caller(), h)
+			} else {
+				f, err = openOutput(t, s.caller(), h, streamsAllow)
+			}
+			return err
+		})
+		return f, err
+	}
+	if stdin, err = openFile(in, true); err != nil {
+		return nil, nil, nil, fmt.Errorf("open stdin: %w", err)
 	}
 	s.closers = append(s.closers, stdin)
 	open := func(path string, live interface{ Write([]byte) (int, error) }) (*os.File, *capture, error) {
 		if path != "" {
-			f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+			f, err := openFile(path, false)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -708,13 +754,16 @@ func (s *supervisor) fill() error {
 		return fmt.Errorf("open the box root: %w", err)
 	}
 	defer unix.Close(root)
-	for _, c := range s.spec.CopyIn {
-		if err := copyIn(root, c, FirstUID+s.lock.id); err != nil {
-			return fmt.Errorf("--copy-in %s: %w", c.From, err)
+	err = withFSThread(func(t *fsThread) error {
+		for _, c := range s.spec.CopyIn {
+			if err := copyIn(t, root, c, s.caller(), boxCred(s.lock.id)); err != nil {
+				return fmt.Errorf("--copy-in %s: %w", c.From, err)
+			}
 		}
-	}
+		return nil
+	})
 	s.timer.mark("copy-in")
-	return nil
+	return err
 }
 
 // supervise enforces the CPU and wall limits until the program is done,
@@ -910,6 +959,7 @@ func (s *supervisor) teardown() {
 	} else if s.ctl != nil {
 		s.ctl.Close()
 	}
+	s.closeCopyDst()
 	if s.rec != nil {
 		s.report.BlockedSyscalls = s.rec.Stop()
 	}
@@ -943,17 +993,49 @@ func (s *supervisor) removeCgroup() {
 	s.timer.mark("cgroup-remove")
 }
 
+// copyOut copies the --copy-out files to the host, within the run's
+// bounds. A copy that fails makes the run XX: its files are missing or
+// partial.
 func (s *supervisor) copyOut() {
 	root, err := s.openBoxRoot()
 	if err != nil {
-		s.report.Message = appendMsg(s.report.Message, "copy-out: "+err.Error())
+		s.copyOutFailed(fmt.Errorf("--copy-out: %w", err))
 		return
 	}
-	defer unix.Close(root)
-	for _, c := range s.spec.CopyOut {
-		if err := copyOut(root, c); err != nil {
-			s.report.Message = appendMsg(s.report.Message, "--copy-out "+c.From+": "+err.Error())
+	budget := copyOutBudget(s.spec)
+	done := goFSThread(func(t *fsThread) error {
+		defer unix.Close(root)
+		var failed []string
+		for i, c := range s.spec.CopyOut {
+			if err := copyOut(t, root, c, s.copyDst[i], boxCred(s.lock.id), s.caller(), budget); err != nil {
+				failed = append(failed, "--copy-out "+c.From+": "+err.Error())
+			}
 		}
+		if len(failed) > 0 {
+			return errors.New(strings.Join(failed, "; "))
+		}
+		return nil
+	})
+	// The budget's deadline stops a slow copy between reads; this one a
+	// read that never returns (the box's descriptors die with init).
+	timeout := time.NewTimer(copyTimeout + killGrace)
+	defer timeout.Stop()
+	select {
+	case err = <-done:
+	case <-timeout.C:
+		err = fmt.Errorf("--copy-out did not finish within %v", copyTimeout+killGrace)
+	}
+	if err != nil {
+		s.copyOutFailed(err)
+	}
+}
+
+func (s *supervisor) copyOutFailed(err error) {
+	s.report.Status = StatusXX
+	if s.report.Message == "" {
+		s.report.Message = err.Error()
+	} else {
+		s.report.Message = appendMsg(err.Error(), "the program: "+s.report.Message)
 	}
 }
 
