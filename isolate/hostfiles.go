@@ -107,7 +107,9 @@ func (t *fsThread) become(c Cred) error {
 	return nil
 }
 
-func sameCred(a, b Cred) bool { return a.UID == b.UID && a.GID == b.GID && sameGroups(a.Groups, b.Groups) }
+func sameCred(a, b Cred) bool {
+	return a.UID == b.UID && a.GID == b.GID && sameGroups(a.Groups, b.Groups)
+}
 
 func sameGroups(a, b []int) bool {
 	a, b = slices.Clone(a), slices.Clone(b)
