@@ -254,45 +254,31 @@ const (
 // blocking: a FIFO with no reader is an error ("no such device or
 // address"), never a hang.
 func openOutput(t *fsThread, caller Cred, h *hostPath, streams bool) (*os.File, error) {
+	return openCallerFile(t, caller, h, unix.O_WRONLY|unix.O_CREAT, streams)
+}
+
+// openInput opens the host file h for reading with the caller's rights,
+// under openOutput's rules (nothing created or truncated).
+func openInput(t *fsThread, caller Cred, h *hostPath) (*os.File, error) {
+	return openCallerFile(t, caller, h, unix.O_RDONLY, streamsAllow)
+}
+
+func openCallerFile(t *fsThread, caller Cred, h *hostPath, mode int, streams bool) (*os.File, error) {
 	if err := t.become(caller); err != nil {
 		return nil, err
 	}
-	flags := unix.O_WRONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
+	flags := mode | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
 	var fd int
 	var err error
 	if h.dir < 0 {
-		fd, err = unix.Open(h.path, flags, 0)
+		fd, err = unix.Open(h.path, flags&^unix.O_CREAT, 0)
 	} else {
-		fd, err = unix.Openat(h.dir, h.name, flags|unix.O_CREAT|unix.O_NOFOLLOW, 0o644)
+		fd, err = unix.Openat(h.dir, h.name, flags|unix.O_NOFOLLOW, 0o644)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", h.path, openErr(err))
 	}
 	f, err := checkStream(fd, streams)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", h.path, err)
-	}
-	return f, nil
-}
-
-// openInput opens the host file h for reading with the caller's rights,
-// under openOutput's rules (nothing truncated).
-func openInput(t *fsThread, caller Cred, h *hostPath) (*os.File, error) {
-	if err := t.become(caller); err != nil {
-		return nil, err
-	}
-	flags := unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
-	var fd int
-	var err error
-	if h.dir < 0 {
-		fd, err = unix.Open(h.path, flags, 0)
-	} else {
-		fd, err = unix.Openat(h.dir, h.name, flags|unix.O_NOFOLLOW, 0)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", h.path, openErr(err))
-	}
-	f, err := checkStream(fd, streamsAllow)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", h.path, err)
 	}
