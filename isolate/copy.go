@@ -114,6 +114,8 @@ type treeCopy struct {
 	dstRoot  int               // the destination directory of a tree copy
 	links    map[fileID]string // inode -> its copy's path below dstRoot
 	buf      []byte
+	// noSendfile: the kernel cannot copy between these files itself.
+	noSendfile bool
 }
 
 // copyIn copies the caller's file or directory c.From into the box whose
@@ -458,7 +460,7 @@ func sameMount(a, b int) (bool, error) {
 // (SEEK_DATA/SEEK_HOLE), and only data counts against the budget.
 func (c *treeCopy) copyData(src, dst int, size int64) error {
 	if c.buf == nil {
-		c.buf = make([]byte, 128<<10)
+		c.buf = make([]byte, 1<<20)
 	}
 	for off := int64(0); off < size; {
 		data, err := unix.Seek(src, off, unix.SEEK_DATA)
@@ -472,11 +474,11 @@ func (c *treeCopy) copyData(src, dst int, size int64) error {
 			hole = h
 		}
 		for data < hole {
-			n := min(int64(len(c.buf)), hole-data)
+			n := min(int64(len(c.buf)), hole-data) // the budget's unit too
 			if err := c.budget.take(n); err != nil {
 				return err
 			}
-			r, err := unix.Pread(src, c.buf[:n], data)
+			r, err := c.copyRange(src, dst, data, n)
 			if err != nil {
 				return err
 			}
@@ -484,17 +486,40 @@ func (c *treeCopy) copyData(src, dst int, size int64) error {
 				hole, size = data, data // the file shrank
 				break
 			}
-			for w := 0; w < r; {
-				k, err := unix.Pwrite(dst, c.buf[w:r], data+int64(w))
-				if err != nil {
-					return err
-				}
-				w += k
-			}
 			c.budget.bytes += n - int64(r)
 			data += int64(r)
 		}
 		off = hole
 	}
 	return unix.Ftruncate(dst, size)
+}
+
+// copyRange copies up to n bytes at off from src to the same offset of
+// dst: in the kernel (sendfile) where it can, else through the buffer.
+func (c *treeCopy) copyRange(src, dst int, off, n int64) (int, error) {
+	if !c.noSendfile {
+		if _, err := unix.Seek(dst, off, io.SeekStart); err == nil {
+			in := off
+			r, err := unix.Sendfile(dst, src, &in, int(n))
+			if err == nil {
+				return r, nil
+			}
+			if err != unix.EINVAL && err != unix.ENOSYS {
+				return 0, err
+			}
+		}
+		c.noSendfile = true
+	}
+	r, err := unix.Pread(src, c.buf[:n], off)
+	if err != nil {
+		return 0, err
+	}
+	for w := 0; w < r; {
+		k, err := unix.Pwrite(dst, c.buf[w:r], off+int64(w))
+		if err != nil {
+			return 0, err
+		}
+		w += k
+	}
+	return r, nil
 }
