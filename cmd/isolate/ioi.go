@@ -211,7 +211,14 @@ func ioiExecute(o *ioiOptions, cfg *isolate.Config, pb *isolate.PersistentBox, s
 func ioiSpec(o *ioiOptions, pb *isolate.PersistentBox) (*isolate.Spec, []mountPoint, error) {
 	s := isolate.Defaults()
 	s.BoxID = o.boxID
-	s.CPUTime, s.ExtraTime = o.timeout, o.extra
+	s.CPUTime = o.timeout
+	// ioi/isolate kills once the CPU time exceeds both -t and -x
+	// (check_timeout: ms > timeout && ms > extra_timeout; its manual: "wait
+	// until --extra-time seconds elapse since the start of the program"),
+	// not after -t plus -x as our native --extra-time does.
+	if o.extra > o.timeout {
+		s.ExtraTime = o.extra - o.timeout
+	}
 	s.WallTime = o.wall
 	if s.WallTime == 0 {
 		// ioi/isolate has no wall-clock limit unless -w sets one.
