@@ -6,6 +6,7 @@ package main
 // namespace, seccomp, cgroups on v1, hybrid and v2 hosts alike.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -190,8 +191,24 @@ func ioiExecute(o *ioiOptions, cfg *isolate.Config, pb *isolate.PersistentBox, s
 		// truncated when the program gets its own open of it.
 		fmt.Fprintf(os.Stderr, "Box %d in %s: %q in %s, binds %+v\n", o.boxID, pb.Dir, spec.Command, spec.Chdir, spec.Binds)
 	}
-	if err := stdio.setup(o, spec, mounts, pb.HostUID()); err != nil {
+	// ioi/isolate opens the streams inside the box, after its clock has
+	// started: waiting for a FIFO's other end is part of the wall time,
+	// and the wall limit ends it.
+	start := time.Now()
+	ctx, cancel := context.WithCancel(context.Background())
+	if o.wall > 0 {
+		ctx, cancel = context.WithTimeout(ctx, o.wall)
+	}
+	err = stdio.setup(ctx, o, spec, mounts, pb.HostUID())
+	cancel()
+	waited := time.Since(start)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &isolate.Report{Status: isolate.StatusTO, Killed: true, Limit: isolate.LimitWall, WallTime: waited.Seconds(), BoxID: o.boxID}
+	} else if err != nil {
 		return xxReport(err.Error())
+	}
+	if o.wall > 0 {
+		spec.WallTime = max(o.wall-waited, time.Millisecond)
 	}
 	opts := hostOptions()
 	opts.CgroupRoot = cgroupRootSetting(cfg)
@@ -199,6 +216,7 @@ func ioiExecute(o *ioiOptions, cfg *isolate.Config, pb *isolate.PersistentBox, s
 	if err != nil {
 		return xxReport(err.Error())
 	}
+	rep.WallTime += waited.Seconds()
 	// A step of starting the program other than its execve failed:
 	// ioi/isolate reports that as a failure of the sandbox.
 	if rep.Status == isolate.StatusRE && rep.ExitCode == 127 && rep.Message != "" && !strings.HasPrefix(rep.Message, spec.Command[0]+": ") {

@@ -13,6 +13,7 @@ package main
 // with ioi/isolate (Judge0 redirects them with the shell around isolate).
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -46,7 +47,10 @@ func (s *ioiStdio) close() {
 }
 
 // setup fills spec's streams from the options.
-func (s *ioiStdio) setup(o *ioiOptions, spec *isolate.Spec, mounts []mountPoint, boxUID int) error {
+// Files are opened in ioi/isolate's order, stdin, stdout, stderr: a FIFO
+// blocks until its other end is opened, and two programs that meet
+// through FIFOs depend on that order. ctx ends the wait.
+func (s *ioiStdio) setup(ctx context.Context, o *ioiOptions, spec *isolate.Spec, mounts []mountPoint, boxUID int) error {
 	spec.StderrToStdout = o.stderrToStdout
 	files := []struct {
 		name  string
@@ -60,7 +64,7 @@ func (s *ioiStdio) setup(o *ioiOptions, spec *isolate.Spec, mounts []mountPoint,
 			inherited[f.fd] = true
 			continue
 		}
-		file, err := openInBox(mounts, f.name, f.write, boxUID)
+		file, err := openInBox(ctx, mounts, f.name, f.write, boxUID)
 		if err != nil {
 			return err
 		}
@@ -92,8 +96,10 @@ func (s *ioiStdio) setup(o *ioiOptions, spec *isolate.Spec, mounts []mountPoint,
 }
 
 // openInBox opens the file the box path name (relative to /box) refers
-// to, as the box user would.
-func openInBox(mounts []mountPoint, name string, write bool, uid int) (*os.File, error) {
+// to, as the box user would: a regular file, a device the box may use, or
+// a FIFO, whose open waits for its other end (another program, as CMS's
+// Communication task type has it) until ctx is done.
+func openInBox(ctx context.Context, mounts []mountPoint, name string, write bool, uid int) (*os.File, error) {
 	fail := func(err error) error { return fmt.Errorf("open(%q): %s", name, strerror(err)) }
 	p := name
 	if !path.IsAbs(p) {
@@ -131,29 +137,69 @@ func openInBox(mounts []mountPoint, name string, write bool, uid int) (*os.File,
 	if write {
 		flags = unix.O_WRONLY | unix.O_CREAT | unix.O_TRUNC
 	}
-	fd, err := openAs(uid, dirfd, base, flags|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC)
+	// First the name alone, to learn what it is before opening it (which
+	// may block, truncate or create).
+	pathFD, err := openAs(uid, func() (int, error) {
+		return unix.Openat2(dirfd, base, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: inBox})
+	})
+	if err == unix.ENOENT && write {
+		// A new file: O_EXCL, so that nothing put there meanwhile is
+		// opened without the checks below.
+		fd, err := openAs(uid, func() (int, error) {
+			how := &unix.OpenHow{Flags: uint64(flags | unix.O_EXCL | unix.O_NOCTTY | unix.O_CLOEXEC), Mode: 0o666, Resolve: inBox}
+			return unix.Openat2(dirfd, base, how)
+		})
+		if err != nil {
+			return nil, fail(err)
+		}
+		return os.NewFile(uintptr(fd), p), nil
+	}
 	if err != nil {
 		return nil, fail(err)
 	}
+	defer unix.Close(pathFD)
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
+	if err := unix.Fstat(pathFD, &st); err != nil {
 		return nil, fail(err)
 	}
-	// Only regular files and devices: a FIFO or socket the program left
-	// would block the supervisor or talk to something else.
-	if t := st.Mode & unix.S_IFMT; t != unix.S_IFREG && t != unix.S_IFCHR {
-		unix.Close(fd)
-		return nil, fmt.Errorf("open(%q): not a regular file", name)
+	reopen := func(path string, flags int) (int, error) {
+		return openAs(uid, func() (int, error) { return unix.Open(path, flags, 0) })
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFIFO:
+		f, err := isolate.OpenFIFO(ctx, pathFD, flags&unix.O_ACCMODE, reopen)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		} else if err != nil {
+			return nil, fail(err)
+		}
+		return f, nil
+	case unix.S_IFCHR, unix.S_IFBLK:
+		// The box mounts a directory rule nodev unless it says dev.
+		if !mp.dev {
+			return nil, fail(unix.EACCES)
+		}
+	case unix.S_IFSOCK:
+		return nil, fail(unix.ENXIO) // what open(2) of a socket says
+	case unix.S_IFDIR:
+		return nil, fail(unix.EISDIR)
+	}
+	fd, err := reopen("/proc/self/fd/"+strconv.Itoa(pathFD), flags&^unix.O_CREAT|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, fail(err)
 	}
 	return os.NewFile(uintptr(fd), p), nil
 }
 
-// openAs opens name below dirfd with the file-system credentials of host
-// uid (and gid) uid and no supplementary groups. The credentials are
-// changed on one locked thread only, which then exits with its goroutine,
-// so no other goroutine ever runs with them.
-func openAs(uid, dirfd int, name string, flags int) (int, error) {
+// inBox resolves a name as the box sees it: symlinks stay inside the
+// directory that holds it, and /proc's magic links lead nowhere.
+const inBox = unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS
+
+// openAs runs open with the file-system credentials of host uid (and gid)
+// uid and no supplementary groups. The credentials are changed on one
+// locked thread only, which then exits with its goroutine, so no other
+// goroutine ever runs with them.
+func openAs(uid int, open func() (int, error)) (int, error) {
 	type result struct {
 		fd  int
 		err error
@@ -175,11 +221,7 @@ func openAs(uid, dirfd int, name string, flags int) (int, error) {
 			ch <- result{-1, errors.New("cannot switch to the box user")}
 			return
 		}
-		how := &unix.OpenHow{Flags: uint64(flags), Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
-		if flags&unix.O_CREAT != 0 {
-			how.Mode = 0o666 // openat2 refuses a mode without O_CREAT
-		}
-		fd, err := unix.Openat2(dirfd, name, how)
+		fd, err := open()
 		ch <- result{fd, err}
 	}()
 	r := <-ch

@@ -4,12 +4,18 @@ package main
 // Box ids 320-349.
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/isolate-sandbox/isolate/isolate"
 )
 
 // ioiBoxRoot gives this test a box root of its own (through a
@@ -357,5 +363,164 @@ func TestIOIInheritedStreams(t *testing.T) {
 	cmd.Run()
 	if o, _ := os.ReadFile(out); !strings.HasPrefix(string(o), "hi\nOK (") {
 		t.Errorf("program output then status line: %q", o)
+	}
+}
+
+// TestIOIStdinSocket: a standard input that is a socket (Node's
+// child_process gives its children AF_UNIX socketpairs) is the program's
+// standard input, and only descriptors 0, 1 and 2 reach the program.
+func TestIOIStdinSocket(t *testing.T) {
+	ioiBoxRoot(t)
+	ioiBox(t, 336)
+	pd := ioiProbe(t)
+	for _, args := range [][]string{
+		{"-b", "336", "--run", "--", "/bin/cat"},
+		{"run", "-b", "336", "--stdin", "/dev/stdin", "--", "/bin/cat"},
+	} {
+		parent, child := socketpair(t)
+		cmd := exec.Command(isolateBin, args...)
+		cmd.Stdin = child
+		var out, errb strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		child.Close()
+		parent.WriteString("through a socket\n")
+		parent.Close()
+		err := cmd.Wait()
+		if err != nil || !strings.Contains(out.String(), "through a socket\n") {
+			t.Errorf("%q with a socket as stdin: %v, stdout %q, stderr %q", args, err, out.String(), errb.String())
+		}
+	}
+	parent, child := socketpair(t)
+	defer parent.Close()
+	cmd := exec.Command(isolateBin, "-b", "336", "-d", "/t="+pd, "--run", "--", "/t/probe", "fds")
+	cmd.Stdin = child
+	cmd.ExtraFiles = []*os.File{child, child} // isolate's own 3 and 4
+	out, err := cmd.Output()
+	child.Close()
+	if err != nil || strings.TrimSpace(string(out)) != "0 1 2" {
+		t.Errorf("descriptors of the program: %q (%v), want 0 1 2", out, err)
+	}
+}
+
+// TestIOIFIFOs: FIFOs named by -i and -o are opened as the box user sees
+// them, in ioi/isolate's order, waiting for the other end until the wall
+// limit; what the box may not open is refused.
+func TestIOIFIFOs(t *testing.T) {
+	ioiBoxRoot(t)
+	ioiBox(t, 337)
+	ff := shareDir(t)
+	for _, f := range []string{"in", "out", "private"} {
+		if err := syscall.Mkfifo(filepath.Join(ff, f), 0o666); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(filepath.Join(ff, f), 0o666)
+	}
+	os.Chmod(filepath.Join(ff, "private"), 0o600)
+	bind := "--dir=/ff=" + ff + ":rw"
+
+	// The writer comes after isolate has started waiting.
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		os.WriteFile(filepath.Join(ff, "in"), []byte("hello\n"), 0)
+	}()
+	m, res := ioiMeta(t, "-b", "337", bind, "--stdin=/ff/in", "-w", "5", "--run", "--", "/bin/cat")
+	if res.Code != 0 || res.Stdout != "hello" || m["status"] != "" {
+		t.Errorf("FIFO stdin: exit %d stdout %q meta %v stderr %q", res.Code, res.Stdout, m, res.Stderr)
+	}
+	// Nobody opens the other end: a wall-clock time-out, not a hang.
+	m, res = ioiMeta(t, "-b", "337", bind, "--stdin=/ff/in", "-w", "0.5", "--run", "--", "/bin/cat")
+	if res.Code != 1 || m["status"] != "TO" || !strings.Contains(m["message"], "wall") {
+		t.Errorf("FIFO stdin without a writer: exit %d meta %v stderr %q, want a wall-clock TO", res.Code, m, res.Stderr)
+	}
+	m, res = ioiMeta(t, "-b", "337", bind, "--stdout=/ff/out", "-w", "0.5", "--run", "--", "/bin/echo", "x")
+	if res.Code != 1 || m["status"] != "TO" || !strings.Contains(m["message"], "wall") {
+		t.Errorf("FIFO stdout without a reader: exit %d meta %v stderr %q, want a wall-clock TO", res.Code, m, res.Stderr)
+	}
+	// The box user may not open a 0600 FIFO of root's; a path outside
+	// the box and a device of a rule without "dev" are refused too.
+	for _, c := range []struct{ opt, want string }{
+		{"--stdin=/ff/private", "Permission denied"},
+		{"--stdin=/etc/passwd", "only files under"},
+		{"--stdin=/hostdev/null", "Permission denied"},
+	} {
+		m, res = ioiMeta(t, "-b", "337", bind, "--dir=/hostdev=/dev", c.opt, "-w", "1", "--run", "--", "/bin/cat")
+		if res.Code != 2 || m["status"] != "XX" || !strings.Contains(m["message"], c.want) {
+			t.Errorf("%s: exit %d meta %v, want XX %q", c.opt, res.Code, m, c.want)
+		}
+	}
+}
+
+// TestIOISignals: SIGTERM, SIGINT, SIGHUP or SIGQUIT sent to isolate
+// mid-run ends the run as ioi/isolate ends it (meta exitsig, status SG,
+// message Interrupted, exit 1); SIGABRT as its fatal signals (status XX,
+// exit 2); in the native form the report says which signal. Either way
+// no Go stack trace, at most one line on stderr, nothing left behind.
+func TestIOISignals(t *testing.T) {
+	ioiBoxRoot(t)
+	ioiBox(t, 338)
+	dir := t.TempDir()
+	for _, c := range []struct {
+		sig    syscall.Signal
+		native bool
+	}{{syscall.SIGTERM, false}, {syscall.SIGINT, false}, {syscall.SIGHUP, false}, {syscall.SIGQUIT, false}, {syscall.SIGABRT, false},
+		{syscall.SIGTERM, true}, {syscall.SIGABRT, true}} {
+		meta := filepath.Join(dir, "meta")
+		args := []string{"-b", "338", "-M", meta, "-p2", "--run", "--", "/bin/sh", "-c", "sleep 60"}
+		if c.native {
+			args = []string{"run", "--json", "-b", "339", "--meta", meta, "--", "/bin/sh", "-c", "sleep 60"}
+		}
+		cmd := exec.Command(isolateBin, args...)
+		var out, errb strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		id := 338
+		if c.native {
+			id = 339
+		}
+		for i := 0; len(boxProcesses(id, "sleep")) == 0; i++ {
+			if i == 1000 {
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatalf("%v: the program never started: %s", c.sig, errb.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		cmd.Process.Signal(c.sig)
+		cmd.Wait()
+		code := cmd.ProcessState.ExitCode()
+		data, _ := os.ReadFile(meta)
+		m := map[string]string{}
+		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			k, v, _ := strings.Cut(line, ":")
+			m[k] = v
+		}
+		name := fmt.Sprintf("%v (native %v)", c.sig, c.native)
+		switch {
+		case c.native:
+			var rep isolate.Report
+			if err := json.Unmarshal([]byte(out.String()), &rep); err != nil || !strings.Contains(rep.Message, "interrupted") ||
+				!strings.Contains(rep.Message, fmt.Sprintf("signal %d", int(c.sig))) || code == 0 {
+				t.Errorf("%s: exit %d, report %+v (%v)", name, code, rep, err)
+			}
+		case c.sig == syscall.SIGABRT:
+			if code != 2 || m["status"] != "XX" {
+				t.Errorf("%s: exit %d meta %v, want exit 2 and status XX", name, code, m)
+			}
+		default:
+			if code != 1 || m["status"] != "SG" || m["exitsig"] != strconv.Itoa(int(c.sig)) || m["message"] != "Interrupted" {
+				t.Errorf("%s: exit %d meta %v, want exit 1, SG, exitsig %d, Interrupted", name, code, m, int(c.sig))
+			}
+		}
+		if lines := strings.Split(strings.TrimSpace(errb.String()), "\n"); len(lines) > 1 || strings.Contains(errb.String(), "goroutine") {
+			t.Errorf("%s: stderr has %d lines:\n%s", name, len(lines), errb.String())
+		}
+		if left := boxLeftovers(id); len(left) > 0 {
+			t.Errorf("%s: left behind: %v", name, left)
+		}
 	}
 }
