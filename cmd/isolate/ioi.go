@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/isolate-sandbox/isolate/cgroup"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
@@ -82,7 +81,7 @@ func runIOI(args []string) int {
 		fmt.Println(root)
 		return exitOK
 	}
-	return ioiRunBox(o, cfg, owner)
+	return ioiRunBox(context.Background(), o, cfg, owner)
 }
 
 // ioiUsage reports bad usage, or a failure before any box was touched.
@@ -93,7 +92,11 @@ func ioiUsage(err error) int {
 
 // cgroupRoot is the directory under which box cgroups are made.
 func cgroupRoot(cfg *isolate.Config) (string, error) {
-	m, err := cgroup.NewManager(cgroupRootSetting(cfg))
+	host, err := isolate.NewHost(cfg)
+	if err != nil {
+		return "", err
+	}
+	m, err := host.Cgroups()
 	if err != nil {
 		return "", err
 	}
@@ -104,18 +107,9 @@ func cgroupRoot(cfg *isolate.Config) (string, error) {
 	return parents["memory"], nil
 }
 
-// cgroupRootSetting is the configured cgroup root: the environment, else
-// the configuration file.
-func cgroupRootSetting(cfg *isolate.Config) string {
-	if r := hostOptions().CgroupRoot; r != "" {
-		return r
-	}
-	return cfg.CgroupRoot
-}
-
 // ioiRun is one `--run`: hold the box, hand box/ to the box user, run,
 // hand it back, then report as ioi/isolate does.
-func ioiRunBox(o *ioiOptions, cfg *isolate.Config, owner isolate.Owner) int {
+func ioiRunBox(ctx context.Context, o *ioiOptions, cfg *isolate.Config, owner isolate.Owner) int {
 	var meta *os.File
 	if o.meta != "" && o.meta != "-" {
 		// Opened before the run, as ioi/isolate does: nothing the program
@@ -140,7 +134,7 @@ func ioiRunBox(o *ioiOptions, cfg *isolate.Config, owner isolate.Owner) int {
 		if err := pb.Enter(o.specialFiles); err != nil {
 			return xxReport(err.Error())
 		}
-		rep := ioiExecute(o, cfg, pb, &stdio)
+		rep := ioiExecute(ctx, o, cfg, pb, &stdio)
 		if err := pb.Leave(owner, o.specialFiles); err != nil && rep.Status != isolate.StatusXX {
 			rep.Status, rep.Message = isolate.StatusXX, err.Error()
 		}
@@ -148,13 +142,10 @@ func ioiRunBox(o *ioiOptions, cfg *isolate.Config, owner isolate.Owner) int {
 	}()
 	ioiAdjust(rep, o.timeout)
 	stdio.afterRun()
-	if rep.ExitCode == 127 && rep.Status == isolate.StatusRE && stdio.errOut != nil {
+	if f := rep.StartFailure; f != nil && f.Step == "execve" && rep.Status == isolate.StatusRE && stdio.errOut != nil {
 		// ioi/isolate's child says why it could not execute the program
 		// on the program's standard error.
-		prefix := execPath(o.command[0]) + ": "
-		if strings.HasPrefix(rep.Message, prefix) {
-			fmt.Fprintf(stdio.errOut, "execve(%q): %s\n", o.command[0], strings.TrimPrefix(rep.Message, prefix))
-		}
+		fmt.Fprintf(stdio.errOut, "execve(%q): %s\n", o.command[0], f.Msg)
 	}
 	text := formatMeta(rep)
 	switch {
@@ -181,7 +172,7 @@ func xxReport(msg string) *isolate.Report {
 }
 
 // ioiExecute builds the run's spec from the options and runs it.
-func ioiExecute(o *ioiOptions, cfg *isolate.Config, pb *isolate.PersistentBox, stdio *ioiStdio) *isolate.Report {
+func ioiExecute(ctx context.Context, o *ioiOptions, cfg *isolate.Config, pb *isolate.PersistentBox, stdio *ioiStdio) *isolate.Report {
 	spec, mounts, err := ioiSpec(o, pb)
 	if err != nil {
 		return xxReport(err.Error())
@@ -195,31 +186,41 @@ func ioiExecute(o *ioiOptions, cfg *isolate.Config, pb *isolate.PersistentBox, s
 	// started: waiting for a FIFO's other end is part of the wall time,
 	// and the wall limit ends it.
 	start := time.Now()
-	ctx, cancel := context.WithCancel(context.Background())
+	openCtx, cancel := context.WithCancel(ctx)
 	if o.wall > 0 {
-		ctx, cancel = context.WithTimeout(ctx, o.wall)
+		openCtx, cancel = context.WithTimeout(ctx, o.wall)
 	}
-	err = stdio.setup(ctx, o, spec, mounts, pb.HostUID())
+	io, err := stdio.setup(openCtx, o, spec, mounts, pb.HostUID())
 	cancel()
 	waited := time.Since(start)
-	if errors.Is(err, context.DeadlineExceeded) {
+	switch {
+	case ctx.Err() != nil:
+		cause := fmt.Errorf("interrupted: %w", context.Cause(ctx))
+		return &isolate.Report{Status: isolate.StatusXX, Message: cause.Error(), Cause: cause, WallTime: waited.Seconds(), BoxID: o.boxID}
+	case errors.Is(err, context.DeadlineExceeded):
 		return &isolate.Report{Status: isolate.StatusTO, Killed: true, Limit: isolate.LimitWall, WallTime: waited.Seconds(), BoxID: o.boxID}
-	} else if err != nil {
+	case err != nil:
 		return xxReport(err.Error())
 	}
 	if o.wall > 0 {
 		spec.WallTime = max(o.wall-waited, time.Millisecond)
 	}
-	opts := hostOptions()
-	opts.CgroupRoot = cgroupRootSetting(cfg)
-	rep, err := isolate.Run(spec, opts)
+	host, err := isolate.NewHost(cfg)
+	if err != nil {
+		return xxReport(err.Error())
+	}
+	prep, err := host.PrepareSpec(spec)
+	if err != nil {
+		return xxReport(err.Error())
+	}
+	rep, err := prep.Run(ctx, io)
 	if err != nil {
 		return xxReport(err.Error())
 	}
 	rep.WallTime += waited.Seconds()
 	// A step of starting the program other than its execve failed:
 	// ioi/isolate reports that as a failure of the sandbox.
-	if rep.Status == isolate.StatusRE && rep.ExitCode == 127 && rep.Message != "" && !strings.HasPrefix(rep.Message, spec.Command[0]+": ") {
+	if f := rep.StartFailure; f != nil && f.Step != "execve" && rep.Status == isolate.StatusRE {
 		rep.Status = isolate.StatusXX
 	}
 	return rep
