@@ -269,14 +269,15 @@ func openAs(uid int, open func() (int, error)) (int, error) {
 }
 
 // inheritedInput is the program's standard input when -i is not given:
-// isolate's own, reopened, or /dev/null when there is none (or it is a
-// socket, which cannot be reopened).
+// isolate's own, passed on as ioi/isolate passes it (a pipe, a file, a
+// terminal, or a socket, which Node's child_process gives its children),
+// or /dev/null when there is none.
 func inheritedInput(reopen func(string, bool) (*os.File, error)) (*os.File, error) {
 	var st unix.Stat_t
-	if err := unix.Fstat(0, &st); err != nil || st.Mode&unix.S_IFMT == unix.S_IFSOCK {
+	if err := unix.Fstat(0, &st); err != nil {
 		return reopen(os.DevNull, false)
 	}
-	return reopen("/proc/self/fd/0", false)
+	return os.Stdin, nil
 }
 
 // inheritOutput is the program's stream fd when -o or -r does not name a
