@@ -70,13 +70,13 @@ func execAction(c *cli.Context) error {
 	if err != nil {
 		return usageErr(err)
 	}
-	stdio, closeFiles, err := stdioFromFlags()
+	ctx, stop := signalContext()
+	defer stop()
+	stdio, closeFiles, err := stdioFromFlags(ctx, job.spec.WallTime)
 	defer closeFiles()
 	if err != nil {
 		return usageErr(err)
 	}
-	ctx, stop := signalContext()
-	defer stop()
 	rep, err := job.execute(ctx, stdio)
 	if err != nil {
 		return usageErr(err)

@@ -81,7 +81,11 @@ func runIOI(args []string) int {
 		fmt.Println(root)
 		return exitOK
 	}
-	return ioiRunBox(context.Background(), o, cfg, owner)
+	// A signal to isolate interrupts the run from here on: the box is
+	// handed back, the meta file written, everything torn down.
+	ctx, stop := signalContext()
+	defer stop()
+	return ioiRunBox(ctx, o, cfg, owner)
 }
 
 // ioiUsage reports bad usage, or a failure before any box was touched.
@@ -158,7 +162,7 @@ func ioiRunBox(ctx context.Context, o *ioiOptions, cfg *isolate.Config, owner is
 		os.Stdout.WriteString(text)
 	}
 	switch {
-	case rep.Status == isolate.StatusXX:
+	case ioiExit(rep) == exitSandbox:
 		fmt.Fprintln(os.Stderr, "isolate: "+statusLine(rep))
 	case o.silent == 0:
 		fmt.Fprintln(os.Stderr, statusLine(rep))

@@ -8,8 +8,10 @@ package main
 // ioi/isolate keeps them.
 
 import (
+	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/isolate-sandbox/isolate/isolate"
@@ -24,9 +26,10 @@ func msText(m int64) string { return fmt.Sprintf("%d.%03d", m/1000, m%1000) }
 func formatMeta(r *isolate.Report) string {
 	var b strings.Builder
 	line := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
-	if r.Status == isolate.StatusXX {
+	status, message := ioiStatus(r)
+	if status == "XX" {
 		line("status:XX")
-		line("message:%s", oneLine(r.Message))
+		line("message:%s", message)
 		return b.String()
 	}
 	line("time:%s", msText(millis(r.CPUTime)))
@@ -38,8 +41,11 @@ func formatMeta(r *isolate.Report) string {
 	if r.OOMKilled {
 		line("cg-oom-killed:1")
 	}
-	status, message := ioiStatus(r)
 	switch {
+	case status == "SG" && r.Killed:
+		// Interrupted: killed, with the signal isolate got.
+		line("killed:1")
+		line("exitsig:%d", interruptedBy(r))
 	case r.Killed:
 		line("killed:1")
 	case status == "TO":
@@ -58,7 +64,13 @@ func formatMeta(r *isolate.Report) string {
 // ioiStatus is ioi/isolate's status and message for a finished run ("" on
 // success).
 func ioiStatus(r *isolate.Report) (status, message string) {
-	switch {
+	switch sig := interruptedBy(r); {
+	case sig == syscall.SIGABRT:
+		// ioi/isolate dies of it as of a fatal signal, after the same
+		// cleanup.
+		return "XX", fmt.Sprintf("Sandbox keeper received fatal signal %d", sig)
+	case sig != 0:
+		return "SG", "Interrupted"
 	case r.Status == isolate.StatusXX:
 		return "XX", oneLine(r.Message)
 	case r.Killed && r.Limit == isolate.LimitWall:
@@ -71,6 +83,15 @@ func ioiStatus(r *isolate.Report) (status, message string) {
 		return "RE", fmt.Sprintf("Exited with error status %d", r.ExitCode)
 	}
 	return "", ""
+}
+
+// interruptedBy is the signal to isolate that interrupted the run, or 0.
+func interruptedBy(r *isolate.Report) syscall.Signal {
+	var sc *signalCause
+	if errors.As(r.Cause, &sc) {
+		return sc.sig
+	}
+	return 0
 }
 
 // ioiAdjust makes a report's outcome ioi/isolate's: a program that ended

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/isolate"
@@ -206,8 +206,9 @@ func flagError(err error) error {
 
 // stdioFromFlags opens the host files --stdin, --stdout and --stderr
 // name; with --stream, output goes live to isolate's own too. close
-// closes what was opened.
-func stdioFromFlags() (stdio isolate.IO, close func(), err error) {
+// closes what was opened. A FIFO as --stdin waits for its writer until
+// ctx ends or the run's wall limit passes.
+func stdioFromFlags(ctx context.Context, wall time.Duration) (stdio isolate.IO, close func(), err error) {
 	var files []*os.File
 	close = func() {
 		for _, f := range files {
@@ -215,7 +216,7 @@ func stdioFromFlags() (stdio isolate.IO, close func(), err error) {
 		}
 	}
 	if v := runValues.stdin; v != "" {
-		f, err := isolate.OpenStdin(v)
+		f, err := openStdin(ctx, v, wall)
 		if err != nil {
 			return stdio, close, err
 		}
@@ -250,6 +251,43 @@ func stdioFromFlags() (stdio isolate.IO, close func(), err error) {
 	return stdio, close, nil
 }
 
+// openStdin opens the --stdin file. Isolate's own standard input named
+// as a file (/dev/stdin, /proc/self/fd/0) is passed on as it is: a
+// socket, as Node's child_process gives its children, cannot be opened
+// again. A FIFO waits for its writer, as open(2) does, but only until
+// ctx ends or wall passes.
+func openStdin(ctx context.Context, path string, wall time.Duration) (*os.File, error) {
+	switch path {
+	case "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0":
+		if _, err := os.Stdin.Stat(); err == nil {
+			return os.NewFile(0, path), nil
+		}
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+		return isolate.OpenStdin(path)
+	}
+	pathFD, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("--stdin %s: %v", path, err)
+	}
+	defer unix.Close(pathFD)
+	if wall > 0 && wall < 1e6*time.Second {
+		var cancel func()
+		ctx, cancel = context.WithTimeout(ctx, wall)
+		defer cancel()
+	}
+	f, err := isolate.OpenFIFO(ctx, pathFD, unix.O_RDONLY, func(p string, flags int) (int, error) { return unix.Open(p, flags, 0) })
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return nil, fmt.Errorf("--stdin %s: no writer opened the FIFO within the wall-time limit (%v)", path, wall)
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("--stdin %s: interrupted: %v", path, context.Cause(ctx))
+	case err != nil:
+		return nil, fmt.Errorf("--stdin %s: %v", path, err)
+	}
+	return f, nil
+}
+
 // liveCopy is a Writer that is not an *os.File, so that Run captures the
 // stream and copies it here as it arrives.
 type liveCopy struct{ w *os.File }
@@ -266,13 +304,13 @@ func runAndReport(spec *api.Spec) error {
 	if err != nil {
 		return usageErr(flagError(err))
 	}
-	stdio, closeFiles, err := stdioFromFlags()
+	ctx, stop := signalContext()
+	defer stop()
+	stdio, closeFiles, err := stdioFromFlags(ctx, time.Duration(spec.WithDefaults().WallTimeMs)*time.Millisecond)
 	defer closeFiles()
 	if err != nil {
 		return usageErr(err)
 	}
-	ctx, stop := signalContext()
-	defer stop()
 	rep, err := prep.Run(ctx, stdio)
 	if err != nil {
 		return usageErr(err)
@@ -294,22 +332,4 @@ func exitStatus(s api.Status) int {
 		return exitSandbox
 	}
 	return exitFailed
-}
-
-// signalContext ends when isolate gets SIGINT, SIGTERM or SIGHUP: the run
-// is then killed and torn down, and its report says which signal.
-func signalContext() (context.Context, func()) {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	go func() {
-		if sig, ok := <-sigs; ok {
-			cancel(fmt.Errorf("signal %d (%v)", sig.(syscall.Signal), sig))
-		}
-	}()
-	return ctx, func() {
-		signal.Stop(sigs)
-		close(sigs)
-		cancel(nil)
-	}
 }
