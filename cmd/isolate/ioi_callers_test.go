@@ -490,7 +490,7 @@ int main(int argc, char **argv) {
 		for (int i = 0; i < n && ok; i++) {
 			int x = base + k, got;
 			fprintf(to[i], "%d\n", x); fflush(to[i]);
-			if (fscanf(from[i], "correct %d\n", &got) != 1 || got != (i ? -x : x)) ok = 0;
+			if (fscanf(from[i], " correct %d", &got) != 1 || got != (i ? -x : x)) ok = 0;
 		}
 	for (int i = 0; i < n; i++) { fprintf(to[i], "0\n"); fflush(to[i]); }
 	FILE *out = fopen("output.txt", "w");
@@ -974,37 +974,13 @@ func TestPistonJobFlow(t *testing.T) {
 // boxLeftovers lists what of box id remains: its cgroups, its
 // processes.
 func boxLeftovers(id int) []string {
-	var left []string
-	for _, pattern := range []string{"/sys/fs/cgroup/*/isolate/box-%d", "/sys/fs/cgroup/*/*/*/isolate/box-%d", "/sys/fs/cgroup/isolate/box-%d", "/sys/fs/cgroup/unified/isolate/box-%d"} {
-		m, _ := filepath.Glob(fmt.Sprintf(pattern, id))
-		left = append(left, m...)
-	}
-	if pids := boxProcesses(id, ""); len(pids) > 0 {
-		left = append(left, fmt.Sprintf("processes %v", pids))
-	}
-	return left
+	return append(boxCgroups(strconv.Itoa(id)), boxProcesses(id, "")...)
 }
 
 // boxProcesses lists the processes of box id's user (with the command
 // name comm, if not empty).
 func boxProcesses(id int, comm string) []string {
-	var pids []string
-	procs, _ := filepath.Glob("/proc/[0-9]*/status")
-	for _, p := range procs {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		var name string
-		for _, line := range strings.Split(string(data), "\n") {
-			f := strings.Fields(line)
-			if len(f) > 1 && f[0] == "Name:" {
-				name = f[1]
-			}
-			if len(f) > 1 && f[0] == "Uid:" && f[1] == strconv.Itoa(isolate.FirstUID+id) && (comm == "" || name == comm) {
-				pids = append(pids, filepath.Base(filepath.Dir(p)))
-			}
-		}
-	}
-	return pids
+	return boxUserProcesses(func(uid int, name string) bool {
+		return uid == isolate.FirstUID+id && (comm == "" || name == comm)
+	})
 }
