@@ -41,11 +41,12 @@ func formatMeta(r *isolate.Report) string {
 	if r.OOMKilled {
 		line("cg-oom-killed:1")
 	}
-	switch {
-	case status == "SG" && r.Killed:
-		// Interrupted: killed, with the signal isolate got.
+	switch sig := interruptedBy(r); {
+	case sig != 0:
+		// Interrupted: killed (or never started), with the signal
+		// isolate got, as ioi/isolate writes it.
 		line("killed:1")
-		line("exitsig:%d", interruptedBy(r))
+		line("exitsig:%d", sig)
 	case r.Killed:
 		line("killed:1")
 	case status == "TO":

@@ -524,3 +524,36 @@ func TestIOISignals(t *testing.T) {
 		}
 	}
 }
+
+// TestIOIMetaInterrupted: the meta file of a run a signal to isolate
+// interrupted is ioi/isolate's, whether the program was running (killed)
+// or not started yet (a FIFO's wait); ABRT is its fatal-signal XX.
+func TestIOIMetaInterrupted(t *testing.T) {
+	for _, c := range []struct {
+		sig    syscall.Signal
+		killed bool
+		want   []string
+		exit   int
+	}{
+		{syscall.SIGTERM, true, []string{"time:0.500", "killed:1", "exitsig:15", "status:SG", "message:Interrupted"}, 1},
+		{syscall.SIGINT, false, []string{"killed:1", "exitsig:2", "status:SG", "message:Interrupted"}, 1},
+		{syscall.SIGABRT, true, []string{"status:XX", "message:Sandbox keeper received fatal signal 6"}, 2},
+	} {
+		cause := fmt.Errorf("interrupted: %w", &signalCause{c.sig})
+		r := &isolate.Report{Status: isolate.StatusXX, Message: cause.Error(), Cause: cause, Killed: c.killed, CPUTime: 0.5}
+		meta := formatMeta(r)
+		lines := strings.Split(strings.TrimSpace(meta), "\n")
+		for _, w := range c.want {
+			found := false
+			for _, l := range lines {
+				found = found || l == w
+			}
+			if !found {
+				t.Errorf("%v: meta lacks %q:\n%s", c.sig, w, meta)
+			}
+		}
+		if strings.Contains(meta, "exitcode:") || ioiExit(r) != c.exit {
+			t.Errorf("%v: exit %d, meta:\n%s", c.sig, ioiExit(r), meta)
+		}
+	}
+}
