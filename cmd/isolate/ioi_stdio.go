@@ -151,9 +151,6 @@ func openInBox(ctx context.Context, mounts []mountPoint, name string, write bool
 	if mp == nil {
 		return nil, fmt.Errorf("open(%q): only files under /box, a directory rule or /dev/null can be redirected here", name)
 	}
-	if write && !mp.writable {
-		return nil, fail(unix.EROFS)
-	}
 	rel := strings.TrimPrefix(strings.TrimPrefix(p, mp.box), "/")
 	dir, base := mp.host, rel
 	if rel == "" {
@@ -177,6 +174,9 @@ func openInBox(ctx context.Context, mounts []mountPoint, name string, write bool
 	pathFD, err := openAs(uid, func() (int, error) {
 		return unix.Openat2(dirfd, base, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: inBox})
 	})
+	if err == unix.ENOENT && write && !mp.writable {
+		return nil, fail(unix.EROFS)
+	}
 	if err == unix.ENOENT && write {
 		// A new file: O_EXCL, so that nothing put there meanwhile is
 		// opened without the checks below.
@@ -218,6 +218,12 @@ func openInBox(ctx context.Context, mounts []mountPoint, name string, write bool
 		return nil, fail(unix.ENXIO) // what open(2) of a socket says
 	case unix.S_IFDIR:
 		return nil, fail(unix.EISDIR)
+	default:
+		// A read-only mount refuses writing files, not FIFOs or
+		// devices, which write nothing to it.
+		if write && !mp.writable {
+			return nil, fail(unix.EROFS)
+		}
 	}
 	// Non-blocking so that a device cannot hold the open; the program
 	// gets the file blocking, as files are.

@@ -439,6 +439,20 @@ func TestIOIFIFOs(t *testing.T) {
 	if res.Code != 1 || m["status"] != "TO" || !strings.Contains(m["message"], "wall") {
 		t.Errorf("FIFO stdout without a reader: exit %d meta %v stderr %q, want a wall-clock TO", res.Code, m, res.Stderr)
 	}
+	// The native form's --stdin names a host FIFO: the caller's to read,
+	// waiting for its writer until the wall limit, never for ever.
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		os.WriteFile(filepath.Join(ff, "in"), []byte("native\n"), 0)
+	}()
+	if rep, code := runBox(t, "--stdin", filepath.Join(ff, "in"), "-w", "5", "--", "/bin/cat"); code != 0 || rep.Stdout != "native\n" {
+		t.Errorf("native --stdin FIFO: exit %d, report %+v", code, rep)
+	}
+	res = isolateCmd(t, "", "run", "--stdin", filepath.Join(ff, "in"), "-w", "0.5", "--", "/bin/cat")
+	if res.Code != 2 || !strings.Contains(res.Stderr, "no writer") || strings.Count(strings.TrimSpace(res.Stderr), "\n") > 0 {
+		t.Errorf("native --stdin FIFO without a writer: exit %d, stderr %q", res.Code, res.Stderr)
+	}
+
 	// The box user may not open a 0600 FIFO of root's; a path outside
 	// the box and a device of a rule without "dev" are refused too.
 	for _, c := range []struct{ opt, want string }{
