@@ -122,8 +122,14 @@ func specFromFlags(c *cli.Context) (*api.Spec, error) {
 		{"mem", v.mem, &s.MemoryBytes}, {"fsize", v.fsize, &s.FileSizeBytes}, {"tmp-size", v.tmpSize, &s.TmpSizeBytes},
 		{"stack", v.stack, &s.StackBytes}, {"output-limit", v.outputLimit, &s.OutputLimitBytes},
 	}
+	// An option left at its default stays 0 in the request, the
+	// contract's same default, so that exec can tell it from a value
+	// the user gave (a language's own limits apply to the rest).
 	var err error
 	for _, sz := range sizes {
+		if !c.IsSet(sz.name) {
+			continue
+		}
 		if *sz.dst, err = api.ParseSize(sz.val); err != nil {
 			return nil, fmt.Errorf("--%s %q: %v", sz.name, sz.val, err)
 		}
@@ -134,6 +140,9 @@ func specFromFlags(c *cli.Context) (*api.Spec, error) {
 		dst  *int64
 	}{{"pids", v.pids, &s.Pids}, {"open-files", v.openFiles, &s.OpenFiles}}
 	for _, n := range counts {
+		if !c.IsSet(n.name) {
+			continue
+		}
 		if *n.dst, err = api.ParseCount(n.val); err != nil {
 			return nil, fmt.Errorf("--%s %q: %v", n.name, n.val, err)
 		}
@@ -304,21 +313,41 @@ func runAndReport(spec *api.Spec) error {
 	if err != nil {
 		return usageErr(flagError(err))
 	}
+	defer prep.Close()
+	return withRunIO(wallLimit(spec), func(ctx context.Context, stdio isolate.IO) (api.Status, error) {
+		rep, err := prep.Run(ctx, stdio)
+		if err != nil {
+			return "", err
+		}
+		return rep.Status, emitReport(rep, runValues.json, runValues.report, runValues.meta, runValues.stream)
+	})
+}
+
+// withRunIO opens the run's host files and a context that signals end,
+// calls run, and turns its outcome into isolate's exit: an error from run
+// itself is a usage error (no report), one from printing a sandbox
+// failure, else the status's exit.
+func withRunIO(wall time.Duration, run func(context.Context, isolate.IO) (api.Status, error)) error {
 	ctx, stop := signalContext()
 	defer stop()
-	stdio, closeFiles, err := stdioFromFlags(ctx, time.Duration(spec.WithDefaults().WallTimeMs)*time.Millisecond)
+	stdio, closeFiles, err := stdioFromFlags(ctx, wall)
 	defer closeFiles()
 	if err != nil {
 		return usageErr(err)
 	}
-	rep, err := prep.Run(ctx, stdio)
-	if err != nil {
+	status, err := run(ctx, stdio)
+	switch {
+	case err != nil && status == "":
 		return usageErr(err)
-	}
-	if err := emitReport(rep, runValues.json, runValues.report, runValues.meta, runValues.stream); err != nil {
+	case err != nil:
 		return &exitError{code: exitSandbox, msg: err.Error()}
 	}
-	return &exitError{code: exitStatus(rep.Status)}
+	return &exitError{code: exitStatus(status)}
+}
+
+// wallLimit is a request's wall-clock limit, its default included.
+func wallLimit(spec *api.Spec) time.Duration {
+	return time.Duration(spec.WithDefaults().WallTimeMs) * time.Millisecond
 }
 
 // exitStatus is isolate's exit status for a finished run or exec (the

@@ -29,6 +29,9 @@ type signalCause struct{ sig syscall.Signal }
 
 func (c *signalCause) Error() string { return fmt.Sprintf("signal %d (%v)", int(c.sig), c.sig) }
 
+// Signal is the signal (the ioi form's meta file says it).
+func (c *signalCause) Signal() syscall.Signal { return c.sig }
+
 // interrupt is the one context that the caught signals end, and how many
 // runs are listening to it.
 var interrupt struct {

@@ -1,4 +1,4 @@
-package main
+package ioi
 
 // The program's standard streams in the ioi form. -i, -o and -r name files
 // inside the box, relative to /box. ioi/isolate opens them inside the box
@@ -51,7 +51,7 @@ func (s *ioiStdio) close() {
 // opened in ioi/isolate's order, stdin, stdout, stderr: a FIFO blocks
 // until its other end is opened, and two programs that meet through
 // FIFOs depend on that order. ctx ends the wait.
-func (s *ioiStdio) setup(ctx context.Context, o *ioiOptions, spec *isolate.Spec, mounts []mountPoint, boxUID int) (isolate.IO, error) {
+func (s *ioiStdio) setup(ctx context.Context, o *Options, spec *isolate.Spec, mounts []mountPoint, boxUID int) (isolate.IO, error) {
 	var stdio isolate.IO
 	spec.StderrToStdout = o.stderrToStdout
 	// Each file is given to the program as a new open of what it names
