@@ -76,6 +76,8 @@ type supervisor struct {
 	// image is where the supervisor and init find a mounted image's
 	// files (see rootfs.MountSquashfs); empty: ImageDir.
 	image, imageInInit string
+	// boxInInit is where init finds spec.BoxMount.
+	boxInInit string
 }
 
 // Run performs one sandboxed run of spec: prepare (box id, cgroup, policy)
@@ -300,6 +302,10 @@ func (s *supervisor) startInit() error {
 		return err
 	} else if m != nil {
 		s.image, s.imageInInit = m.Path(), "/proc/self/fd/"+itoa(fdControl+len(extra))
+		extra = append(extra, m.File())
+	}
+	if m := s.spec.BoxMount; m != nil {
+		s.boxInInit = "/proc/self/fd/" + itoa(fdControl+len(extra))
 		extra = append(extra, m.File())
 	}
 	stdin, stdout, stderr, err := s.stdio()
@@ -545,6 +551,9 @@ func (s *supervisor) plan(notifySock int) (*plan, error) {
 	}
 	if s.image != "" {
 		layout.Image = s.image
+	}
+	if s.boxInInit != "" {
+		layout.BoxDir = s.boxInInit
 	}
 	ops, err := rootfs.Plan(&layout)
 	if err != nil {

@@ -5,11 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"math"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -22,12 +19,6 @@ import (
 )
 
 func init() { extraCommands = append(extraCommands, execCommand()) }
-
-// execDirs holds the host directories that are the /box of an exec: the
-// compiler's output has to outlive the compile box to reach the run box.
-// Each is removed when its exec ends; one whose exec died is removed by
-// the next exec.
-const execDirs = "/run/isolate/exec"
 
 // execReport is exec's JSON report (CONTRACT.md): the outcome, and the
 // report of each phase that ran (null when it did not).
@@ -55,7 +46,6 @@ type execJob struct {
 	lang   *langs.Lang
 	spec   *isolate.Spec // the run phase; the compile phase derives from it
 	source string
-	dir    string // host directory bound as /box in both phases
 }
 
 func execAction(c *cli.Context) error {
@@ -124,7 +114,6 @@ func newExecJob(c *cli.Context) (*execJob, error) {
 
 // execute runs the phases in one box directory, and always removes it.
 func (j *execJob) execute() (*execReport, error) {
-	sweepExecDirs()
 	if j.spec.ImageFile != "" {
 		// One mount for both phases: the run finds in the page cache
 		// what the compiler already read.
@@ -135,15 +124,12 @@ func (j *execJob) execute() (*execReport, error) {
 		defer m.Close()
 		j.spec.ImageMount = m
 	}
-	dir, err := j.makeDir()
-	if dir != "" {
-		defer os.RemoveAll(dir)
-	}
+	box, err := j.makeBox()
 	if err != nil {
 		return &execReport{Status: isolate.StatusXX, Run: sandboxFailure(j.spec, err)}, nil
 	}
-	j.dir = dir
-	j.spec.BoxDir = dir
+	defer box.Close()
+	j.spec.BoxMount = box
 	rep := &execReport{}
 	if j.lang.Compiled() {
 		cspec, err := j.compileSpec()
@@ -161,7 +147,7 @@ func (j *execJob) execute() (*execReport, error) {
 				// The run may get another box (another uid) than the
 				// compiler had: what the compiler wrote must be readable
 				// and runnable by it, whatever the umask.
-				if err := openToAll(dir); err != nil {
+				if err := isolate.OpenToAll(j.spec.BoxMount.File()); err != nil {
 					rep.Status = isolate.StatusXX
 					rep.Run = sandboxFailure(j.spec, fmt.Errorf("share the compiler's output: %w", err))
 					return rep, nil
@@ -192,66 +178,40 @@ func (j *execJob) execute() (*execReport, error) {
 	return rep, nil
 }
 
-// makeDir creates the box directory and puts the source in it under the
-// language's file name. The box user owns it when the box id is known;
-// otherwise each phase may get another id (another uid), so it is open to
-// all of them (its parent is root's alone on the host).
-func (j *execJob) makeDir() (string, error) {
-	if err := os.MkdirAll(execDirs, 0o700); err != nil {
-		return "", fmt.Errorf("create %s: %w", execDirs, err)
-	}
-	dir, err := os.MkdirTemp(execDirs, strconv.Itoa(os.Getpid())+".")
-	if err != nil {
-		return "", fmt.Errorf("create the box directory: %w", err)
-	}
+// makeBox creates the /box of both phases, a tmpfs of --tmp-size held by
+// this process alone (on no host path, so nothing is left behind however
+// exec dies), and puts the source in it under the language's file name.
+// The box user owns it when the box id is known; otherwise each phase may
+// get another id (another uid), so it is open to all of them.
+func (j *execJob) makeBox() (*rootfs.Mounted, error) {
 	owner, mode := 0, os.FileMode(0o777)
 	if j.spec.BoxID >= 0 {
 		owner, mode = isolate.FirstUID+j.spec.BoxID, 0o755
 	}
-	if err := os.Chmod(dir, mode); err != nil {
-		return dir, err
+	box, err := rootfs.MountTmpfs(j.spec.TmpSize, owner, owner, mode)
+	if err != nil {
+		return nil, fmt.Errorf("create the box: %w", err)
 	}
-	if err := os.Chown(dir, owner, owner); err != nil {
-		return dir, err
+	if err := copySource(j.source, box.File(), j.lang.Source, owner); err != nil {
+		box.Close()
+		return nil, fmt.Errorf("copy the source into the box: %w", err)
 	}
-	if err := copySource(j.source, filepath.Join(dir, j.lang.Source), owner); err != nil {
-		return dir, fmt.Errorf("copy the source into the box: %w", err)
-	}
-	return dir, nil
+	return box, nil
 }
 
-// openToAll makes everything under dir readable (and, where its owner may
-// run it, runnable) by every uid; it follows no symlink.
-func openToAll(dir string) error {
-	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.Type()&fs.ModeSymlink != 0 {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		mode := fi.Mode().Perm() | 0o444
-		if fi.IsDir() || mode&0o100 != 0 {
-			mode |= 0o111
-		}
-		if p == dir {
-			return nil // stays 0777
-		}
-		return os.Chmod(p, mode)
-	})
-}
-
-func copySource(src, dst string, owner int) error {
+// copySource copies the caller's file src (opened with the caller's
+// rights: root's, as isolate runs) to name in directory dir.
+func copySource(src string, dir *os.File, name string, owner int) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
 	if err != nil {
 		return err
 	}
+	out := os.NewFile(uintptr(fd), name)
 	if _, err := io.Copy(out, in); err != nil {
 		out.Close()
 		return err
@@ -268,7 +228,7 @@ func copySource(src, dst string, owner int) error {
 func (j *execJob) compileSpec() (*isolate.Spec, error) {
 	r := j.spec
 	s := isolate.Defaults()
-	s.BoxID, s.BoxDir = r.BoxID, r.BoxDir
+	s.BoxID, s.BoxMount = r.BoxID, r.BoxMount
 	s.Image, s.ImageDir, s.ImageFile, s.ImageMount = r.Image, r.ImageDir, r.ImageFile, r.ImageMount
 	s.Seccomp, s.HostNet = r.Seccomp, false
 	s.OutputLimit = 256 << 10
@@ -346,23 +306,6 @@ func compileMessage(r *isolate.Report) string {
 func sandboxFailure(s *isolate.Spec, err error) *isolate.Report {
 	return &isolate.Report{Status: isolate.StatusXX, Message: err.Error(), BoxID: s.BoxID,
 		BlockedSyscalls: []seccomp.Blocked{}, Sandbox: isolate.SandboxInfo{Image: s.Image}}
-}
-
-// sweepExecDirs removes the box directories of execs that died.
-func sweepExecDirs() {
-	ents, err := os.ReadDir(execDirs)
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		pid, _, ok := strings.Cut(e.Name(), ".")
-		if !ok {
-			continue
-		}
-		if _, err := os.Stat("/proc/" + pid); errors.Is(err, os.ErrNotExist) {
-			os.RemoveAll(filepath.Join(execDirs, e.Name()))
-		}
-	}
 }
 
 // emitExecReport prints the outcome as the flags ask: JSON, a report file,

@@ -62,7 +62,7 @@ func runIOI(args []string) int {
 	}
 	switch o.mode {
 	case ioiInit:
-		dir, err := isolate.InitBox(cfg.BoxRoot, o.boxID, owner, o.wait)
+		dir, err := isolate.InitBox(cfg.BoxRoot, o.boxID, owner, cfg.BoxSize, o.wait)
 		if err != nil {
 			return ioiUsage(err)
 		}
