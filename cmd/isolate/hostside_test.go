@@ -146,3 +146,18 @@ func TestBoxCannotTakeLockNames(t *testing.T) {
 	}
 	isolateCmd(t, "", "-b", "372", "--cleanup")
 }
+
+func TestIoiProcIsTheBoxsOwn(t *testing.T) {
+	ioiBoxRoot(t)
+	ioiBox(t, 373)
+	// The box's procfs lists only the box's processes; the host's has PID 1.
+	for _, rule := range []string{"/proc", "/proc:rw"} {
+		_, res := ioiMeta(t, "-b", "373", "-d", rule, "--run", "--", "/bin/ls", "/proc/1")
+		if res.Code == 0 {
+			t.Errorf("-d %s: /proc/1 (a host process) is visible in the box: %q", rule, res.Stdout)
+		}
+	}
+	if res := isolateCmd(t, "", "-b", "373", "-d", "/hp=/proc", "--run", "--", "/bin/true"); res.Code != 2 {
+		t.Errorf("-d /hp=/proc: exit %d, want a usage error", res.Code)
+	}
+}
