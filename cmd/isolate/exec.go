@@ -57,6 +57,9 @@ func execAction(c *cli.Context) error {
 	// umask.
 	unix.Umask(0o022)
 	job, err := newExecJob(c)
+	if err == nil {
+		err = checkOutputs(runValues.report, runValues.meta)
+	}
 	if err != nil {
 		return usageErr(err)
 	}

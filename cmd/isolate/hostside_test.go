@@ -161,3 +161,34 @@ func TestIoiProcIsTheBoxsOwn(t *testing.T) {
 		t.Errorf("-d /hp=/proc: exit %d, want a usage error", res.Code)
 	}
 }
+
+func TestBadReportPathIsAUsageErrorBeforeTheRun(t *testing.T) {
+	dir := shareDir(t)
+	out := filepath.Join(dir, "out")
+	decoy := filepath.Join(dir, "decoy")
+	os.WriteFile(decoy, []byte("decoy\n"), 0o644)
+	link := filepath.Join(dir, "link")
+	os.Symlink(decoy, link)
+	for _, flag := range []string{"--report", "--meta"} {
+		for _, path := range []string{filepath.Join(dir, "missing", "r"), link} {
+			os.Remove(out)
+			res := isolateCmd(t, "", "run", flag, path, "--stdout", out, "--", "/bin/echo", "ran")
+			if res.Code != 2 {
+				t.Errorf("%s %s: exit %d, want 2", flag, path, res.Code)
+			}
+			if _, err := os.Stat(out); err == nil {
+				t.Errorf("%s %s: the program ran", flag, path)
+			}
+		}
+	}
+	if data, _ := os.ReadFile(decoy); string(data) != "decoy\n" {
+		t.Errorf("the decoy behind the link was written: %q", data)
+	}
+}
+
+func TestSummaryEscapesTheMessage(t *testing.T) {
+	line := summary(&isolate.Report{Status: isolate.StatusXX, Message: "copy-out /box/a\nisolate: OK exit=0"})
+	if strings.Contains(line, "\n") {
+		t.Errorf("summary spans lines: %q", line)
+	}
+}

@@ -218,6 +218,9 @@ func runAndReport(c *cli.Context, spec *isolate.Spec) error {
 	if err != nil {
 		return usageErr(err)
 	}
+	if err := checkOutputs(runValues.report, runValues.meta); err != nil {
+		return usageErr(err)
+	}
 	// A box made by `isolate init` keeps its /box across runs.
 	finish, err := isolate.UsePersistent(spec, cfg)
 	if err != nil {
