@@ -3,11 +3,16 @@ package isolate
 import (
 	"time"
 
+	"github.com/isolate-sandbox/isolate/api"
+
 	"github.com/isolate-sandbox/isolate/rootfs"
 )
 
-// Spec is everything one sandboxed run needs. The CLI fills it from flags;
-// zero values mean "no limit" unless noted.
+// Spec is the runtime's form of a run: an api.Spec resolved against the
+// host (Host.Prepare), or filled directly by a front end that needs more
+// than a request can say (the ioi form: directory rules, a persistent
+// box's directory). Zero values mean "no limit" unless noted. Standard
+// streams are not here: they are IO, given to Prepared.Run.
 type Spec struct {
 	Command []string // program and arguments, looked up in the box's PATH
 	BoxID   int      // -1: pick a free box
@@ -19,6 +24,9 @@ type Spec struct {
 	// between runs. Either replaces ImageDir.
 	ImageFile  string
 	ImageMount *rootfs.Mounted
+	// ImageTree, for a built image, is its unpacked tree (ImageDir), held
+	// unchanged until the caller closes it after the run.
+	ImageTree *rootfs.Tree
 
 	CPUTime   time.Duration // CPU time of all processes and threads
 	WallTime  time.Duration
@@ -41,13 +49,9 @@ type Spec struct {
 
 	Env     []string // the program's whole environment, NAME=VALUE
 	HostNet bool     // share the host's network namespace
-	Stdin   string   // host file for standard input ("" = /dev/null)
-	Stdout  string   // host file for standard output ("" = captured)
-	Stderr  string   // host file for standard error ("" = captured)
 	// StderrToStdout sends the program's standard error to its standard
 	// output.
 	StderrToStdout bool
-	Stream         bool   // copy captured output live to Live
 	Chdir          string // working directory inside ("" = /box)
 	Seccomp        string // "default", "none" or a profile path
 
@@ -57,22 +61,11 @@ type Spec struct {
 	// the caller shares between runs, bound as /box: exec's compile and
 	// run see one /box that is on no host path.
 	BoxMount *rootfs.Mounted
-	// Live receives captured output as it arrives when Stream is set.
-	LiveStdout, LiveStderr interface{ Write([]byte) (int, error) }
 }
 
-// Bind is a host path bound into the box.
-type Bind struct {
-	Host     string
-	Box      string
-	Writable bool
-	// ioi/isolate's directory options: Dev allows devices, NoExec forbids
-	// executing, NoRec binds without the mounts below Host, Optional
-	// skips a Host that does not exist, and FS mounts a new file system of
-	// that type (proc, sysfs, tmpfs, ...) instead of binding Host.
-	Dev, NoExec, NoRec, Optional bool
-	FS                           string
-}
+// Bind is a host path bound into the box, as the file-system plan takes
+// it (with ioi/isolate's directory options).
+type Bind = rootfs.Bind
 
 // Copy is a file or directory copied into the box before the run, or out
 // of it after.
@@ -100,7 +93,7 @@ func Defaults() Spec {
 }
 
 // BaseEnv is the environment every program starts from.
-var BaseEnv = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/box", "LANG=C.UTF-8"}
+var BaseEnv = api.BaseEnv
 
 // effectiveWall is the wall-clock limit of a run.
 func (s *Spec) effectiveWall() time.Duration {

@@ -9,6 +9,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolate-sandbox/isolate/cgroup"
+	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/rootfs"
 )
 
 // checkCommand diagnoses the host: what a run needs and whether it is
@@ -39,7 +41,16 @@ func checkCommand() *cli.Command {
 			line(kernelAtLeast(release, 5, 10), "kernel", release, "isolate needs Linux 5.10 or newer (openat2, pidfd_getfd, clone3)")
 
 			mode := cgroup.DetectMode()
-			mgr, err := cgroup.NewManager(os.Getenv("ISOLATE_CGROUP_ROOT"))
+			// The host as runs see it: the configuration file's cg_root,
+			// or ISOLATE_CGROUP_ROOT.
+			host, err := isolate.NewHost(nil)
+			if err != nil {
+				line(false, "configuration", err.Error(), "fix the file (see MIGRATING.md)")
+				host, _ = isolate.NewHost(&isolate.Config{BoxRoot: isolate.DefaultBoxRoot, NumBoxes: isolate.DefaultNumBoxes})
+			} else if host.Config.Path != "" {
+				line(true, "configuration", host.Config.Path, "")
+			}
+			mgr, err := host.Cgroups()
 			if err != nil {
 				line(false, "cgroups", string(mode)+": "+err.Error(), "mount cgroup2 at /sys/fs/cgroup, or the v1 memory, pids, cpu and cpuacct hierarchies")
 			} else {
@@ -79,12 +90,50 @@ func checkCommand() *cli.Command {
 			} else {
 				fmt.Printf("note %-22s %s\n", "loop devices", "no /dev/loop-control (needed only for squashfs images)")
 			}
+			checkImages(line)
 			if fails > 0 {
 				return &exitError{code: exitSandbox, msg: fmt.Sprintf("%d check(s) failed: runs will not work on this host", fails)}
 			}
 			return nil
 		},
 	}
+}
+
+// checkImages lists the built images and the image cache (their unpacked
+// trees, the only state of ours that stays between runs).
+func checkImages(line func(ok bool, what, detail, fix string)) {
+	ms, err := rootfs.ListImages()
+	if err != nil {
+		line(false, "images", err.Error(), "")
+		return
+	}
+	names := make([]string, 0, len(ms))
+	for _, m := range ms {
+		names = append(names, m.Name)
+	}
+	if len(names) == 0 {
+		fmt.Printf("note %-22s %s\n", "images", "none built in "+rootfs.ImagesDir()+" (isolate image build --all)")
+	} else {
+		line(true, "images", strings.Join(names, " ")+" in "+rootfs.ImagesDir(), "")
+	}
+	trees, err := rootfs.ListTrees()
+	if err != nil {
+		line(false, "image cache", err.Error(), "isolate cleanup --images")
+		return
+	}
+	var bytes int64
+	old, inUse := 0, 0
+	for _, t := range trees {
+		bytes += t.Bytes
+		if !t.Current {
+			old++
+		}
+		if t.InUse {
+			inUse++
+		}
+	}
+	fmt.Printf("note %-22s %d trees, %.1f MiB in %s (%d old, %d in use; isolate cleanup --images removes them)\n",
+		"image cache", len(trees), float64(bytes)/(1<<20), rootfs.TreesDir(), old, inUse)
 }
 
 func kernelAtLeast(release string, major, minor int) bool {

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/isolate-sandbox/isolate/ioi"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
@@ -108,9 +109,9 @@ func summary(r *isolate.Report) string {
 }
 
 // writeMeta writes ioi/isolate's meta file ("-" is stdout), with
-// ioi/isolate's keys and statuses (see formatMeta).
+// ioi/isolate's keys and statuses (see MetaText).
 func writeMeta(path string, r *isolate.Report) error {
-	text := formatMeta(r)
+	text := ioi.MetaText(r)
 	if path == "-" {
 		_, err := os.Stdout.WriteString(text)
 		return err
