@@ -151,6 +151,10 @@ func (d *dirRules) apply(spec *isolate.Spec, pb *isolate.PersistentBox, noDefaul
 			continue
 		case in == "/dev" && host == "/dev":
 			continue // the runtime's minimal /dev, never the host's
+		case in == "/proc":
+			continue // the box's own procfs, never the host's (-d /proc)
+		case host == "/proc" || strings.HasPrefix(host, "/proc/"):
+			return nil, fmt.Errorf("-d %s=%s: the host's /proc is never bound into a box", in, host)
 		case plain && host == in && contains(systemDirs, in):
 			continue // the runtime binds it read-only already
 		}

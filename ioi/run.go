@@ -93,7 +93,7 @@ func Run(ctx context.Context, o *Options, cfg *isolate.Config) (*isolate.Report,
 
 // Init creates the box (--init) and returns its directory.
 func Init(o *Options, cfg *isolate.Config) (string, error) {
-	return isolate.InitBox(cfg.BoxRoot, o.boxID, o.owner(), o.wait)
+	return isolate.InitBox(cfg.BoxRoot, o.boxID, o.owner(), cfg.BoxSize, o.wait)
 }
 
 // Cleanup removes the box (--cleanup).

@@ -64,6 +64,10 @@ type Spec struct {
 
 	// BoxDir is the host directory of a persistent box, bound as /box.
 	BoxDir string
+	// BoxMount, instead, is a detached file system (rootfs.MountTmpfs)
+	// the caller shares between runs, bound as /box: exec's compile and
+	// run see one /box that is on no host path.
+	BoxMount *rootfs.Mounted
 }
 
 // Bind is a host path bound into the box, as the file-system plan takes

@@ -68,6 +68,8 @@ type supervisor struct {
 	// image is where the supervisor and init find a mounted image's
 	// files (see rootfs.MountSquashfs); empty: ImageDir.
 	image, imageInInit string
+	// boxInInit is where init finds spec.BoxMount.
+	boxInInit string
 }
 
 // run performs one sandboxed run: hold a box id, create the cgroup while
@@ -307,6 +309,10 @@ func (s *supervisor) startInit() error {
 		return err
 	} else if m != nil {
 		s.image, s.imageInInit = m.Path(), "/proc/self/fd/"+strconv.Itoa(fdControl+len(extra))
+		extra = append(extra, m.File())
+	}
+	if m := s.spec.BoxMount; m != nil {
+		s.boxInInit = "/proc/self/fd/" + strconv.Itoa(fdControl+len(extra))
 		extra = append(extra, m.File())
 	}
 	stdin, stdout, stderr, err := s.stdio()
@@ -550,6 +556,9 @@ func (s *supervisor) boxPlan(announce bool) (*plan, error) {
 	}
 	if s.image != "" {
 		layout.Image = s.image
+	}
+	if s.boxInInit != "" {
+		layout.BoxDir = s.boxInInit
 	}
 	ops, err := rootfs.Plan(&layout)
 	if err != nil {

@@ -5,6 +5,7 @@ package main
 // the caller through it. Box ids 350-369.
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/isolate-sandbox/isolate/isolate"
 )
 
 func TestBoxInitAndCleanup(t *testing.T) {
@@ -161,10 +166,17 @@ func TestBoxRedirectionsStayInTheBox(t *testing.T) {
 	}
 }
 
-// boxLockHeld tells whether some isolate holds persistent box id.
+// boxLockHeld tells whether some isolate holds persistent box id: whether
+// /proc/locks lists a lock on its lock file (looking, not trying to lock,
+// which could make the holder fail).
 func boxLockHeld(id int) bool {
-	data, _ := os.ReadFile("/proc/net/unix")
-	return strings.Contains(string(data), "@isolate/pbox/"+strconv.Itoa(id)+"\n")
+	var st unix.Stat_t
+	if unix.Stat(filepath.Join(isolate.LockDir, "pbox-"+strconv.Itoa(id)), &st) != nil {
+		return false
+	}
+	inode := fmt.Sprintf(":%d ", st.Ino)
+	data, _ := os.ReadFile("/proc/locks")
+	return strings.Contains(string(data), inode)
 }
 
 func TestBoxBusyAndWait(t *testing.T) {

@@ -43,6 +43,9 @@ func execAction(c *cli.Context) error {
 	if err != nil {
 		return usageErr(flagError(err))
 	}
+	if err := checkOutputs(runValues.report, runValues.meta); err != nil {
+		return usageErr(err)
+	}
 	return withRunIO(wall, func(ctx context.Context, stdio isolate.IO) (api.Status, error) {
 		rep, err := job.Run(ctx, stdio)
 		if err != nil {

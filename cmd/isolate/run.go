@@ -312,6 +312,9 @@ func runAndReport(spec *api.Spec) error {
 	if err != nil {
 		return usageErr(err)
 	}
+	if err := checkOutputs(runValues.report, runValues.meta); err != nil {
+		return usageErr(err)
+	}
 	prep, err := host.Prepare(spec)
 	if err != nil {
 		return usageErr(flagError(err))
