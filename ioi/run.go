@@ -161,11 +161,6 @@ func ioiExecute(ctx context.Context, o *Options, cfg *isolate.Config, pb *isolat
 		return xxReport(err.Error())
 	}
 	rep.WallTime += waited.Seconds()
-	// A step of starting the program other than its execve failed:
-	// ioi/isolate reports that as a failure of the sandbox.
-	if f := rep.StartFailure; f != nil && f.Step != "execve" && rep.Status == isolate.StatusRE {
-		rep.Status = isolate.StatusXX
-	}
 	return rep
 }
 

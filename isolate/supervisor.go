@@ -815,7 +815,8 @@ func (s *supervisor) account(m *initMessage, wall time.Duration) error {
 		return fmt.Errorf("read CPU usage: %w", err)
 	}
 	// The cgroup's total is exact; the kernel's user/system split comes
-	// from rusage when the program was reaped, else from the cgroup.
+	// from the rusage of every process PID 1 reaped (the program's and
+	// what it left), else from the cgroup.
 	user, sys := time.Duration(m.UserNs), time.Duration(m.SysNs)
 	if user+sys == 0 {
 		user, sys, _ = s.cg.CPUSplit()
@@ -845,6 +846,12 @@ func (s *supervisor) account(m *initMessage, wall time.Duration) error {
 	}
 	overCPU := sp.CPUTime > 0 && total > sp.CPUTime
 	switch {
+	case r.StartFailure != nil && r.StartFailure.Step != "execve":
+		// A step of the sandbox's own before the program's execve failed
+		// (its working directory, credentials, limits, filter): that is
+		// the sandbox failing, not the program. A program that is not
+		// there stays RE 127, as a shell says it.
+		r.Status, r.Cause = StatusXX, r.StartFailure
 	case r.Killed:
 		r.Status = StatusTO
 		if r.Limit == LimitCPU {
@@ -943,8 +950,8 @@ func (s *supervisor) removeCgroup() {
 }
 
 // copyOut copies the --copy-out files to the host, within the run's
-// bounds. A copy that fails makes the run XX: its files are missing or
-// partial.
+// bounds. A copy that fails makes an OK run XX (copyOutFailed): its
+// files are missing or partial.
 func (s *supervisor) copyOut() {
 	root, err := s.openBoxRoot()
 	if err != nil {
@@ -979,8 +986,15 @@ func (s *supervisor) copyOut() {
 	}
 }
 
+// copyOutFailed records a failed copy-out. A run that was OK becomes XX:
+// what the caller asked for is missing. A run that already failed keeps
+// its verdict (a program that timed out or crashed often leaves no
+// output file; that is not the sandbox failing), and the message says
+// both.
 func (s *supervisor) copyOutFailed(err error) {
-	s.report.Status = StatusXX
+	if s.report.Status == StatusOK {
+		s.report.Status = StatusXX
+	}
 	if s.report.Message == "" {
 		s.report.Message = err.Error()
 	} else {
