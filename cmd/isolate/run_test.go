@@ -610,6 +610,9 @@ func TestNativeRunOnPersistentBox(t *testing.T) {
 	}
 	defer isolateCmd(t, "", "cleanup", "--box-id", "921")
 	dir := strings.TrimSpace(res.Stdout)
+	if res := isolateCmd(t, "", "check"); !strings.Contains(res.Stdout, "persistent boxes") || !strings.Contains(res.Stdout, "921") {
+		t.Errorf("check does not list persistent box 921:\n%s", res.Stdout)
+	}
 	os.WriteFile(filepath.Join(dir, "box", "in.txt"), []byte("kept\n"), 0o644)
 	rep, _ := runBox(t, "--box-id", "921", "--", "/bin/sh", "-c", "cat in.txt; echo made > out.txt")
 	expectStatus(t, rep, isolate.StatusOK)
