@@ -104,16 +104,34 @@ func describeType(t reflect.Type) string {
 }
 
 // checkFields walks a generically decoded JSON value beside the Go type
-// it is meant for and returns the first object key the type has no field
-// for, with its path.
+// it is meant for and returns the first key the type has no field for,
+// or the first value of the wrong type, with its path.
 func checkFields(v any, t reflect.Type, path string) error {
+	at := path
+	if at == "" {
+		at = "(body)"
+	}
+	wrong := func(got string) error {
+		return &api.FieldError{Field: at, Msg: fmt.Sprintf("expected %s, got %s", describeType(t), got)}
+	}
+	if v == nil {
+		return nil // null: the zero value, as encoding/json does
+	}
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
 	switch x := v.(type) {
 	case map[string]any:
+		if t.Kind() == reflect.Map {
+			for k, sub := range x {
+				if err := checkFields(sub, t.Elem(), path+"."+k); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
 		if t.Kind() != reflect.Struct {
-			return nil // a type mismatch: the real decode names it
+			return wrong("an object")
 		}
 		fields := jsonFields(t)
 		for k, sub := range x {
@@ -130,13 +148,35 @@ func checkFields(v any, t reflect.Type, path string) error {
 			}
 		}
 	case []any:
-		if t.Kind() != reflect.Slice {
-			return nil
+		if t.Kind() != reflect.Slice || t.Elem().Kind() == reflect.Uint8 {
+			return wrong("an array")
 		}
 		for i, sub := range x {
 			if err := checkFields(sub, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
 				return err
 			}
+		}
+	case string:
+		if t.Kind() != reflect.String && !(t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8) {
+			return wrong(fmt.Sprintf("the string %q", x))
+		}
+	case bool:
+		if t.Kind() != reflect.Bool {
+			return wrong(fmt.Sprint(x))
+		}
+	case json.Number:
+		switch t.Kind() {
+		case reflect.Float64, reflect.Float32:
+		case reflect.Int, reflect.Int64, reflect.Int32:
+			if _, err := strconv.ParseInt(string(x), 10, 64); err != nil {
+				return wrong("the number " + string(x))
+			}
+		case reflect.Uint32, reflect.Uint64:
+			if _, err := strconv.ParseUint(string(x), 10, 64); err != nil {
+				return wrong("the number " + string(x))
+			}
+		default:
+			return wrong("the number " + string(x))
 		}
 	}
 	return nil

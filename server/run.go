@@ -285,10 +285,10 @@ func (t *task) pipes() error {
 			rec := &recorder{limit: p.RecordMaxBytes}
 			t.recs[i] = rec
 			t.wg.Add(1)
-			go func() {
+			go func(from, to *os.File) {
 				defer t.wg.Done()
-				rec.copy(w2, r)
-			}()
+				rec.copy(to, from)
+			}(r, w2)
 			r = r2
 		}
 		t.own[p.To.Cmd] = append(t.own[p.To.Cmd], r)
