@@ -38,9 +38,22 @@ var ignoredKeys = map[string]string{
 	"restricted_init": "isolate runs only as root, so only root creates boxes",
 }
 
-// LoadConfig reads ISOLATE_CONFIG, else ConfigPath. Settings it does not
-// know are an error naming the line, as in ioi/isolate.
+// LoadConfig is the one place the host's settings are resolved: the file
+// ISOLATE_CONFIG names, else ConfigPath (settings it does not know are an
+// error naming the line, as in ioi/isolate), then the environment:
+// ISOLATE_CGROUP_ROOT overrides cg_root.
 func LoadConfig() (*Config, error) {
+	cfg, err := loadConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	if root := os.Getenv("ISOLATE_CGROUP_ROOT"); root != "" {
+		cfg.CgroupRoot = root
+	}
+	return cfg, nil
+}
+
+func loadConfigFile() (*Config, error) {
 	path := os.Getenv("ISOLATE_CONFIG")
 	explicit := path != ""
 	if !explicit {

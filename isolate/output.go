@@ -1,9 +1,6 @@
 package isolate
 
-import (
-	"io"
-	"os"
-)
+import "os"
 
 // capture reads one output stream of the program to its end: it keeps the
 // first limit bytes, reads and drops the rest (so the program never blocks
@@ -15,18 +12,21 @@ type capture struct {
 	done      chan struct{}
 }
 
-func startCapture(r *os.File, limit int64, tee io.Writer) *capture {
+func startCapture(r *os.File, limit int64, tee interface{ Write([]byte) (int, error) }) *capture {
 	c := &capture{limit: limit, done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
 		defer r.Close()
 		chunk := make([]byte, 64<<10)
+		teeFailed := false
 		for {
 			n, err := r.Read(chunk)
 			if n > 0 {
 				c.keep(chunk[:n])
-				if tee != nil {
-					tee.Write(chunk[:n])
+				if tee != nil && !teeFailed {
+					// A live copy that fails stops; the capture goes on.
+					_, werr := tee.Write(chunk[:n])
+					teeFailed = werr != nil
 				}
 			}
 			if err != nil {

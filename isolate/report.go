@@ -1,65 +1,26 @@
 package isolate
 
-import (
-	"github.com/isolate-sandbox/isolate/seccomp"
-)
+import "github.com/isolate-sandbox/isolate/api"
 
-// Status is the outcome of a run.
-type Status string
+// The report and its statuses are the contract's, defined in package api
+// (pure Go) so that clients need not link the runtime.
+type (
+	Report      = api.Report
+	Status      = api.Status
+	SandboxInfo = api.SandboxInfo
+	UsageError  = api.UsageError
+	StepError   = api.StepError
+)
 
 const (
-	StatusOK       Status = "OK" // exited 0 within all limits
-	StatusRE       Status = "RE" // non-zero exit
-	StatusSG       Status = "SG" // killed by a signal not from the sandbox
-	StatusTO       Status = "TO" // CPU or wall limit
-	StatusML       Status = "ML" // the OOM killer acted in the box
-	StatusXX       Status = "XX" // the sandbox failed
-	StatusCE       Status = "CE" // compilation failed (exec)
-	LimitCPU              = "cpu"
-	LimitWall             = "wall"
-	LimitNone             = ""
-	exitCannotExec        = 127
+	StatusOK  = api.StatusOK
+	StatusRE  = api.StatusRE
+	StatusSG  = api.StatusSG
+	StatusTO  = api.StatusTO
+	StatusML  = api.StatusML
+	StatusXX  = api.StatusXX
+	StatusCE  = api.StatusCE
+	LimitCPU  = api.LimitCPU
+	LimitWall = api.LimitWall
+	LimitNone = api.LimitNone
 )
-
-// Report is what a run used and how it ended (the contract's JSON report).
-type Report struct {
-	Status   Status `json:"status"`
-	Message  string `json:"message"`
-	ExitCode int    `json:"exit_code"`
-	Signal   int    `json:"signal"`
-	Killed   bool   `json:"killed"`
-	Limit    string `json:"limit"`
-
-	CPUTime  float64 `json:"cpu_time"`
-	UserTime float64 `json:"user_time"`
-	SysTime  float64 `json:"sys_time"`
-	WallTime float64 `json:"wall_time"`
-
-	MemoryPeak     int64 `json:"memory_peak"`
-	MaxRSS         int64 `json:"max_rss"`
-	OOMKilled      bool  `json:"oom_killed"`
-	PidsPeak       int64 `json:"pids_peak"`
-	CSWVoluntary   int64 `json:"csw_voluntary"`
-	CSWInvoluntary int64 `json:"csw_involuntary"`
-
-	Stdout          string `json:"stdout"`
-	Stderr          string `json:"stderr"`
-	StdoutTruncated bool   `json:"stdout_truncated"`
-	StderrTruncated bool   `json:"stderr_truncated"`
-
-	BlockedSyscalls []seccomp.Blocked `json:"blocked_syscalls"`
-	BoxID           int               `json:"box_id"`
-	Sandbox         SandboxInfo       `json:"sandbox"`
-}
-
-// SandboxInfo describes the sandbox that ran the program and what it cost.
-type SandboxInfo struct {
-	Image        string  `json:"image"`
-	Cgroup       string  `json:"cgroup"`
-	Seccomp      string  `json:"seccomp"`
-	SetupTime    float64 `json:"setup_time"`
-	TeardownTime float64 `json:"teardown_time"`
-	// Stages are the supervisor's own timers, in seconds, for `isolate
-	// bench`: where the setup and teardown time went.
-	Stages map[string]float64 `json:"stages,omitempty"`
-}

@@ -3,11 +3,16 @@ package isolate
 import (
 	"time"
 
+	"github.com/isolate-sandbox/isolate/api"
+
 	"github.com/isolate-sandbox/isolate/rootfs"
 )
 
-// Spec is everything one sandboxed run needs. The CLI fills it from flags;
-// zero values mean "no limit" unless noted.
+// Spec is the runtime's form of a run: an api.Spec resolved against the
+// host (Host.Prepare), or filled directly by a front end that needs more
+// than a request can say (the ioi form: directory rules, a persistent
+// box's directory). Zero values mean "no limit" unless noted. Standard
+// streams are not here: they are IO, given to Prepared.Run.
 type Spec struct {
 	Command []string // program and arguments, looked up in the box's PATH
 	BoxID   int      // -1: pick a free box
@@ -41,20 +46,14 @@ type Spec struct {
 
 	Env     []string // the program's whole environment, NAME=VALUE
 	HostNet bool     // share the host's network namespace
-	Stdin   string   // host file for standard input ("" = /dev/null)
-	Stdout  string   // host file for standard output ("" = captured)
-	Stderr  string   // host file for standard error ("" = captured)
 	// StderrToStdout sends the program's standard error to its standard
 	// output.
 	StderrToStdout bool
-	Stream         bool   // copy captured output live to Live
 	Chdir          string // working directory inside ("" = /box)
 	Seccomp        string // "default", "none" or a profile path
 
 	// BoxDir is the host directory of a persistent box, bound as /box.
 	BoxDir string
-	// Live receives captured output as it arrives when Stream is set.
-	LiveStdout, LiveStderr interface{ Write([]byte) (int, error) }
 }
 
 // Bind is a host path bound into the box.
@@ -96,7 +95,7 @@ func Defaults() Spec {
 }
 
 // BaseEnv is the environment every program starts from.
-var BaseEnv = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/box", "LANG=C.UTF-8"}
+var BaseEnv = api.BaseEnv
 
 // effectiveWall is the wall-clock limit of a run.
 func (s *Spec) effectiveWall() time.Duration {

@@ -2,11 +2,14 @@ package isolate
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -18,22 +21,7 @@ import (
 	"github.com/isolate-sandbox/isolate/seccomp"
 )
 
-// UsageError is bad input: the CLI prints it and exits 2, and nothing was
-// created.
-type UsageError struct{ Msg string }
-
-func (e *UsageError) Error() string { return e.Msg }
-
 func usagef(format string, a ...any) error { return &UsageError{Msg: fmt.Sprintf(format, a...)} }
-
-// Options are settings of the host rather than of one run.
-type Options struct {
-	// CgroupRoot overrides where box cgroups are created (a cgroup path);
-	// empty: under this process's own cgroup.
-	CgroupRoot string
-	// NumBoxes is how many box ids there are; 0 means DefaultNumBoxes.
-	NumBoxes int
-}
 
 // setupTimeout bounds how long init may take to build a box.
 const setupTimeout = 10 * time.Second
@@ -49,8 +37,10 @@ const killGrace = 2 * time.Second
 
 // supervisor is the state of one run on the host side.
 type supervisor struct {
+	ctx     context.Context
+	host    *Host
 	spec    *Spec
-	opts    Options
+	io      IO
 	report  *Report
 	timer   stageTimer
 	lock    *boxLock
@@ -61,6 +51,7 @@ type supervisor struct {
 	msgs    chan initMessage
 	stdout  *capture
 	stderr  *capture
+	stdinW  *os.File   // the pipe a Reader given as stdin is copied into
 	closers []*os.File // host ends to close once init has them
 	// placement are the cgroup files through which the program joins the
 	// box's cgroup; they reach init with the plan.
@@ -72,23 +63,21 @@ type supervisor struct {
 	boxPid     int               // the box's PID 1, in the host's PID namespace
 	notify     *os.File          // socket on which the program sends its seccomp listener
 	rec        *seccomp.Recorder
+	// interrupted is why the context ended the run, once it has.
+	interrupted error
 
 	// image is where the supervisor and init find a mounted image's
 	// files (see rootfs.MountSquashfs); empty: ImageDir.
 	image, imageInInit string
 }
 
-// Run performs one sandboxed run of spec: prepare (box id, cgroup, policy)
-// -> start init -> supervise -> report -> tear down. Bad input is a
-// *UsageError and leaves nothing behind; a failure of the sandbox itself
-// is a report with status XX.
-func Run(spec *Spec, opts Options) (*Report, error) {
-	s := &supervisor{spec: spec, opts: opts, timer: newStageTimer()}
-	if err := s.validate(); err != nil {
-		return nil, err
-	}
-	s.timer.mark("validate")
-	s.report = &Report{BoxID: -1, BlockedSyscalls: []seccomp.Blocked{}, Sandbox: SandboxInfo{Image: spec.Image, Seccomp: s.policyName()}}
+// run performs one sandboxed run: hold a box id, create the cgroup while
+// init starts and builds the box, supervise, account, tear down. A failure
+// of the sandbox itself is a report with status XX.
+func run(ctx context.Context, p *Prepared, stdio IO) *Report {
+	spec := p.spec
+	s := &supervisor{ctx: ctx, host: p.h, spec: spec, io: stdio, policy: p.policy, timer: newStageTimer()}
+	s.report = &Report{BoxID: -1, BlockedSyscalls: []seccomp.Blocked{}, Sandbox: SandboxInfo{Image: spec.Image, Seccomp: policyName(spec)}}
 	err := s.lockBox()
 	if err == nil {
 		// The cgroup is created in the background while init starts and
@@ -108,35 +97,38 @@ func Run(spec *Spec, opts Options) (*Report, error) {
 	s.teardown()
 	s.report.Sandbox.TeardownTime = time.Since(teardownStart).Seconds()
 	s.report.Sandbox.Stages = s.timer.stages
-	if err != nil {
-		s.report.Status = StatusXX
-		s.report.Message = err.Error()
+	switch {
+	case err != nil:
+		s.report.Status, s.report.Message, s.report.Cause = StatusXX, err.Error(), err
+	case s.interrupted != nil && s.report.Status != StatusXX:
+		s.report.Status, s.report.Message, s.report.Cause = StatusXX, s.interrupted.Error(), s.interrupted
 	}
-	return s.report, nil
+	return s.report
 }
 
-func (s *supervisor) numBoxes() int {
-	if s.opts.NumBoxes > 0 {
-		return s.opts.NumBoxes
+func (h *Host) numBoxes() int {
+	if h.Config.NumBoxes > 0 {
+		return h.Config.NumBoxes
 	}
 	return DefaultNumBoxes
 }
 
-func (s *supervisor) policyName() string {
-	if s.spec.Seccomp == "" {
+func policyName(sp *Spec) string {
+	if sp.Seccomp == "" {
 		return "default"
 	}
-	return s.spec.Seccomp
+	return sp.Seccomp
 }
 
-// validate checks the input before anything is created.
-func (s *supervisor) validate() error {
-	sp := s.spec
+// check checks the input against the host before anything is created,
+// and compiles the syscall policy.
+func (p *Prepared) check() error {
+	sp := p.spec
 	if len(sp.Command) == 0 || sp.Command[0] == "" {
 		return usagef("no command given (isolate run [options] -- COMMAND [ARG...])")
 	}
-	if sp.BoxID >= s.numBoxes() {
-		return usagef("box id %d is out of range (0-%d; num_boxes in %s raises it)", sp.BoxID, s.numBoxes()-1, ConfigPath)
+	if n := p.h.numBoxes(); sp.BoxID >= n {
+		return usagef("box id %d is out of range (0-%d; num_boxes in %s raises it)", sp.BoxID, n-1, ConfigPath)
 	}
 	if sp.ImageDir == "" && sp.ImageFile == "" && sp.ImageMount == nil {
 		return usagef("unknown image %q", sp.Image)
@@ -157,30 +149,12 @@ func (s *supervisor) validate() error {
 			return usagef("--copy-in %s: %v", c.From, errors.Unwrap(err))
 		}
 	}
-	if sp.Stdin != "" {
-		if fi, err := os.Stat(sp.Stdin); err != nil {
-			return usagef("--stdin %s: %v", sp.Stdin, errors.Unwrap(err))
-		} else if fi.IsDir() {
-			return usagef("--stdin %s: is a directory", sp.Stdin)
-		}
-	}
-	for _, out := range []string{sp.Stdout, sp.Stderr} {
-		if out == "" {
-			continue
-		}
-		if fi, err := os.Stat(out); err == nil && fi.IsDir() {
-			return usagef("output file %s is a directory", out)
-		}
-		if _, err := os.Stat(dirOf(out)); err != nil {
-			return usagef("output file %s: directory %s does not exist", out, dirOf(out))
-		}
-	}
 	for _, c := range sp.CopyOut {
 		if _, err := os.Stat(dirOf(c.To)); err != nil {
 			return usagef("--copy-out %s: directory %s does not exist", c.To, dirOf(c.To))
 		}
 	}
-	p, err := seccomp.Compile(s.policyName())
+	policy, err := p.h.policy(policyName(sp))
 	if err != nil {
 		var pe *seccomp.ProfileError
 		if errors.As(err, &pe) || os.IsNotExist(err) {
@@ -188,7 +162,7 @@ func (s *supervisor) validate() error {
 		}
 		return fmt.Errorf("compile seccomp policy: %w", err)
 	}
-	s.policy = p
+	p.policy = policy
 	return nil
 }
 
@@ -207,7 +181,7 @@ func dirOf(p string) string {
 // lockBox takes a box id.
 func (s *supervisor) lockBox() error {
 	var err error
-	if s.lock, err = lockBox(s.spec.BoxID, s.numBoxes()); err != nil {
+	if s.lock, err = lockBox(s.spec.BoxID, s.host.numBoxes()); err != nil {
 		return err
 	}
 	s.report.BoxID = s.lock.id
@@ -229,13 +203,13 @@ type cgroupResult struct {
 func (s *supervisor) createCgroup() {
 	done := make(chan cgroupResult, 1)
 	s.cgroupDone = done
-	id, root := s.lock.id, s.opts.CgroupRoot
+	id, host := s.lock.id, s.host
 	limits := cgroup.Limits{Memory: s.spec.Memory, Pids: s.spec.Pids, CPUs: s.spec.CPUs}
 	go func() {
 		start := time.Now()
 		r := cgroupResult{}
 		defer func() { r.took = time.Since(start); done <- r }()
-		mgr, err := cgroup.NewManager(root)
+		mgr, err := host.Cgroups()
 		if err != nil {
 			r.err = fmt.Errorf("cgroups: %w", err)
 			return
@@ -591,25 +565,32 @@ func (s *supervisor) plan(notifySock int) (*plan, error) {
 	return p, nil
 }
 
-// stdio opens the program's standard streams: files, or pipes captured by
-// the supervisor.
+// stdio gives the program its standard streams from s.io, under IO's
+// rule: files as they are, other Readers and Writers through pipes.
 func (s *supervisor) stdio() (stdin, stdout, stderr *os.File, err error) {
-	sp := s.spec
-	in := sp.Stdin
-	if in == "" {
-		in = os.DevNull
+	switch in := s.io.Stdin.(type) {
+	case nil:
+		if stdin, err = os.Open(os.DevNull); err != nil {
+			return nil, nil, nil, fmt.Errorf("open stdin: %w", err)
+		}
+		s.closers = append(s.closers, stdin)
+	case *os.File:
+		stdin = in
+	default:
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("stdin pipe: %w", err)
+		}
+		s.closers = append(s.closers, r)
+		s.stdinW = w
+		go func() {
+			io.Copy(w, in)
+			w.Close()
+		}()
+		stdin = r
 	}
-	if stdin, err = os.Open(in); err != nil {
-		return nil, nil, nil, fmt.Errorf("open stdin %s: %w", in, err)
-	}
-	s.closers = append(s.closers, stdin)
-	open := func(path string, live interface{ Write([]byte) (int, error) }) (*os.File, *capture, error) {
-		if path != "" {
-			f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-			if err != nil {
-				return nil, nil, err
-			}
-			s.closers = append(s.closers, f)
+	output := func(out interface{ Write([]byte) (int, error) }) (*os.File, *capture, error) {
+		if f, ok := out.(*os.File); ok {
 			return f, nil, nil
 		}
 		r, w, err := os.Pipe()
@@ -617,20 +598,16 @@ func (s *supervisor) stdio() (stdin, stdout, stderr *os.File, err error) {
 			return nil, nil, err
 		}
 		s.closers = append(s.closers, w)
-		var tee interface{ Write([]byte) (int, error) }
-		if sp.Stream {
-			tee = live
-		}
-		return w, startCapture(r, sp.OutputLimit, tee), nil
+		return w, startCapture(r, s.spec.OutputLimit, out), nil
 	}
-	if stdout, s.stdout, err = open(sp.Stdout, sp.LiveStdout); err != nil {
-		return nil, nil, nil, fmt.Errorf("open stdout: %w", err)
+	if stdout, s.stdout, err = output(s.io.Stdout); err != nil {
+		return nil, nil, nil, fmt.Errorf("stdout pipe: %w", err)
 	}
-	if sp.StderrToStdout {
+	if s.spec.StderrToStdout {
 		return stdin, stdout, stdout, nil
 	}
-	if stderr, s.stderr, err = open(sp.Stderr, sp.LiveStderr); err != nil {
-		return nil, nil, nil, fmt.Errorf("open stderr: %w", err)
+	if stderr, s.stderr, err = output(s.io.Stderr); err != nil {
+		return nil, nil, nil, fmt.Errorf("stderr pipe: %w", err)
 	}
 	return stdin, stdout, stderr, nil
 }
@@ -666,15 +643,19 @@ func (s *supervisor) await(typ string) (initMessage, error) {
 				return m, nil
 			}
 		case msgError:
-			if m.Errno != 0 {
-				return m, fmt.Errorf("box setup failed: %s: %s (errno %d)", m.Step, m.Err, m.Errno)
-			}
-			return m, fmt.Errorf("box setup failed: %s: %s", m.Step, m.Err)
+			return m, fmt.Errorf("box setup failed: %w", &StepError{Step: m.Step, Errno: m.Errno, Msg: m.Err})
 		}
 		return m, fmt.Errorf("box setup: unexpected message %q from init", m.Type)
 	case <-timeout.C:
 		return initMessage{}, fmt.Errorf("box setup: init did not answer within %v", setupTimeout)
+	case <-s.ctx.Done():
+		return initMessage{}, interruption(s.ctx)
 	}
+}
+
+// interruption is why ctx ended a run: "interrupted: " and its cause.
+func interruption(ctx context.Context) error {
+	return fmt.Errorf("interrupted: %w", context.Cause(ctx))
 }
 
 // sendFailed explains a failed write to init: init has most likely
@@ -737,6 +718,7 @@ func (s *supervisor) supervise() error {
 		cpuCheck = cpuTimer.C
 	}
 	var grace <-chan time.Time
+	done := s.ctx.Done()
 	exited := s.notStarted
 	for exited == nil {
 		select {
@@ -779,6 +761,13 @@ func (s *supervisor) supervise() error {
 				next = time.Millisecond
 			}
 			cpuTimer.Reset(next)
+		case <-done:
+			// The caller gave up: stop the program as for a limit, then
+			// account and tear down as usual.
+			done = nil
+			s.interrupted = interruption(s.ctx)
+			s.kill(LimitNone)
+			grace = time.After(killGrace)
 		case <-grace:
 			s.init.kill()
 			return errors.New("box init did not stop the program after a limit was hit")
@@ -814,6 +803,7 @@ func (s *supervisor) account(m *initMessage, wall time.Duration) error {
 	r.CSWInvoluntary = m.NIVCSW
 	if m.ExecErr != "" {
 		r.Message = m.ExecErr
+		r.StartFailure = startFailure(sp.Command[0], m.ExecErr)
 	}
 	total, err := s.cg.CPUUsage()
 	if err != nil {
@@ -916,6 +906,9 @@ func (s *supervisor) teardown() {
 	if s.notify != nil {
 		s.notify.Close()
 	}
+	if s.stdinW != nil {
+		s.stdinW.Close() // ends a copy the program did not read to its end
+	}
 	if s.stdout != nil {
 		s.report.Stdout, s.report.StdoutTruncated = s.stdout.result()
 	}
@@ -968,4 +961,16 @@ func appendMsg(a, b string) string {
 		return b
 	}
 	return a + "; " + b
+}
+
+// startFailure is the step that kept the program from starting, from
+// init's text "PROGRAM: error" (its execve) or "STEP: error" (a step
+// before it). This is the one place that reads that text; once init sends
+// the step and errno as fields, they go here instead.
+func startFailure(program, text string) *StepError {
+	if msg, ok := strings.CutPrefix(text, program+": "); ok {
+		return &StepError{Step: "execve", Msg: msg}
+	}
+	step, msg, _ := strings.Cut(text, ": ")
+	return &StepError{Step: step, Msg: msg}
 }

@@ -9,13 +9,14 @@ import (
 
 	libseccomp "github.com/seccomp/libseccomp-golang"
 	"golang.org/x/sys/unix"
+
+	"github.com/isolate-sandbox/isolate/api"
 )
 
 // Blocked is one refused syscall and how many times it was refused (report field blocked_syscalls).
-type Blocked struct {
-	Name  string `json:"name"`
-	Count int    `json:"count"`
-}
+// The type is the contract's (package api), so the report can hold it
+// without linking this package.
+type Blocked = api.Blocked
 
 // MaxAnswered is how many refused calls a Recorder answers before it closes
 // the listener. After that the kernel fails every further refused call at

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolate-sandbox/isolate/cgroup"
+	"github.com/isolate-sandbox/isolate/isolate"
 )
 
 // checkCommand diagnoses the host: what a run needs and whether it is
@@ -39,7 +40,16 @@ func checkCommand() *cli.Command {
 			line(kernelAtLeast(release, 5, 10), "kernel", release, "isolate needs Linux 5.10 or newer (openat2, pidfd_getfd, clone3)")
 
 			mode := cgroup.DetectMode()
-			mgr, err := cgroup.NewManager(os.Getenv("ISOLATE_CGROUP_ROOT"))
+			// The host as runs see it: the configuration file's cg_root,
+			// or ISOLATE_CGROUP_ROOT.
+			host, err := isolate.NewHost(nil)
+			if err != nil {
+				line(false, "configuration", err.Error(), "fix the file (see MIGRATING.md)")
+				host, _ = isolate.NewHost(&isolate.Config{BoxRoot: isolate.DefaultBoxRoot, NumBoxes: isolate.DefaultNumBoxes})
+			} else if host.Config.Path != "" {
+				line(true, "configuration", host.Config.Path, "")
+			}
+			mgr, err := host.Cgroups()
 			if err != nil {
 				line(false, "cgroups", string(mode)+": "+err.Error(), "mount cgroup2 at /sys/fs/cgroup, or the v1 memory, pids, cpu and cpuacct hierarchies")
 			} else {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,10 +12,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
+	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/isolate"
 	"github.com/isolate-sandbox/isolate/langs"
 	"github.com/isolate-sandbox/isolate/rootfs"
@@ -31,11 +34,7 @@ const execDirs = "/run/isolate/exec"
 
 // execReport is exec's JSON report (CONTRACT.md): the outcome, and the
 // report of each phase that ran (null when it did not).
-type execReport struct {
-	Status  isolate.Status  `json:"status"`
-	Compile *isolate.Report `json:"compile"`
-	Run     *isolate.Report `json:"run"`
-}
+type execReport = api.ExecReport
 
 func execCommand() *cli.Command {
 	return &cli.Command{
@@ -52,6 +51,7 @@ func execCommand() *cli.Command {
 
 // execJob is one exec: the language, the run's spec, the source.
 type execJob struct {
+	host   *isolate.Host
 	lang   *langs.Lang
 	spec   *isolate.Spec // the run phase; the compile phase derives from it
 	source string
@@ -70,20 +70,21 @@ func execAction(c *cli.Context) error {
 	if err != nil {
 		return usageErr(err)
 	}
-	rep, err := job.execute()
+	stdio, closeFiles, err := stdioFromFlags()
+	defer closeFiles()
+	if err != nil {
+		return usageErr(err)
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	rep, err := job.execute(ctx, stdio)
 	if err != nil {
 		return usageErr(err)
 	}
 	if err := emitExecReport(c, rep); err != nil {
 		return &exitError{code: exitSandbox, msg: err.Error()}
 	}
-	switch rep.Status {
-	case isolate.StatusOK:
-		return &exitError{code: exitOK}
-	case isolate.StatusXX:
-		return &exitError{code: exitSandbox}
-	}
-	return &exitError{code: exitFailed}
+	return &exitError{code: exitStatus(rep.Status)}
 }
 
 // newExecJob checks the command line; nothing is created yet.
@@ -102,11 +103,23 @@ func newExecJob(c *cli.Context) (*execJob, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("exec: source %s is not a regular file", source)
 	}
-	spec, err := specFromFlags(c)
+	req, err := specFromFlags(c)
 	if err != nil {
 		return nil, err
 	}
-	lang, _ := langFromFlags(c) // specFromFlags checked it
+	req.Args = []string{"exec"} // the language's run command, below
+	host, err := isolate.NewHost(nil)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := host.Resolve(req)
+	if err != nil {
+		return nil, flagError(err)
+	}
+	lang, err := langFromFlags(c)
+	if err != nil {
+		return nil, err
+	}
 	if err := applyLimits(spec, lang.RunLimits, c.IsSet); err != nil {
 		return nil, fmt.Errorf("language %s: run limits: %v", lang.Name, err)
 	}
@@ -119,11 +132,11 @@ func newExecJob(c *cli.Context) (*execJob, error) {
 	}
 	spec.Command = append(phaseVars(spec).Expand(lang.Run), args...)
 	spec.Env = phaseVars(spec).Expand(spec.Env)
-	return &execJob{lang: lang, spec: spec, source: source}, nil
+	return &execJob{host: host, lang: lang, spec: spec, source: source}, nil
 }
 
 // execute runs the phases in one box directory, and always removes it.
-func (j *execJob) execute() (*execReport, error) {
+func (j *execJob) execute(ctx context.Context, stdio isolate.IO) (*execReport, error) {
 	sweepExecDirs()
 	if j.spec.ImageFile != "" {
 		// One mount for both phases: the run finds in the page cache
@@ -150,7 +163,7 @@ func (j *execJob) execute() (*execReport, error) {
 		if err != nil {
 			return nil, err
 		}
-		crep, err := isolate.Run(cspec, hostOptions())
+		crep, err := j.run(ctx, cspec, isolate.IO{})
 		if err != nil {
 			return nil, err
 		}
@@ -176,7 +189,7 @@ func (j *execJob) execute() (*execReport, error) {
 			return rep, nil
 		}
 	}
-	rrep, err := isolate.Run(j.spec, hostOptions())
+	rrep, err := j.run(ctx, j.spec, stdio)
 	if err != nil {
 		return nil, err
 	}
@@ -190,6 +203,15 @@ func (j *execJob) execute() (*execReport, error) {
 	rep.Run = rrep
 	rep.Status = rrep.Status
 	return rep, nil
+}
+
+// run runs one phase.
+func (j *execJob) run(ctx context.Context, spec *isolate.Spec, stdio isolate.IO) (*isolate.Report, error) {
+	p, err := j.host.PrepareSpec(spec)
+	if err != nil {
+		return nil, err
+	}
+	return p.Run(ctx, stdio)
 }
 
 // makeDir creates the box directory and puts the source in it under the
@@ -278,7 +300,7 @@ func (j *execJob) compileSpec() (*isolate.Spec, error) {
 	}
 	vars := phaseVars(&s)
 	s.Command = vars.Expand(j.lang.Compile)
-	s.Env = vars.Expand(langEnv(j.lang))
+	s.Env = vars.Expand(isolate.MergeEnv(isolate.BaseEnv, j.lang.Env))
 	return &s, nil
 }
 
@@ -286,14 +308,15 @@ func (j *execJob) compileSpec() (*isolate.Spec, error) {
 // set on the command line.
 func applyLimits(s *isolate.Spec, l langs.Limits, userSet func(string) bool) error {
 	var err error
-	if l.Time != "" && !userSet("time") {
-		if s.CPUTime, err = parseDuration("time", l.Time); err != nil {
-			return err
-		}
-	}
-	if l.Wall != "" && !userSet("wall-time") {
-		if s.WallTime, err = parseDuration("wall-time", l.Wall); err != nil {
-			return err
+	durations := []struct {
+		flag, v string
+		dst     *time.Duration
+	}{{"time", l.Time, &s.CPUTime}, {"wall-time", l.Wall, &s.WallTime}}
+	for _, d := range durations {
+		if d.v != "" && !userSet(d.flag) {
+			if *d.dst, err = api.ParseDuration(d.v); err != nil {
+				return fmt.Errorf("--%s %q: %v", d.flag, d.v, err)
+			}
 		}
 	}
 	sizes := []struct {
@@ -302,9 +325,11 @@ func applyLimits(s *isolate.Spec, l langs.Limits, userSet func(string) bool) err
 	}{{"mem", l.Memory, &s.Memory}, {"tmp-size", l.TmpSize, &s.TmpSize}, {"fsize", l.FSize, &s.FileSize}}
 	for _, sz := range sizes {
 		if sz.v != "" && !userSet(sz.flag) {
-			if *sz.dst, err = parseSize(sz.flag, sz.v); err != nil {
-				return err
+			v, err := api.ParseSize(sz.v)
+			if err != nil {
+				return fmt.Errorf("--%s %q: %v", sz.flag, sz.v, err)
 			}
+			*sz.dst = max(v, 0) // Unlimited: the runtime's 0, no limit
 		}
 	}
 	if l.Pids > 0 && !userSet("pids") {
@@ -368,10 +393,7 @@ func sweepExecDirs() {
 // emitExecReport prints the outcome as the flags ask: JSON, a report file,
 // a meta file of the last phase, or the program's output and a summary.
 func emitExecReport(c *cli.Context, rep *execReport) error {
-	last := rep.Run
-	if last == nil {
-		last = rep.Compile
-	}
+	last := rep.Last()
 	if f := runValues.report; f != "" {
 		if err := writeJSON(f, rep); err != nil {
 			return err

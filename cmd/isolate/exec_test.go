@@ -164,14 +164,6 @@ func attachedImages() []string {
 	return out
 }
 
-// phaseOf returns the report of the phase that decided the outcome.
-func (r *execReport) last() *isolate.Report {
-	if r.Run != nil {
-		return r.Run
-	}
-	return r.Compile
-}
-
 func TestExecSumOfTwoNumbers(t *testing.T) {
 	for i, c := range langCases {
 		t.Run(c.lang, func(t *testing.T) {
@@ -179,7 +171,7 @@ func TestExecSumOfTwoNumbers(t *testing.T) {
 			box := strconv.Itoa(execFirstBox + i)
 			rep, code := execSource(t, c.file, c.sum, "2 40\n", "--lang", c.lang, "--box-id", box, "--time", "5")
 			if rep.Status != isolate.StatusOK || code != 0 {
-				t.Fatalf("status %s, exit %d: %+v", rep.Status, code, rep.last())
+				t.Fatalf("status %s, exit %d: %+v", rep.Status, code, rep.Last())
 			}
 			if rep.Run.Stdout != "42\n" {
 				t.Errorf("stdout %q, want \"42\\n\" (stderr %q)", rep.Run.Stdout, rep.Run.Stderr)
@@ -206,7 +198,7 @@ func TestExecRuntimeErrorIsRE(t *testing.T) {
 			needImage(t, c.lang)
 			rep, code := execSource(t, c.file, c.re, "", "--lang", c.lang, "--box-id", strconv.Itoa(execFirstBox+10+i))
 			if rep.Status != isolate.StatusRE || code != 1 {
-				t.Fatalf("status %s, exit %d, want RE and 1: %+v", rep.Status, code, rep.last())
+				t.Fatalf("status %s, exit %d, want RE and 1: %+v", rep.Status, code, rep.Last())
 			}
 			if rep.Run.ExitCode == 0 || !strings.Contains(rep.Run.Stderr, c.reIs) {
 				t.Errorf("exit code %d, stderr %q: want non-zero and %q", rep.Run.ExitCode, rep.Run.Stderr, c.reIs)
@@ -223,7 +215,7 @@ func TestExecPythonRunTimeSyntaxErrorIsRE(t *testing.T) {
 	rep, code := execSource(t, "late.py", "print('started')\ncompile('x = (', 'late', 'exec')\n", "",
 		"--lang", "python", "--box-id", strconv.Itoa(execFirstBox+45))
 	if rep.Status != isolate.StatusRE || code != 1 || rep.Run == nil {
-		t.Fatalf("status %s, exit %d, want RE and 1: %+v", rep.Status, code, rep.last())
+		t.Fatalf("status %s, exit %d, want RE and 1: %+v", rep.Status, code, rep.Last())
 	}
 	if rep.Run.Stdout != "started\n" || !strings.Contains(rep.Run.Stderr, "SyntaxError") || rep.Run.ExitCode != 1 {
 		t.Errorf("stdout %q, stderr %q, exit code %d: want the program's output, its traceback, 1",
@@ -237,7 +229,7 @@ func TestExecCompileErrorIsCE(t *testing.T) {
 			needImage(t, c.lang)
 			rep, code := execSource(t, c.file, c.ce, "1 2\n", "--lang", c.lang, "--box-id", strconv.Itoa(execFirstBox+20+i))
 			if rep.Status != isolate.StatusCE || code != 1 {
-				t.Fatalf("status %s, exit %d, want CE and 1: %+v", rep.Status, code, rep.last())
+				t.Fatalf("status %s, exit %d, want CE and 1: %+v", rep.Status, code, rep.Last())
 			}
 			if rep.Run != nil {
 				t.Errorf("a run report after a compile error: %+v", rep.Run)
@@ -255,7 +247,7 @@ func TestExecEndlessLoopIsTO(t *testing.T) {
 			needImage(t, c.lang)
 			rep, code := execSource(t, c.file, c.loop, "", "--lang", c.lang, "--box-id", strconv.Itoa(execFirstBox+30+i), "--time", "0.5")
 			if rep.Status != isolate.StatusTO || code != 1 {
-				t.Fatalf("status %s, exit %d, want TO and 1: %+v", rep.Status, code, rep.last())
+				t.Fatalf("status %s, exit %d, want TO and 1: %+v", rep.Status, code, rep.Last())
 			}
 			if rep.Run.Limit != isolate.LimitCPU || rep.Run.CPUTime < 0.5 {
 				t.Errorf("limit %q after %.3f s of CPU, want cpu after 0.5 s", rep.Run.Limit, rep.Run.CPUTime)
@@ -295,7 +287,7 @@ func TestExecJavaUnderTightLimits(t *testing.T) {
 	c := langCases[len(langCases)-1]
 	rep, code := execSource(t, c.file, c.sum, "1 2\n", "--lang", "java", "--box-id", strconv.Itoa(execFirstBox+41), "--pids", "24", "--mem", "192M")
 	if rep.Status != isolate.StatusOK || code != 0 || rep.Run.Stdout != "3\n" {
-		t.Fatalf("status %s, exit %d: %+v", rep.Status, code, rep.last())
+		t.Fatalf("status %s, exit %d: %+v", rep.Status, code, rep.Last())
 	}
 	if rep.Run.PidsPeak > 24 || rep.Run.MemoryPeak > 192<<20 {
 		t.Errorf("pids peak %d, memory peak %d", rep.Run.PidsPeak, rep.Run.MemoryPeak)

@@ -6,6 +6,7 @@ package main
 // namespace, seccomp, cgroups on v1, hybrid and v2 hosts alike.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -15,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/isolate-sandbox/isolate/cgroup"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
@@ -92,7 +92,11 @@ func ioiUsage(err error) int {
 
 // cgroupRoot is the directory under which box cgroups are made.
 func cgroupRoot(cfg *isolate.Config) (string, error) {
-	m, err := cgroup.NewManager(cgroupRootSetting(cfg))
+	host, err := isolate.NewHost(cfg)
+	if err != nil {
+		return "", err
+	}
+	m, err := host.Cgroups()
 	if err != nil {
 		return "", err
 	}
@@ -101,15 +105,6 @@ func cgroupRoot(cfg *isolate.Config) (string, error) {
 		return dir, nil
 	}
 	return parents["memory"], nil
-}
-
-// cgroupRootSetting is the configured cgroup root: the environment, else
-// the configuration file.
-func cgroupRootSetting(cfg *isolate.Config) string {
-	if r := hostOptions().CgroupRoot; r != "" {
-		return r
-	}
-	return cfg.CgroupRoot
 }
 
 // ioiRun is one `--run`: hold the box, hand box/ to the box user, run,
@@ -147,13 +142,10 @@ func ioiRunBox(o *ioiOptions, cfg *isolate.Config, owner isolate.Owner) int {
 	}()
 	ioiAdjust(rep, o.timeout)
 	stdio.afterRun()
-	if rep.ExitCode == 127 && rep.Status == isolate.StatusRE && stdio.errOut != nil {
+	if f := rep.StartFailure; f != nil && f.Step == "execve" && rep.Status == isolate.StatusRE && stdio.errOut != nil {
 		// ioi/isolate's child says why it could not execute the program
 		// on the program's standard error.
-		prefix := execPath(o.command[0]) + ": "
-		if strings.HasPrefix(rep.Message, prefix) {
-			fmt.Fprintf(stdio.errOut, "execve(%q): %s\n", o.command[0], strings.TrimPrefix(rep.Message, prefix))
-		}
+		fmt.Fprintf(stdio.errOut, "execve(%q): %s\n", o.command[0], f.Msg)
 	}
 	text := formatMeta(rep)
 	switch {
@@ -190,18 +182,25 @@ func ioiExecute(o *ioiOptions, cfg *isolate.Config, pb *isolate.PersistentBox, s
 		// truncated when the program gets its own open of it.
 		fmt.Fprintf(os.Stderr, "Box %d in %s: %q in %s, binds %+v\n", o.boxID, pb.Dir, spec.Command, spec.Chdir, spec.Binds)
 	}
-	if err := stdio.setup(o, spec, mounts, pb.HostUID()); err != nil {
+	io, err := stdio.setup(o, spec, mounts, pb.HostUID())
+	if err != nil {
 		return xxReport(err.Error())
 	}
-	opts := hostOptions()
-	opts.CgroupRoot = cgroupRootSetting(cfg)
-	rep, err := isolate.Run(spec, opts)
+	host, err := isolate.NewHost(cfg)
+	if err != nil {
+		return xxReport(err.Error())
+	}
+	prep, err := host.PrepareSpec(spec)
+	if err != nil {
+		return xxReport(err.Error())
+	}
+	rep, err := prep.Run(context.Background(), io)
 	if err != nil {
 		return xxReport(err.Error())
 	}
 	// A step of starting the program other than its execve failed:
 	// ioi/isolate reports that as a failure of the sandbox.
-	if rep.Status == isolate.StatusRE && rep.ExitCode == 127 && rep.Message != "" && !strings.HasPrefix(rep.Message, spec.Command[0]+": ") {
+	if f := rep.StartFailure; f != nil && f.Step != "execve" && rep.Status == isolate.StatusRE {
 		rep.Status = isolate.StatusXX
 	}
 	return rep

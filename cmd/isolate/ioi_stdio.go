@@ -45,50 +45,85 @@ func (s *ioiStdio) close() {
 	}
 }
 
-// setup fills spec's streams from the options.
-func (s *ioiStdio) setup(o *ioiOptions, spec *isolate.Spec, mounts []mountPoint, boxUID int) error {
+// setup gives the program its streams from the options: files opened
+// in the box, or isolate's own, reopened or relayed.
+func (s *ioiStdio) setup(o *ioiOptions, spec *isolate.Spec, mounts []mountPoint, boxUID int) (isolate.IO, error) {
+	var stdio isolate.IO
 	spec.StderrToStdout = o.stderrToStdout
-	files := []struct {
-		name  string
-		write bool
-		dst   *string
-		fd    int
-	}{{o.stdin, false, &spec.Stdin, 0}, {o.stdout, true, &spec.Stdout, 1}, {o.stderr, true, &spec.Stderr, 2}}
+	// Each file is given to the program as a new open of what it names
+	// (not the descriptor opened here, which is non-blocking, nor
+	// isolate's own, whose offset the program must not move).
+	reopen := func(p string, write bool) (*os.File, error) {
+		var f *os.File
+		var err error
+		if write {
+			f, err = os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		} else {
+			f, err = os.Open(p)
+		}
+		if err != nil {
+			return nil, err
+		}
+		s.open = append(s.open, f)
+		return f, nil
+	}
+	var files [3]*os.File
 	var inherited [3]bool
-	for _, f := range files {
-		if f.name == "" {
-			inherited[f.fd] = true
+	names := [3]string{o.stdin, o.stdout, o.stderr}
+	for fd, name := range names {
+		if name == "" {
+			inherited[fd] = true
 			continue
 		}
-		file, err := openInBox(mounts, f.name, f.write, boxUID)
+		file, err := openInBox(mounts, name, fd > 0, boxUID)
 		if err != nil {
-			return err
+			return stdio, err
 		}
 		s.open = append(s.open, file)
-		*f.dst = "/proc/self/fd/" + strconv.Itoa(int(file.Fd()))
-		if f.fd == 2 || (f.fd == 1 && o.stderrToStdout) {
+		if files[fd], err = reopen("/proc/self/fd/"+strconv.Itoa(int(file.Fd())), fd > 0); err != nil {
+			return stdio, fmt.Errorf("open(%q): %s", name, strerror(err))
+		}
+		if fd == 2 || (fd == 1 && o.stderrToStdout) {
 			s.errOut = file
 		}
 	}
 	if inherited[0] {
-		spec.Stdin = inheritedInput()
+		f, err := reopen(inheritedInput(), false)
+		if err != nil {
+			return stdio, fmt.Errorf("open stdin: %w", err)
+		}
+		files[0] = f
 	}
 	if inherited[1] && inherited[2] && !o.stderrToStdout && sameFile(1, 2) {
 		// One file opened once (2>&1): the program must share a single
 		// offset for both, as it would with ioi/isolate.
 		spec.StderrToStdout = true
 	}
-	if inherited[1] {
-		spec.Stdout = s.inheritOutput(1, spec, &spec.LiveStdout)
-		if spec.StderrToStdout && s.errOut == nil {
-			s.errOut = os.Stdout
+	if files[0] != nil {
+		stdio.Stdin = files[0]
+	}
+	outs := []*interface{ Write([]byte) (int, error) }{nil, &stdio.Stdout, &stdio.Stderr}
+	for fd := 1; fd <= 2; fd++ {
+		if files[fd] != nil {
+			*outs[fd] = files[fd]
+			continue
 		}
+		if !inherited[fd] || (fd == 2 && spec.StderrToStdout) {
+			continue
+		}
+		w, err := s.inheritOutput(fd, spec, reopen)
+		if err != nil {
+			return stdio, err
+		}
+		*outs[fd] = w
+	}
+	if inherited[1] && spec.StderrToStdout && s.errOut == nil {
+		s.errOut = os.Stdout
 	}
 	if inherited[2] && !spec.StderrToStdout {
-		spec.Stderr = s.inheritOutput(2, spec, &spec.LiveStderr)
 		s.errOut = os.Stderr
 	}
-	return nil
+	return stdio, nil
 }
 
 // openInBox opens the file the box path name (relative to /box) refers
@@ -203,27 +238,28 @@ func inheritedInput() string {
 // a relay of the captured stream to isolate's own descriptor, which keeps
 // its offset and append mode (and stops at the -f limit, which a program
 // writing through the relay does not hit itself).
-func (s *ioiStdio) inheritOutput(fd int, spec *isolate.Spec, live *interface{ Write([]byte) (int, error) }) string {
+func (s *ioiStdio) inheritOutput(fd int, spec *isolate.Spec, reopen func(string, bool) (*os.File, error)) (interface{ Write([]byte) (int, error) }, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return os.DevNull
+		return reopen(os.DevNull, true)
 	}
+	self := "/proc/self/fd/" + strconv.Itoa(fd)
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFIFO, unix.S_IFCHR:
-		return "/proc/self/fd/" + strconv.Itoa(fd)
+		return reopen(self, true)
 	case unix.S_IFREG:
 		off, _ := unix.Seek(fd, 0, io.SeekCurrent)
 		fl, _ := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
 		if st.Size == 0 && off == 0 && fl&unix.O_APPEND == 0 {
 			s.reopened = append(s.reopened, fd)
-			return "/proc/self/fd/" + strconv.Itoa(fd)
+			return reopen(self, true)
 		}
 	}
 	// A duplicate, so that a closed reader makes writes fail with EPIPE
 	// instead of killing isolate (Go raises SIGPIPE only for fds 1 and 2).
 	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
 	if err != nil {
-		return os.DevNull
+		return reopen(os.DevNull, true)
 	}
 	f := os.NewFile(uintptr(dup), "relay")
 	s.open = append(s.open, f)
@@ -231,10 +267,8 @@ func (s *ioiStdio) inheritOutput(fd int, spec *isolate.Spec, live *interface{ Wr
 	if st.Mode&unix.S_IFMT == unix.S_IFREG && spec.FileSize > 0 {
 		limit = spec.FileSize
 	}
-	*live = &relay{w: f, left: limit}
-	spec.Stream = true
 	spec.OutputLimit = 1 // the report keeps nothing worth keeping
-	return ""
+	return &relay{w: f, left: limit}, nil
 }
 
 // relay copies a captured stream to a descriptor, up to left bytes (-1:

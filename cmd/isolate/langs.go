@@ -9,7 +9,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/isolate-sandbox/isolate/isolate"
 	"github.com/isolate-sandbox/isolate/langs"
 	"github.com/isolate-sandbox/isolate/rootfs"
 )
@@ -95,26 +94,4 @@ func imageFromFlags(c *cli.Context, l *langs.Lang) string {
 		return l.Image
 	}
 	return runValues.image
-}
-
-// langEnv is the environment a run starts from: the base, then the
-// language's own variables (placeholders expanded later, per phase).
-func langEnv(l *langs.Lang) []string {
-	env := append([]string(nil), isolate.BaseEnv...)
-	if l == nil {
-		return env
-	}
-	for _, kv := range l.Env {
-		name, _, _ := strings.Cut(kv, "=")
-		replaced := false
-		for i, e := range env {
-			if strings.HasPrefix(e, name+"=") {
-				env[i], replaced = kv, true
-			}
-		}
-		if !replaced {
-			env = append(env, kv)
-		}
-	}
-	return env
 }

@@ -1,15 +1,18 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/isolate"
-	"github.com/isolate-sandbox/isolate/rootfs"
 )
 
 // runValues receive the options of `run` (and `exec`) as urfave/cli parses
@@ -78,192 +81,235 @@ func runCommand() *cli.Command {
 			if err != nil {
 				return usageErr(err)
 			}
-			spec.Command = c.Args().Slice()
-			return runAndReport(c, spec)
+			spec.Args = c.Args().Slice()
+			return runAndReport(spec)
 		},
 	}
 }
 
-// specFromFlags turns the run options into a Spec.
-func specFromFlags(c *cli.Context) (*isolate.Spec, error) {
-	s := isolate.Defaults()
-	s.BoxID = runValues.boxID
-	if s.BoxID < -1 {
-		return nil, fmt.Errorf("--box-id %d: must be 0 or more", s.BoxID)
+// specFromFlags turns the run options into a request.
+func specFromFlags(c *cli.Context) (*api.Spec, error) {
+	v := &runValues
+	s := &api.Spec{Lang: v.lang, Cwd: v.chdir, Seccomp: v.seccomp, Net: v.net}
+	if v.boxID < -1 {
+		return nil, fmt.Errorf("--box-id %d: must be 0 or more", v.boxID)
+	} else if v.boxID >= 0 {
+		s.BoxID = &v.boxID
 	}
-	var err error
+	if c.IsSet("image") || v.lang == "" {
+		s.Image = v.image
+	}
 	durations := []struct {
 		name string
+		val  string
 		dst  *int64
-	}{}
-	_ = durations
-	if s.CPUTime, err = parseDuration("time", orDefault(runValues.time, "0")); err != nil {
-		return nil, err
+	}{{"time", v.time, &s.CPUTimeMs}, {"wall-time", v.wallTime, &s.WallTimeMs}, {"extra-time", v.extraTime, &s.ExtraTimeMs}}
+	for _, d := range durations {
+		if d.val == "" && !c.IsSet(d.name) {
+			continue
+		}
+		dur, err := api.ParseDuration(d.val)
+		if err != nil {
+			return nil, fmt.Errorf("--%s %q: %v", d.name, d.val, err)
+		}
+		*d.dst = api.Millis(dur)
 	}
-	if s.WallTime, err = parseDuration("wall-time", orDefault(runValues.wallTime, "0")); err != nil {
-		return nil, err
-	}
-	if s.ExtraTime, err = parseDuration("extra-time", orDefault(runValues.extraTime, "0")); err != nil {
-		return nil, err
-	}
-	v := &runValues
 	sizes := []struct {
 		name string
-		val  *string
+		val  string
 		dst  *int64
 	}{
-		{"mem", &v.mem, &s.Memory}, {"fsize", &v.fsize, &s.FileSize}, {"tmp-size", &v.tmpSize, &s.TmpSize},
-		{"stack", &v.stack, &s.Stack}, {"output-limit", &v.outputLimit, &s.OutputLimit},
+		{"mem", v.mem, &s.MemoryBytes}, {"fsize", v.fsize, &s.FileSizeBytes}, {"tmp-size", v.tmpSize, &s.TmpSizeBytes},
+		{"stack", v.stack, &s.StackBytes}, {"output-limit", v.outputLimit, &s.OutputLimitBytes},
 	}
+	var err error
 	for _, sz := range sizes {
-		if *sz.dst, err = parseSize(sz.name, *sz.val); err != nil {
-			return nil, err
+		if *sz.dst, err = api.ParseSize(sz.val); err != nil {
+			return nil, fmt.Errorf("--%s %q: %v", sz.name, sz.val, err)
 		}
 	}
-	if s.Pids, err = parseCount("pids", runValues.pids); err != nil {
-		return nil, err
-	}
-	if s.OpenFiles, err = parseCount("open-files", runValues.openFiles); err != nil {
-		return nil, err
-	}
-	if v := runValues.cpus; v != "" && v != "unlimited" {
-		if _, err := fmt.Sscanf(v, "%g", &s.CPUs); err != nil || s.CPUs < 0 || strings.ContainsAny(v, " ") {
-			return nil, fmt.Errorf("--cpus %q: not a number of CPUs", v)
+	counts := []struct {
+		name string
+		val  string
+		dst  *int64
+	}{{"pids", v.pids, &s.Pids}, {"open-files", v.openFiles, &s.OpenFiles}}
+	for _, n := range counts {
+		if *n.dst, err = api.ParseCount(n.val); err != nil {
+			return nil, fmt.Errorf("--%s %q: %v", n.name, n.val, err)
 		}
 	}
-	lang, err := langFromFlags(c)
-	if err != nil {
-		return nil, err
+	if v.cpus != "" || c.IsSet("cpus") {
+		if s.CPUs, err = api.ParseCPUs(v.cpus); err != nil {
+			return nil, fmt.Errorf("--cpus %q: %v", v.cpus, err)
+		}
 	}
-	if err := resolveImage(&s, imageFromFlags(c, lang)); err != nil {
-		return nil, err
-	}
-	for _, v := range runValues.bind.Value() {
-		b, err := parseBind(v)
+	for _, b := range v.bind.Value() {
+		bind, err := parseBind(b)
 		if err != nil {
 			return nil, err
 		}
-		s.Binds = append(s.Binds, b)
+		s.Binds = append(s.Binds, bind)
 	}
-	for _, v := range runValues.copyIn.Value() {
-		cp, err := parseCopy("copy-in", v)
+	for _, c := range v.copyIn.Value() {
+		cp, err := parseCopy("copy-in", c)
 		if err != nil {
 			return nil, err
 		}
 		s.CopyIn = append(s.CopyIn, cp)
 	}
-	for _, v := range runValues.copyOut.Value() {
-		cp, err := parseCopy("copy-out", v)
+	for _, c := range v.copyOut.Value() {
+		cp, err := parseCopy("copy-out", c)
 		if err != nil {
 			return nil, err
 		}
 		s.CopyOut = append(s.CopyOut, cp)
 	}
-	if s.Env, err = buildEnv(langEnv(lang), runValues.env.Value()); err != nil {
+	if s.Env, err = envFromFlags(v.env.Value()); err != nil {
 		return nil, err
 	}
-	switch runValues.net {
-	case "none":
-	case "host":
-		s.HostNet = true
-	default:
-		return nil, fmt.Errorf("--net %q: expected none or host", runValues.net)
+	if err := s.Validate(); err != nil && !isMissingArgs(err) {
+		return nil, flagError(err)
 	}
-	s.Stdin, s.Stdout, s.Stderr = runValues.stdin, runValues.stdout, runValues.stderr
-	s.Stream = runValues.stream
-	s.LiveStdout, s.LiveStderr = os.Stdout, os.Stderr
-	s.Chdir = runValues.chdir
-	s.Seccomp = runValues.seccomp
-	return &s, nil
+	return s, nil
 }
 
-func orDefault(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
+// isMissingArgs tells a request without a command apart: the command
+// comes after the flags, and the runtime says how to give it.
+func isMissingArgs(err error) bool {
+	var fe *api.FieldError
+	return errors.As(err, &fe) && fe.Field == "args"
 }
 
-// resolveImage maps --image to what the box's system tree comes from:
-// "host", a built image's name, a directory, or a squashfs file.
-func resolveImage(s *isolate.Spec, name string) error {
-	s.Image, s.ImageDir, s.ImageFile = name, "", ""
-	switch {
-	case name == "" || name == "host":
-		s.Image, s.ImageDir = "host", "/"
-	case strings.Contains(name, "/"):
-		fi, err := os.Stat(name)
+// specFields are the options behind the request's fields, to word a
+// field's error as the option the user gave.
+var specFields = map[string]string{
+	"cwd": "chdir", "net": "net", "box_id": "box-id", "image": "image", "lang": "lang", "seccomp": "seccomp",
+	"cpu_time_ms": "time", "wall_time_ms": "wall-time", "extra_time_ms": "extra-time", "memory_bytes": "mem",
+	"pids": "pids", "cpus": "cpus", "file_size_bytes": "fsize", "tmp_size_bytes": "tmp-size", "open_files": "open-files",
+	"stack_bytes": "stack", "output_limit_bytes": "output-limit", "binds": "bind", "copy_in": "copy-in",
+	"copy_out": "copy-out", "env": "env",
+}
+
+// flagError words a request field's error as the option's.
+func flagError(err error) error {
+	var fe *api.FieldError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	field, _, _ := strings.Cut(fe.Field, ".")
+	field, _, _ = strings.Cut(field, "[")
+	if name, ok := specFields[field]; ok {
+		return fmt.Errorf("--%s %s", name, fe.Msg)
+	}
+	return err
+}
+
+// stdioFromFlags opens the host files --stdin, --stdout and --stderr
+// name; with --stream, output goes live to isolate's own too. close
+// closes what was opened.
+func stdioFromFlags() (stdio isolate.IO, close func(), err error) {
+	var files []*os.File
+	close = func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}
+	if v := runValues.stdin; v != "" {
+		f, err := isolate.OpenStdin(v)
 		if err != nil {
-			return fmt.Errorf("--image %s: %v", name, errors.Unwrap(err))
+			return stdio, close, err
 		}
-		if fi.IsDir() {
-			s.ImageDir = name
-		} else if rootfs.IsSquashfs(name) {
-			s.ImageFile = name
-		} else {
-			return fmt.Errorf("--image %s: neither a directory nor a squashfs file", name)
-		}
-	default:
-		if _, err := rootfs.LookupImage(name); err != nil {
-			return fmt.Errorf("--image %s: %v", name, err)
-		}
-		s.ImageFile = rootfs.ImagePath(name)
+		files = append(files, f)
+		stdio.Stdin = f
 	}
-	return nil
+	outputs := []struct {
+		path string
+		dst  *interface{ Write([]byte) (int, error) }
+		live *os.File
+	}{{runValues.stdout, &stdio.Stdout, os.Stdout}, {runValues.stderr, &stdio.Stderr, os.Stderr}}
+	for _, o := range outputs {
+		if err := isolate.CheckOutput(o.path); o.path != "" && err != nil {
+			return stdio, close, err
+		}
+	}
+	for _, o := range outputs {
+		switch {
+		case o.path != "":
+			f, err := isolate.CreateOutput(o.path)
+			if err != nil {
+				return stdio, close, err
+			}
+			files = append(files, f)
+			*o.dst = f
+		case runValues.stream:
+			// Not the file itself, which the program would get: the
+			// output is captured and copied live.
+			*o.dst = liveCopy{o.live}
+		}
+	}
+	return stdio, close, nil
 }
+
+// liveCopy is a Writer that is not an *os.File, so that Run captures the
+// stream and copies it here as it arrives.
+type liveCopy struct{ w *os.File }
+
+func (l liveCopy) Write(p []byte) (int, error) { return l.w.Write(p) }
 
 // runAndReport runs spec and prints the report the way the flags ask.
-func runAndReport(c *cli.Context, spec *isolate.Spec) error {
-	opts, cfg, err := loadHost()
+func runAndReport(spec *api.Spec) error {
+	host, err := isolate.NewHost(nil)
 	if err != nil {
 		return usageErr(err)
 	}
-	// A box made by `isolate init` keeps its /box across runs.
-	finish, err := isolate.UsePersistent(spec, cfg)
+	prep, err := host.Prepare(spec)
+	if err != nil {
+		return usageErr(flagError(err))
+	}
+	stdio, closeFiles, err := stdioFromFlags()
+	defer closeFiles()
 	if err != nil {
 		return usageErr(err)
 	}
-	rep, err := isolate.Run(spec, opts)
-	if ferr := finish(); ferr != nil && err == nil && rep.Status != isolate.StatusXX {
-		rep.Status, rep.Message = isolate.StatusXX, "hand the box back: "+ferr.Error()
-	}
+	ctx, stop := signalContext()
+	defer stop()
+	rep, err := prep.Run(ctx, stdio)
 	if err != nil {
 		return usageErr(err)
 	}
 	if err := emitReport(rep, runValues.json, runValues.report, runValues.meta, runValues.stream); err != nil {
 		return &exitError{code: exitSandbox, msg: err.Error()}
 	}
-	return &exitError{code: exitStatus(rep)}
+	return &exitError{code: exitStatus(rep.Status)}
 }
 
-// exitStatus is isolate's exit status for a finished run.
-func exitStatus(r *isolate.Report) int {
-	switch r.Status {
-	case isolate.StatusOK:
+// exitStatus is isolate's exit status for a finished run or exec (the
+// one place it is decided): 0 OK, 2 the sandbox failed, 1 the program
+// did.
+func exitStatus(s api.Status) int {
+	switch s {
+	case api.StatusOK:
 		return exitOK
-	case isolate.StatusXX:
+	case api.StatusXX:
 		return exitSandbox
 	}
 	return exitFailed
 }
 
-// hostOptions is the host's settings, for callers that have already
-// reported a broken configuration file (or do not read it).
-func hostOptions() isolate.Options {
-	opts, _, _ := loadHost()
-	return opts
-}
-
-// loadHost reads the host's settings: the configuration file, then
-// ISOLATE_CGROUP_ROOT from the environment.
-func loadHost() (isolate.Options, *isolate.Config, error) {
-	cfg, err := isolate.LoadConfig()
-	if err != nil {
-		return isolate.Options{}, nil, err
+// signalContext ends when isolate gets SIGINT, SIGTERM or SIGHUP: the run
+// is then killed and torn down, and its report says which signal.
+func signalContext() (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	go func() {
+		if sig, ok := <-sigs; ok {
+			cancel(fmt.Errorf("signal %d (%v)", sig.(syscall.Signal), sig))
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(sigs)
+		cancel(nil)
 	}
-	opts := isolate.Options{CgroupRoot: cfg.CgroupRoot, NumBoxes: cfg.NumBoxes}
-	if root := os.Getenv("ISOLATE_CGROUP_ROOT"); root != "" {
-		opts.CgroupRoot = root
-	}
-	return opts, cfg, nil
 }

@@ -10,32 +10,13 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/isolate-sandbox/isolate/api"
 )
 
-// report is the part of isolate's JSON report (CONTRACT.md) the checks read.
-type report struct {
-	Status     string  `json:"status"`
-	Message    string  `json:"message"`
-	ExitCode   int     `json:"exit_code"`
-	Signal     int     `json:"signal"`
-	Killed     bool    `json:"killed"`
-	Limit      string  `json:"limit"`
-	CPUTime    float64 `json:"cpu_time"`
-	UserTime   float64 `json:"user_time"`
-	SysTime    float64 `json:"sys_time"`
-	WallTime   float64 `json:"wall_time"`
-	MemoryPeak int64   `json:"memory_peak"`
-	OOMKilled  bool    `json:"oom_killed"`
-	PidsPeak   int64   `json:"pids_peak"`
-	Stdout     string  `json:"stdout"`
-	Stderr     string  `json:"stderr"`
-	BoxID      int     `json:"box_id"`
-	Sandbox    struct {
-		Cgroup       string  `json:"cgroup"`
-		SetupTime    float64 `json:"setup_time"`
-		TeardownTime float64 `json:"teardown_time"`
-	} `json:"sandbox"`
-}
+// report is isolate's JSON report, the contract's type (package api is
+// pure Go: importing it links neither the runtime nor libseccomp).
+type report = api.Report
 
 // run is one `isolate run --json ARGS`: its report and isolate's exit
 // status. An error means there was no report to read.

@@ -6,7 +6,7 @@
 // per check, a closing "N passed, M failed" line, and exits 1 if any failed.
 //
 // It reads isolate's JSON report as any user does, through the contract's
-// field names, so it does not link the runtime (nor libseccomp) itself.
+// types in package api, so it does not link the runtime (nor libseccomp).
 //
 // Usage: driver DIR, where DIR holds the isolate binary and t/probe (built
 // from cmd/isolate/testdata/probe.c).

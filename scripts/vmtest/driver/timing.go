@@ -40,7 +40,7 @@ func outcome(r run, want string) string {
 	if r.err != nil {
 		return r.err.Error()
 	}
-	if r.rep.Status != want {
+	if string(r.rep.Status) != want {
 		return fmt.Sprintf("status %s (%q, exit_code %d, signal %d), want %s; stdout %q stderr %q",
 			r.rep.Status, r.rep.Message, r.rep.ExitCode, r.rep.Signal, want, r.rep.Stdout, r.rep.Stderr)
 	}

@@ -1,0 +1,316 @@
+package isolate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/isolate-sandbox/isolate/api"
+	"github.com/isolate-sandbox/isolate/cgroup"
+	"github.com/isolate-sandbox/isolate/langs"
+	"github.com/isolate-sandbox/isolate/rootfs"
+	"github.com/isolate-sandbox/isolate/seccomp"
+)
+
+// Host is this machine prepared for runs, built once per process: its
+// configuration (file and environment, resolved in LoadConfig), the
+// cgroup manager (found on the first run, then reused) and the compiled
+// syscall policies. Front ends (the CLI's commands, the service) fill an
+// api.Spec and call Run; a Host serves any number of runs at once.
+type Host struct {
+	Config *Config
+
+	cgOnce sync.Once
+	cg     *cgroup.Manager
+	cgErr  error
+
+	mu       sync.Mutex
+	policies map[policyKey]*seccomp.Program
+}
+
+// NewHost prepares the host with cfg; nil reads the configuration
+// (LoadConfig).
+func NewHost(cfg *Config) (*Host, error) {
+	if cfg == nil {
+		var err error
+		if cfg, err = LoadConfig(); err != nil {
+			return nil, err
+		}
+	}
+	return &Host{Config: cfg, policies: map[policyKey]*seccomp.Program{}}, nil
+}
+
+// Cgroups is the host's cgroup manager, found once.
+func (h *Host) Cgroups() (*cgroup.Manager, error) {
+	h.cgOnce.Do(func() { h.cg, h.cgErr = cgroup.NewManager(h.Config.CgroupRoot) })
+	return h.cg, h.cgErr
+}
+
+// policyKey names a compiled policy: a built-in one by name, a profile
+// file by name and the version of the file it was compiled from.
+type policyKey struct {
+	name          string
+	dev, ino      uint64
+	size, modTime int64
+}
+
+// policy compiles the named syscall policy, or takes it from the cache.
+func (h *Host) policy(name string) (*seccomp.Program, error) {
+	key := policyKey{name: name}
+	if name != "default" && name != "none" {
+		fi, err := os.Stat(name)
+		if err != nil {
+			return nil, err
+		}
+		key.size, key.modTime = fi.Size(), fi.ModTime().UnixNano()
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			key.dev, key.ino = st.Dev, st.Ino
+		}
+	}
+	h.mu.Lock()
+	p, ok := h.policies[key]
+	h.mu.Unlock()
+	if ok {
+		return p, nil
+	}
+	p, err := seccomp.Compile(name)
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	h.policies[key] = p
+	h.mu.Unlock()
+	return p, nil
+}
+
+// IO are a run's standard streams, under os/exec's rule. Stdin nil is
+// /dev/null; an *os.File is given to the program as is; any other Reader
+// is copied into a pipe (Run does not wait for that copy: a Reader that
+// blocks is the caller's to unblock). Stdout or Stderr nil is captured
+// into the report (up to output_limit_bytes); an *os.File is given to the
+// program as is and not captured; any other Writer is captured and also
+// gets the output live, as it arrives.
+type IO struct {
+	Stdin          interface{ Read([]byte) (int, error) }
+	Stdout, Stderr interface{ Write([]byte) (int, error) }
+}
+
+// Prepared is a checked and resolved run: nothing exists for it yet.
+type Prepared struct {
+	h      *Host
+	spec   *Spec
+	policy *seccomp.Program
+	// persistent: a box id names a persistent box if `isolate init` made
+	// it (a request's box_id). A runtime-level spec says BoxDir itself.
+	persistent bool
+}
+
+// Run performs one sandboxed run of spec: check and resolve it (bad input
+// is a *api.FieldError or *api.UsageError, and nothing is created), then
+// Prepared.Run.
+func (h *Host) Run(ctx context.Context, spec *api.Spec, stdio IO) (*api.Report, error) {
+	p, err := h.Prepare(spec)
+	if err != nil {
+		return nil, err
+	}
+	return p.Run(ctx, stdio)
+}
+
+// Prepare checks spec and resolves it against the host (image, language,
+// syscall policy, defaults). It creates nothing, so a front end can open
+// the run's host files after it.
+func (h *Host) Prepare(spec *api.Spec) (*Prepared, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	rs, err := h.Resolve(spec)
+	if err != nil {
+		return nil, err
+	}
+	p, err := h.PrepareSpec(rs)
+	if err != nil {
+		return nil, err
+	}
+	p.persistent = true
+	return p, nil
+}
+
+// PrepareSpec checks a runtime-level spec (for front ends that need what
+// a request cannot say, like the ioi form's directory rules).
+func (h *Host) PrepareSpec(spec *Spec) (*Prepared, error) {
+	p := &Prepared{h: h, spec: spec}
+	if err := p.check(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Run runs the prepared spec: hold the box (for a request, a persistent
+// one if `isolate init` made it), build it, start and supervise the program, account,
+// tear down. A failure of the sandbox is a report with status XX whose
+// Message says why. Cancelling ctx kills the program; the report is then
+// XX, "interrupted: " and context.Cause.
+func (p *Prepared) Run(ctx context.Context, stdio IO) (*api.Report, error) {
+	finish := func() error { return nil }
+	if p.persistent {
+		var err error
+		if finish, err = UsePersistent(p.spec, p.h.Config); err != nil {
+			return nil, err
+		}
+	}
+	// The box's init dies with the thread that started it (its parent-
+	// death signal is per thread): this goroutine keeps that thread until
+	// init is gone, whatever else the process does meanwhile.
+	runtime.LockOSThread()
+	rep := run(ctx, p, stdio)
+	runtime.UnlockOSThread()
+	if ferr := finish(); ferr != nil && rep.Status != StatusXX {
+		rep.Status, rep.Message = StatusXX, "hand the box back: "+ferr.Error()
+	}
+	return rep, nil
+}
+
+// Resolve turns a checked request into the runtime's spec: defaults,
+// language, image, environment.
+func (h *Host) Resolve(a *api.Spec) (*Spec, error) {
+	s := Defaults()
+	s.Command = append([]string(nil), a.Args...)
+	if a.BoxID != nil {
+		s.BoxID = *a.BoxID
+	}
+	var lang *langs.Lang
+	if a.Lang != "" {
+		l, err := langs.Find(a.Lang)
+		if err != nil {
+			return nil, &api.FieldError{Field: "lang", Msg: err.Error()}
+		}
+		lang = l
+	}
+	image := a.Image
+	if image == "" && lang != nil {
+		image = lang.Image
+	}
+	if err := resolveImage(&s, image); err != nil {
+		return nil, err
+	}
+	env := BaseEnv
+	if lang != nil {
+		env = MergeEnv(env, lang.Env)
+	}
+	s.Env = MergeEnv(env, a.Env)
+	s.CPUTime = duration(a.CPUTimeMs, 0)
+	s.WallTime = duration(a.WallTimeMs, time.Duration(math.MaxInt64))
+	s.ExtraTime = duration(a.ExtraTimeMs, 0)
+	limit(&s.Memory, a.MemoryBytes)
+	limit(&s.AddrSpace, a.AddressSpaceBytes)
+	limit(&s.Pids, a.Pids)
+	limit(&s.FileSize, a.FileSizeBytes)
+	limit(&s.TmpSize, a.TmpSizeBytes)
+	limit(&s.OpenFiles, a.OpenFiles)
+	limit(&s.Stack, a.StackBytes)
+	limit(&s.OutputLimit, a.OutputLimitBytes)
+	if a.CPUs > 0 {
+		s.CPUs = a.CPUs
+	}
+	for _, b := range a.Binds {
+		s.Binds = append(s.Binds, Bind{Host: b.Host, Box: b.Box, Writable: b.Writable})
+	}
+	for _, c := range a.CopyIn {
+		s.CopyIn = append(s.CopyIn, Copy(c))
+	}
+	for _, c := range a.CopyOut {
+		s.CopyOut = append(s.CopyOut, Copy(c))
+	}
+	s.HostNet = a.Net == "host"
+	s.StderrToStdout = a.StderrToStdout
+	if a.Cwd != "" {
+		s.Chdir = a.Cwd
+	}
+	if a.Seccomp != "" {
+		s.Seccomp = a.Seccomp
+	}
+	return &s, nil
+}
+
+// duration is a time limit of a request: 0 keeps the runtime's default
+// (0), Unlimited gives none.
+func duration(ms int64, none time.Duration) time.Duration {
+	switch ms {
+	case 0:
+		return 0
+	case api.Unlimited:
+		return none
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// limit applies a limit of a request to the runtime's (where 0 is none):
+// 0 keeps the default, Unlimited turns it off.
+func limit(dst *int64, v int64) {
+	switch v {
+	case 0:
+	case api.Unlimited:
+		*dst = 0
+	default:
+		*dst = v
+	}
+}
+
+// resolveImage maps an image setting to what the box's system tree comes
+// from: "host", a built image's name, a directory, or a squashfs file.
+func resolveImage(s *Spec, name string) error {
+	s.Image, s.ImageDir, s.ImageFile = name, "", ""
+	bad := func(format string, a ...any) error {
+		return &api.FieldError{Field: "image", Msg: fmt.Sprintf(format, a...)}
+	}
+	switch {
+	case name == "" || name == "host":
+		s.Image, s.ImageDir = "host", "/"
+	case strings.Contains(name, "/"):
+		fi, err := os.Stat(name)
+		if err != nil {
+			return bad("%s: %v", name, errors.Unwrap(err))
+		}
+		if fi.IsDir() {
+			s.ImageDir = name
+		} else if rootfs.IsSquashfs(name) {
+			s.ImageFile = name
+		} else {
+			return bad("%s: neither a directory nor a squashfs file", name)
+		}
+	default:
+		if _, err := rootfs.LookupImage(name); err != nil {
+			return bad("%s: %v", name, err)
+		}
+		s.ImageFile = rootfs.ImagePath(name)
+	}
+	return nil
+}
+
+// MergeEnv is base with each NAME=VALUE of sets applied in order: a name
+// already there is replaced in place, a new one appended.
+func MergeEnv(base []string, sets ...[]string) []string {
+	env := append([]string(nil), base...)
+	for _, set := range sets {
+		for _, kv := range set {
+			name, _, _ := strings.Cut(kv, "=")
+			replaced := false
+			for i, e := range env {
+				if strings.HasPrefix(e, name+"=") {
+					env[i], replaced = kv, true
+				}
+			}
+			if !replaced {
+				env = append(env, kv)
+			}
+		}
+	}
+	return env
+}
