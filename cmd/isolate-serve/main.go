@@ -188,6 +188,11 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
+	// What a killed service left: box cgroups (its boxes died with it),
+	// stored files, work directories.
+	if err := host.SweepStale(); err != nil {
+		fmt.Fprintln(os.Stderr, "isolate serve: warning: "+err.Error())
+	}
 	store, err := filestore.Open(o.storeDir, quota, ttl)
 	if err != nil {
 		return err
