@@ -11,16 +11,17 @@ import (
 	"testing"
 )
 
-// TestManyRequests runs 10 000 requests (ISOLATE_SERVE_REQUESTS to
-// change; skipped with -short) from four clients and checks that nothing
+// TestManyRequests runs 1000 requests in the suite, 10 000 in CI's own
+// step (ISOLATE_SERVE_REQUESTS=10000, .ci/run; skipped with -short) from
+// four clients and checks that nothing
 // leaks (box processes, mounts, work directories) and that the
 // service's memory stays flat: resident memory after all of them within
 // a bound of what it was after the first thousand.
 func TestManyRequests(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: 10 000 requests take a while")
+		t.Skip("-short: thousands of requests take a while")
 	}
-	n := 10000
+	n := 1000
 	if v := os.Getenv("ISOLATE_SERVE_REQUESTS"); v != "" {
 		n, _ = strconv.Atoi(v)
 	}
