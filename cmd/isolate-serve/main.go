@@ -44,7 +44,11 @@ func main() {
 	// binary with one P (isolate/procs.c); a service runs many boxes at
 	// once and wants every CPU it may use.
 	runtime.GOMAXPROCS(usableCPUs())
-	if err := serve(os.Args[1:]); err != nil {
+	run := serve
+	if len(os.Args) > 1 && os.Args[1] == "bench" {
+		run, os.Args = bench, os.Args[1:]
+	}
+	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "isolate serve: "+err.Error())
 		os.Exit(2)
 	}
