@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -110,6 +109,9 @@ type Prepared struct {
 	// persistent: a box id names a persistent box if `isolate init` made
 	// it (a request's box_id). A runtime-level spec says BoxDir itself.
 	persistent bool
+	checkTook  time.Duration // the "validate" stage of the report's timers
+	// ownTree: the image tree was opened by Prepare, and Run closes it.
+	ownTree bool
 }
 
 // Run performs one sandboxed run of spec: check and resolve it (bad input
@@ -136,19 +138,22 @@ func (h *Host) Prepare(spec *api.Spec) (*Prepared, error) {
 	}
 	p, err := h.PrepareSpec(rs)
 	if err != nil {
+		rs.ImageTree.Close()
 		return nil, err
 	}
-	p.persistent = true
+	p.persistent, p.ownTree = true, true
 	return p, nil
 }
 
 // PrepareSpec checks a runtime-level spec (for front ends that need what
 // a request cannot say, like the ioi form's directory rules).
 func (h *Host) PrepareSpec(spec *Spec) (*Prepared, error) {
+	start := time.Now()
 	p := &Prepared{h: h, spec: spec}
 	if err := p.check(); err != nil {
 		return nil, err
 	}
+	p.checkTook = time.Since(start)
 	return p, nil
 }
 
@@ -158,6 +163,7 @@ func (h *Host) PrepareSpec(spec *Spec) (*Prepared, error) {
 // Message says why. Cancelling ctx kills the program; the report is then
 // XX, "interrupted: " and context.Cause.
 func (p *Prepared) Run(ctx context.Context, stdio IO) (*api.Report, error) {
+	defer p.Close()
 	finish := func() error { return nil }
 	if p.persistent {
 		var err error
@@ -165,20 +171,25 @@ func (p *Prepared) Run(ctx context.Context, stdio IO) (*api.Report, error) {
 			return nil, err
 		}
 	}
-	// The box's init dies with the thread that started it (its parent-
-	// death signal is per thread): this goroutine keeps that thread until
-	// init is gone, whatever else the process does meanwhile.
-	runtime.LockOSThread()
 	rep := run(ctx, p, stdio)
-	runtime.UnlockOSThread()
 	if ferr := finish(); ferr != nil && rep.Status != StatusXX {
 		rep.Status, rep.Message = StatusXX, "hand the box back: "+ferr.Error()
 	}
 	return rep, nil
 }
 
+// Close releases what Prepare holds (a built image's tree) for a run that
+// will not happen; Run releases it itself.
+func (p *Prepared) Close() {
+	if p.ownTree {
+		p.ownTree = false
+		p.spec.ImageTree.Close()
+	}
+}
+
 // Resolve turns a checked request into the runtime's spec: defaults,
-// language, image, environment.
+// language, image, environment. A built image's tree is held in the
+// spec's ImageTree: the caller closes it once done with the spec.
 func (h *Host) Resolve(a *api.Spec) (*Spec, error) {
 	s := Defaults()
 	s.Command = append([]string(nil), a.Args...)
@@ -264,7 +275,9 @@ func limit(dst *int64, v int64) {
 }
 
 // resolveImage maps an image setting to what the box's system tree comes
-// from: "host", a built image's name, a directory, or a squashfs file.
+// from: "host", a built image's name (its unpacked tree, held in
+// s.ImageTree until the caller closes it), a directory, or a squashfs
+// file (mounted for each run: the slow path).
 func resolveImage(s *Spec, name string) error {
 	s.Image, s.ImageDir, s.ImageFile = name, "", ""
 	bad := func(format string, a ...any) error {
@@ -286,10 +299,13 @@ func resolveImage(s *Spec, name string) error {
 			return bad("%s: neither a directory nor a squashfs file", name)
 		}
 	default:
-		if _, err := rootfs.LookupImage(name); err != nil {
+		// The image's tree, held until the run is over: a rebuild or rm
+		// does not change it under the box.
+		t, err := rootfs.OpenTree(name)
+		if err != nil {
 			return bad("%s: %v", name, err)
 		}
-		s.ImageFile = rootfs.ImagePath(name)
+		s.ImageDir, s.ImageTree = t.Dir, t
 	}
 	return nil
 }

@@ -24,6 +24,9 @@ type Spec struct {
 	// between runs. Either replaces ImageDir.
 	ImageFile  string
 	ImageMount *rootfs.Mounted
+	// ImageTree, for a built image, is its unpacked tree (ImageDir), held
+	// unchanged until the caller closes it after the run.
+	ImageTree *rootfs.Tree
 
 	CPUTime   time.Duration // CPU time of all processes and threads
 	WallTime  time.Duration
@@ -56,18 +59,9 @@ type Spec struct {
 	BoxDir string
 }
 
-// Bind is a host path bound into the box.
-type Bind struct {
-	Host     string
-	Box      string
-	Writable bool
-	// ioi/isolate's directory options: Dev allows devices, NoExec forbids
-	// executing, NoRec binds without the mounts below Host, Optional
-	// skips a Host that does not exist, and FS mounts a new file system of
-	// that type (proc, sysfs, tmpfs, ...) instead of binding Host.
-	Dev, NoExec, NoRec, Optional bool
-	FS                           string
-}
+// Bind is a host path bound into the box, as the file-system plan takes
+// it (with ioi/isolate's directory options).
+type Bind = rootfs.Bind
 
 // Copy is a file or directory copied into the box before the run, or out
 // of it after.

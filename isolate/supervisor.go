@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,6 +78,7 @@ type supervisor struct {
 func run(ctx context.Context, p *Prepared, stdio IO) *Report {
 	spec := p.spec
 	s := &supervisor{ctx: ctx, host: p.h, spec: spec, io: stdio, policy: p.policy, timer: newStageTimer()}
+	s.timer.stages["validate"] = p.checkTook.Seconds()
 	s.report = &Report{BoxID: -1, BlockedSyscalls: []seccomp.Blocked{}, Sandbox: SandboxInfo{Image: spec.Image, Seccomp: policyName(spec)}}
 	err := s.lockBox()
 	if err == nil {
@@ -90,7 +92,7 @@ func run(ctx context.Context, p *Prepared, stdio IO) *Report {
 	}
 	if err == nil {
 		s.timer.mark("start")
-		s.report.Sandbox.SetupTime = s.timer.since0()
+		s.report.Sandbox.SetupTime = s.timer.since0() + p.checkTook.Seconds()
 		err = s.supervise()
 	}
 	teardownStart := time.Now()
@@ -307,11 +309,11 @@ func (s *supervisor) startInit() error {
 	}
 	s.timer.mark("spawn-prep")
 	argv := []string{"isolate-init", InitArg, strconv.FormatUint(uint64(flags), 10), idMaps(FirstUID + s.lock.id)}
-	pid, err := syscall.ForkExec("/proc/self/exe", argv, attr)
+	pid, release, err := forkHeld("/proc/self/exe", argv, attr)
 	if err != nil {
 		return fmt.Errorf("start init: %w", err)
 	}
-	s.init = &initProc{pid: pid, pidfd: pidfd}
+	s.init = &initProc{pid: pid, pidfd: pidfd, release: release}
 	s.timer.mark("spawn")
 	closeAll(s.closers)
 	s.closers = nil
@@ -403,7 +405,7 @@ func (s *supervisor) mountImage() (*rootfs.Mounted, error) {
 	if s.spec.ImageFile == "" {
 		return nil, nil
 	}
-	m, err := rootfs.OpenImage(s.spec.ImageFile)
+	m, err := rootfs.MountSquashfs(s.spec.ImageFile)
 	if err != nil {
 		return nil, fmt.Errorf("image: %w", err)
 	}
@@ -416,15 +418,17 @@ func (s *supervisor) mountImage() (*rootfs.Mounted, error) {
 
 // initProc is the box's init, a child of the supervisor.
 type initProc struct {
-	pid    int
-	pidfd  int // signals go through it: never to a recycled pid
-	once   sync.Once
-	status syscall.WaitStatus
+	pid     int
+	pidfd   int    // signals go through it: never to a recycled pid
+	release func() // frees the thread that forked init, once init is reaped
+	once    sync.Once
+	status  syscall.WaitStatus
 }
 
 // wait reaps init (once) and returns its wait status.
 func (p *initProc) wait() syscall.WaitStatus {
 	p.once.Do(func() {
+		defer p.release()
 		for {
 			_, err := syscall.Wait4(p.pid, &p.status, 0, nil)
 			if err != syscall.EINTR {
@@ -433,6 +437,32 @@ func (p *initProc) wait() syscall.WaitStatus {
 		}
 	})
 	return p.status
+}
+
+// forkHeld starts a process from a goroutine locked to its OS thread, and
+// keeps that thread until release. The parent-death signal fires when the
+// thread that forked exits, not the process, and Go ends a thread when a
+// goroutine exits locked to it: so no other goroutine may ever get this
+// one while the child lives (a service runs boxes for hours beside code
+// that locks threads to change credentials).
+func forkHeld(path string, argv []string, attr *syscall.ProcAttr) (pid int, release func(), err error) {
+	type result struct {
+		pid int
+		err error
+	}
+	done := make(chan result, 1)
+	hold := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		pid, err := syscall.ForkExec(path, argv, attr)
+		done <- result{pid, err}
+		if err == nil {
+			<-hold
+		}
+		runtime.UnlockOSThread()
+	}()
+	r := <-done
+	return r.pid, func() { close(hold) }, r.err
 }
 
 func (p *initProc) kill() { unix.PidfdSendSignal(p.pidfd, unix.SIGKILL, nil, 0) }

@@ -12,9 +12,10 @@ import (
 	"time"
 )
 
-// DefaultImagesDir holds the built images: NAME.sqfs, its manifest
-// NAME.json and the log of its last build NAME.log. ISOLATE_IMAGES_DIR
-// overrides it.
+// DefaultImagesDir holds the built images: NAME.sqfs (the format images
+// are built, exported and imported in), its manifest NAME.json, the log of
+// its last build NAME.log, and the trees runs use, trees/NAME-HASH (see
+// image_tree.go). ISOLATE_IMAGES_DIR overrides it.
 const DefaultImagesDir = "/var/lib/isolate/images"
 
 // ImagesDir is where images are kept on this host.
@@ -98,15 +99,14 @@ func ListImages() ([]*Manifest, error) {
 	return out, nil
 }
 
-// RemoveImage deletes a built image. Boxes running on it keep their
-// mount (the kernel holds the deleted file) and drop it when they end;
-// no mount or loop device of it exists beyond them.
-func RemoveImage(name string) error {
+// RemoveImage deletes a built image: first its manifest (new runs find
+// it no longer), its squashfs and log, then its trees, waiting for the runs
+// that use them (waiting is told which tree first).
+func RemoveImage(name string, waiting func(dir string)) error {
 	if !ValidImageName(name) {
 		return fmt.Errorf("%q is not an image name", name)
 	}
 	found := false
-	ReleaseHolder(ImagePath(name))
 	os.Remove(filepath.Join(ImagesDir(), name+".log"))
 	for _, p := range []string{manifestPath(name), ImagePath(name)} {
 		err := os.Remove(p)
@@ -119,5 +119,5 @@ func RemoveImage(name string) error {
 	if !found {
 		return fmt.Errorf("image %q is not built", name)
 	}
-	return nil
+	return RemoveTrees(name, false, waiting)
 }

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -92,7 +91,8 @@ func BuildImage(spec *BuildSpec) (*Manifest, bool, error) {
 		return nil, false, fmt.Errorf("%q is not an image name", spec.Name)
 	}
 	if old, err := LookupImage(spec.Name); err == nil && old.DefinitionHash == spec.Hash && !spec.Force {
-		return old, false, nil
+		// Up to date; built before trees, it gets its tree now.
+		return old, false, EnsureTree(spec.Name)
 	}
 	for _, d := range []string{ImagesDir(), cacheDir(), buildDir()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -115,7 +115,7 @@ func BuildImage(spec *BuildSpec) (*Manifest, bool, error) {
 	}
 	// Another build may have made it while we waited.
 	if old, err := LookupImage(spec.Name); err == nil && old.DefinitionHash == spec.Hash && !spec.Force {
-		return old, false, nil
+		return old, false, EnsureTree(spec.Name)
 	}
 	if err := ensureTools(); err != nil {
 		return nil, false, err
@@ -231,19 +231,8 @@ func (b *builder) build() (*Manifest, error) {
 		DefinitionHash: b.spec.Hash,
 	}
 	m.BuildTime = time.Since(b.start).Seconds()
-	data, _ := json.MarshalIndent(m, "", "  ")
-	mtmp := manifestPath(b.spec.Name) + ".tmp"
-	if err := os.WriteFile(mtmp, append(data, '\n'), 0o644); err != nil {
-		return nil, err
-	}
-	// The image first, then its manifest: a manifest always describes
-	// the file beside it. Boxes on the old file keep it until they end.
-	ReleaseHolder(ImagePath(b.spec.Name))
-	if err := os.Rename(tmp, ImagePath(b.spec.Name)); err != nil {
-		os.Remove(mtmp)
-		return nil, err
-	}
-	if err := os.Rename(mtmp, manifestPath(b.spec.Name)); err != nil {
+	b.progress("unpacking the tree runs use")
+	if err := installImage(m, tmp); err != nil {
 		return nil, err
 	}
 	b.progress("done: %.1f MiB in %.0f s", float64(size)/(1<<20), m.BuildTime)

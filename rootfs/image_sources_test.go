@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
-	"time"
 )
 
 // The apt configuration of a Debian host, in both formats, mapped onto
@@ -66,21 +65,6 @@ func TestFindMirrorsReadsBothFormats(t *testing.T) {
 	}
 }
 
-func TestLingerFromEnvironment(t *testing.T) {
-	for v, want := range map[string]time.Duration{"": 0, "0": 0, "30": 30 * time.Second, "1.5": 1500 * time.Millisecond, "2m": 2 * time.Minute} {
-		t.Setenv(LingerEnv, v)
-		if got, err := Linger(); err != nil || got != want {
-			t.Errorf("%q: %v %v, want %v", v, got, err, want)
-		}
-	}
-	for _, v := range []string{"soon", "-1", "-5s"} {
-		t.Setenv(LingerEnv, v)
-		if _, err := Linger(); err == nil {
-			t.Errorf("%q accepted", v)
-		}
-	}
-}
-
 func TestImageNamesAndHelpers(t *testing.T) {
 	for name, ok := range map[string]bool{"c": true, "cpp": true, "my-lang_2": true, "": false, "../x": false, "a/b": false, "Upper": false, ".hidden": false} {
 		if ValidImageName(name) != ok {
@@ -103,7 +87,7 @@ func TestImageNamesAndHelpers(t *testing.T) {
 	if _, err := LookupImage("../etc"); err == nil {
 		t.Error("LookupImage of a bad name")
 	}
-	if err := RemoveImage("Bad/Name"); err == nil {
+	if err := RemoveImage("Bad/Name", nil); err == nil {
 		t.Error("RemoveImage of a bad name")
 	}
 }

@@ -43,3 +43,19 @@ type Layout struct {
 	// the box shares the host's network.
 	HostNet bool
 }
+
+// SystemDirs are the box paths every box gets read-only from its image
+// (/usr, /bin, /lib*): the plan's own list, for front ends that must know
+// the layout (the ioi form's directory rules).
+func SystemDirs() []string { return boxPaths("/", systemDirs) }
+
+// Devices are the device nodes of the box's minimal /dev.
+func Devices() []string { return boxPaths("/dev/", devNodes) }
+
+func boxPaths(prefix string, names []string) []string {
+	paths := make([]string, len(names))
+	for i, n := range names {
+		paths[i] = prefix + n
+	}
+	return paths
+}

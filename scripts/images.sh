@@ -1,9 +1,11 @@
 #!/bin/bash
 # Builds every language image that is missing or whose definition changed
 # (debootstrap + squashfs, no Docker), from the Debian mirror in this
-# machine's apt configuration. Images and the shared base stay cached in
-# /var/lib/isolate between runs, so on a machine that has them this takes
-# a second. Quiet when CI=true, except on failure. Needs root.
+# machine's apt configuration, and unpacks each into the tree runs bind
+# (an image built before trees is unpacked, not rebuilt: a few seconds).
+# Images and the shared base stay cached in /var/lib/isolate between runs,
+# so on a machine that has them this takes a second. Quiet when CI=true,
+# except on failure. Needs root.
 #   scripts/images.sh                  every language
 #   scripts/images.sh c python         some
 #   ISOLATE_BIN=path scripts/images.sh use an isolate binary already built

@@ -108,7 +108,7 @@ say "building isolate, the driver and the probe (static)"
 (. scripts/cgo-env.sh && go build -tags urfave_cli_no_docs,netgo,osusergo -trimpath -o "$root/vmtest/isolate" ./cmd/isolate)
 (. scripts/cgo-env.sh && go build -tags urfave_cli_no_docs,netgo,osusergo -trimpath -o "$root/vmtest/isolate-serve" ./cmd/isolate-serve)
 CGO_ENABLED=0 go build -trimpath -o "$root/vmtest/driver" ./scripts/vmtest/driver
-gcc -O1 -static -pthread -o "$root/vmtest/t/probe" cmd/isolate/testdata/probe.c
+gcc -O1 -static -pthread -o "$root/vmtest/t/probe" internal/bench/testdata/probe.c
 
 cp /bin/busybox "$root/bin/busybox"
 for applet in $("$root/bin/busybox" --list); do

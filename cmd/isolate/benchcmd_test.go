@@ -8,15 +8,18 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/isolate-sandbox/isolate/internal/bench"
 )
 
 func TestBenchPrintsMediansAndStages(t *testing.T) {
+	needRoot(t)
 	res := isolateCmd(t, "", "bench", "--runs", "3")
 	if res.Code != 0 {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", res.Code, res.Stdout, res.Stderr)
 	}
-	for _, want := range []string{"median", "p90", "ratio to bwrap", varBare, varCLI, varIsolate, varBwrap, varUnshare,
-		stageCLI, "start", stageInitDerived, stageSetup, stageTeardown, stageSetupTeardown, "1 at a time", "2 in parallel", "targets"} {
+	for _, want := range []string{"median", "p90", "ratio to bwrap", bench.VarBare, bench.VarCLI, bench.VarIsolate, bench.VarBwrap, bench.VarUnshare,
+		bench.StageCLI, "start", bench.StageInitDerived, bench.StageSetup, bench.StageTeardown, bench.StageSetupTeardown, "1 at a time", "2 in parallel", "targets"} {
 		if !strings.Contains(res.Stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, res.Stdout)
 		}
@@ -27,6 +30,7 @@ func TestBenchPrintsMediansAndStages(t *testing.T) {
 }
 
 func TestBenchJSON(t *testing.T) {
+	needRoot(t)
 	res := isolateCmd(t, "", "bench", "--runs", "3", "--json")
 	if res.Code != 0 {
 		t.Fatalf("exit %d\nstderr: %s", res.Code, res.Stderr)
@@ -40,33 +44,33 @@ func TestBenchJSON(t *testing.T) {
 			t.Errorf("JSON lacks %q", k)
 		}
 	}
-	var r benchResult
+	var r bench.Result
 	if err := json.Unmarshal([]byte(res.Stdout), &r); err != nil {
 		t.Fatal(err)
 	}
 	if r.Rounds != 3 || r.Machine.CPUs < 1 || r.Machine.Kernel == "" || r.Machine.Cgroup == "" {
 		t.Errorf("rounds %d, machine %+v", r.Rounds, r.Machine)
 	}
-	ran := map[string]variantResult{}
+	ran := map[string]bench.VariantResult{}
 	for _, v := range r.Latency {
 		ran[v.Name] = v
 	}
-	for _, name := range []string{varBare, varCLI, varIsolate} {
+	for _, name := range []string{bench.VarBare, bench.VarCLI, bench.VarIsolate} {
 		v, ok := ran[name]
 		if !ok || v.WallMs.N != 3 || v.WallMs.Median <= 0 || v.WallMs.P90 < v.WallMs.Median {
 			t.Errorf("%s: %+v", name, v)
 		}
 	}
-	if bw := ran[varBwrap]; bw.Skipped == "" && (bw.RatioToBwrap != 1 || ran[varIsolate].RatioToBwrap <= 0) {
-		t.Errorf("ratios to bwrap: bwrap %v, isolate %v", bw.RatioToBwrap, ran[varIsolate].RatioToBwrap)
+	if bw := ran[bench.VarBwrap]; bw.Skipped == "" && (bw.RatioToBwrap != 1 || ran[bench.VarIsolate].RatioToBwrap <= 0) {
+		t.Errorf("ratios to bwrap: bwrap %v, isolate %v", bw.RatioToBwrap, ran[bench.VarIsolate].RatioToBwrap)
 	}
-	stages := map[string]stageResult{}
+	stages := map[string]bench.StageResult{}
 	for _, s := range r.Stages {
 		stages[s.Name] = s
 	}
 	// The runtime's own stage names change as it does; the bench's derived
 	// rows and the report's totals are fixed.
-	for _, name := range []string{stageCLI, "start", stageInitDerived, stageSetup, stageTeardown, stageSetupTeardown, stageOutside} {
+	for _, name := range []string{bench.StageCLI, "start", bench.StageInitDerived, bench.StageSetup, bench.StageTeardown, bench.StageSetupTeardown, bench.StageOutside} {
 		if s, ok := stages[name]; !ok || s.Ms.N != 3 {
 			t.Errorf("stage %s: %+v", name, s)
 		}
@@ -75,14 +79,14 @@ func TestBenchJSON(t *testing.T) {
 	for i, s := range r.Stages {
 		parts[s.Part]++
 		// init's stages are listed inside the supervisor's "start".
-		if s.Part == partInit && r.Stages[i-1].Part != partInit && r.Stages[i-1].Name != "start" {
+		if s.Part == bench.PartInit && r.Stages[i-1].Part != bench.PartInit && r.Stages[i-1].Name != "start" {
 			t.Errorf("init stage %s follows %s, not start", s.Name, r.Stages[i-1].Name)
 		}
 	}
-	if parts[partSupervisor] < 3 || parts[partInit] < 2 || parts[partCLI] != 1 || parts[partTotal] != 5 {
+	if parts[bench.PartSupervisor] < 3 || parts[bench.PartInit] < 2 || parts[bench.PartCLI] != 1 || parts[bench.PartTotal] != 5 {
 		t.Errorf("stages per part: %v", parts)
 	}
-	if tp := r.Throughput; tp == nil || tp.One <= 0 || tp.Two <= 0 || tp.Ratio <= 0 || len(tp.OneBlocks) != throughputBlocks {
+	if tp := r.Throughput; tp == nil || tp.One <= 0 || tp.Two <= 0 || tp.Ratio <= 0 || len(tp.OneBlocks) != bench.ThroughputBlocks {
 		t.Errorf("throughput: %+v", r.Throughput)
 	}
 	if len(r.Targets) < 2 || r.Precision != nil {
@@ -91,11 +95,12 @@ func TestBenchJSON(t *testing.T) {
 }
 
 func TestBenchPrecisionJSON(t *testing.T) {
+	needRoot(t)
 	res := isolateCmd(t, "", "bench", "--runs", "1", "--json", "--precision", "--precision-runs", "1")
 	if res.Code != 0 {
 		t.Fatalf("exit %d\nstderr: %s", res.Code, res.Stderr)
 	}
-	var r benchResult
+	var r bench.Result
 	if err := json.Unmarshal([]byte(res.Stdout), &r); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, res.Stdout)
 	}
@@ -128,6 +133,7 @@ func TestBenchPrecisionJSON(t *testing.T) {
 }
 
 func TestBenchMarkdown(t *testing.T) {
+	needRoot(t)
 	res := isolateCmd(t, "", "bench", "--runs", "2", "--markdown")
 	if res.Code != 0 {
 		t.Fatalf("exit %d\nstderr: %s", res.Code, res.Stderr)
@@ -141,6 +147,7 @@ func TestBenchMarkdown(t *testing.T) {
 }
 
 func TestBenchBadInput(t *testing.T) {
+	needRoot(t)
 	for _, args := range [][]string{
 		{"bench", "--runs", "0"},
 		{"bench", "--runs", "many"},

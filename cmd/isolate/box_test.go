@@ -16,6 +16,7 @@ import (
 )
 
 func TestBoxInitAndCleanup(t *testing.T) {
+	needRoot(t)
 	root := ioiBoxRoot(t)
 	res := isolateCmd(t, "", "init", "--box-id", "350")
 	dir := filepath.Join(root, "350")
@@ -65,6 +66,7 @@ func TestBoxInitAndCleanup(t *testing.T) {
 }
 
 func TestBoxPersistsAndChangesHands(t *testing.T) {
+	needRoot(t)
 	ioiBoxRoot(t)
 	dir := ioiBox(t, 351)
 	box := filepath.Join(dir, "box")
@@ -108,6 +110,7 @@ func TestBoxPersistsAndChangesHands(t *testing.T) {
 }
 
 func TestBoxRedirectionsStayInTheBox(t *testing.T) {
+	needRoot(t)
 	ioiBoxRoot(t)
 	dir := ioiBox(t, 352)
 	box := filepath.Join(dir, "box")
@@ -160,6 +163,7 @@ func boxLockHeld(id int) bool {
 }
 
 func TestBoxBusyAndWait(t *testing.T) {
+	needRoot(t)
 	ioiBoxRoot(t)
 	ioiBox(t, 353)
 	pd := ioiProbe(t)

@@ -47,11 +47,15 @@ func boxInitCommand() *cli.Command {
 
 func boxCleanupCommand() *cli.Command {
 	return &cli.Command{
-		Name:         "cleanup",
-		Usage:        "remove a persistent box (also a half-made one; removing none is no error)",
-		Flags:        boxFlags(),
+		Name:  "cleanup",
+		Usage: "remove a persistent box (also a half-made one; removing none is no error), or with --images the image cache",
+		Flags: append(boxFlags(), &cli.BoolFlag{Name: "images",
+			Usage: "remove the unpacked image trees (built images stay; a run unpacks its image again), waiting for the runs that use them"}),
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageErr(err) },
 		Action: func(c *cli.Context) error {
+			if c.Bool("images") && !c.IsSet("box-id") {
+				return cleanupImages(c)
+			}
 			cfg, id, err := boxCommandSetup(c)
 			if err != nil {
 				return err

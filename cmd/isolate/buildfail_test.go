@@ -13,6 +13,7 @@ import (
 // An image whose packages cannot be installed fails with the tail of the
 // build's log, and leaves no image behind.
 func TestImageBuildFailureShowsTheLog(t *testing.T) {
+	needRoot(t)
 	images, defs := withImagesDir(t)
 	os.WriteFile(filepath.Join(defs, "broken.json"), []byte(`{"name": "broken", "packages": ["isolate-no-such-package"], "version": ["true"], "source": "x", "run": ["true"]}`), 0o644)
 	res := isolateCmd(t, "", "image", "build", "broken")
@@ -27,6 +28,7 @@ func TestImageBuildFailureShowsTheLog(t *testing.T) {
 // InitArg reaches Go only when the box's C init did not take the process
 // (it needs its namespace flags): a clear error, not a second supervisor.
 func TestInitArgumentAloneIsRefused(t *testing.T) {
+	needRoot(t)
 	out, err := exec.Command(isolateBin, isolate.InitArg).CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "init") {
 		t.Errorf("isolate %s: %v %q", isolate.InitArg, err, out)

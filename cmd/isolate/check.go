@@ -10,6 +10,7 @@ import (
 
 	"github.com/isolate-sandbox/isolate/cgroup"
 	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/rootfs"
 )
 
 // checkCommand diagnoses the host: what a run needs and whether it is
@@ -89,12 +90,50 @@ func checkCommand() *cli.Command {
 			} else {
 				fmt.Printf("note %-22s %s\n", "loop devices", "no /dev/loop-control (needed only for squashfs images)")
 			}
+			checkImages(line)
 			if fails > 0 {
 				return &exitError{code: exitSandbox, msg: fmt.Sprintf("%d check(s) failed: runs will not work on this host", fails)}
 			}
 			return nil
 		},
 	}
+}
+
+// checkImages lists the built images and the image cache (their unpacked
+// trees, the only state of ours that stays between runs).
+func checkImages(line func(ok bool, what, detail, fix string)) {
+	ms, err := rootfs.ListImages()
+	if err != nil {
+		line(false, "images", err.Error(), "")
+		return
+	}
+	names := make([]string, 0, len(ms))
+	for _, m := range ms {
+		names = append(names, m.Name)
+	}
+	if len(names) == 0 {
+		fmt.Printf("note %-22s %s\n", "images", "none built in "+rootfs.ImagesDir()+" (isolate image build --all)")
+	} else {
+		line(true, "images", strings.Join(names, " ")+" in "+rootfs.ImagesDir(), "")
+	}
+	trees, err := rootfs.ListTrees()
+	if err != nil {
+		line(false, "image cache", err.Error(), "isolate cleanup --images")
+		return
+	}
+	var bytes int64
+	old, inUse := 0, 0
+	for _, t := range trees {
+		bytes += t.Bytes
+		if !t.Current {
+			old++
+		}
+		if t.InUse {
+			inUse++
+		}
+	}
+	fmt.Printf("note %-22s %d trees, %.1f MiB in %s (%d old, %d in use; isolate cleanup --images removes them)\n",
+		"image cache", len(trees), float64(bytes)/(1<<20), rootfs.TreesDir(), old, inUse)
 }
 
 func kernelAtLeast(release string, major, minor int) bool {

@@ -20,6 +20,7 @@ import (
 // (procs.c) and must hand the caller's affinity back to every thread of
 // the supervisor, and so to the program, whatever that affinity is.
 func TestCallersCPUsReachTheProgram(t *testing.T) {
+	needRoot(t)
 	var all unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &all); err != nil {
 		t.Fatal(err)

@@ -16,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/judge"
 	"github.com/isolate-sandbox/isolate/rootfs"
 )
 
@@ -97,7 +99,7 @@ func needImage(t *testing.T, lang string) {
 
 // execSource runs `isolate exec --json` on source (written to a file
 // named name) with stdin and the options, and decodes the report.
-func execSource(t *testing.T, name, source, stdin string, opts ...string) (*execReport, int) {
+func execSource(t *testing.T, name, source, stdin string, opts ...string) (*api.ExecReport, int) {
 	t.Helper()
 	dir := shareDir(t)
 	src := filepath.Join(dir, name)
@@ -113,7 +115,7 @@ func execSource(t *testing.T, name, source, stdin string, opts ...string) (*exec
 		args = append(args, "--stdin", in)
 	}
 	res := isolateCmd(t, "", append(args, src)...)
-	var rep execReport
+	var rep api.ExecReport
 	if err := json.Unmarshal([]byte(res.Stdout), &rep); err != nil {
 		t.Fatalf("isolate %v: exit %d, no JSON report (%v)\nstdout: %s\nstderr: %s", args, res.Code, err, res.Stdout, res.Stderr)
 	}
@@ -142,11 +144,17 @@ func checkNoImageLeaks(t *testing.T) {
 	for _, a := range attached {
 		t.Errorf("loop device still attached: %s", a)
 	}
-	ents, _ := os.ReadDir(execDirs)
+	// The image cache stays; what an unpacking or a removal works in
+	// does not.
+	debris, _ := filepath.Glob(filepath.Join(rootfs.TreesDir(), ".[nr][em]*-*"))
+	for _, d := range debris {
+		t.Errorf("image cache debris left behind: %s", d)
+	}
+	ents, _ := os.ReadDir(judge.BoxDirs)
 	for _, e := range ents {
 		pid, _, _ := strings.Cut(e.Name(), ".")
 		if _, err := os.Stat("/proc/" + pid); err != nil {
-			t.Errorf("exec box directory left behind: %s/%s", execDirs, e.Name())
+			t.Errorf("exec box directory left behind: %s/%s", judge.BoxDirs, e.Name())
 		}
 	}
 }
@@ -165,6 +173,7 @@ func attachedImages() []string {
 }
 
 func TestExecSumOfTwoNumbers(t *testing.T) {
+	needRoot(t)
 	for i, c := range langCases {
 		t.Run(c.lang, func(t *testing.T) {
 			needImage(t, c.lang)
@@ -193,6 +202,7 @@ func TestExecSumOfTwoNumbers(t *testing.T) {
 }
 
 func TestExecRuntimeErrorIsRE(t *testing.T) {
+	needRoot(t)
 	for i, c := range langCases {
 		t.Run(c.lang, func(t *testing.T) {
 			needImage(t, c.lang)
@@ -211,6 +221,7 @@ func TestExecRuntimeErrorIsRE(t *testing.T) {
 // language: one raised while the program runs (here by compiling a string)
 // is the program's own RE.
 func TestExecPythonRunTimeSyntaxErrorIsRE(t *testing.T) {
+	needRoot(t)
 	needImage(t, "python")
 	rep, code := execSource(t, "late.py", "print('started')\ncompile('x = (', 'late', 'exec')\n", "",
 		"--lang", "python", "--box-id", strconv.Itoa(execFirstBox+45))
@@ -224,6 +235,7 @@ func TestExecPythonRunTimeSyntaxErrorIsRE(t *testing.T) {
 }
 
 func TestExecCompileErrorIsCE(t *testing.T) {
+	needRoot(t)
 	for i, c := range langCases {
 		t.Run(c.lang, func(t *testing.T) {
 			needImage(t, c.lang)
@@ -242,6 +254,7 @@ func TestExecCompileErrorIsCE(t *testing.T) {
 }
 
 func TestExecEndlessLoopIsTO(t *testing.T) {
+	needRoot(t)
 	for i, c := range langCases {
 		t.Run(c.lang, func(t *testing.T) {
 			needImage(t, c.lang)
@@ -257,6 +270,7 @@ func TestExecEndlessLoopIsTO(t *testing.T) {
 }
 
 func TestExecPassesArgumentsAndSummarizes(t *testing.T) {
+	needRoot(t)
 	needImage(t, "python")
 	dir := shareDir(t)
 	src := filepath.Join(dir, "args.py")
@@ -269,6 +283,7 @@ func TestExecPassesArgumentsAndSummarizes(t *testing.T) {
 }
 
 func TestExecCompileErrorWithoutJSON(t *testing.T) {
+	needRoot(t)
 	needImage(t, "c")
 	dir := shareDir(t)
 	src := filepath.Join(dir, "bad.c")
@@ -283,6 +298,7 @@ func TestExecCompileErrorWithoutJSON(t *testing.T) {
 // The JVM stays under the pids and memory limits it is given: its heap and
 // threads follow them (-Xmx, -XX:ActiveProcessorCount, serial GC).
 func TestExecJavaUnderTightLimits(t *testing.T) {
+	needRoot(t)
 	needImage(t, "java")
 	c := langCases[len(langCases)-1]
 	rep, code := execSource(t, c.file, c.sum, "1 2\n", "--lang", "java", "--box-id", strconv.Itoa(execFirstBox+41), "--pids", "24", "--mem", "192M")
@@ -295,6 +311,7 @@ func TestExecJavaUnderTightLimits(t *testing.T) {
 }
 
 func TestExecUsageErrors(t *testing.T) {
+	needRoot(t)
 	dir := shareDir(t)
 	src := filepath.Join(dir, "x.c")
 	os.WriteFile(src, []byte("int main(void){return 0;}\n"), 0o644)
@@ -318,51 +335,54 @@ func TestExecUsageErrors(t *testing.T) {
 
 // BenchmarkExecOverhead compares `isolate exec` with the toolchain's own
 // time: the same image's toolchain run directly (chroot into the unpacked
-// image, no sandbox) on the same source, interleaved, medians reported.
+// image, no sandbox) on the same source, interleaved, medians reported;
+// and the target: the boxes exec uses x one box's cost (`isolate run --
+// /bin/true` over /bin/true, measured in the same rounds) + 3 ms.
 // Run it with:
 //
 //	go test -tags urfave_cli_no_docs,netgo,osusergo -run '^$' -bench ExecOverhead -benchtime 40x ./cmd/isolate
 func BenchmarkExecOverhead(b *testing.B) {
 	cases := []struct {
 		name, lang, file, source string
+		boxes                    int        // boxes one exec uses
 		bare                     [][]string // the toolchain's own steps, in /work of the unpacked image
 	}{
-		{"python-hello", "python", "hello.py", "print('hello')\n", [][]string{{"python3", "hello.py"}}},
-		{"c-compile-run", "c", "hello.c", "#include <stdio.h>\nint main(void){puts(\"hello\");return 0;}\n",
+		{"python-hello", "python", "hello.py", "print('hello')\n", 1, [][]string{{"python3", "hello.py"}}},
+		{"c-compile-run", "c", "hello.c", "#include <stdio.h>\nint main(void){puts(\"hello\");return 0;}\n", 2,
 			[][]string{{"gcc", "-std=gnu17", "-O2", "-pipe", "-o", "main", "hello.c", "-lm"}, {"./main"}}},
 	}
 	for _, c := range cases {
-		for _, warm := range []bool{false, true} {
-			name := c.name + "/cold"
-			if warm {
-				name = c.name + "/warm"
-			}
-			b.Run(name, func(b *testing.B) {
+		// tree: the default (the image's unpacked tree, bound); squashfs:
+		// --image FILE.sqfs, mounted for each run (the slow path).
+		for _, variant := range []string{"tree", "squashfs"} {
+			b.Run(c.name+"/"+variant, func(b *testing.B) {
 				if _, err := rootfs.LookupImage(c.lang); err != nil {
 					b.Skip(err)
 				}
-				if warm {
-					// Images stay mounted between runs (a holder keeps
-					// them); released at the end.
-					b.Setenv(rootfs.LingerEnv, "60")
-					defer rootfs.ReleaseHolder(rootfs.ImagePath(c.lang))
+				var image []string
+				if variant == "squashfs" {
+					image = []string{"--image", rootfs.ImagePath(c.lang)}
 				}
-				benchExec(b, c.lang, c.file, c.source, c.bare)
+				benchExec(b, c.lang, c.file, c.source, c.boxes, image, c.bare)
 			})
 		}
 	}
 }
 
-func benchExec(b *testing.B, lang, file, source string, steps [][]string) {
+// benchExec times, in each round and in turn: the toolchain alone, exec,
+// /bin/true alone and in a box (the price of one box, for the target).
+// The first round is left out: it fills the page cache.
+func benchExec(b *testing.B, lang, file, source string, boxes int, image []string, steps [][]string) {
 	root := unpackImage(b, lang)
 	work := filepath.Join(root, "work")
 	os.MkdirAll(work, 0o777)
 	os.WriteFile(filepath.Join(work, file), []byte(source), 0o644)
 	src := filepath.Join(shareDir(b), file)
 	os.WriteFile(src, []byte(source), 0o644)
-	var bare, sandboxed []time.Duration
+	args := append(append([]string{"exec", "--lang", lang}, image...), src)
+	var bare, sandboxed, trueBare, trueBox []time.Duration
 	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	for i := 0; i <= b.N; i++ {
 		t := time.Now()
 		for _, step := range steps {
 			cmd := exec.Command(step[0], step[1:]...)
@@ -376,19 +396,37 @@ func benchExec(b *testing.B, lang, file, source string, steps [][]string) {
 				b.Fatalf("%v: %v\n%s", step, err, out)
 			}
 		}
-		bare = append(bare, time.Since(t))
+		dBare := time.Since(t)
 		t = time.Now()
-		res := isolateCmd(b, "", "exec", "--lang", lang, src)
-		sandboxed = append(sandboxed, time.Since(t))
+		res := isolateCmd(b, "", args...)
+		dExec := time.Since(t)
 		if res.Code != 0 || res.Stdout != "hello\n" {
 			b.Fatalf("exec: exit %d, %q %q", res.Code, res.Stdout, res.Stderr)
 		}
+		t = time.Now()
+		if err := exec.Command("/bin/true").Run(); err != nil {
+			b.Fatal(err)
+		}
+		dTrue := time.Since(t)
+		t = time.Now()
+		if res := isolateCmd(b, "", "run", "--", "/bin/true"); res.Code != 0 {
+			b.Fatalf("run /bin/true: exit %d, %q", res.Code, res.Stderr)
+		}
+		dTrueBox := time.Since(t)
+		if i == 0 {
+			continue
+		}
+		bare, sandboxed = append(bare, dBare), append(sandboxed, dExec)
+		trueBare, trueBox = append(trueBare, dTrue), append(trueBox, dTrueBox)
 	}
 	b.StopTimer()
 	mb, ms := medianOf(bare), medianOf(sandboxed)
+	box := medianOf(trueBox) - medianOf(trueBare)
 	b.ReportMetric(float64(mb.Microseconds())/1000, "toolchain-ms")
 	b.ReportMetric(float64(ms.Microseconds())/1000, "exec-ms")
 	b.ReportMetric(float64((ms-mb).Microseconds())/1000, "overhead-ms")
+	b.ReportMetric(float64(box.Microseconds())/1000, "box-ms")
+	b.ReportMetric(float64((time.Duration(boxes)*box+3*time.Millisecond).Microseconds())/1000, "target-ms")
 }
 
 // unpackImage unpacks a built image into a temporary directory (removed
@@ -411,6 +449,7 @@ func medianOf(d []time.Duration) time.Duration {
 // A caller with umask 077 and no box id: the source, the box directory and
 // the compiler's output still reach the box user of either phase.
 func TestExecUnderRestrictiveUmask(t *testing.T) {
+	needRoot(t)
 	needImage(t, "c")
 	dir := shareDir(t)
 	src := filepath.Join(dir, "sum.c")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -17,12 +18,7 @@ import (
 	"github.com/isolate-sandbox/isolate/rootfs"
 )
 
-func init() {
-	extraCommands = append(extraCommands, imageCommand())
-	rootfs.HolderArgv = func(path string, linger time.Duration) []string {
-		return []string{"image", "hold", "--linger", linger.String(), path}
-	}
-}
+func init() { extraCommands = append(extraCommands, imageCommand()) }
 
 // imageCommand builds, lists and removes the per-language images.
 func imageCommand() *cli.Command {
@@ -52,29 +48,29 @@ func imageCommand() *cli.Command {
 				Action:       imageList,
 			},
 			{
-				// The holder of a warm image (ISOLATE_IMAGE_LINGER): runs
-				// start it, nobody else.
-				Name:      "hold",
-				Hidden:    true,
-				ArgsUsage: "SQUASHFS",
-				Flags:     []cli.Flag{&cli.DurationFlag{Name: "linger"}},
-				Action: func(c *cli.Context) error {
-					if err := rootfs.HoldImage(c.Args().First(), c.Duration("linger")); err != nil {
-						return &exitError{code: exitSandbox, msg: err.Error()}
-					}
-					return nil
-				},
+				Name:         "export",
+				Usage:        "write a built image to FILE (its squashfs and manifest), for image import on another host",
+				ArgsUsage:    "LANG|IMAGE FILE",
+				OnUsageError: usage,
+				Action:       imageExport,
+			},
+			{
+				Name:         "import",
+				Usage:        "install an image exported by image export, after checking its sha256",
+				ArgsUsage:    "FILE",
+				OnUsageError: usage,
+				Action:       imageImport,
 			},
 			{
 				Name:         "rm",
-				Usage:        "remove the images of languages",
-				ArgsUsage:    "LANG...",
+				Usage:        "remove the images of languages (waits for the runs that use them, and says so)",
+				ArgsUsage:    "LANG|IMAGE...",
 				OnUsageError: usage,
 				Action:       imageRemove,
 			},
 		},
 		Action: func(c *cli.Context) error {
-			return usageErr(errors.New("image: expected build, list or rm (see isolate image --help)"))
+			return usageErr(errors.New("image: expected build, list, export, import or rm (see isolate image --help)"))
 		},
 	}
 }
@@ -152,20 +148,37 @@ func imageBuild(c *cli.Context) error {
 	return nil
 }
 
+// listedImage is a built image with its trees in the cache.
+type listedImage struct {
+	*rootfs.Manifest
+	Trees []rootfs.CachedTree `json:"trees"`
+}
+
 func imageList(c *cli.Context) error {
 	ms, err := rootfs.ListImages()
 	if err != nil {
 		return &exitError{code: exitSandbox, msg: err.Error()}
 	}
+	trees, err := rootfs.ListTrees()
+	if err != nil {
+		return &exitError{code: exitSandbox, msg: err.Error()}
+	}
 	if c.Bool("json") {
-		if ms == nil {
-			ms = []*rootfs.Manifest{}
+		out := []listedImage{}
+		for _, m := range ms {
+			li := listedImage{Manifest: m, Trees: []rootfs.CachedTree{}}
+			for _, t := range trees {
+				if t.Image == m.Name {
+					li.Trees = append(li.Trees, t)
+				}
+			}
+			out = append(out, li)
 		}
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(ms)
+		return enc.Encode(out)
 	}
-	if len(ms) == 0 {
+	if len(ms) == 0 && len(trees) == 0 {
 		fmt.Fprintln(os.Stderr, "no images built (isolate image build --all)")
 		return nil
 	}
@@ -175,20 +188,114 @@ func imageList(c *cli.Context) error {
 		fmt.Fprintf(w, "%s\t%s\t%.1f MiB\t%.0f s\t%d\t%s\t%s\n", m.Name, m.Suite, float64(m.Size)/(1<<20), m.BuildTime,
 			len(m.Installed), m.Version, m.BuiltAt.Format(time.DateTime))
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	printTrees(trees)
+	return nil
+}
+
+// printTrees lists the image cache: the unpacked trees runs bind.
+func printTrees(trees []rootfs.CachedTree) {
+	if len(trees) == 0 {
+		fmt.Println("\nimage cache: empty (a run unpacks its image)")
+		return
+	}
+	fmt.Printf("\nimage cache (%s, unpacked, shared read-only by the runs; isolate cleanup --images removes it):\n", rootfs.TreesDir())
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	for _, t := range trees {
+		state := "current"
+		if !t.Current {
+			state = "old"
+		}
+		if t.InUse {
+			state += ", in use"
+		}
+		fmt.Fprintf(w, "  %s\t%.1f MiB\t%s\n", filepath.Base(t.Dir), float64(t.Bytes)/(1<<20), state)
+	}
+	w.Flush()
+}
+
+// waitingForRuns says that a removal waits, and for what.
+func waitingForRuns(dir string) {
+	fmt.Fprintf(os.Stderr, "isolate: waiting for the runs that use %s to end\n", dir)
+}
+
+func imageExport(c *cli.Context) error {
+	if c.Args().Len() != 2 {
+		return usageErr(errors.New("image export: expected LANG FILE"))
+	}
+	name := imageOf(c.Args().Get(0))
+	if _, err := rootfs.LookupImage(name); err != nil {
+		return usageErr(err)
+	}
+	path := c.Args().Get(1)
+	out, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return usageErr(fmt.Errorf("image export: %v", err))
+	}
+	err = rootfs.ExportImage(name, out)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return &exitError{code: exitSandbox, msg: "image export: " + err.Error()}
+	}
+	return nil
+}
+
+func imageImport(c *cli.Context) error {
+	if err := requireRoot(); err != nil {
+		return err
+	}
+	if c.Args().Len() != 1 {
+		return usageErr(errors.New("image import: expected FILE"))
+	}
+	m, err := rootfs.ImportFile(c.Args().First())
+	if errors.Is(err, rootfs.ErrBadImport) {
+		return usageErr(err)
+	}
+	if err != nil {
+		return &exitError{code: exitSandbox, msg: err.Error()}
+	}
+	fmt.Fprintf(os.Stderr, "isolate: imported image %s (%s, %.1f MiB)\n", m.Name, m.Version, float64(m.Size)/(1<<20))
+	return nil
+}
+
+// cleanupImages removes the image cache (isolate cleanup --images).
+func cleanupImages(c *cli.Context) error {
+	if err := requireRoot(); err != nil {
+		return err
+	}
+	if c.Args().Len() > 0 {
+		return usageErr(fmt.Errorf("cleanup takes no arguments (got %q)", c.Args().First()))
+	}
+	if err := rootfs.RemoveTrees("", false, waitingForRuns); err != nil {
+		return &exitError{code: exitSandbox, msg: "remove the image cache: " + err.Error()}
+	}
+	return nil
+}
+
+// imageOf is the image of a language, or an image named by itself (an
+// imported one may have no definition on this host).
+func imageOf(arg string) string {
+	if l, err := langs.Find(arg); err == nil {
+		return l.Image
+	}
+	return arg
 }
 
 func imageRemove(c *cli.Context) error {
 	if err := requireRoot(); err != nil {
 		return err
 	}
-	ls, err := langsFromArgs(c, false)
-	if err != nil {
-		return usageErr(err)
+	if c.Args().Len() == 0 {
+		return usageErr(errors.New("image rm: name the languages or images"))
 	}
 	names := map[string]bool{}
-	for _, l := range ls {
-		names[l.Image] = true
+	for _, arg := range c.Args().Slice() {
+		names[imageOf(arg)] = true
 	}
 	sorted := make([]string, 0, len(names))
 	for n := range names {
@@ -196,7 +303,7 @@ func imageRemove(c *cli.Context) error {
 	}
 	sort.Strings(sorted)
 	for _, n := range sorted {
-		if err := rootfs.RemoveImage(n); err != nil {
+		if err := rootfs.RemoveImage(n, waitingForRuns); err != nil {
 			return usageErr(err)
 		}
 	}

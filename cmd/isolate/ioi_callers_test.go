@@ -287,6 +287,7 @@ func (s *cmsSandbox) evaluate(timeLimit float64, memoryBytes int64, stdin, stdou
 }
 
 func TestCMSSandboxFlow(t *testing.T) {
+	needRoot(t)
 	boxRoot := ioiBoxRoot(t)
 	s := newCMSSandbox(t, 310)
 	if _, err := os.Stat(filepath.Join(boxRoot, "310", "box")); err != nil {
@@ -504,6 +505,7 @@ func (j *judge0Job) cleanup() {
 }
 
 func TestJudge0IsolateJobFlow(t *testing.T) {
+	needRoot(t)
 	ioiBoxRoot(t)
 	j := newJudge0Job(t, 311)
 	if err := os.WriteFile(j.boxdir+"/main.c", []byte(judgeProgram), 0o644); err != nil {

@@ -63,6 +63,7 @@ func ioiProbe(t *testing.T) string {
 }
 
 func TestIOIUsageErrors(t *testing.T) {
+	needRoot(t)
 	root := ioiBoxRoot(t)
 	for _, args := range [][]string{
 		{"--run"},
@@ -94,6 +95,7 @@ func TestIOIUsageErrors(t *testing.T) {
 }
 
 func TestIOIVersionAndCgroupRoot(t *testing.T) {
+	needRoot(t)
 	ioiBoxRoot(t)
 	res := isolateCmd(t, "", "--version")
 	if res.Code != 0 || !strings.HasPrefix(res.Stdout, "The process isolator ") {
@@ -106,6 +108,7 @@ func TestIOIVersionAndCgroupRoot(t *testing.T) {
 }
 
 func TestIOIStatusesAndMeta(t *testing.T) {
+	needRoot(t)
 	ioiBoxRoot(t)
 	ioiBox(t, 321)
 	pd := ioiProbe(t)
@@ -156,6 +159,7 @@ func TestIOIStatusesAndMeta(t *testing.T) {
 }
 
 func TestIOIEnvironmentRules(t *testing.T) {
+	needRoot(t)
 	ioiBoxRoot(t)
 	ioiBox(t, 323)
 	t.Setenv("IOI_PASS", "passed")
@@ -173,6 +177,7 @@ func TestIOIEnvironmentRules(t *testing.T) {
 }
 
 func TestIOIDirectoryRules(t *testing.T) {
+	needRoot(t)
 	ioiBoxRoot(t)
 	dir := ioiBox(t, 324)
 	pd := ioiProbe(t)
@@ -237,6 +242,7 @@ int main(int argc, char **argv) {
 `
 
 func TestIOILimits(t *testing.T) {
+	needRoot(t)
 	ioiBoxRoot(t)
 	ioiBox(t, 325)
 	pd := ioiProbe(t)
@@ -293,6 +299,7 @@ func TestIOILimits(t *testing.T) {
 }
 
 func TestIOIInheritedStreams(t *testing.T) {
+	needRoot(t)
 	ioiBoxRoot(t)
 	ioiBox(t, 326)
 	dir := shareDir(t)

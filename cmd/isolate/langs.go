@@ -73,25 +73,3 @@ func langsCommand() *cli.Command {
 		},
 	}
 }
-
-// langFromFlags is the language --lang names, or nil.
-func langFromFlags(c *cli.Context) (*langs.Lang, error) {
-	name := runValues.lang
-	if name == "" {
-		return nil, nil
-	}
-	l, err := langs.Find(name)
-	if err != nil {
-		return nil, fmt.Errorf("--lang: %v", err)
-	}
-	return l, nil
-}
-
-// imageFromFlags is the image a run uses: --image when given, else the
-// language's.
-func imageFromFlags(c *cli.Context, l *langs.Lang) string {
-	if l != nil && !c.IsSet("image") {
-		return l.Image
-	}
-	return runValues.image
-}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/isolate-sandbox/isolate/ioi"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
@@ -58,9 +59,9 @@ func summary(r *isolate.Report) string {
 }
 
 // writeMeta writes ioi/isolate's meta file ("-" is stdout), with
-// ioi/isolate's keys and statuses (see formatMeta).
+// ioi/isolate's keys and statuses (see MetaText).
 func writeMeta(path string, r *isolate.Report) error {
-	text := formatMeta(r)
+	text := ioi.MetaText(r)
 	if path == "-" {
 		_, err := os.Stdout.WriteString(text)
 		return err

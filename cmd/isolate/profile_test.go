@@ -13,6 +13,7 @@ import (
 // runs; a profile that would refuse what the box's own start needs is
 // refused before anything starts, naming the entry and the action.
 func TestProfileOperatorsAndActions(t *testing.T) {
+	needRoot(t)
 	dir := shareDir(t)
 	profile := filepath.Join(dir, "p.json")
 	os.WriteFile(profile, []byte(`{

@@ -122,8 +122,14 @@ func specFromFlags(c *cli.Context) (*api.Spec, error) {
 		{"mem", v.mem, &s.MemoryBytes}, {"fsize", v.fsize, &s.FileSizeBytes}, {"tmp-size", v.tmpSize, &s.TmpSizeBytes},
 		{"stack", v.stack, &s.StackBytes}, {"output-limit", v.outputLimit, &s.OutputLimitBytes},
 	}
+	// An option left at its default stays 0 in the request, the
+	// contract's same default, so that exec can tell it from a value
+	// the user gave (a language's own limits apply to the rest).
 	var err error
 	for _, sz := range sizes {
+		if !c.IsSet(sz.name) {
+			continue
+		}
 		if *sz.dst, err = api.ParseSize(sz.val); err != nil {
 			return nil, fmt.Errorf("--%s %q: %v", sz.name, sz.val, err)
 		}
@@ -134,6 +140,9 @@ func specFromFlags(c *cli.Context) (*api.Spec, error) {
 		dst  *int64
 	}{{"pids", v.pids, &s.Pids}, {"open-files", v.openFiles, &s.OpenFiles}}
 	for _, n := range counts {
+		if !c.IsSet(n.name) {
+			continue
+		}
 		if *n.dst, err = api.ParseCount(n.val); err != nil {
 			return nil, fmt.Errorf("--%s %q: %v", n.name, n.val, err)
 		}
@@ -266,6 +275,21 @@ func runAndReport(spec *api.Spec) error {
 	if err != nil {
 		return usageErr(flagError(err))
 	}
+	defer prep.Close()
+	return withRunIO(func(ctx context.Context, stdio isolate.IO) (api.Status, error) {
+		rep, err := prep.Run(ctx, stdio)
+		if err != nil {
+			return "", err
+		}
+		return rep.Status, emitReport(rep, runValues.json, runValues.report, runValues.meta, runValues.stream)
+	})
+}
+
+// withRunIO opens the run's host files and a context that signals end,
+// calls run, and turns its outcome into isolate's exit: an error from run
+// itself is a usage error (no report), one from printing a sandbox
+// failure, else the status's exit.
+func withRunIO(run func(context.Context, isolate.IO) (api.Status, error)) error {
 	stdio, closeFiles, err := stdioFromFlags()
 	defer closeFiles()
 	if err != nil {
@@ -273,14 +297,14 @@ func runAndReport(spec *api.Spec) error {
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	rep, err := prep.Run(ctx, stdio)
-	if err != nil {
+	status, err := run(ctx, stdio)
+	switch {
+	case err != nil && status == "":
 		return usageErr(err)
-	}
-	if err := emitReport(rep, runValues.json, runValues.report, runValues.meta, runValues.stream); err != nil {
+	case err != nil:
 		return &exitError{code: exitSandbox, msg: err.Error()}
 	}
-	return &exitError{code: exitStatus(rep.Status)}
+	return &exitError{code: exitStatus(status)}
 }
 
 // exitStatus is isolate's exit status for a finished run or exec (the
@@ -300,16 +324,19 @@ func exitStatus(s api.Status) int {
 // is then killed and torn down, and its report says which signal.
 func signalContext() (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	go func() {
-		if sig, ok := <-sigs; ok {
+		// Installed from a goroutine, which runs once the run first
+		// waits: the runtime's signal watcher takes a thread of its own,
+		// and starting it there costs the run nothing. A signal before
+		// that ends isolate as it always did, before any box exists.
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+		defer signal.Stop(sigs)
+		select {
+		case sig := <-sigs:
 			cancel(fmt.Errorf("signal %d (%v)", sig.(syscall.Signal), sig))
+		case <-ctx.Done():
 		}
 	}()
-	return ctx, func() {
-		signal.Stop(sigs)
-		close(sigs)
-		cancel(nil)
-	}
+	return ctx, func() { cancel(nil) }
 }

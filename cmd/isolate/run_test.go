@@ -23,7 +23,7 @@ var (
 	probeErr  error
 )
 
-// probe builds testdata/probe.c once (static) and returns the options that
+// probe builds internal/bench/testdata/probe.c once (static) and returns the options that
 // bind it into a box at /t/probe.
 func probe(t testing.TB) []string {
 	t.Helper()
@@ -33,7 +33,7 @@ func probe(t testing.TB) []string {
 			return
 		}
 		os.Chmod(probeDir, 0o755)
-		out, err := exec.Command("gcc", "-O1", "-static", "-pthread", "-o", filepath.Join(probeDir, "probe"), "testdata/probe.c").CombinedOutput()
+		out, err := exec.Command("gcc", "-O1", "-static", "-pthread", "-o", filepath.Join(probeDir, "probe"), "../../internal/bench/testdata/probe.c").CombinedOutput()
 		if err != nil {
 			probeErr = fmt.Errorf("gcc probe.c: %v\n%s", err, out)
 		}
@@ -52,6 +52,7 @@ func box(t testing.TB, opts []string, args ...string) (*isolate.Report, int) {
 }
 
 func TestReportHasEveryContractField(t *testing.T) {
+	needRoot(t)
 	res := isolateCmd(t, "", "run", "--json", "--", "/bin/true")
 	if res.Code != 0 {
 		t.Fatalf("exit %d: %s", res.Code, res.Stderr)
@@ -82,6 +83,7 @@ func TestReportHasEveryContractField(t *testing.T) {
 }
 
 func TestExitStatusAndStatuses(t *testing.T) {
+	needRoot(t)
 	rep, code := box(t, nil, "exit", "0")
 	expectStatus(t, rep, isolate.StatusOK)
 	if code != 0 {
@@ -115,6 +117,7 @@ func TestExitStatusAndStatuses(t *testing.T) {
 }
 
 func TestCPULimitAndAccounting(t *testing.T) {
+	needRoot(t)
 	rep, _ := box(t, nil, "spin", "0.5")
 	expectStatus(t, rep, isolate.StatusOK)
 	if rep.CPUTime < 0.49 || rep.CPUTime > 0.52 {
@@ -151,6 +154,7 @@ func TestCPULimitAndAccounting(t *testing.T) {
 }
 
 func TestExtraTime(t *testing.T) {
+	needRoot(t)
 	// Over the limit but within the extra time: runs to its end, still TO.
 	rep, _ := box(t, []string{"--time", "0.1", "--extra-time", "0.5"}, "spin", "0.3")
 	expectStatus(t, rep, isolate.StatusTO)
@@ -165,6 +169,7 @@ func TestExtraTime(t *testing.T) {
 }
 
 func TestWallLimit(t *testing.T) {
+	needRoot(t)
 	rep, _ := box(t, []string{"--wall-time", "0.3"}, "sleep", "10")
 	expectStatus(t, rep, isolate.StatusTO)
 	if rep.Limit != "wall" || !rep.Killed || rep.WallTime < 0.3 || rep.WallTime > 0.5 {
@@ -173,6 +178,7 @@ func TestWallLimit(t *testing.T) {
 }
 
 func TestMemoryLimitAndPeak(t *testing.T) {
+	needRoot(t)
 	rep, _ := box(t, []string{"--mem", "300M"}, "touch", "200")
 	expectStatus(t, rep, isolate.StatusOK)
 	const mib = 1 << 20
@@ -192,6 +198,7 @@ func TestMemoryLimitAndPeak(t *testing.T) {
 }
 
 func TestPidsLimit(t *testing.T) {
+	needRoot(t)
 	rep, _ := box(t, []string{"--pids", "10"}, "forkbomb")
 	expectStatus(t, rep, isolate.StatusOK)
 	n, _ := strconv.Atoi(strings.TrimSpace(rep.Stdout))
@@ -208,6 +215,7 @@ func TestPidsLimit(t *testing.T) {
 }
 
 func TestFileRlimits(t *testing.T) {
+	needRoot(t)
 	rep, _ := box(t, []string{"--fsize", "1M"}, "write", "/box/big", "2048")
 	expectStatus(t, rep, isolate.StatusSG)
 	if rep.Signal != int(syscall.SIGXFSZ) {
@@ -232,6 +240,7 @@ func TestFileRlimits(t *testing.T) {
 }
 
 func TestOutputCaptureAndFiles(t *testing.T) {
+	needRoot(t)
 	rep, _ := box(t, []string{"--output-limit", "1000"}, "print", "100000")
 	expectStatus(t, rep, isolate.StatusOK)
 	if len(rep.Stdout) != 1000 || !rep.StdoutTruncated || rep.StderrTruncated {
@@ -265,6 +274,7 @@ func TestOutputCaptureAndFiles(t *testing.T) {
 }
 
 func TestReportAndMetaFiles(t *testing.T) {
+	needRoot(t)
 	dir := shareDir(t)
 	rf, mf := filepath.Join(dir, "r.json"), filepath.Join(dir, "meta")
 	res := isolateCmd(t, "", "run", "--report", rf, "--meta", mf, "--", "/bin/sh", "-c", "exit 2")
@@ -285,6 +295,7 @@ func TestReportAndMetaFiles(t *testing.T) {
 }
 
 func TestEnvironment(t *testing.T) {
+	needRoot(t)
 	t.Setenv("ISOLATE_TEST_SECRET", "leak")
 	t.Setenv("PASSME", "yes")
 	rep, _ := runBox(t, "-E", "FOO=bar", "-E", "PASSME", "--", "/usr/bin/env")
@@ -297,6 +308,7 @@ func TestEnvironment(t *testing.T) {
 }
 
 func TestInsideTheBox(t *testing.T) {
+	needRoot(t)
 	rep, _ := runBox(t, "--", "/bin/sh", "-c", `id -u; id -g; hostname; pwd; ls /; cat /etc/passwd | grep -c box; test -e /sys && echo has-sys; grep -E '^(NoNewPrivs|CapEff|CapBnd):' /proc/self/status`)
 	expectStatus(t, rep, isolate.StatusOK)
 	for _, want := range []string{"1000\n1000\nisolate\n/box\n", "NoNewPrivs:\t1", "CapEff:\t0000000000000000", "CapBnd:\t0000000000000000"} {
@@ -327,6 +339,7 @@ func TestInsideTheBox(t *testing.T) {
 }
 
 func TestEscapesAreRefused(t *testing.T) {
+	needRoot(t)
 	for _, mode := range []string{"mount", "ptrace", "unshare"} {
 		rep, _ := box(t, []string{"--seccomp", "none"}, mode)
 		if rep.Status != isolate.StatusRE {
@@ -374,6 +387,7 @@ func TestEscapesAreRefused(t *testing.T) {
 }
 
 func TestBindCopyChdir(t *testing.T) {
+	needRoot(t)
 	dir := shareDir(t)
 	os.WriteFile(filepath.Join(dir, "data.txt"), []byte("hello\n"), 0o644)
 	os.Mkdir(filepath.Join(dir, "tree"), 0o755)
@@ -409,6 +423,7 @@ func TestBindCopyChdir(t *testing.T) {
 }
 
 func TestDetachedDaemonDiesWithRun(t *testing.T) {
+	needRoot(t)
 	rep, _ := box(t, []string{"--wall-time", "5", "--box-id", "919"}, "daemon")
 	expectStatus(t, rep, isolate.StatusOK)
 	if rep.WallTime > 2 {
@@ -425,6 +440,7 @@ func TestDetachedDaemonDiesWithRun(t *testing.T) {
 }
 
 func TestSupervisorKilledTakesBoxDown(t *testing.T) {
+	needRoot(t)
 	cmd := exec.Command(isolateBin, append(append([]string{"run", "--box-id", "917"}, probe(t)...), "--", "/t/probe", "sleep", "100")...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -466,6 +482,7 @@ func boxHasProcess(id int) bool {
 }
 
 func TestParallelRunsUseDistinctBoxes(t *testing.T) {
+	needRoot(t)
 	var wg sync.WaitGroup
 	ids := make([]int, 4)
 	for i := range ids {
@@ -499,6 +516,7 @@ func TestParallelRunsUseDistinctBoxes(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
+	needRoot(t)
 	before := findLeaks()
 	cases := [][]string{
 		{"run", "--mem", "12Q", "--", "/bin/true"},
@@ -538,7 +556,38 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// Malformed numbers are usage errors: before package api's parsers, each
+// of these ran with a garbage limit (NaN became a negative or huge value,
+// "0.5x" and "inf" CPUs were read, an empty --time meant none).
+func TestMalformedNumbersAreUsageErrors(t *testing.T) {
+	needRoot(t)
+	before := findLeaks()
+	cases := [][]string{
+		{"--mem", "NaN"}, {"--output-limit", "NaN"}, {"--fsize", "NaN"}, {"--tmp-size", "NaN"}, {"--stack", "nan"},
+		{"--time", "NaN"}, {"--wall-time", "NaN"}, {"--extra-time", "NaN"}, {"--cpus", "inf"}, {"--cpus", "0.5x"},
+		{"--cpus", "NaN"}, {"--time", ""}, {"--mem", "1e3"}, {"--pids", "99999999999"}, {"--mem", "99999999999G"},
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	for _, c := range cases {
+		args := append(append([]string{"run", "-o", out}, c...), "--", "/bin/true")
+		res := isolateCmd(t, "", args...)
+		lines := strings.Split(strings.TrimSpace(res.Stderr), "\n")
+		if res.Code != 2 || len(lines) != 1 || !strings.HasPrefix(lines[0], "isolate: --") || res.Stdout != "" {
+			t.Errorf("%v: exit %d stdout %q stderr %q; want exit 2 and one line naming the option", c, res.Code, res.Stdout, res.Stderr)
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Errorf("%v: created the output file", c)
+			os.Remove(out)
+		}
+	}
+	if after := findLeaks(); len(after) > len(before) {
+		t.Errorf("malformed numbers left %v", after)
+	}
+}
+
 func TestCheckAndVersion(t *testing.T) {
+	needRoot(t)
 	res := isolateCmd(t, "", "check")
 	if res.Code != 0 || !strings.Contains(res.Stdout, "cgroups") {
 		t.Errorf("check: exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
@@ -550,6 +599,7 @@ func TestCheckAndVersion(t *testing.T) {
 }
 
 func TestNativeRunOnPersistentBox(t *testing.T) {
+	needRoot(t)
 	root := shareDir(t)
 	cfg := filepath.Join(root, "config")
 	os.WriteFile(cfg, []byte("box_root = "+root+"\n"), 0o644)
@@ -576,6 +626,7 @@ func TestNativeRunOnPersistentBox(t *testing.T) {
 }
 
 func TestCopyOutDirectoryAndErrors(t *testing.T) {
+	needRoot(t)
 	dir := shareDir(t)
 	out := filepath.Join(dir, "out")
 	rep, _ := runBox(t,
@@ -598,6 +649,7 @@ func TestCopyOutDirectoryAndErrors(t *testing.T) {
 }
 
 func TestConfigurationFile(t *testing.T) {
+	needRoot(t)
 	dir := shareDir(t)
 	cfg := filepath.Join(dir, "config")
 	t.Setenv("ISOLATE_CONFIG", cfg)
@@ -622,6 +674,7 @@ func TestConfigurationFile(t *testing.T) {
 // A failure inside the sandbox machinery is XX, exit 2, with the step that
 // failed and its errno, and leaves nothing behind.
 func TestSetupFailureIsXXWithTheStep(t *testing.T) {
+	needRoot(t)
 	rep, code := runBox(t, "--box-id", "923", "--bind", "/etc/hostname:/proc/sys/isolate-test", "--", "/bin/true")
 	if rep.Status != isolate.StatusXX || code != 2 {
 		t.Fatalf("status %s exit %d, want XX and 2", rep.Status, code)
@@ -639,6 +692,7 @@ func TestSetupFailureIsXXWithTheStep(t *testing.T) {
 // Nothing of isolate stays in the cgroup tree after a run, however it
 // ended: not the box's cgroup, not the "isolate" directory above it.
 func TestNoCgroupLeftAfterRuns(t *testing.T) {
+	needRoot(t)
 	runs := []struct {
 		name   string
 		status isolate.Status
@@ -660,6 +714,7 @@ func TestNoCgroupLeftAfterRuns(t *testing.T) {
 }
 
 func TestCopyInErrorsAndSymlinks(t *testing.T) {
+	needRoot(t)
 	dir := shareDir(t)
 	os.Mkdir(filepath.Join(dir, "tree"), 0o755)
 	os.WriteFile(filepath.Join(dir, "tree", "f"), []byte("F"), 0o644)

@@ -87,6 +87,7 @@ func seccompDir(t *testing.T) (string, []string) {
 }
 
 func TestSeccompNeverAllowedRefusedAndNamed(t *testing.T) {
+	needRoot(t)
 	dir, bind := seccompDir(t)
 	var src strings.Builder
 	src.WriteString(`#define _GNU_SOURCE
@@ -152,6 +153,7 @@ int main(void) {
 // from a 64-bit program: i386 mount (21) and getpid (20) are not x86_64
 // numbers a deny list would know; the policy must kill the process.
 func TestSeccompInt80CannotBypass(t *testing.T) {
+	needRoot(t)
 	if runtime.GOARCH != "amd64" {
 		t.Skip("x86_64 only")
 	}
@@ -188,6 +190,7 @@ int main(void) {
 }
 
 func TestSeccompProfileDenyingUname(t *testing.T) {
+	needRoot(t)
 	dir := shareDir(t)
 	profile := filepath.Join(dir, "no-uname.json")
 	os.WriteFile(profile, []byte(`{
@@ -216,6 +219,7 @@ func TestSeccompProfileDenyingUname(t *testing.T) {
 }
 
 func TestSeccompBrokenProfileIsAUsageError(t *testing.T) {
+	needRoot(t)
 	dir := shareDir(t)
 	profile := filepath.Join(dir, "broken.json")
 	os.WriteFile(profile, []byte(`{"defaultAction": "SCMP_ACT_ALLOW",
@@ -240,6 +244,7 @@ func TestSeccompBrokenProfileIsAUsageError(t *testing.T) {
 }
 
 func TestSeccompModeInProcStatus(t *testing.T) {
+	needRoot(t)
 	for _, c := range []struct{ policy, want string }{{"default", "Seccomp:\t2"}, {"none", "Seccomp:\t0"}} {
 		rep, _ := runBox(t, "--seccomp", c.policy, "--", "/bin/grep", "^Seccomp:", "/proc/self/status")
 		expectStatus(t, rep, isolate.StatusOK)
@@ -255,6 +260,7 @@ func TestSeccompModeInProcStatus(t *testing.T) {
 // TestSeccompRecordingIsCapped: a program hammering a refused syscall runs
 // at full speed: after the cap the kernel answers ENOSYS itself.
 func TestSeccompRecordingIsCapped(t *testing.T) {
+	needRoot(t)
 	dir, bind := seccompDir(t)
 	compileC(t, dir, "hammer", `#include <errno.h>
 #include <stdio.h>
@@ -285,6 +291,7 @@ int main(void) {
 // and runs it under the default policy: goroutines, the GC, timers, a
 // child process, loopback TCP.
 func TestSeccompGoProgramRuns(t *testing.T) {
+	needRoot(t)
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("no go on this host")
@@ -363,6 +370,7 @@ func goSum() int {
 // it on the host's JVM under the default policy: the JVM's own threads
 // (GC, JIT, signal handling), a thread pool, and a child process.
 func TestSeccompJavaProgramRuns(t *testing.T) {
+	needRoot(t)
 	javac, err1 := exec.LookPath("javac")
 	java, err2 := exec.LookPath("java")
 	if err1 != nil || err2 != nil {

@@ -9,7 +9,7 @@
 // types in package api, so it does not link the runtime (nor libseccomp).
 //
 // Usage: driver DIR, where DIR holds the isolate binary and t/probe (built
-// from cmd/isolate/testdata/probe.c).
+// from internal/bench/testdata/probe.c).
 package main
 
 import (

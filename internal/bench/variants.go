@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -20,7 +20,8 @@ import (
 // the isolate binary under test: /proc/self/exe for `isolate bench`, the
 // built binary for `go test -bench`.
 type benchRunner struct {
-	bin string
+	bin     string
+	version string // of the binary, for the machine description
 }
 
 // variant is one way of running /bin/true that the latency rounds compare.
@@ -34,14 +35,14 @@ type variant struct {
 
 // Names of the variants, as printed and in the JSON output.
 const (
-	varBare    = "bare exec"
-	varCLI     = "isolate version"
-	varIsolate = "isolate run"
+	VarBare    = "bare exec"
+	VarCLI     = "isolate version"
+	VarIsolate = "isolate run"
 	// The same run without a syscall filter: the difference is what the
 	// default seccomp policy costs per run.
 	varNoSeccomp = "isolate run --seccomp none"
-	varBwrap     = "bwrap"
-	varUnshare   = "unshare -Urnpimf"
+	VarBwrap     = "bwrap"
+	VarUnshare   = "unshare -Urnpimf"
 )
 
 // variants lists what the latency rounds run, with a note for each one that
@@ -49,22 +50,22 @@ const (
 func (r *benchRunner) variants() (vs []variant, skipped map[string]string) {
 	skipped = map[string]string{}
 	vs = append(vs,
-		variant{name: varBare, argv: []string{"/bin/true"}},
+		variant{name: VarBare, argv: []string{"/bin/true"}},
 		// The floor of any isolate command: exec of the binary, the Go
 		// runtime's start, package initialisation, exit.
-		variant{name: varCLI, argv: []string{r.bin, "version"}},
-		variant{name: varIsolate, argv: r.isolateArgs(nil, "/bin/true"), isolate: true},
+		variant{name: VarCLI, argv: []string{r.bin, "version"}},
+		variant{name: VarIsolate, argv: r.isolateArgs(nil, "/bin/true"), isolate: true},
 		variant{name: varNoSeccomp, argv: r.isolateArgs([]string{"--seccomp", "none"}, "/bin/true")},
 	)
 	if bwrap, err := ensureBwrap(); err != nil {
-		skipped[varBwrap] = err.Error()
+		skipped[VarBwrap] = err.Error()
 	} else {
-		vs = append(vs, variant{name: varBwrap, argv: bwrapArgs(bwrap)})
+		vs = append(vs, variant{name: VarBwrap, argv: bwrapArgs(bwrap)})
 	}
 	if unshare, err := exec.LookPath("unshare"); err != nil {
-		skipped[varUnshare] = "unshare not found (apt-get install util-linux)"
+		skipped[VarUnshare] = "unshare not found (apt-get install util-linux)"
 	} else {
-		vs = append(vs, variant{name: varUnshare, argv: []string{unshare, "-Urnpimf", "/bin/true"}})
+		vs = append(vs, variant{name: VarUnshare, argv: []string{unshare, "-Urnpimf", "/bin/true"}})
 	}
 	return vs, skipped
 }

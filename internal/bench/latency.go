@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"fmt"
@@ -12,8 +12,8 @@ import (
 // the first cgroup of a parent) that a busy judge does not.
 const warmupRounds = 5
 
-// variantResult is the latency of one variant over the rounds.
-type variantResult struct {
+// VariantResult is the latency of one variant over the rounds.
+type VariantResult struct {
 	Name    string   `json:"name"`
 	Command []string `json:"command"`
 	// WallMs is the wall time from fork to reaping, in milliseconds.
@@ -77,9 +77,9 @@ func (r *benchRunner) latency(rounds int, vs []variant) (*latencySamples, error)
 
 // variantResults summarises the rounds per variant, in the order given,
 // with each one's ratio to bwrap.
-func variantResults(s *latencySamples, vs []variant, skipped map[string]string) []variantResult {
-	bwrap := median(s.wall[varBwrap])
-	var res []variantResult
+func variantResults(s *latencySamples, vs []variant, skipped map[string]string) []VariantResult {
+	bwrap := median(s.wall[VarBwrap])
+	var res []VariantResult
 	for _, v := range vs {
 		sum := summarize(s.wall[v.name])
 		cmd := v.argv
@@ -87,11 +87,11 @@ func variantResults(s *latencySamples, vs []variant, skipped map[string]string) 
 			// Shown as a user types it, not as the bench starts it.
 			cmd = append([]string{"isolate"}, v.argv[1:]...)
 		}
-		res = append(res, variantResult{Name: v.name, Command: cmd, WallMs: sum, CPUMs: summarize(s.cpu[v.name]), RatioToBwrap: ratio(sum.Median, bwrap)})
+		res = append(res, VariantResult{Name: v.name, Command: cmd, WallMs: sum, CPUMs: summarize(s.cpu[v.name]), RatioToBwrap: ratio(sum.Median, bwrap)})
 	}
-	for _, name := range []string{varBwrap, varUnshare} {
+	for _, name := range []string{VarBwrap, VarUnshare} {
 		if why, ok := skipped[name]; ok {
-			res = append(res, variantResult{Name: name, Skipped: why})
+			res = append(res, VariantResult{Name: name, Skipped: why})
 		}
 	}
 	return res

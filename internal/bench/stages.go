@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"sort"
@@ -9,10 +9,10 @@ import (
 
 // Parts of a run a stage belongs to.
 const (
-	partCLI        = "cli"        // the isolate process around the runtime
-	partSupervisor = "supervisor" // isolate.Run's own timers, in order
-	partInit       = "init"       // init's timers, inside the supervisor's "start"
-	partTotal      = "total"      // the report's setup/teardown and the outside view
+	PartCLI        = "cli"        // the isolate process around the runtime
+	PartSupervisor = "supervisor" // isolate.Run's own timers, in order
+	PartInit       = "init"       // init's timers, inside the supervisor's "start"
+	PartTotal      = "total"      // the report's setup/teardown and the outside view
 )
 
 // supervisorStages are the supervisor's timers in the order a run passes
@@ -25,17 +25,17 @@ var initStages = []string{"init-namespaces", "init-maps", "init-plan", "init-set
 
 // Names of the stages the bench derives rather than reads.
 const (
-	stageCLI           = "cli"
-	stageInitDerived   = "init-start (derived)"
-	stageSetup         = "setup_time"
-	stageTeardown      = "teardown_time"
-	stageSetupTeardown = "setup+teardown"
+	StageCLI           = "cli"
+	StageInitDerived   = "init-start (derived)"
+	StageSetup         = "setup_time"
+	StageTeardown      = "teardown_time"
+	StageSetupTeardown = "setup+teardown"
 	stageProgramWall   = "wall_time (program)"
-	stageOutside       = "wall outside"
+	StageOutside       = "wall outside"
 )
 
-// stageResult is one row of the stage breakdown.
-type stageResult struct {
+// StageResult is one row of the stage breakdown.
+type StageResult struct {
 	Name string `json:"name"`
 	Part string `json:"part"`
 	// Ms is the stage's duration over the runs, in milliseconds.
@@ -46,7 +46,7 @@ type stageResult struct {
 
 // stageBreakdown turns the isolate runs' reports and outside wall times
 // into the breakdown, in the order a run passes the stages.
-func stageBreakdown(reports []*isolate.Report, outside []float64) []stageResult {
+func stageBreakdown(reports []*isolate.Report, outside []float64) []StageResult {
 	samples := map[string][]float64{}
 	seen := map[string]bool{}
 	add := func(name string, v float64) { samples[name] = append(samples[name], v) }
@@ -64,7 +64,7 @@ func stageBreakdown(reports []*isolate.Report, outside []float64) []stageResult 
 		// What the supervisor's timers do not see: exec of the isolate
 		// binary, the Go runtime's start, flag parsing, printing the
 		// report and exiting.
-		add(stageCLI, outside[i]-(sb.SetupTime+program+sb.TeardownTime)*1000)
+		add(StageCLI, outside[i]-(sb.SetupTime+program+sb.TeardownTime)*1000)
 		if start, ok := st["start"]; ok {
 			// Init's timers start when its own code does: what of the
 			// supervisor's stages from init's spawn to the program's start
@@ -76,21 +76,21 @@ func stageBreakdown(reports []*isolate.Report, outside []float64) []stageResult 
 					rest -= v
 				}
 			}
-			add(stageInitDerived, rest*1000)
+			add(StageInitDerived, rest*1000)
 		}
-		add(stageSetup, sb.SetupTime*1000)
-		add(stageTeardown, sb.TeardownTime*1000)
-		add(stageSetupTeardown, (sb.SetupTime+sb.TeardownTime)*1000)
+		add(StageSetup, sb.SetupTime*1000)
+		add(StageTeardown, sb.TeardownTime*1000)
+		add(StageSetupTeardown, (sb.SetupTime+sb.TeardownTime)*1000)
 		add(stageProgramWall, rep.WallTime*1000)
-		add(stageOutside, outside[i])
+		add(StageOutside, outside[i])
 	}
-	var rows []stageResult
+	var rows []StageResult
 	row := func(name, part string, derived bool) {
 		if xs, ok := samples[name]; ok {
-			rows = append(rows, stageResult{Name: name, Part: part, Ms: summarize(xs), Derived: derived})
+			rows = append(rows, StageResult{Name: name, Part: part, Ms: summarize(xs), Derived: derived})
 		}
 	}
-	row(stageCLI, partCLI, true)
+	row(StageCLI, PartCLI, true)
 	known := map[string]bool{}
 	for _, k := range append(append([]string{}, supervisorStages...), initStages...) {
 		known[k] = true
@@ -109,22 +109,22 @@ func stageBreakdown(reports []*isolate.Report, outside []float64) []stageResult 
 	sort.Strings(extraSup)
 	sort.Strings(extraInit)
 	for _, k := range append(append([]string{}, supervisorStages...), extraSup...) {
-		row(k, partSupervisor, false)
+		row(k, PartSupervisor, false)
 		if k == "start" {
 			for _, ik := range append(append([]string{}, initStages...), extraInit...) {
-				row(ik, partInit, false)
+				row(ik, PartInit, false)
 			}
-			row(stageInitDerived, partInit, true)
+			row(StageInitDerived, PartInit, true)
 		}
 	}
-	for _, k := range []string{stageSetup, stageTeardown, stageSetupTeardown, stageProgramWall, stageOutside} {
-		row(k, partTotal, k == stageSetupTeardown)
+	for _, k := range []string{StageSetup, StageTeardown, StageSetupTeardown, stageProgramWall, StageOutside} {
+		row(k, PartTotal, k == StageSetupTeardown)
 	}
 	return rows
 }
 
 // stageMedian finds a row's median (0 when absent).
-func stageMedian(rows []stageResult, name string) float64 {
+func stageMedian(rows []StageResult, name string) float64 {
 	for _, r := range rows {
 		if r.Name == name {
 			return r.Ms.Median

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -98,7 +98,7 @@ func ownCPU() time.Duration {
 // busy tells whether other work took a noticeable share of the CPUs.
 func (m machineInfo) busy() bool { return m.OtherCPUs > 0.2 }
 
-func describeMachine() machineInfo {
+func describeMachine(version string) machineInfo {
 	var uts unix.Utsname
 	unix.Uname(&uts)
 	m := machineInfo{

@@ -1,4 +1,4 @@
-package main
+package ioi
 
 // ioi/isolate's directory rules (-d IN=OUT:OPTIONS) and how they map onto
 // the box our runtime builds.
@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/rootfs"
 )
 
 // dirRule is one directory rule: in is the path inside the box (no
@@ -101,12 +102,10 @@ type mountPoint struct {
 	writable bool
 }
 
-// systemDirs are what the runtime binds read-only from the image into
-// every box, as ioi/isolate's default rules bind bin, lib, lib64 and usr.
-var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
-
-// boxDevices are the devices of the runtime's minimal /dev.
-var boxDevices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"}
+// The runtime binds rootfs.SystemDirs read-only from the image into every
+// box, as ioi/isolate's default rules bind bin, lib, lib64 and usr, and
+// gives it a minimal /dev of rootfs.Devices.
+var systemDirs, boxDevices = rootfs.SystemDirs(), rootfs.Devices()
 
 // apply turns the rules into binds of spec, and lists where host paths
 // appear in the box. pb is the persistent box ("./" paths, tmp rules).

@@ -1,4 +1,4 @@
-package main
+package ioi
 
 // ioi/isolate's meta file and status line. The keys, their units and which
 // of them appear follow ioi/isolate 2.x: no status line on success, TO
@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
@@ -20,8 +21,8 @@ func millis(seconds float64) int64 { return int64(seconds*1000 + 1e-6) }
 
 func msText(m int64) string { return fmt.Sprintf("%d.%03d", m/1000, m%1000) }
 
-// formatMeta is the meta file of a report.
-func formatMeta(r *isolate.Report) string {
+// MetaText is the meta file of a report.
+func MetaText(r *isolate.Report) string {
 	var b strings.Builder
 	line := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
 	if r.Status == isolate.StatusXX {
@@ -88,19 +89,17 @@ func ioiAdjust(r *isolate.Report, limit time.Duration) {
 	}
 }
 
-// ioiExit is ioi/isolate's exit status for a report.
-func ioiExit(r *isolate.Report) int {
-	switch status, _ := ioiStatus(r); status {
-	case "":
-		return exitOK
-	case "XX":
-		return exitSandbox
+// Outcome is a report's status as ioi/isolate judges it: OK, RE, SG, TO
+// or XX (a failure the native form reports as ML is RE or SG there).
+func Outcome(r *isolate.Report) api.Status {
+	if status, _ := ioiStatus(r); status != "" {
+		return api.Status(status)
 	}
-	return exitFailed
+	return api.StatusOK
 }
 
-// statusLine is what ioi/isolate prints on its standard error after a run.
-func statusLine(r *isolate.Report) string {
+// StatusLine is what ioi/isolate prints on its standard error after a run.
+func StatusLine(r *isolate.Report) string {
 	if status, message := ioiStatus(r); status != "" {
 		return message
 	}

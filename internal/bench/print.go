@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 
 // stageMeaning says what each stage of the breakdown covers.
 var stageMeaning = map[string]string{
-	stageCLI:           "exec of the isolate binary, Go runtime start, flags, printing the report, exit (wall outside − setup − program − teardown)",
+	StageCLI:           "exec of the isolate binary, Go runtime start, flags, printing the report, exit (wall outside − setup − program − teardown)",
 	"validate":         "check the spec; compile the seccomp policy to BPF",
 	"lock":             "take the box id (bind an abstract unix socket)",
 	"cgroup":           "in a goroutine, beside the stages up to cgroup-wait: sweep stale cgroups of the id; create the box cgroups, write the limits, open the files the program joins them by",
@@ -25,19 +25,19 @@ var stageMeaning = map[string]string{
 	"init-plan":        "PID 1: wait for the plan's first part",
 	"init-setup":       "PID 1 (C, before any Go runtime): carry out the plan as it arrives: loopback, host name, tmpfs root, binds, /etc, /proc, /dev, /box, /tmp, pivot_root; then the cgroup files",
 	"init-exec":        "PID 1: start the program (clone3, sharing PID 1's memory until its execve), which joins its cgroups, sets rlimits, drops privileges, loads seccomp and execs; ends when the exec succeeded",
-	stageInitDerived:   "plan + cgroup-wait + start − init's own stages: init's way in (execve of the isolate binary up to init's first timer) and the messages' trips",
+	StageInitDerived:   "plan + cgroup-wait + start − init's own stages: init's way in (execve of the isolate binary up to init's first timer) and the messages' trips",
 	"program":          "from 'started' to init's 'exited' message: the program's run and reaping",
 	"wait-init":        "init exits; the kernel drops its namespaces and mounts; captured output collected",
 	"cgroup-remove":    "remove the box cgroups",
-	stageSetup:         "the report's setup_time: from the start of the run to the program's start",
-	stageTeardown:      "the report's teardown_time",
-	stageSetupTeardown: "their sum, per run",
+	StageSetup:         "the report's setup_time: from the start of the run to the program's start",
+	StageTeardown:      "the report's teardown_time",
+	StageSetupTeardown: "their sum, per run",
 	stageProgramWall:   "the report's wall_time",
-	stageOutside:       "the isolate command from fork to reap, seen by the bench",
+	StageOutside:       "the isolate command from fork to reap, seen by the bench",
 }
 
 // printText writes the results for a person at a terminal.
-func printText(w io.Writer, res *benchResult) {
+func PrintText(w io.Writer, res *Result) {
 	m := res.Machine
 	fmt.Fprintf(w, "isolate bench · %d CPUs · %s · Linux %s · cgroup %s · load %s · %s\n", m.CPUs, m.CPUModel, m.Kernel, m.Cgroup, m.Load, m.Date)
 	if m.busy() {
@@ -57,10 +57,10 @@ func printText(w io.Writer, res *benchResult) {
 	fmt.Fprintf(w, "  %-28s %8s %8s\n", "", "median", "p90")
 	for _, s := range res.Stages {
 		name := s.Name
-		if s.Part == partInit {
+		if s.Part == PartInit {
 			name = "  " + name
 		}
-		if s.Part == partTotal && s.Name == stageSetup {
+		if s.Part == PartTotal && s.Name == StageSetup {
 			fmt.Fprintln(w)
 		}
 		fmt.Fprintf(w, "  %-28s %8.3f %8.3f\n", name, s.Ms.Median, s.Ms.P90)
@@ -100,9 +100,9 @@ func printText(w io.Writer, res *benchResult) {
 }
 
 // stageCount is how many isolate runs the breakdown covers.
-func stageCount(res *benchResult) int {
+func stageCount(res *Result) int {
 	for _, s := range res.Stages {
-		if s.Name == stageOutside {
+		if s.Name == StageOutside {
 			return s.Ms.N
 		}
 	}
@@ -118,7 +118,7 @@ func ratioText(r float64) string {
 
 // printMarkdown writes the results as the generated part of
 // docs/PERFORMANCE.md.
-func printMarkdown(w io.Writer, res *benchResult) {
+func PrintMarkdown(w io.Writer, res *Result) {
 	m := res.Machine
 	fmt.Fprintf(w, "Measured %s with `isolate bench --precision` (isolate %s, %s).\n\n", m.Date, m.Isolate, m.Go)
 	fmt.Fprintln(w, "| machine | |")
@@ -149,10 +149,10 @@ func printMarkdown(w io.Writer, res *benchResult) {
 	fmt.Fprintln(w, "|---|---:|---:|---|")
 	for _, s := range res.Stages {
 		name := "`" + s.Name + "`"
-		if s.Part == partInit {
+		if s.Part == PartInit {
 			name = "&nbsp;&nbsp;&nbsp;&nbsp;" + name
 		}
-		if s.Part == partTotal {
+		if s.Part == PartTotal {
 			name = "**" + s.Name + "**"
 		}
 		fmt.Fprintf(w, "| %s | %.3f | %.3f | %s |\n", name, s.Ms.Median, s.Ms.P90, stageMeaning[s.Name])

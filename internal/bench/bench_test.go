@@ -1,4 +1,4 @@
-package main
+package bench
 
 // Go benchmarks of the same measurements `isolate bench` makes, on the
 // binary under test (see harness_test.go): `go test -run '^$' -bench .`.
@@ -6,11 +6,35 @@ package main
 // benchmarks report their overshoot or error as metrics. Never assertions.
 
 import (
+	"os"
 	"testing"
+
+	"github.com/isolate-sandbox/isolate/isolate"
 )
+
+// isolateBin is the isolate binary the benchmarks start, as a user would:
+// ISOLATE_BIN (scripts/test.sh sets it; make build gives bin/isolate).
+var isolateBin = os.Getenv("ISOLATE_BIN")
+
+func TestMain(m *testing.M) {
+	isolate.MaybeInit()
+	os.Exit(m.Run())
+}
+
+// needBin skips a benchmark that has no isolate binary to run, or no
+// root to run it.
+func needBin(b *testing.B) {
+	if isolateBin == "" {
+		b.Skip("needs ISOLATE_BIN, the isolate binary to measure")
+	}
+	if os.Geteuid() != 0 {
+		b.Skip("needs root: isolate runs only as root")
+	}
+}
 
 // benchOne times b.N runs of one latency variant.
 func benchOne(b *testing.B, name string) {
+	needBin(b)
 	r := &benchRunner{bin: isolateBin}
 	vs, skipped := r.variants()
 	if why, ok := skipped[name]; ok {
@@ -56,20 +80,21 @@ func benchOne(b *testing.B, name string) {
 	b.ReportMetric(median(cpu), "cpu-ms")
 	if v.isolate {
 		stages := stageBreakdown(samples.reports, outside)
-		b.ReportMetric(stageMedian(stages, stageSetupTeardown), "setup+teardown-ms")
-		b.ReportMetric(stageMedian(stages, stageCLI), "cli-ms")
+		b.ReportMetric(stageMedian(stages, StageSetupTeardown), "setup+teardown-ms")
+		b.ReportMetric(stageMedian(stages, StageCLI), "cli-ms")
 	}
 }
 
-func BenchmarkBareTrue(b *testing.B)       { benchOne(b, varBare) }
-func BenchmarkIsolateVersion(b *testing.B) { benchOne(b, varCLI) }
-func BenchmarkIsolateRunTrue(b *testing.B) { benchOne(b, varIsolate) }
-func BenchmarkBwrapTrue(b *testing.B)      { benchOne(b, varBwrap) }
-func BenchmarkUnshareTrue(b *testing.B)    { benchOne(b, varUnshare) }
+func BenchmarkBareTrue(b *testing.B)       { benchOne(b, VarBare) }
+func BenchmarkIsolateVersion(b *testing.B) { benchOne(b, VarCLI) }
+func BenchmarkIsolateRunTrue(b *testing.B) { benchOne(b, VarIsolate) }
+func BenchmarkBwrapTrue(b *testing.B)      { benchOne(b, VarBwrap) }
+func BenchmarkUnshareTrue(b *testing.B)    { benchOne(b, VarUnshare) }
 
 // BenchmarkThroughput runs `isolate run -- /bin/true` one and two at a
 // time; ns/op is the inverse of the throughput.
 func BenchmarkThroughput(b *testing.B) {
+	needBin(b)
 	r := &benchRunner{bin: isolateBin}
 	for _, c := range []struct {
 		name    string
@@ -87,6 +112,7 @@ func BenchmarkThroughput(b *testing.B) {
 
 // precisionBench gives a precision benchmark the probe and a sink.
 func precisionBench(b *testing.B) (*benchRunner, *probeBox, *sink) {
+	needBin(b)
 	p, err := buildProbe()
 	if err != nil {
 		b.Fatal(err)

@@ -1,4 +1,4 @@
-package main
+package ioi
 
 // The ioi/isolate command line, parsed the way ioi/isolate's getopt_long
 // does: options anywhere before "--", short options clustered (-sv) or
@@ -13,17 +13,17 @@ import (
 	"time"
 )
 
-// ioi commands.
+// The commands of the ioi form.
 const (
-	ioiInit        = "init"
-	ioiRun         = "run"
-	ioiCleanup     = "cleanup"
-	ioiVersion     = "version"
-	ioiPrintCgRoot = "print-cg-root"
+	ModeInit        = "init"
+	ModeRun         = "run"
+	ModeCleanup     = "cleanup"
+	ModeVersion     = "version"
+	ModePrintCgRoot = "print-cg-root"
 )
 
-// ioiOptions is one ioi/isolate command line.
-type ioiOptions struct {
+// Options is one ioi/isolate command line.
+type Options struct {
 	mode    string
 	boxID   int
 	chdir   string
@@ -57,13 +57,26 @@ type ioiOptions struct {
 	command []string
 }
 
+// Mode is the command: ModeInit, ModeRun, ModeCleanup, ModeVersion or
+// ModePrintCgRoot.
+func (o *Options) Mode() string { return o.mode }
+
+// BoxID is the box the command is about (-b).
+func (o *Options) BoxID() int { return o.boxID }
+
+// Meta is the meta file (-M): "" none, "-" standard output.
+func (o *Options) Meta() string { return o.meta }
+
+// Silent tells whether -s was given: no status line after a run.
+func (o *Options) Silent() bool { return o.silent > 0 }
+
 // ioiOpt describes one option: its long name, its short letter (0 for
 // none), whether it takes a value (argNone, argRequired, argOptional).
 type ioiOpt struct {
 	long  string
 	short byte
 	arg   int
-	set   func(o *ioiOptions, v string, has bool) error
+	set   func(o *Options, v string, has bool) error
 }
 
 const (
@@ -73,33 +86,33 @@ const (
 )
 
 var ioiOpts = []ioiOpt{
-	{"as-uid", 0, argRequired, func(o *ioiOptions, v string, _ bool) (err error) { o.asUID, err = ioiUint(v); return }},
-	{"as-gid", 0, argRequired, func(o *ioiOptions, v string, _ bool) (err error) { o.asGID, err = ioiUint(v); return }},
-	{"box-id", 'b', argRequired, func(o *ioiOptions, v string, _ bool) (err error) { o.boxID, err = ioiUint(v); return }},
-	{"chdir", 'c', argRequired, func(o *ioiOptions, v string, _ bool) error { o.chdir = v; return nil }},
-	{"cg", 0, argNone, func(o *ioiOptions, _ string, _ bool) error { o.cg = true; return nil }},
-	{"cg-mem", 0, argRequired, func(o *ioiOptions, v string, _ bool) error { return ioiKB(&o.cgMemKB, v) }},
-	{"cg-timing", 0, argNone, func(o *ioiOptions, _ string, _ bool) error { o.cgTiming = "on"; return nil }},
-	{"no-cg-timing", 0, argNone, func(o *ioiOptions, _ string, _ bool) error { o.cgTiming = "off"; return nil }},
-	{"cleanup", 0, argNone, modeSetter(ioiCleanup)},
-	{"core", 0, argRequired, func(o *ioiOptions, v string, _ bool) error { return ioiKB(&o.coreKB, v) }},
-	{"dir", 'd', argRequired, func(o *ioiOptions, v string, _ bool) error { return o.dirs.set(v, false) }},
-	{"no-default-dirs", 'D', argNone, func(o *ioiOptions, _ string, _ bool) error { o.noDirs = true; return nil }},
-	{"fsize", 'f', argRequired, func(o *ioiOptions, v string, _ bool) error { return ioiKB(&o.fsizeKB, v) }},
-	{"env", 'E', argRequired, func(o *ioiOptions, v string, _ bool) error {
+	{"as-uid", 0, argRequired, func(o *Options, v string, _ bool) (err error) { o.asUID, err = ioiUint(v); return }},
+	{"as-gid", 0, argRequired, func(o *Options, v string, _ bool) (err error) { o.asGID, err = ioiUint(v); return }},
+	{"box-id", 'b', argRequired, func(o *Options, v string, _ bool) (err error) { o.boxID, err = ioiUint(v); return }},
+	{"chdir", 'c', argRequired, func(o *Options, v string, _ bool) error { o.chdir = v; return nil }},
+	{"cg", 0, argNone, func(o *Options, _ string, _ bool) error { o.cg = true; return nil }},
+	{"cg-mem", 0, argRequired, func(o *Options, v string, _ bool) error { return ioiKB(&o.cgMemKB, v) }},
+	{"cg-timing", 0, argNone, func(o *Options, _ string, _ bool) error { o.cgTiming = "on"; return nil }},
+	{"no-cg-timing", 0, argNone, func(o *Options, _ string, _ bool) error { o.cgTiming = "off"; return nil }},
+	{"cleanup", 0, argNone, modeSetter(ModeCleanup)},
+	{"core", 0, argRequired, func(o *Options, v string, _ bool) error { return ioiKB(&o.coreKB, v) }},
+	{"dir", 'd', argRequired, func(o *Options, v string, _ bool) error { return o.dirs.set(v, false) }},
+	{"no-default-dirs", 'D', argNone, func(o *Options, _ string, _ bool) error { o.noDirs = true; return nil }},
+	{"fsize", 'f', argRequired, func(o *Options, v string, _ bool) error { return ioiKB(&o.fsizeKB, v) }},
+	{"env", 'E', argRequired, func(o *Options, v string, _ bool) error {
 		if strings.HasPrefix(v, "=") {
 			return fmt.Errorf("invalid environment specified: %s", v)
 		}
 		o.env = append(o.env, v)
 		return nil
 	}},
-	{"extra-time", 'x', argRequired, func(o *ioiOptions, v string, _ bool) (err error) { o.extra, err = ioiSeconds("extra-time", v); return }},
-	{"full-env", 'e', argNone, func(o *ioiOptions, _ string, _ bool) error { o.fullEnv = true; return nil }},
-	{"inherit-fds", 0, argNone, func(o *ioiOptions, _ string, _ bool) error { o.inheritFDs = true; return nil }},
-	{"init", 0, argNone, modeSetter(ioiInit)},
-	{"mem", 'm', argRequired, func(o *ioiOptions, v string, _ bool) error { return ioiKB(&o.memKB, v) }},
-	{"meta", 'M', argRequired, func(o *ioiOptions, v string, _ bool) error { o.meta = v; return nil }},
-	{"processes", 'p', argOptional, func(o *ioiOptions, v string, has bool) error {
+	{"extra-time", 'x', argRequired, func(o *Options, v string, _ bool) (err error) { o.extra, err = ioiSeconds("extra-time", v); return }},
+	{"full-env", 'e', argNone, func(o *Options, _ string, _ bool) error { o.fullEnv = true; return nil }},
+	{"inherit-fds", 0, argNone, func(o *Options, _ string, _ bool) error { o.inheritFDs = true; return nil }},
+	{"init", 0, argNone, modeSetter(ModeInit)},
+	{"mem", 'm', argRequired, func(o *Options, v string, _ bool) error { return ioiKB(&o.memKB, v) }},
+	{"meta", 'M', argRequired, func(o *Options, v string, _ bool) error { o.meta = v; return nil }},
+	{"processes", 'p', argOptional, func(o *Options, v string, has bool) error {
 		if !has {
 			o.processes = 0
 			return nil
@@ -108,7 +121,7 @@ var ioiOpts = []ioiOpt{
 		o.processes = int64(n)
 		return err
 	}},
-	{"quota", 'q', argRequired, func(o *ioiOptions, v string, _ bool) error {
+	{"quota", 'q', argRequired, func(o *Options, v string, _ bool) error {
 		b, i, ok := strings.Cut(v, ",")
 		if _, err := ioiUint(b); !ok || err != nil {
 			return fmt.Errorf("invalid quota specified: %s", v)
@@ -119,31 +132,31 @@ var ioiOpts = []ioiOpt{
 		o.quota = v
 		return nil
 	}},
-	{"run", 0, argNone, modeSetter(ioiRun)},
-	{"share-net", 0, argNone, func(o *ioiOptions, _ string, _ bool) error { o.shareNet = true; return nil }},
-	{"silent", 's', argNone, func(o *ioiOptions, _ string, _ bool) error { o.silent++; return nil }},
-	{"stack", 'k', argRequired, func(o *ioiOptions, v string, _ bool) error { return ioiKB(&o.stackKB, v) }},
-	{"open-files", 'n', argRequired, func(o *ioiOptions, v string, _ bool) error {
+	{"run", 0, argNone, modeSetter(ModeRun)},
+	{"share-net", 0, argNone, func(o *Options, _ string, _ bool) error { o.shareNet = true; return nil }},
+	{"silent", 's', argNone, func(o *Options, _ string, _ bool) error { o.silent++; return nil }},
+	{"stack", 'k', argRequired, func(o *Options, v string, _ bool) error { return ioiKB(&o.stackKB, v) }},
+	{"open-files", 'n', argRequired, func(o *Options, v string, _ bool) error {
 		n, err := ioiUint(v)
 		o.openFiles = int64(n)
 		return err
 	}},
-	{"print-cg-root", 0, argNone, modeSetter(ioiPrintCgRoot)},
-	{"special-files", 0, argNone, func(o *ioiOptions, _ string, _ bool) error { o.specialFiles = true; return nil }},
-	{"stderr", 'r', argRequired, func(o *ioiOptions, v string, _ bool) error { o.stderr, o.stderrToStdout = v, false; return nil }},
-	{"stderr-to-stdout", 0, argNone, func(o *ioiOptions, _ string, _ bool) error { o.stderr, o.stderrToStdout = "", true; return nil }},
-	{"stdin", 'i', argRequired, func(o *ioiOptions, v string, _ bool) error { o.stdin = v; return nil }},
-	{"stdout", 'o', argRequired, func(o *ioiOptions, v string, _ bool) error { o.stdout = v; return nil }},
-	{"time", 't', argRequired, func(o *ioiOptions, v string, _ bool) (err error) { o.timeout, err = ioiSeconds("time", v); return }},
-	{"tty-hack", 0, argNone, func(o *ioiOptions, _ string, _ bool) error { o.ttyHack = true; return nil }},
-	{"verbose", 'v', argNone, func(o *ioiOptions, _ string, _ bool) error { o.verbose++; return nil }},
-	{"version", 0, argNone, modeSetter(ioiVersion)},
-	{"wait", 0, argNone, func(o *ioiOptions, _ string, _ bool) error { o.wait = true; return nil }},
-	{"wall-time", 'w', argRequired, func(o *ioiOptions, v string, _ bool) (err error) { o.wall, err = ioiSeconds("wall-time", v); return }},
+	{"print-cg-root", 0, argNone, modeSetter(ModePrintCgRoot)},
+	{"special-files", 0, argNone, func(o *Options, _ string, _ bool) error { o.specialFiles = true; return nil }},
+	{"stderr", 'r', argRequired, func(o *Options, v string, _ bool) error { o.stderr, o.stderrToStdout = v, false; return nil }},
+	{"stderr-to-stdout", 0, argNone, func(o *Options, _ string, _ bool) error { o.stderr, o.stderrToStdout = "", true; return nil }},
+	{"stdin", 'i', argRequired, func(o *Options, v string, _ bool) error { o.stdin = v; return nil }},
+	{"stdout", 'o', argRequired, func(o *Options, v string, _ bool) error { o.stdout = v; return nil }},
+	{"time", 't', argRequired, func(o *Options, v string, _ bool) (err error) { o.timeout, err = ioiSeconds("time", v); return }},
+	{"tty-hack", 0, argNone, func(o *Options, _ string, _ bool) error { o.ttyHack = true; return nil }},
+	{"verbose", 'v', argNone, func(o *Options, _ string, _ bool) error { o.verbose++; return nil }},
+	{"version", 0, argNone, modeSetter(ModeVersion)},
+	{"wait", 0, argNone, func(o *Options, _ string, _ bool) error { o.wait = true; return nil }},
+	{"wall-time", 'w', argRequired, func(o *Options, v string, _ bool) (err error) { o.wall, err = ioiSeconds("wall-time", v); return }},
 }
 
-func modeSetter(mode string) func(o *ioiOptions, _ string, _ bool) error {
-	return func(o *ioiOptions, _ string, _ bool) error {
+func modeSetter(mode string) func(o *Options, _ string, _ bool) error {
+	return func(o *Options, _ string, _ bool) error {
 		if o.mode != "" && o.mode != mode {
 			return fmt.Errorf("only one command is allowed (--%s and --%s)", o.mode, mode)
 		}
@@ -152,9 +165,9 @@ func modeSetter(mode string) func(o *ioiOptions, _ string, _ bool) error {
 	}
 }
 
-// parseIOI reads an ioi/isolate command line (without the program name).
-func parseIOI(args []string) (*ioiOptions, error) {
-	o := &ioiOptions{processes: 1, openFiles: 64, asUID: -1, asGID: -1, dirs: newDirRules()}
+// Parse reads an ioi/isolate command line (without the program name).
+func Parse(args []string) (*Options, error) {
+	o := &Options{processes: 1, openFiles: 64, asUID: -1, asGID: -1, dirs: newDirRules()}
 	var nonOpts []string
 	for i := 0; i < len(args); i++ {
 		a := args[i]
@@ -215,7 +228,7 @@ func parseIOI(args []string) (*ioiOptions, error) {
 	switch o.mode {
 	case "":
 		return nil, fmt.Errorf("please specify an isolate command (e.g. --init, --run)")
-	case ioiRun:
+	case ModeRun:
 		if len(o.command) == 0 {
 			return nil, fmt.Errorf("--run mode requires a command to run")
 		}

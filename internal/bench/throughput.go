@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"sync"
@@ -6,10 +6,10 @@ import (
 	"time"
 )
 
-// throughputBlocks is how many blocks of runs each parallelism gets; they
+// ThroughputBlocks is how many blocks of runs each parallelism gets; they
 // alternate (1, 2, 1, 2, ...) so that a change in the machine's load
 // hits both alike, and the median block counts.
-const throughputBlocks = 3
+const ThroughputBlocks = 3
 
 // throughputResult is how many `isolate run -- /bin/true` finish per
 // second one at a time and two at a time.
@@ -25,8 +25,8 @@ type throughputResult struct {
 
 // throughput measures runs/s with one and with two runs in parallel.
 func (r *benchRunner) throughput(perBlock int) (*throughputResult, error) {
-	res := &throughputResult{RunsPerBlock: perBlock, Blocks: throughputBlocks}
-	for b := 0; b < throughputBlocks; b++ {
+	res := &throughputResult{RunsPerBlock: perBlock, Blocks: ThroughputBlocks}
+	for b := 0; b < ThroughputBlocks; b++ {
 		for _, workers := range []int{1, 2} {
 			rate, err := r.parallelBlock(perBlock, workers)
 			if err != nil {

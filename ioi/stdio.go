@@ -1,4 +1,4 @@
-package main
+package ioi
 
 // The program's standard streams in the ioi form. -i, -o and -r name files
 // inside the box, relative to /box. ioi/isolate opens them inside the box
@@ -47,7 +47,7 @@ func (s *ioiStdio) close() {
 
 // setup gives the program its streams from the options: files opened
 // in the box, or isolate's own, reopened or relayed.
-func (s *ioiStdio) setup(o *ioiOptions, spec *isolate.Spec, mounts []mountPoint, boxUID int) (isolate.IO, error) {
+func (s *ioiStdio) setup(o *Options, spec *isolate.Spec, mounts []mountPoint, boxUID int) (isolate.IO, error) {
 	var stdio isolate.IO
 	spec.StderrToStdout = o.stderrToStdout
 	// Each file is given to the program as a new open of what it names

@@ -1,0 +1,82 @@
+package ioi
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/isolate-sandbox/isolate/api"
+	"github.com/isolate-sandbox/isolate/isolate"
+)
+
+// ioi/isolate's getopt_long command line, as judges write it.
+func TestParse(t *testing.T) {
+	o, err := Parse(strings.Fields("-b5 -t 1.5 -w3 -x 0.25 -m 1000 --cg --cg-mem=2000 -p10 -E A=1 -EB -s -v --share-net --run -- ./prog arg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Mode() != ModeRun || o.BoxID() != 5 || o.timeout != 1500*time.Millisecond || o.wall != 3*time.Second || o.extra != 250*time.Millisecond ||
+		o.memKB != 1000 || !o.cg || o.cgMemKB != 2000 || o.processes != 10 || strings.Join(o.env, ",") != "A=1,B" ||
+		!o.Silent() || o.verbose != 1 || !o.shareNet || strings.Join(o.command, " ") != "./prog arg" {
+		t.Errorf("parsed %+v", o)
+	}
+	o, err = Parse([]string{"--proc", "--init", "--box-id=3"}) // -p without a value: no limit; a prefix of --processes
+	if err != nil || o.Mode() != ModeInit || o.BoxID() != 3 || o.processes != 0 {
+		t.Errorf("--proc --init --box-id=3: %+v, %v", o, err)
+	}
+	for _, args := range []string{"", "--run", "--init --run", "--init x", "-b -1 --init", "-t NaN --run -- x", "-t -1 --run -- x",
+		"--no-such --init", "-q --init", "--as-uid=5 --init", "-m 1K --run -- x", "--time --run"} {
+		if o, err := Parse(strings.Fields(args)); err == nil {
+			t.Errorf("%q: accepted as %+v", args, o)
+		}
+	}
+}
+
+func TestMetaText(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		rep  api.Report
+		want string
+	}{
+		{"ok", api.Report{Status: api.StatusOK, CPUTime: 0.0123, WallTime: 0.5, MaxRSS: 2048 * 1024, CSWVoluntary: 3, CSWInvoluntary: 1, MemoryPeak: 4096},
+			"time:0.012\ntime-wall:0.500\nmax-rss:2048\ncsw-voluntary:3\ncsw-forced:1\ncg-mem:4\nexitcode:0\n"},
+		{"re", api.Report{Status: api.StatusRE, ExitCode: 3},
+			"time:0.000\ntime-wall:0.000\nmax-rss:0\ncsw-voluntary:0\ncsw-forced:0\ncg-mem:0\nexitcode:3\nstatus:RE\nmessage:Exited with error status 3\n"},
+		{"sg", api.Report{Status: api.StatusSG, Signal: 11, ExitCode: 139},
+			"time:0.000\ntime-wall:0.000\nmax-rss:0\ncsw-voluntary:0\ncsw-forced:0\ncg-mem:0\nexitsig:11\nstatus:SG\nmessage:Caught fatal signal 11\n"},
+		{"wall", api.Report{Status: api.StatusTO, Killed: true, Limit: api.LimitWall, Signal: 9},
+			"time:0.000\ntime-wall:0.000\nmax-rss:0\ncsw-voluntary:0\ncsw-forced:0\ncg-mem:0\nkilled:1\nstatus:TO\nmessage:Time limit exceeded (wall clock)\n"},
+		{"oom", api.Report{Status: api.StatusML, OOMKilled: true, Signal: 9},
+			"time:0.000\ntime-wall:0.000\nmax-rss:0\ncsw-voluntary:0\ncsw-forced:0\ncg-mem:0\ncg-oom-killed:1\nexitsig:9\nstatus:SG\nmessage:Caught fatal signal 9\n"},
+		{"xx", api.Report{Status: api.StatusXX, Message: "box setup failed:\nmount"}, "status:XX\nmessage:box setup failed: mount\n"},
+	} {
+		if got := MetaText(&c.rep); got != c.want {
+			t.Errorf("%s: meta\n%s\nwant\n%s", c.name, got, c.want)
+		}
+	}
+}
+
+func TestOutcome(t *testing.T) {
+	for _, c := range []struct {
+		rep  isolate.Report
+		want api.Status
+	}{
+		{isolate.Report{Status: api.StatusOK}, api.StatusOK},
+		{isolate.Report{Status: api.StatusML, OOMKilled: true, Signal: 9}, api.StatusSG},
+		{isolate.Report{Status: api.StatusTO, Killed: true}, api.StatusTO},
+		{isolate.Report{Status: api.StatusXX}, api.StatusXX},
+		{isolate.Report{Status: api.StatusRE, ExitCode: 1}, api.StatusRE},
+	} {
+		if got := Outcome(&c.rep); got != c.want {
+			t.Errorf("%+v: %s, want %s", c.rep, got, c.want)
+		}
+	}
+}
+
+func TestIOIEnv(t *testing.T) {
+	t.Setenv("IOI_TEST_PASSED", "v")
+	o := &Options{env: []string{"A=1", "IOI_TEST_PASSED", "A=2", "LIBC_FATAL_STDERR_=", "NOT_SET_ANYWHERE_X"}}
+	if got := strings.Join(ioiEnv(o), " "); got != "IOI_TEST_PASSED=v A=2" {
+		t.Errorf("env %q", got)
+	}
+}

@@ -1,0 +1,236 @@
+package ioi
+
+// Package ioi is the ioi/isolate-compatible form: `isolate [options]
+// --init | --run -- CMD... | --cleanup`, with ioi/isolate 2.x's options,
+// box layout, meta file and exit statuses (see MIGRATING.md). The
+// isolation is ours: user namespace, seccomp, cgroups on v1, hybrid and
+// v2 hosts alike. The CLI parses with Parse, calls Init, Cleanup, CgroupRoot
+// or Run, and prints.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/isolate-sandbox/isolate/isolate"
+)
+
+// CgroupRoot is the directory under which box cgroups are made
+// (--print-cg-root).
+func CgroupRoot(cfg *isolate.Config) (string, error) {
+	host, err := isolate.NewHost(cfg)
+	if err != nil {
+		return "", err
+	}
+	m, err := host.Cgroups()
+	if err != nil {
+		return "", err
+	}
+	parents := m.Parents()
+	if dir, ok := parents[""]; ok {
+		return dir, nil
+	}
+	return parents["memory"], nil
+}
+
+// Run is one `--run`: hold the box, hand box/ to the box user, run, hand
+// it back; write the meta file (unless it is "-": the caller prints
+// MetaText then). A meta file that cannot be written is an error.
+func Run(o *Options, cfg *isolate.Config) (*isolate.Report, error) {
+	var meta *os.File
+	if o.meta != "" && o.meta != "-" {
+		// Opened before the run, as ioi/isolate does: nothing the program
+		// does can redirect it.
+		f, err := os.OpenFile(o.meta, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("failed to open metafile '%s': %v", o.meta, strerror(err))
+		}
+		defer f.Close()
+		meta = f
+	}
+	owner := o.owner()
+	var stdio ioiStdio
+	defer stdio.close()
+	rep := func() *isolate.Report {
+		pb, err := isolate.OpenBox(cfg.BoxRoot, o.boxID, o.wait)
+		if errors.Is(err, isolate.ErrNotInitialized) {
+			return xxReport("Box not found, did you run `isolate --init'?")
+		} else if err != nil {
+			return xxReport(err.Error())
+		}
+		defer pb.Close()
+		if err := pb.Enter(o.specialFiles); err != nil {
+			return xxReport(err.Error())
+		}
+		rep := ioiExecute(o, cfg, pb, &stdio)
+		if err := pb.Leave(owner, o.specialFiles); err != nil && rep.Status != isolate.StatusXX {
+			rep.Status, rep.Message = isolate.StatusXX, err.Error()
+		}
+		return rep
+	}()
+	ioiAdjust(rep, o.timeout)
+	stdio.afterRun()
+	if f := rep.StartFailure; f != nil && f.Step == "execve" && rep.Status == isolate.StatusRE && stdio.errOut != nil {
+		// ioi/isolate's child says why it could not execute the program
+		// on the program's standard error.
+		fmt.Fprintf(stdio.errOut, "execve(%q): %s\n", o.command[0], f.Msg)
+	}
+	if meta != nil {
+		if _, err := meta.WriteString(MetaText(rep)); err != nil {
+			return rep, fmt.Errorf("write meta file: %w", err)
+		}
+	}
+	return rep, nil
+}
+
+// Init creates the box (--init) and returns its directory.
+func Init(o *Options, cfg *isolate.Config) (string, error) {
+	return isolate.InitBox(cfg.BoxRoot, o.boxID, o.owner(), o.wait)
+}
+
+// Cleanup removes the box (--cleanup).
+func Cleanup(o *Options, cfg *isolate.Config) error {
+	return isolate.CleanupBox(cfg.BoxRoot, o.boxID, o.wait)
+}
+
+// owner is who gets box/ back: the caller, or --as-uid/--as-gid.
+func (o *Options) owner() isolate.Owner {
+	if o.asUID >= 0 {
+		return isolate.Owner{UID: o.asUID, GID: o.asGID}
+	}
+	return isolate.Caller()
+}
+
+// xxReport is the report of a run the sandbox could not do.
+func xxReport(msg string) *isolate.Report {
+	return &isolate.Report{Status: isolate.StatusXX, Message: msg, BoxID: -1}
+}
+
+// ioiExecute builds the run's spec from the options and runs it.
+func ioiExecute(o *Options, cfg *isolate.Config, pb *isolate.PersistentBox, stdio *ioiStdio) *isolate.Report {
+	spec, mounts, err := ioiSpec(o, pb)
+	if err != nil {
+		return xxReport(err.Error())
+	}
+	if o.verbose > 0 {
+		// Before the streams are set up: an inherited stderr may be
+		// truncated when the program gets its own open of it.
+		fmt.Fprintf(os.Stderr, "Box %d in %s: %q in %s, binds %+v\n", o.boxID, pb.Dir, spec.Command, spec.Chdir, spec.Binds)
+	}
+	io, err := stdio.setup(o, spec, mounts, pb.HostUID())
+	if err != nil {
+		return xxReport(err.Error())
+	}
+	host, err := isolate.NewHost(cfg)
+	if err != nil {
+		return xxReport(err.Error())
+	}
+	prep, err := host.PrepareSpec(spec)
+	if err != nil {
+		return xxReport(err.Error())
+	}
+	rep, err := prep.Run(context.Background(), io)
+	if err != nil {
+		return xxReport(err.Error())
+	}
+	// A step of starting the program other than its execve failed:
+	// ioi/isolate reports that as a failure of the sandbox.
+	if f := rep.StartFailure; f != nil && f.Step != "execve" && rep.Status == isolate.StatusRE {
+		rep.Status = isolate.StatusXX
+	}
+	return rep
+}
+
+// ioiSpec turns ioi/isolate's options into a run of our runtime.
+func ioiSpec(o *Options, pb *isolate.PersistentBox) (*isolate.Spec, []mountPoint, error) {
+	s := isolate.Defaults()
+	s.BoxID = o.boxID
+	s.CPUTime, s.ExtraTime = o.timeout, o.extra
+	s.WallTime = o.wall
+	if s.WallTime == 0 {
+		// ioi/isolate has no wall-clock limit unless -w sets one.
+		s.WallTime = time.Duration(math.MaxInt64)
+	}
+	s.Memory = o.cgMemKB * 1024 // 0: none, as without --cg-mem
+	s.AddrSpace = o.memKB * 1024
+	s.Pids = o.processes
+	s.FileSize = o.fsizeKB * 1024
+	s.OpenFiles = o.openFiles
+	s.Stack = o.stackKB * 1024
+	if s.Stack == 0 {
+		// ioi/isolate's default stack is unlimited (RLIM_INFINITY, which
+		// also makes glibc give threads its default stack size). A spec
+		// cannot say "infinity", so the box inherits it from isolate,
+		// up to the hard limit isolate itself got.
+		var rl syscall.Rlimit
+		if syscall.Getrlimit(syscall.RLIMIT_STACK, &rl) == nil {
+			rl.Cur = rl.Max
+			syscall.Setrlimit(syscall.RLIMIT_STACK, &rl)
+		}
+	}
+	s.HostNet = o.shareNet
+	s.Env = ioiEnv(o)
+	s.Chdir = "/box"
+	if o.chdir != "" {
+		s.Chdir = path.Join("/box", o.chdir)
+		if path.IsAbs(o.chdir) {
+			s.Chdir = path.Clean(o.chdir)
+		}
+	}
+	s.Command = append([]string(nil), o.command...)
+	s.Command[0] = execPath(s.Command[0])
+	mounts, err := o.dirs.apply(&s, pb, o.noDirs)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &s, mounts, nil
+}
+
+// execPath is how the runtime finds the program ioi/isolate executes:
+// execve(2) of the command's name as a path, relative to the working
+// directory, never searched in PATH.
+func execPath(name string) string {
+	if strings.Contains(name, "/") {
+		return name
+	}
+	return "./" + name
+}
+
+// ioiEnv is the program's environment under ioi/isolate's rules: nothing
+// (or, with -e, isolate's whole environment), LIBC_FATAL_STDERR_=1, then
+// each -E in order: VAR passes isolate's value on, VAR=value sets it,
+// VAR= removes it.
+func ioiEnv(o *Options) []string {
+	var env []string
+	if o.fullEnv {
+		env = append(env, os.Environ()...)
+	}
+	for _, rule := range append([]string{"LIBC_FATAL_STDERR_=1"}, o.env...) {
+		name, val, set := strings.Cut(rule, "=")
+		kept := env[:0]
+		for _, kv := range env {
+			if !strings.HasPrefix(kv, name+"=") {
+				kept = append(kept, kv)
+			}
+		}
+		env = kept
+		switch {
+		case set && val != "":
+			env = append(env, rule)
+		case !set:
+			if v, ok := os.LookupEnv(name); ok {
+				env = append(env, name+"="+v)
+			}
+		}
+	}
+	if env == nil {
+		env = []string{}
+	}
+	return env
+}

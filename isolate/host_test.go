@@ -1,0 +1,144 @@
+package isolate_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/isolate-sandbox/isolate/api"
+	"github.com/isolate-sandbox/isolate/isolate"
+)
+
+func TestMain(m *testing.M) {
+	isolate.MaybeInit() // the boxes' init is this binary
+	os.Exit(m.Run())
+}
+
+func newHost(t *testing.T) *isolate.Host {
+	t.Helper()
+	h, err := isolate.NewHost(&isolate.Config{BoxRoot: isolate.DefaultBoxRoot, NumBoxes: isolate.DefaultNumBoxes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func needRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: boxes need namespaces, cgroups and mounts")
+	}
+}
+
+// Bad requests are typed errors, found before anything is created (no
+// root needed: nothing is).
+func TestPrepareRefusesBadRequests(t *testing.T) {
+	h := newHost(t)
+	cases := []struct {
+		spec  api.Spec
+		field string
+	}{
+		{api.Spec{}, "args"},
+		{api.Spec{Args: []string{"/bin/true"}, MemoryBytes: -5}, "memory_bytes"},
+		{api.Spec{Args: []string{"/bin/true"}, Image: "/no/such/image"}, "image"},
+		{api.Spec{Args: []string{"/bin/true"}, Lang: "no-such-language"}, "lang"},
+	}
+	for _, c := range cases {
+		_, err := h.Prepare(&c.spec)
+		var fe *api.FieldError
+		if !errors.As(err, &fe) || fe.Field != c.field {
+			t.Errorf("%+v: %v, want a FieldError on %s", c.spec, err, c.field)
+		}
+	}
+	_, err := h.Prepare(&api.Spec{Args: []string{"/bin/true"}, Seccomp: "/no/such/profile.json"})
+	var ue *api.UsageError
+	if !errors.As(err, &ue) {
+		t.Errorf("missing profile: %v, want a UsageError", err)
+	}
+}
+
+// Standard streams follow os/exec's rule: a Reader is piped in, a
+// Writer is captured and copied live, an *os.File is the program's own.
+func TestRunStdio(t *testing.T) {
+	needRoot(t)
+	errFile, err := os.Create(filepath.Join(t.TempDir(), "err"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer errFile.Close()
+	var live bytes.Buffer
+	spec := &api.Spec{Args: []string{"/bin/sh", "-c", "cat; echo to-stderr >&2"}}
+	rep, err := newHost(t).Run(context.Background(), spec, isolate.IO{Stdin: strings.NewReader("from a reader"), Stdout: &live, Stderr: errFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Status != api.StatusOK || rep.Stdout != "from a reader" || live.String() != "from a reader" || rep.Stderr != "" {
+		t.Errorf("report %s %q stdout %q stderr %q, live %q", rep.Status, rep.Message, rep.Stdout, rep.Stderr, live.String())
+	}
+	if data, _ := os.ReadFile(errFile.Name()); string(data) != "to-stderr\n" {
+		t.Errorf("stderr file holds %q", data)
+	}
+}
+
+// cancelOnWrite ends the run's context when the program first writes.
+type cancelOnWrite struct {
+	cancel context.CancelCauseFunc
+	cause  error
+}
+
+func (c *cancelOnWrite) Write(p []byte) (int, error) {
+	c.cancel(c.cause)
+	return len(p), nil
+}
+
+// Cancelling the context kills the program; the report is XX and says
+// why, with the cause for errors.Is.
+func TestRunCancelled(t *testing.T) {
+	needRoot(t)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	cause := errors.New("the caller gave up")
+	spec := &api.Spec{Args: []string{"/bin/sh", "-c", "echo started; exec sleep 600"}}
+	rep, err := newHost(t).Run(ctx, spec, isolate.IO{Stdout: &cancelOnWrite{cancel, cause}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Status != api.StatusXX || rep.Message != "interrupted: the caller gave up" || !errors.Is(rep.Cause, cause) {
+		t.Errorf("report %s %q cause %v", rep.Status, rep.Message, rep.Cause)
+	}
+}
+
+// One host runs many boxes at once, each on its own locked thread.
+func TestRunConcurrently(t *testing.T) {
+	needRoot(t)
+	h := newHost(t)
+	var wg sync.WaitGroup
+	reports := make([]*api.Report, 8)
+	for i := range reports {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rep, err := h.Run(context.Background(), &api.Spec{Args: []string{"/bin/echo", "hi"}}, isolate.IO{})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			reports[i] = rep
+		}()
+	}
+	wg.Wait()
+	seen := map[int]bool{}
+	for _, rep := range reports {
+		if rep == nil {
+			continue
+		}
+		if rep.Status != api.StatusOK || rep.Stdout != "hi\n" || seen[rep.BoxID] {
+			t.Errorf("report %s %q stdout %q box %d", rep.Status, rep.Message, rep.Stdout, rep.BoxID)
+		}
+		seen[rep.BoxID] = true
+	}
+}
