@@ -106,7 +106,7 @@ func startService(t *testing.T, adjust func(*Config)) *service {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Runner: hostRunner{host}, Store: store, Version: "test", Parallel: 4, Queue: 16,
+	cfg := Config{Runner: hostRunner{host}, Exec: Judge{Host: host}, Store: store, Version: "test", Parallel: 4, Queue: 16,
 		Health: func() Health { return Health{Ready: true} }}
 	if adjust != nil {
 		adjust(&cfg)

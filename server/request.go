@@ -96,13 +96,13 @@ type Result struct {
 // UTF-8, else Base64) or a file-store id; Error when it could not be
 // taken (absent, not a regular file, beyond the limit).
 type CopyOutResult struct {
-	Path      string `json:"path"`
-	Size      int64  `json:"size"`
+	Path      string  `json:"path"`
+	Size      int64   `json:"size"`
 	Text      *string `json:"text,omitempty"`
-	Base64    []byte `json:"base64,omitempty"`
-	File      string `json:"file,omitempty"`
-	Truncated bool   `json:"truncated,omitempty"`
-	Error     string `json:"error,omitempty"`
+	Base64    []byte  `json:"base64,omitempty"`
+	File      string  `json:"file,omitempty"`
+	Truncated bool    `json:"truncated,omitempty"`
+	Error     string  `json:"error,omitempty"`
 }
 
 // PipeRecording is the traffic recorded on pipes[Index].

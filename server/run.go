@@ -74,7 +74,7 @@ type task struct {
 	s    *Server
 	req  *RunRequest
 	ev   *events
-	dir  string     // the request's work directory, made when needed
+	dir  string // the request's work directory, made when needed
 	io   []isolate.IO
 	own  [][]*os.File // per command: files to close when its run ends
 	recs []*recorder  // per pipe: the recorded traffic, or nil

@@ -436,3 +436,41 @@ func TestDrainGraceKills(t *testing.T) {
 		t.Fatal("the request outlived the service")
 	}
 }
+
+func TestExec(t *testing.T) {
+	s := startService(t, nil)
+	for _, tc := range []struct {
+		name, body, status, stdout string
+	}{
+		{"runs", `{"lang":"python","source":"import sys\nprint(input()[::-1], sys.argv[1:])","stdin":{"text":"abc\n"},"args":["x"]}`, "OK", "cba ['x']\n"},
+		{"syntax error", `{"lang":"python","source":"print(("}`, "CE", ""},
+		{"compile error", `{"lang":"c","source":"int main( {"}`, "CE", ""},
+		{"compiles and runs", `{"lang":"c","source":"#include <stdio.h>\nint main(){puts(\"hi\");return 3;}"}`, "RE", "hi\n"},
+	} {
+		code, b := s.do(t, "POST", "/v1/exec", tc.body)
+		var rep struct {
+			Status string
+			Run    *struct{ Stdout string }
+		}
+		if err := json.Unmarshal(b, &rep); err != nil || code != 200 {
+			t.Errorf("%s: %d %s", tc.name, code, b)
+			continue
+		}
+		if rep.Status != tc.status || (tc.stdout != "" && (rep.Run == nil || rep.Run.Stdout != tc.stdout)) {
+			t.Errorf("%s: %s", tc.name, b)
+		}
+	}
+	for field, body := range map[string]string{
+		"lang":   `{"source":"x"}`,
+		"source": `{"lang":"python"}`,
+		"srce":   `{"lang":"python","srce":"x"}`,
+	} {
+		code, b := s.do(t, "POST", "/v1/exec", body)
+		if code != 400 || !strings.Contains(string(b), `"field":"`+field+`"`) {
+			t.Errorf("%s: %d %s", body, code, b)
+		}
+	}
+	if code, b := s.do(t, "POST", "/v1/exec", `{"lang":"cobol","source":"x"}`); code != 400 {
+		t.Errorf("unknown language: %d %s", code, b)
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/isolate-sandbox/isolate/filestore"
+	"github.com/isolate-sandbox/isolate/internal/bench"
 	"github.com/isolate-sandbox/isolate/isolate"
 	"github.com/isolate-sandbox/isolate/server"
 )
@@ -32,7 +33,7 @@ var devNull, _ = os.OpenFile(os.DevNull, os.O_RDWR, 0)
 
 const benchRequest = `{"commands":[{"args":["/bin/true"]}]}`
 
-func bench(args []string) error {
+func benchService(args []string) error {
 	fs := flag.NewFlagSet("isolate serve bench", flag.ContinueOnError)
 	rounds := fs.Int("rounds", 200, "interleaved latency rounds")
 	seconds := fs.Float64("seconds", 5, "length of each throughput measurement")
@@ -86,7 +87,7 @@ func bench(args []string) error {
 		variants = append(variants, struct {
 			name string
 			run  func() error
-		}{"bwrap", func() error { return spawn(bwrapArgs(bwrap)) }})
+		}{"bwrap", func() error { return spawn(bench.BwrapArgs(bwrap)) }})
 	} else {
 		fmt.Println("bwrap: not installed, skipped")
 	}
@@ -208,22 +209,3 @@ func percentile(d []time.Duration, p int) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
-
-// bwrapArgs runs /bin/true under bubblewrap as a minimal sandbox would
-// (the same as `isolate bench`'s bwrap variant).
-func bwrapArgs(bwrap string) []string {
-	args := []string{bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr"}
-	for _, d := range []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"} {
-		fi, err := os.Lstat(d)
-		switch {
-		case err != nil:
-		case fi.Mode()&os.ModeSymlink != 0:
-			if target, err := os.Readlink(d); err == nil {
-				args = append(args, "--symlink", target, d)
-			}
-		case fi.IsDir():
-			args = append(args, "--ro-bind", d, d)
-		}
-	}
-	return append(args, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--", "/bin/true")
-}

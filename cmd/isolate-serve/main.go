@@ -46,7 +46,7 @@ func main() {
 	runtime.GOMAXPROCS(usableCPUs())
 	run := serve
 	if len(os.Args) > 1 && os.Args[1] == "bench" {
-		run, os.Args = bench, os.Args[1:]
+		run, os.Args = benchService, os.Args[1:]
 	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "isolate serve: "+err.Error())
@@ -208,7 +208,7 @@ func serve(args []string) error {
 
 	srv := server.New(server.Config{
 		Runner:   hostRunner{host},
-		Exec:     newExecer(host),
+		Exec:     server.Judge{Host: host},
 		Store:    store,
 		Version:  version,
 		Parallel: o.parallel,
