@@ -490,7 +490,9 @@ func sendWithFiles(sock *os.File, buf []byte, files []*os.File) error {
 		fds[i] = int(f.Fd())
 	}
 	n, err := unix.SendmsgN(int(sock.Fd()), buf, unix.UnixRights(fds...), nil, 0)
-	if err != nil {
+	if err != nil || n == len(buf) {
+		// Nothing left: no empty write either, which fails with EPIPE
+		// when init has already run a short program and gone.
 		return err
 	}
 	_, err = sock.Write(buf[n:])

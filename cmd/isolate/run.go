@@ -207,6 +207,9 @@ func flagError(err error) error {
 	}
 	field, _, _ := strings.Cut(fe.Field, ".")
 	field, _, _ = strings.Cut(field, "[")
+	if field == "args" {
+		return errors.New("no command given (isolate run [options] -- COMMAND [ARG...])")
+	}
 	if name, ok := specFields[field]; ok {
 		return fmt.Errorf("--%s %s", name, fe.Msg)
 	}
