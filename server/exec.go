@@ -26,20 +26,11 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), err)
 		return
 	}
-	if !s.begin(w) {
+	ctx, done, ok := s.admit(w, r, 1)
+	if !ok {
 		return
 	}
-	defer s.inflight.Done()
-	ctx, cancel := s.requestContext(r)
-	defer cancel()
-	if err := s.queue.acquire(ctx, 1); err != nil {
-		if errors.Is(err, errQueueFull) {
-			w.Header().Set("Retry-After", "1")
-		}
-		writeError(w, statusOf(err), err)
-		return
-	}
-	defer s.queue.release(1)
+	defer done()
 
 	var stdio isolate.IO
 	switch in := req.Stdin; {

@@ -33,20 +33,11 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), err)
 		return
 	}
-	if !s.begin(w) {
+	ctx, done, ok := s.admit(w, r, len(req.Commands))
+	if !ok {
 		return
 	}
-	defer s.inflight.Done()
-	ctx, cancel := s.requestContext(r)
-	defer cancel()
-	if err := s.queue.acquire(ctx, len(req.Commands)); err != nil {
-		if errors.Is(err, errQueueFull) {
-			w.Header().Set("Retry-After", "1")
-		}
-		writeError(w, statusOf(err), err)
-		return
-	}
-	defer s.queue.release(len(req.Commands))
+	defer done()
 
 	var ev *events
 	if wantsStream(r) {

@@ -162,16 +162,28 @@ func (s *Server) Shutdown(grace time.Duration) {
 	}
 }
 
-// begin admits a request that runs commands: not while draining.
-func (s *Server) begin(w http.ResponseWriter) bool {
+// admit lets a request that runs n commands in: not while draining (503),
+// not beyond the queue (429); else it waits for its slots. It answers
+// the client itself when it refuses; done ends the request.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, n int) (ctx context.Context, done func(), ok bool) {
 	s.inflight.Add(1)
 	if s.draining.Load() {
 		s.inflight.Done()
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, errors.New("the service is stopping"))
-		return false
+		return nil, nil, false
 	}
-	return true
+	ctx, cancel := s.requestContext(r)
+	if err := s.queue.acquire(ctx, n); err != nil {
+		cancel()
+		s.inflight.Done()
+		if errors.Is(err, errQueueFull) {
+			w.Header().Set("Retry-After", "1")
+		}
+		writeError(w, statusOf(err), err)
+		return nil, nil, false
+	}
+	return ctx, func() { s.queue.release(n); cancel(); s.inflight.Done() }, true
 }
 
 // requestContext is the request's context (cancelled when its client goes

@@ -106,6 +106,26 @@ func processWith(marker string) bool {
 	return false
 }
 
+// boxOf is the name of the box cgroup of the process whose command line
+// holds marker.
+func boxOf(t *testing.T, marker string) string {
+	t.Helper()
+	cmds, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range cmds {
+		if b, err := os.ReadFile(p); err != nil || !bytes.Contains(b, []byte(marker)) {
+			continue
+		}
+		cg, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "cgroup"))
+		for _, part := range strings.FieldsFunc(string(cg), func(r rune) bool { return r == '/' || r == '\n' }) {
+			if strings.HasPrefix(part, "box-") {
+				return part
+			}
+		}
+	}
+	t.Fatalf("no box cgroup for %s", marker)
+	return ""
+}
+
 func TestSIGKILLLeavesNothing(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: starts sandboxes")
@@ -113,10 +133,6 @@ func TestSIGKILLLeavesNothing(t *testing.T) {
 	mgr, err := cgroup.NewManager(os.Getenv("ISOLATE_CGROUP_ROOT"))
 	if err != nil {
 		t.Fatal(err)
-	}
-	before := map[string]bool{}
-	for _, b := range mgr.Boxes() {
-		before[b] = true
 	}
 	dir := t.TempDir()
 	c := startChild(t, dir)
@@ -126,12 +142,7 @@ func TestSIGKILLLeavesNothing(t *testing.T) {
 	marker := fmt.Sprintf("marker-%d", time.Now().UnixNano())
 	go c.post("/v1/run", `{"commands":[{"args":["/bin/sh","-c","sleep 30; : `+marker+`"]}]}`)
 	waitFor(t, "the box runs", func() bool { return processWith(marker) })
-	var boxes []string
-	for _, b := range mgr.Boxes() {
-		if !before[b] {
-			boxes = append(boxes, b)
-		}
-	}
+	box := boxOf(t, marker)
 	c.cmd.Process.Kill()
 	c.cmd.Wait()
 	// No box outlives the service.
@@ -142,10 +153,8 @@ func TestSIGKILLLeavesNothing(t *testing.T) {
 		t.Errorf("the store kept %d files of the killed service", len(ents))
 	}
 	for _, b := range mgr.Boxes() {
-		for _, killed := range boxes {
-			if b == killed {
-				t.Errorf("the killed service's box cgroup %s is still there", b)
-			}
+		if b == box {
+			t.Errorf("the killed service's box cgroup %s is still there", b)
 		}
 	}
 	if code, body := c2.post("/v1/run", `{"commands":[{"args":["/bin/true"]}]}`); code != 200 || !strings.Contains(body, `"status":"OK"`) {
