@@ -11,4 +11,53 @@
 // instruction.
 // The supervisor enforces the CPU and wall limits, captures output, reads
 // the kernel's accounting and tears everything down.
+//
+// # The supervisor and init
+//
+// protocol.h defines the protocol once (op codes, descriptors, control
+// bytes, message types); protocol.go reads it through cgo and encodes the
+// plan, initlink.go is the supervisor's end, init_*.c is init's.
+//
+// init's descriptors: 0-2 the program's standard streams; 3 (fdControl) a
+// stream socket, both ways; 4 (fdStatus) a pipe, init to supervisor; from 5
+// the seccomp listener socket and the image's mount, when the run has
+// them.
+//
+// Supervisor to init, on fd 3, in order:
+//
+//	box part      records: hostname, loopback, sysctl, then rootfs.Plan's
+//	              file system (private, mount, setattr, mkdir, touch,
+//	              symlink, write, remount-ro, pivot); BOX_END{announce}.
+//	              PID 1 carries each out as it arrives.
+//	command part  records: argv, env, dir, cred, rlimit..., seccomp{listener
+//	              fd, BPF}, stderr-to-stdout, hold, cgroup / cgroup-fork{index
+//	              of a descriptor sent with this part}; END. PID 1 then
+//	              starts the program.
+//	ctlKill       byte 'k', any time after: kill every process of the box.
+//	close         the supervisor is done (or dead): init takes the box
+//	              down, or, with hold, stops waiting and exits.
+//
+// A record is u32 op, u32 number of integers, u32 number of strings, the
+// step (a string naming the record for error messages), the integers (u64)
+// and the strings (u32 length, bytes), little-endian. init refuses a
+// record whose counts do not match protocol.h.
+//
+// Init to supervisor, on fd 4, one JSON line each (initMessage):
+//
+//	ready    {pid}: the box is built (only when BOX_END asked): the
+//	         supervisor may fill it through /proc/pid/root, then sends
+//	         the command part.
+//	started  {pid, stages}: the program runs.
+//	exited   {pid, ws, wall_ns, utime_ns, stime_ns, maxrss_kb, nvcsw,
+//	         nivcsw}: the program and everything it left are gone; with
+//	         {exec_err, step, errno} if it could not be started (ws is
+//	         then exit status 127).
+//	error    {step, op, path, err, errno}: a step failed; init exits.
+//	         The supervisor returns it as a *StepError.
+//
+// The one-shot run sends the two parts back to back (the cgroup files
+// are made meanwhile); with --copy-in it announces the box part and fills
+// the box before sending the command part. A pool of boxes built ahead
+// keeps each as a pendingBox (startBox) and starts it with its command
+// (pendingBox.start) when one comes.
 package isolate

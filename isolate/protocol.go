@@ -1,56 +1,151 @@
 package isolate
 
+// #include "protocol.h"
+import "C"
+
 import (
 	"encoding/binary"
-	"strconv"
+	"fmt"
 
 	"github.com/isolate-sandbox/isolate/rootfs"
 )
 
+// The protocol's constants come from protocol.h, which init's C code
+// includes too: they are defined once. doc.go describes the conversation.
+
 // InitArg is the hidden first argument that turns the isolate binary into
-// a box's init (see init.c).
-const InitArg = "__isolate_init__"
+// a box's init (see init_main.c).
+const InitArg = C.ISOLATE_INIT_ARG
 
 // The fixed descriptors of init. 0-2 are the program's standard streams.
 const (
-	fdControl = 3 // supervisor <-> init, a stream socket: the plan (with the cgroup files), then control bytes
-	fdStatus  = 4 // init -> supervisor: status messages, one JSON line each
-	// From 5 on: the seccomp listener socket, then the image's mount, if any.
+	fdControl = C.ISOLATE_FD_CONTROL // supervisor <-> init, a stream socket: the plan, then control bytes
+	fdStatus  = C.ISOLATE_FD_STATUS  // init -> supervisor: status messages, one JSON line each
+	fdExtra   = C.ISOLATE_FD_EXTRA   // the seccomp listener socket, then the image's mount, if any
 )
 
-// Control bytes the supervisor sends after the plan.
-const (
-	ctlGo   = 'g' // the box is filled (copy-in done): start the program
-	ctlKill = 'k' // a limit was hit: kill every process of the program
-)
-
-// plan is what init carries out, in order: records of length-prefixed
-// fields (step name, operation, arguments), ending with "end".
-type plan struct{ buf []byte }
-
-func (p *plan) add(step, op string, args ...string) {
-	p.buf = binary.LittleEndian.AppendUint32(p.buf, uint32(2+len(args)))
-	for _, f := range append([]string{step, op}, args...) {
-		p.buf = binary.LittleEndian.AppendUint32(p.buf, uint32(len(f)))
-		p.buf = append(p.buf, f...)
-	}
-}
-
-func (p *plan) addOps(ops []rootfs.Op) {
-	for _, op := range ops {
-		p.add(op.Step, op.Name, op.Args...)
-	}
-}
-
-func itoa(i int) string { return strconv.Itoa(i) }
+// ctlKill, sent once the plan is complete, makes init kill every process
+// of the program (a limit was hit).
+const ctlKill = C.ISOLATE_CTL_KILL
 
 // Message types sent by init.
 const (
-	msgReady   = "ready"   // the file system is built; waiting for ctlGo
-	msgStarted = "started" // the program runs
-	msgExited  = "exited"  // the program and everything it left are gone
-	msgError   = "error"   // a setup step failed
+	msgReady   = C.ISOLATE_MSG_READY   // the box is built; waiting for the command part
+	msgStarted = C.ISOLATE_MSG_STARTED // the program runs
+	msgExited  = C.ISOLATE_MSG_EXITED  // the program and everything it left are gone
+	msgError   = C.ISOLATE_MSG_ERROR   // a step failed
 )
+
+// plan is what init carries out, in order: typed records (protocol.h), a
+// box part then a command part. Each operation has one encoder below.
+type plan struct {
+	buf       []byte
+	announces bool // a box part that asks init to say when the box is built
+}
+
+// op appends one record.
+func (p *plan) op(code C.enum_isolate_op, step string, ints []uint64, strs ...string) {
+	p.buf = binary.LittleEndian.AppendUint32(p.buf, uint32(code))
+	p.buf = binary.LittleEndian.AppendUint32(p.buf, uint32(len(ints)))
+	p.buf = binary.LittleEndian.AppendUint32(p.buf, uint32(len(strs)))
+	p.str(step)
+	for _, v := range ints {
+		p.buf = binary.LittleEndian.AppendUint64(p.buf, v)
+	}
+	for _, s := range strs {
+		p.str(s)
+	}
+}
+
+func (p *plan) str(s string) {
+	p.buf = binary.LittleEndian.AppendUint32(p.buf, uint32(len(s)))
+	p.buf = append(p.buf, s...)
+}
+
+func flag(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// ---- the box part ----
+
+func (p *plan) hostname(name string) { p.op(C.ISOLATE_OP_HOSTNAME, "set host name", nil, name) }
+
+func (p *plan) loopback() { p.op(C.ISOLATE_OP_LOOPBACK, "bring up loopback", nil) }
+
+func (p *plan) sysctl(step, path, value string) { p.op(C.ISOLATE_OP_SYSCTL, step, nil, path, value) }
+
+// fs appends the file system's operations (rootfs.Plan).
+func (p *plan) fs(ops []rootfs.Op) {
+	for _, o := range ops {
+		switch o := o.(type) {
+		case rootfs.MakePrivate:
+			p.op(C.ISOLATE_OP_PRIVATE, o.Step, nil)
+		case rootfs.Mount:
+			p.op(C.ISOLATE_OP_MOUNT, o.Step, []uint64{o.Flags}, o.Source, o.Target, o.FSType, o.Data)
+		case rootfs.SetAttr:
+			p.op(C.ISOLATE_OP_SETATTR, o.Step, []uint64{o.Attrs, flag(o.Recursive)}, o.Path)
+		case rootfs.Mkdir:
+			p.op(C.ISOLATE_OP_MKDIR, o.Step, []uint64{uint64(o.Mode)}, o.Path)
+		case rootfs.Touch:
+			p.op(C.ISOLATE_OP_TOUCH, o.Step, []uint64{uint64(o.Mode)}, o.Path)
+		case rootfs.Symlink:
+			p.op(C.ISOLATE_OP_SYMLINK, o.Step, nil, o.Target, o.Path)
+		case rootfs.WriteFile:
+			p.op(C.ISOLATE_OP_WRITE, o.Step, []uint64{uint64(o.Mode)}, o.Path, o.Content)
+		case rootfs.RemountRO:
+			p.op(C.ISOLATE_OP_REMOUNT_RO, o.Step, nil, o.Path)
+		case rootfs.Pivot:
+			p.op(C.ISOLATE_OP_PIVOT, o.Step, nil, o.Root)
+		default:
+			panic(fmt.Sprintf("isolate: no encoding for %T", o))
+		}
+	}
+}
+
+// boxEnd closes the box part. With announce, init says msgReady once the
+// box is built (a caller that fills the box before its command).
+func (p *plan) boxEnd(announce bool) {
+	p.announces = announce
+	p.op(C.ISOLATE_OP_BOX_END, "box built", []uint64{flag(announce)})
+}
+
+// ---- the command part ----
+
+func (p *plan) argv(args []string) { p.op(C.ISOLATE_OP_ARGV, "program", nil, args...) }
+
+func (p *plan) env(env []string) { p.op(C.ISOLATE_OP_ENV, "environment", nil, env...) }
+
+func (p *plan) dir(dir string) { p.op(C.ISOLATE_OP_DIR, "working directory", nil, dir) }
+
+func (p *plan) cred(uid, gid uint32) {
+	p.op(C.ISOLATE_OP_CRED, "credentials", []uint64{uint64(uid), uint64(gid)})
+}
+
+func (p *plan) rlimit(resource int, limit uint64) {
+	p.op(C.ISOLATE_OP_RLIMIT, "resource limit", []uint64{uint64(resource), limit})
+}
+
+// cgroupTasks and cgroupFork name a descriptor sent with the command part
+// by its index among them.
+func (p *plan) cgroupTasks(i int) { p.op(C.ISOLATE_OP_CGROUP_TASKS, "cgroup", []uint64{uint64(i)}) }
+
+func (p *plan) cgroupFork(i int) { p.op(C.ISOLATE_OP_CGROUP_FORK, "cgroup", []uint64{uint64(i)}) }
+
+// seccomp loads filter (BPF) before the exec; notifySock is init's
+// descriptor of the listener socket, or -1 for none.
+func (p *plan) seccomp(filter []byte, notifySock int) {
+	p.op(C.ISOLATE_OP_SECCOMP, "seccomp filter", []uint64{uint64(int64(notifySock))}, string(filter))
+}
+
+func (p *plan) stderrToStdout() { p.op(C.ISOLATE_OP_STDERR_TO_STDOUT, "stderr to stdout", nil) }
+
+func (p *plan) hold() { p.op(C.ISOLATE_OP_HOLD, "keep the box for copy-out", nil) }
+
+// end closes the command part: init starts the program.
+func (p *plan) end() { p.op(C.ISOLATE_OP_END, "end", nil) }
 
 // initMessage is one status line from init.
 type initMessage struct {
@@ -67,10 +162,26 @@ type initMessage struct {
 	MaxRSS     int64  `json:"maxrss_kb,omitempty"`
 	NVCSW      int64  `json:"nvcsw,omitempty"`
 	NIVCSW     int64  `json:"nivcsw,omitempty"`
-	// ExecErr is set when the program could not be started at all.
+	// ExecErr is set when the program could not be started at all (with
+	// Step and Errno).
 	ExecErr string `json:"exec_err,omitempty"`
-	// error
+	// error (and exited, see ExecErr): the step that failed, the
+	// operation and the path it worked on, errno and its text.
 	Step  string `json:"step,omitempty"`
+	Op    string `json:"op,omitempty"`
+	Path  string `json:"path,omitempty"`
 	Err   string `json:"err,omitempty"`
 	Errno int    `json:"errno,omitempty"`
+}
+
+// stepError is init's error message as a StepError.
+func (m *initMessage) stepError() *StepError {
+	msg := m.Err
+	if m.Op != "" {
+		msg = m.Op + " " + m.Path + ": " + m.Err
+		if m.Path == "" {
+			msg = m.Op + ": " + m.Err
+		}
+	}
+	return &StepError{Step: m.Step, Errno: m.Errno, Msg: msg}
 }

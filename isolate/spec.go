@@ -46,6 +46,13 @@ type Spec struct {
 	Binds   []Bind
 	CopyIn  []Copy
 	CopyOut []Copy
+	// CopyOutLimit bounds the data bytes (holes are free) all copy-outs
+	// of the run write on the host; 0: TmpSize.
+	CopyOutLimit int64
+	// Caller is whose rights the run's host paths (--stdin, --stdout,
+	// --stderr, --copy-in sources, --copy-out destinations) are opened
+	// with; nil: this process's own.
+	Caller *Cred
 
 	Env     []string // the program's whole environment, NAME=VALUE
 	HostNet bool     // share the host's network namespace

@@ -1,9 +1,7 @@
 package isolate
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -38,18 +36,15 @@ const killGrace = 2 * time.Second
 
 // supervisor is the state of one run on the host side.
 type supervisor struct {
-	ctx     context.Context
-	host    *Host
-	spec    *Spec
-	io      IO
-	report  *Report
-	timer   stageTimer
-	lock    *boxLock
-	cg      *cgroup.Box
-	policy  *seccomp.Program
-	init    *initProc
-	ctl     *os.File // control socket to init (the plan, then control bytes)
-	msgs    chan initMessage
+	host   *Host
+	spec   *Spec
+	io     IO
+	report *Report
+	timer  stageTimer
+	lock   *boxLock
+	cg     *cgroup.Box
+	policy *seccomp.Program
+	initLink
 	stdout  *capture
 	stderr  *capture
 	stdinW  *os.File   // the pipe a Reader given as stdin is copied into
@@ -64,6 +59,9 @@ type supervisor struct {
 	boxPid     int               // the box's PID 1, in the host's PID namespace
 	notify     *os.File          // socket on which the program sends its seccomp listener
 	rec        *seccomp.Recorder
+	// copyDst are the --copy-out destinations, their directories opened
+	// with the caller's rights before the program starts.
+	copyDst []*hostPath
 	// interrupted is why the context ended the run, once it has.
 	interrupted error
 
@@ -77,10 +75,13 @@ type supervisor struct {
 // of the sandbox itself is a report with status XX.
 func run(ctx context.Context, p *Prepared, stdio IO) *Report {
 	spec := p.spec
-	s := &supervisor{ctx: ctx, host: p.h, spec: spec, io: stdio, policy: p.policy, timer: newStageTimer()}
+	s := &supervisor{initLink: initLink{ctx: ctx}, host: p.h, spec: spec, io: stdio, policy: p.policy, timer: newStageTimer()}
 	s.timer.stages["validate"] = p.checkTook.Seconds()
 	s.report = &Report{BoxID: -1, BlockedSyscalls: []seccomp.Blocked{}, Sandbox: SandboxInfo{Image: spec.Image, Seccomp: policyName(spec)}}
-	err := s.lockBox()
+	err := s.openCopyDst()
+	if err == nil {
+		err = s.lockBox()
+	}
 	if err == nil {
 		// The cgroup is created in the background while init starts and
 		// creates the namespaces (about half a millisecond each).
@@ -166,6 +167,36 @@ func (p *Prepared) check() error {
 	}
 	p.policy = policy
 	return nil
+}
+
+// caller is whose rights the run's host paths are opened with.
+func (s *supervisor) caller() Cred {
+	if s.spec.Caller != nil {
+		return *s.spec.Caller
+	}
+	return ownCred()
+}
+
+// openCopyDst opens the --copy-out destinations' directories with the
+// caller's rights, before the program starts (it may replace them later).
+func (s *supervisor) openCopyDst() error {
+	return withFSThread(func(t *fsThread) error {
+		for _, c := range s.spec.CopyOut {
+			h, err := openHostPath(t, s.caller(), c.To)
+			if err != nil {
+				return fmt.Errorf("--copy-out %s: %w", c.To, err)
+			}
+			s.copyDst = append(s.copyDst, h)
+		}
+		return nil
+	})
+}
+
+func (s *supervisor) closeCopyDst() {
+	for _, h := range s.copyDst {
+		h.close()
+	}
+	s.copyDst = nil
 }
 
 func dirOf(p string) string {
@@ -275,7 +306,7 @@ func (s *supervisor) startInit() error {
 	if m, err := s.mountImage(); err != nil {
 		return err
 	} else if m != nil {
-		s.image, s.imageInInit = m.Path(), "/proc/self/fd/"+itoa(fdControl+len(extra))
+		s.image, s.imageInInit = m.Path(), "/proc/self/fd/"+strconv.Itoa(fdControl+len(extra))
 		extra = append(extra, m.File())
 	}
 	stdin, stdout, stderr, err := s.stdio()
@@ -322,55 +353,42 @@ func (s *supervisor) startInit() error {
 	return nil
 }
 
-// buildBox sends init the plan of the box: the file system at once (PID
-// 1 builds it while the cgroup is made), the cgroup files last. Then it
-// fills the box (--copy-in) and waits for the program to start.
+// buildBox sends init the plan of the box: the box part at once (PID 1
+// builds it while the cgroup is made), the command part, which holds the
+// cgroup files, once the cgroup is made. With --copy-in the box is filled
+// in between. Then it waits for the program to start.
 func (s *supervisor) buildBox() error {
-	sp := s.spec
-	p, err := s.plan(s.notifySock)
+	fillFirst := len(s.spec.CopyIn) > 0
+	boxPart, err := s.boxPlan(fillFirst)
 	if err != nil {
 		return err
 	}
+	box, err := s.startBox(boxPart)
 	if s.ownImage != nil {
 		s.ownImage.Close()
 		s.ownImage = nil
 	}
-	if _, err := s.ctl.Write(p.buf); err != nil {
-		return s.sendFailed("send the plan to init", err)
+	if err != nil {
+		return err
 	}
 	s.timer.mark("plan")
+	cmd := s.commandPlan()
 	if err := s.awaitCgroup(); err != nil {
 		return err
 	}
-	last := &plan{}
-	for i := range s.placement {
-		if s.cg.ForkInto() {
-			last.add("cgroup", "cgroup-fork", itoa(i))
-		} else {
-			last.add("cgroup", "cgroup", itoa(i))
-		}
-	}
-	last.add("end", "end")
-	if err := sendWithFiles(s.ctl, last.buf, s.placement); err != nil {
-		return s.sendFailed("send the cgroup to init", err)
-	}
-	closeAll(s.placement)
-	s.placement = nil
-	if len(sp.CopyIn) > 0 {
-		m, err := s.await(msgReady)
-		if err != nil {
+	s.placeInCgroup(cmd)
+	if fillFirst {
+		if s.boxPid, err = box.ready(); err != nil {
 			return err
 		}
-		s.boxPid = m.Pid
 		s.timer.mark("namespaces+fs")
 		if err := s.fill(); err != nil {
 			return err
 		}
-		if _, err := s.ctl.Write([]byte{ctlGo}); err != nil {
-			return fmt.Errorf("start program: %w", err)
-		}
 	}
-	m, err := s.await(msgStarted)
+	m, err := box.start(cmd, s.placement)
+	closeAll(s.placement)
+	s.placement = nil
 	if err != nil {
 		return err
 	}
@@ -482,23 +500,6 @@ func describeWait(ws syscall.WaitStatus) string {
 // uid of this box.
 func idMaps(hostUID int) string { return fmt.Sprintf("0 0 1\n%d %d 1\n", boxUID, hostUID) }
 
-// sendWithFiles writes buf to the stream socket sock, the descriptors of
-// files attached to its first bytes.
-func sendWithFiles(sock *os.File, buf []byte, files []*os.File) error {
-	fds := make([]int, len(files))
-	for i, f := range files {
-		fds[i] = int(f.Fd())
-	}
-	n, err := unix.SendmsgN(int(sock.Fd()), buf, unix.UnixRights(fds...), nil, 0)
-	if err != nil || n == len(buf) {
-		// Nothing left: no empty write either, which fails with EPIPE
-		// when init has already run a short program and gone.
-		return err
-	}
-	_, err = sock.Write(buf[n:])
-	return err
-}
-
 // receiveFD takes the descriptor the program sent before its exec.
 func receiveFD(sock *os.File) (int, error) {
 	buf := make([]byte, 1)
@@ -521,21 +522,19 @@ func receiveFD(sock *os.File) (int, error) {
 // initEnv is init's own environment: nothing of the caller's.
 func initEnv() []string { return []string{} }
 
-// plan is everything init does, in order: the namespaces' settings, the
-// file system, then the program and how to start it (buildBox adds the
-// cgroup files). notifySock is init's descriptor of the seccomp listener
-// socket, or -1.
-func (s *supervisor) plan(notifySock int) (*plan, error) {
+// boxPlan is the box part of init's plan: the namespaces' settings and
+// the file system. With announce, init says when the box is built.
+func (s *supervisor) boxPlan(announce bool) (*plan, error) {
 	sp := s.spec
 	p := &plan{}
-	p.add("set host name", "hostname", "isolate")
+	p.hostname("isolate")
 	if !sp.HostNet {
-		p.add("bring up loopback", "loopback")
+		p.loopback()
 	}
 	// With no capabilities the program can only create namespaces by
 	// first creating a user namespace; forbid that outright, whatever
 	// clone flags a syscall filter can or cannot see.
-	p.add("forbid nested user namespaces", "sysctl", "/proc/sys/user/max_user_namespaces", "0")
+	p.sysctl("forbid nested user namespaces", "/proc/sys/user/max_user_namespaces", "0")
 	layout := rootfs.Layout{
 		Image:       sp.ImageDir,
 		ImageSource: s.imageInInit,
@@ -556,22 +555,31 @@ func (s *supervisor) plan(notifySock int) (*plan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("plan the box file system: %w", err)
 	}
-	p.addOps(ops)
-	p.add("program", "argv", sp.Command...)
+	p.fs(ops)
+	p.boxEnd(announce)
+	return p, nil
+}
+
+// commandPlan is the command part of init's plan, but for the cgroup:
+// the program and how to start it.
+func (s *supervisor) commandPlan() *plan {
+	sp := s.spec
+	p := &plan{}
+	p.argv(sp.Command)
 	env := sp.Env
 	if env == nil {
 		env = BaseEnv
 	}
-	p.add("environment", "env", env...)
+	p.env(env)
 	dir := sp.Chdir
 	if dir == "" {
 		dir = "/box"
 	}
-	p.add("working directory", "dir", dir)
-	p.add("credentials", "cred", itoa(boxUID), itoa(boxUID))
+	p.dir(dir)
+	p.cred(boxUID, boxUID)
 	rl := func(res int, v int64) {
 		if v > 0 {
-			p.add("resource limit", "rlimit", itoa(res), strconv.FormatInt(v, 10))
+			p.rlimit(res, uint64(v))
 		}
 	}
 	rl(unix.RLIMIT_FSIZE, sp.FileSize)
@@ -583,18 +591,28 @@ func (s *supervisor) plan(notifySock int) (*plan, error) {
 		rl(unix.RLIMIT_CPU, int64((sp.CPUTime+sp.ExtraTime)/time.Second)+2)
 	}
 	if s.policy != nil && s.policy.Filter != nil {
-		p.add("seccomp filter", "seccomp", string(s.policy.Filter), itoa(notifySock))
+		p.seccomp(s.policy.Filter, s.notifySock)
 	}
 	if sp.StderrToStdout {
-		p.add("stderr to stdout", "stderr-to-stdout")
-	}
-	if len(sp.CopyIn) > 0 {
-		p.add("wait for copy-in", "wait-for-go")
+		p.stderrToStdout()
 	}
 	if len(sp.CopyOut) > 0 {
-		p.add("keep the box for copy-out", "hold")
+		p.hold()
 	}
-	return p, nil
+	return p
+}
+
+// placeInCgroup ends the command part: the program joins the box's
+// cgroup through the files (s.placement) sent with it.
+func (s *supervisor) placeInCgroup(p *plan) {
+	for i := range s.placement {
+		if s.cg.ForkInto() {
+			p.cgroupFork(i)
+		} else {
+			p.cgroupTasks(i)
+		}
+	}
+	p.end()
 }
 
 // stdio gives the program its standard streams from s.io, under IO's
@@ -644,59 +662,9 @@ func (s *supervisor) stdio() (stdin, stdout, stderr *os.File, err error) {
 	return stdin, stdout, stderr, nil
 }
 
-// readMessages forwards init's status lines until init is gone.
-func readMessages(r *os.File, out chan<- initMessage) {
-	defer close(out)
-	defer r.Close()
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		var m initMessage
-		if json.Unmarshal(sc.Bytes(), &m) == nil {
-			out <- m
-		}
-	}
-}
-
-// await waits for message typ from init during setup. A setup error or
-// init's death is an error naming the step.
-func (s *supervisor) await(typ string) (initMessage, error) {
-	timeout := time.NewTimer(setupTimeout)
-	defer timeout.Stop()
-	select {
-	case m, ok := <-s.msgs:
-		if !ok {
-			return m, s.initDied()
-		}
-		switch m.Type {
-		case typ:
-			return m, nil
-		case msgExited:
-			if typ == msgStarted {
-				return m, nil
-			}
-		case msgError:
-			return m, fmt.Errorf("box setup failed: %w", &StepError{Step: m.Step, Errno: m.Errno, Msg: m.Err})
-		}
-		return m, fmt.Errorf("box setup: unexpected message %q from init", m.Type)
-	case <-timeout.C:
-		return initMessage{}, fmt.Errorf("box setup: init did not answer within %v", setupTimeout)
-	case <-s.ctx.Done():
-		return initMessage{}, interruption(s.ctx)
-	}
-}
-
 // interruption is why ctx ended a run: "interrupted: " and its cause.
 func interruption(ctx context.Context) error {
 	return fmt.Errorf("interrupted: %w", context.Cause(ctx))
-}
-
-// sendFailed explains a failed write to init: init has most likely
-// failed first and said why, or died; that is the real cause.
-func (s *supervisor) sendFailed(step string, err error) error {
-	if _, cause := s.await(msgStarted); cause != nil {
-		return cause
-	}
-	return fmt.Errorf("%s: %w", step, err)
 }
 
 // openBoxRoot opens the box's root directory, through its PID 1.
@@ -707,13 +675,6 @@ func (s *supervisor) openBoxRoot() (int, error) {
 	return unix.Open("/proc/"+strconv.Itoa(s.boxPid)+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 }
 
-// initDied explains why init ended without a word.
-func (s *supervisor) initDied() error {
-	ws := s.init.wait()
-	s.init = nil
-	return fmt.Errorf("box init died during setup: %s", describeWait(ws))
-}
-
 // fill copies the --copy-in files into the box, through init's root.
 func (s *supervisor) fill() error {
 	root, err := s.openBoxRoot()
@@ -721,13 +682,16 @@ func (s *supervisor) fill() error {
 		return fmt.Errorf("open the box root: %w", err)
 	}
 	defer unix.Close(root)
-	for _, c := range s.spec.CopyIn {
-		if err := copyIn(root, c, FirstUID+s.lock.id); err != nil {
-			return fmt.Errorf("--copy-in %s: %w", c.From, err)
+	err = withFSThread(func(t *fsThread) error {
+		for _, c := range s.spec.CopyIn {
+			if err := copyIn(t, root, c, s.caller(), boxCred(s.lock.id)); err != nil {
+				return fmt.Errorf("--copy-in %s: %w", c.From, err)
+			}
 		}
-	}
+		return nil
+	})
 	s.timer.mark("copy-in")
-	return nil
+	return err
 }
 
 // supervise enforces the CPU and wall limits until the program is done,
@@ -761,7 +725,7 @@ func (s *supervisor) supervise() error {
 			if m.Type == msgExited {
 				exited = &m
 			} else if m.Type == msgError {
-				return fmt.Errorf("box init failed: %s: %s", m.Step, m.Err)
+				return fmt.Errorf("box init failed: %w", m.stepError())
 			}
 		case <-wall.C:
 			s.kill(LimitWall)
@@ -835,7 +799,7 @@ func (s *supervisor) account(m *initMessage, wall time.Duration) error {
 	r.CSWInvoluntary = m.NIVCSW
 	if m.ExecErr != "" {
 		r.Message = m.ExecErr
-		r.StartFailure = startFailure(sp.Command[0], m.ExecErr)
+		r.StartFailure = startFailure(sp.Command[0], m)
 	}
 	total, err := s.cg.CPUUsage()
 	if err != nil {
@@ -932,6 +896,7 @@ func (s *supervisor) teardown() {
 	} else if s.ctl != nil {
 		s.ctl.Close()
 	}
+	s.closeCopyDst()
 	if s.rec != nil {
 		s.report.BlockedSyscalls = s.rec.Stop()
 	}
@@ -968,17 +933,49 @@ func (s *supervisor) removeCgroup() {
 	s.timer.mark("cgroup-remove")
 }
 
+// copyOut copies the --copy-out files to the host, within the run's
+// bounds. A copy that fails makes the run XX: its files are missing or
+// partial.
 func (s *supervisor) copyOut() {
 	root, err := s.openBoxRoot()
 	if err != nil {
-		s.report.Message = appendMsg(s.report.Message, "copy-out: "+err.Error())
+		s.copyOutFailed(fmt.Errorf("--copy-out: %w", err))
 		return
 	}
-	defer unix.Close(root)
-	for _, c := range s.spec.CopyOut {
-		if err := copyOut(root, c); err != nil {
-			s.report.Message = appendMsg(s.report.Message, "--copy-out "+c.From+": "+err.Error())
+	budget := copyOutBudget(s.spec)
+	done := goFSThread(func(t *fsThread) error {
+		defer unix.Close(root)
+		var failed []string
+		for i, c := range s.spec.CopyOut {
+			if err := copyOut(t, root, c, s.copyDst[i], boxCred(s.lock.id), s.caller(), budget); err != nil {
+				failed = append(failed, "--copy-out "+c.From+": "+err.Error())
+			}
 		}
+		if len(failed) > 0 {
+			return errors.New(strings.Join(failed, "; "))
+		}
+		return nil
+	})
+	// The budget's deadline stops a slow copy between reads; this one a
+	// read that never returns (the box's descriptors die with init).
+	timeout := time.NewTimer(copyTimeout + killGrace)
+	defer timeout.Stop()
+	select {
+	case err = <-done:
+	case <-timeout.C:
+		err = fmt.Errorf("--copy-out did not finish within %v", copyTimeout+killGrace)
+	}
+	if err != nil {
+		s.copyOutFailed(err)
+	}
+}
+
+func (s *supervisor) copyOutFailed(err error) {
+	s.report.Status = StatusXX
+	if s.report.Message == "" {
+		s.report.Message = err.Error()
+	} else {
+		s.report.Message = appendMsg(err.Error(), "the program: "+s.report.Message)
 	}
 }
 
@@ -995,14 +992,13 @@ func appendMsg(a, b string) string {
 	return a + "; " + b
 }
 
-// startFailure is the step that kept the program from starting, from
-// init's text "PROGRAM: error" (its execve) or "STEP: error" (a step
-// before it). This is the one place that reads that text; once init sends
-// the step and errno as fields, they go here instead.
-func startFailure(program, text string) *StepError {
-	if msg, ok := strings.CutPrefix(text, program+": "); ok {
-		return &StepError{Step: "execve", Msg: msg}
+// startFailure is the step that kept the program from starting, as init
+// sent it: the step ("execve" for the program's own exec), its errno, and
+// the text after "PROGRAM: " or "STEP: ".
+func startFailure(program string, m *initMessage) *StepError {
+	prefix := m.Step + ": "
+	if m.Step == "execve" {
+		prefix = program + ": "
 	}
-	step, msg, _ := strings.Cut(text, ": ")
-	return &StepError{Step: step, Msg: msg}
+	return &StepError{Step: m.Step, Errno: m.Errno, Msg: strings.TrimPrefix(m.ExecErr, prefix)}
 }

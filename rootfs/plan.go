@@ -11,13 +11,67 @@ import (
 )
 
 // Op is one step of building a box's file system, executed by the box's
-// init (a small C program, see isolate/init.c) in the box's new mount
-// namespace. Step names it in error messages.
-type Op struct {
-	Step string
-	Name string // private, mount, setattr, mkdir, touch, symlink, write, remount-ro, pivot
-	Args []string
-}
+// init (a small C program, see isolate/init_fs.c) in the box's new mount
+// namespace: one of the types below. Each has a Step, which names it in
+// error messages; paths are the staging paths init works on.
+type Op interface{ step() string }
+
+type (
+	// MakePrivate makes every mount private: nothing of the box
+	// propagates back to the host.
+	MakePrivate struct{ Step string }
+	// Mount is mount(2); empty FSType and Data are none.
+	Mount struct {
+		Step, Source, Target, FSType string
+		Flags                        uint64 // MS_*
+		Data                         string
+	}
+	// SetAttr sets mount attributes (MOUNT_ATTR_*) with mount_setattr(2).
+	SetAttr struct {
+		Step, Path string
+		Attrs      uint64
+		Recursive  bool
+	}
+	// Mkdir creates a directory and any missing parents (0755).
+	Mkdir struct {
+		Step, Path string
+		Mode       uint32
+	}
+	// Touch creates an empty file (a bind mount's target) and any missing
+	// parents.
+	Touch struct {
+		Step, Path string
+		Mode       uint32
+	}
+	// Symlink creates Path, a symbolic link to Target.
+	Symlink struct{ Step, Target, Path string }
+	// WriteFile creates Path with Content.
+	WriteFile struct {
+		Step, Path string
+		Mode       uint32
+		Content    string
+	}
+	// RemountRO makes the mount at Path read-only (and nosuid, nodev).
+	RemountRO struct{ Step, Path string }
+	// Pivot makes Root the box's root (pivot_root) and drops the old one.
+	Pivot struct{ Step, Root string }
+)
+
+func (o MakePrivate) step() string { return o.Step }
+func (o Mount) step() string       { return o.Step }
+func (o SetAttr) step() string     { return o.Step }
+func (o Mkdir) step() string       { return o.Step }
+func (o Touch) step() string       { return o.Step }
+func (o Symlink) step() string     { return o.Step }
+func (o WriteFile) step() string   { return o.Step }
+func (o RemountRO) step() string   { return o.Step }
+func (o Pivot) step() string       { return o.Step }
+
+// Modes of what the plan creates: readable by the box user.
+const (
+	dirMode  = 0o755
+	fileMode = 0o644
+)
 
 // The attributes of read-only binds: nothing on them can gain privileges
 // or reach devices.
@@ -41,26 +95,28 @@ type planner struct {
 	ops  []Op
 }
 
-func (p *planner) add(step, name string, args ...string) {
-	p.ops = append(p.ops, Op{Step: step, Name: name, Args: args})
-}
+func (p *planner) add(op Op) { p.ops = append(p.ops, op) }
 
 // in is the staging path of a path inside the box.
 func (p *planner) in(boxPath string) string { return filepath.Join(p.root, boxPath) }
 
-func (p *planner) mount(step, src, dst, fstype string, flags uintptr, data string) {
-	p.add(step, "mount", src, dst, fstype, strconv.FormatUint(uint64(flags), 10), data)
+func (p *planner) mount(step, src, dst, fstype string, flags uint64, data string) {
+	p.add(Mount{Step: step, Source: src, Target: dst, FSType: fstype, Flags: flags, Data: data})
 }
+
+func (p *planner) mkdir(step, path string) { p.add(Mkdir{Step: step, Path: path, Mode: dirMode}) }
+
+func (p *planner) touch(step, path string) { p.add(Touch{Step: step, Path: path, Mode: fileMode}) }
 
 // bind binds host path src on box path dst, read-only unless writable.
 func (p *planner) bind(src, dst string, dir, writable, rec bool) {
 	target := p.in(dst)
 	if dir {
-		p.add("create "+dst, "mkdir", target)
+		p.mkdir("create "+dst, target)
 	} else {
-		p.add("create "+dst, "touch", target)
+		p.touch("create "+dst, target)
 	}
-	flags := uintptr(unix.MS_BIND)
+	flags := uint64(unix.MS_BIND)
 	if rec {
 		flags |= unix.MS_REC
 	}
@@ -69,11 +125,7 @@ func (p *planner) bind(src, dst string, dir, writable, rec bool) {
 	if !writable {
 		set = roAttrs
 	}
-	recursive := "0"
-	if rec {
-		recursive = "1"
-	}
-	p.add("set attributes of "+dst, "setattr", target, strconv.FormatUint(set, 10), recursive)
+	p.add(SetAttr{Step: "set attributes of " + dst, Path: target, Attrs: set, Recursive: rec})
 }
 
 // Plan turns a layout into the ops that build it. It runs on the host
@@ -81,7 +133,7 @@ func (p *planner) bind(src, dst string, dir, writable, rec bool) {
 // run in the box's mount namespace, which starts as a copy of the host's.
 func Plan(l *Layout) ([]Op, error) {
 	p := &planner{root: StagingDir}
-	p.add("make mounts private", "private")
+	p.add(MakePrivate{Step: "make mounts private"})
 	p.mount("mount the root tmpfs", "tmpfs", p.root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=16m")
 	for _, d := range systemDirs {
 		src := filepath.Join(l.Image, d)
@@ -94,7 +146,7 @@ func Plan(l *Layout) ([]Op, error) {
 			if err != nil {
 				return nil, fmt.Errorf("read link %s: %w", src, err)
 			}
-			p.add("link /"+d, "symlink", target, p.in(d))
+			p.add(Symlink{Step: "link /" + d, Target: target, Path: p.in(d)})
 			continue
 		}
 		p.bind(filepath.Join(l.source(), d), "/"+d, true, false, true)
@@ -102,7 +154,7 @@ func Plan(l *Layout) ([]Op, error) {
 	if err := p.etc(l); err != nil {
 		return nil, err
 	}
-	p.add("create /proc", "mkdir", p.in("proc"))
+	p.mkdir("create /proc", p.in("proc"))
 	// hidepid: the program sees its own processes, not init.
 	p.mount("mount /proc", "proc", p.in("proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "hidepid=invisible")
 	p.dev()
@@ -113,19 +165,19 @@ func Plan(l *Layout) ([]Op, error) {
 	if l.BoxDir != "" {
 		p.bind(l.BoxDir, "/box", true, true, false)
 	} else {
-		p.add("create /box", "mkdir", p.in("box"))
+		p.mkdir("create /box", p.in("box"))
 		p.mount("mount /box", "tmpfs", p.in("box"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
 			fmt.Sprintf("mode=0755,uid=%d,gid=%d%s", l.UID, l.GID, size))
 	}
-	p.add("create /tmp", "mkdir", p.in("tmp"))
+	p.mkdir("create /tmp", p.in("tmp"))
 	p.mount("mount /tmp", "tmpfs", p.in("tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"+size)
 	for _, b := range l.Binds {
 		if err := p.userBind(b); err != nil {
 			return nil, err
 		}
 	}
-	p.add("make the root read-only", "remount-ro", p.root)
-	p.add("pivot_root", "pivot", p.root)
+	p.add(RemountRO{Step: "make the root read-only", Path: p.root})
+	p.add(Pivot{Step: "pivot_root", Root: p.root})
 	return p.ops, nil
 }
 
@@ -138,7 +190,7 @@ func (p *planner) userBind(b Bind) error {
 	if dst == "/" {
 		return errors.New("bind " + b.Host + ": cannot bind over the box root")
 	}
-	flags := uintptr(unix.MS_NOSUID)
+	flags := uint64(unix.MS_NOSUID)
 	attrs := uint64(unix.MOUNT_ATTR_NOSUID)
 	if !b.Writable {
 		flags |= unix.MS_RDONLY
@@ -153,7 +205,7 @@ func (p *planner) userBind(b Bind) error {
 		attrs |= unix.MOUNT_ATTR_NOEXEC
 	}
 	if b.FS != "" {
-		p.add("create "+dst, "mkdir", p.in(dst))
+		p.mkdir("create "+dst, p.in(dst))
 		p.mount("mount "+b.FS+" on "+dst, b.FS, p.in(dst), b.FS, flags, "")
 		return nil
 	}
@@ -166,25 +218,23 @@ func (p *planner) userBind(b Bind) error {
 	}
 	target := p.in(dst)
 	if fi.IsDir() {
-		p.add("create "+dst, "mkdir", target)
+		p.mkdir("create "+dst, target)
 	} else {
-		p.add("create "+dst, "touch", target)
+		p.touch("create "+dst, target)
 	}
-	bindFlags := uintptr(unix.MS_BIND)
-	recursive := "0"
+	bindFlags := uint64(unix.MS_BIND)
 	if !b.NoRec {
 		bindFlags |= unix.MS_REC
-		recursive = "1"
 	}
 	p.mount("bind "+b.Host+" on "+dst, b.Host, target, "", bindFlags, "")
-	p.add("set attributes of "+dst, "setattr", target, strconv.FormatUint(attrs, 10), recursive)
+	p.add(SetAttr{Step: "set attributes of " + dst, Path: target, Attrs: attrs, Recursive: !b.NoRec})
 	return nil
 }
 
 // etc writes a minimal /etc (the box user, loopback names) and binds the
 // image's entries the box needs (imageEtc).
 func (p *planner) etc(l *Layout) error {
-	p.add("create /etc", "mkdir", p.in("etc"))
+	p.mkdir("create /etc", p.in("etc"))
 	files := []struct{ name, content string }{
 		{"passwd", fmt.Sprintf("root:x:0:0:root:/root:/bin/sh\nbox:x:%d:%d:box:/box:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", l.UID, l.GID)},
 		{"group", fmt.Sprintf("root:x:0:\nbox:x:%d:\nnogroup:x:65534:\n", l.GID)},
@@ -198,7 +248,7 @@ func (p *planner) etc(l *Layout) error {
 		}
 	}
 	for _, f := range files {
-		p.add("write /etc/"+f.name, "write", p.in("etc/"+f.name), "420", f.content)
+		p.add(WriteFile{Step: "write /etc/" + f.name, Path: p.in("etc/" + f.name), Mode: fileMode, Content: f.content})
 	}
 	for _, name := range imageEtc {
 		src := filepath.Join(l.Image, "etc", name)
@@ -214,14 +264,14 @@ func (p *planner) etc(l *Layout) error {
 func (p *planner) dev() {
 	// A directory of the root tmpfs, read-only like it once the box is
 	// built: the nodes are bind mounts, which keep their own flags.
-	p.add("create /dev", "mkdir", p.in("dev"))
+	p.mkdir("create /dev", p.in("dev"))
 	for _, n := range devNodes {
-		p.add("create /dev/"+n, "touch", p.in("dev/"+n))
+		p.touch("create /dev/"+n, p.in("dev/"+n))
 		p.mount("bind /dev/"+n, "/dev/"+n, p.in("dev/"+n), "", unix.MS_BIND, "")
 	}
 	for _, l := range [][2]string{{"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"}, {"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"}} {
-		p.add("link /dev/"+l[1], "symlink", l[0], p.in("dev/"+l[1]))
+		p.add(Symlink{Step: "link /dev/" + l[1], Target: l[0], Path: p.in("dev/" + l[1])})
 	}
-	p.add("create /dev/shm", "mkdir", p.in("dev/shm"))
+	p.mkdir("create /dev/shm", p.in("dev/shm"))
 	p.mount("mount /dev/shm", "tmpfs", p.in("dev/shm"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size=64m")
 }

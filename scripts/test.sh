@@ -36,6 +36,9 @@ ISOLATE_BIN="$work/isolate" ISOLATE_COVERDIR="$work/cover" \
 	go test -tags "$TAGS" -count=1 -timeout 40m -cover -coverpkg="$RUNTIME_PKGS" ./... \
 	-args -test.gocoverdir="$work/cover"
 
+echo "== Python client (clients/python), against the same binary"
+ISOLATE_BIN="$work/isolate" GOCOVERDIR="$work/cover" ./scripts/test-python.sh
+
 echo "== coverage of the runtime packages"
 go tool covdata percent -i "$work/cover" -pkg "$RUNTIME_PKGS" | tee "$work/cover.txt"
 go tool covdata textfmt -i "$work/cover" -pkg "$RUNTIME_PKGS" -o "$work/cover.out"

@@ -124,7 +124,7 @@ func TestBoxRedirectionsStayInTheBox(t *testing.T) {
 		t.Fatalf("plant: %d %q", res.Code, res.Stderr)
 	}
 	for _, args := range [][]string{
-		{"-o", "abs"}, {"-o", "rel"}, {"-r", "abs"}, {"-i", "rel"}, {"-o", "/box/rel"}, {"-i", "fifo"},
+		{"-o", "abs"}, {"-o", "rel"}, {"-r", "abs"}, {"-i", "rel"}, {"-o", "/box/rel"},
 	} {
 		m, res := ioiMeta(t, append(append([]string{"-b", "352", "--special-files"}, args...), "--run", "--", "/bin/echo", "overwritten")...)
 		if got, _ := os.ReadFile(victim); string(got) != "precious\n" {
@@ -133,6 +133,11 @@ func TestBoxRedirectionsStayInTheBox(t *testing.T) {
 		if res.Code != 2 || m["status"] != "XX" || !strings.Contains(m["message"], "open(") {
 			t.Errorf("%q: exit %d meta %v", args, res.Code, m)
 		}
+	}
+	// A FIFO the program left is opened as in ioi/isolate's box: the
+	// wait for a writer ends with the wall limit.
+	if m, res := ioiMeta(t, "-b", "352", "--special-files", "-i", "fifo", "-w", "0.5", "--run", "--", "/bin/echo", "overwritten"); res.Code != 1 || m["status"] != "TO" || !strings.Contains(m["message"], "wall") {
+		t.Errorf("-i fifo: exit %d meta %v, want a wall-clock TO", res.Code, m)
 	}
 	// Only what the box can see can be redirected, and only writably
 	// where the box could write.

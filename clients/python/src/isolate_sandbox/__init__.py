@@ -1,0 +1,27 @@
+"""isolate_sandbox: run untrusted code in the isolate Linux sandbox from Python.
+
+The sandbox (namespaces, cgroups, seccomp, a read-only root file system) is the security
+boundary. The import policy of :func:`analyze_code` is policy on top of it, not protection.
+
+Backends: ``service`` (``isolate serve``'s unix socket; any user its group admits), ``cli``
+(the ``isolate`` binary; root), ``local`` (a plain subprocess; NO isolation). ``auto`` picks the
+service when it answers, else the binary when root.
+"""
+
+from .artifacts import store_execution
+from .config import DEFAULT_BLOCKED_IMPORTS, SandboxConfig
+from .errors import SandboxError, SandboxUnavailableError
+from .executor import SandboxExecutor
+from .llm import run_python_code
+from .result import ExecutionResult, ResultMeta
+from .runner import SandboxRunner
+from .sandbox import Sandbox, execute_code, execute_file, get_sandbox
+from .security import SecurityReport, analyze_code
+
+__all__ = [
+    "DEFAULT_BLOCKED_IMPORTS", "ExecutionResult", "ResultMeta", "Sandbox", "SandboxConfig",
+    "SandboxError", "SandboxExecutor", "SandboxRunner", "SandboxUnavailableError",
+    "SecurityReport", "analyze_code", "execute_code", "execute_file",
+    "get_sandbox", "run_python_code", "store_execution",
+]
+__version__ = "0.1.0"

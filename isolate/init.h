@@ -1,0 +1,115 @@
+/*
+ * The box's init, shared by its files: init_main.c (the entry point, the
+ * namespaces, PID 1's control loop), init_io.c (the plan reader, status
+ * messages), init_fs.c (the box part's operations: file system, host
+ * name, network), init_proc.c (the command part's operations, starting
+ * the program). protocol.h is what it shares with the supervisor.
+ */
+#ifndef ISOLATE_INIT_H
+#define ISOLATE_INIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#include "protocol.h"
+
+/* One record of the plan (protocol.h). Every string is also
+ * NUL-terminated; len holds its length (it may hold NUL bytes). */
+struct op {
+	enum isolate_op type;
+	const char *step;
+	uint32_t nints, nstrs;
+	uint64_t *ints;
+	char **strs;
+	uint32_t *len;
+};
+
+/* The name of an operation, for messages. */
+const char *init_op_name(enum isolate_op type);
+
+/* The plan's reader: a byte stream and the descriptors that came with it.
+ * fd -1 reads only what buf holds (the protocol test). */
+struct plan_reader {
+	int fd;
+	char *buf;
+	size_t cap, len, pos;
+	int *fds; /* received descriptors, in order: the plan names them by index */
+	size_t nfds, capfds;
+	const char *why; /* what was wrong with a record read_op refused */
+};
+
+/* read_op reads the next record into op; -1 with errno (and r->why when
+ * the record itself was malformed) if there is none. */
+int init_read_op(struct plan_reader *r, struct op *op);
+
+/* Status messages to the supervisor (fd ISOLATE_FD_STATUS), one JSON line
+ * each. */
+void init_put(const char *s);
+void init_put_str(const char *key, const char *s);
+void init_put_num(const char *key, long long v);
+void init_flush(void);
+
+/* init_fail reports a failed step and ends init. */
+void init_fail(const char *step, int err) __attribute__((noreturn));
+/* init_fail_op reports a failed operation: its step, the op, the path it
+ * worked on, and errno; and ends init. */
+void init_fail_op(const struct op *op, const char *path, int err) __attribute__((noreturn));
+
+/* init_fail_misplaced reports an operation sent in the wrong part of the
+ * plan ("box" or "command"). */
+void init_fail_misplaced(const struct op *op, const char *part) __attribute__((noreturn));
+
+/* Stage timers, sent with "started". */
+enum init_stage { STAGE_NAMESPACES, STAGE_MAPS, STAGE_PLAN, STAGE_SETUP, STAGE_EXEC, STAGE_COUNT };
+void init_mark(enum init_stage s);
+void init_mark_start(void);
+void init_report_stages(void);
+
+/* PID 1's pid in the host's PID namespace: the supervisor reaches the
+ * box's root through /proc/PID/root (--copy-in, --copy-out). */
+extern int init_box_host_pid;
+
+/* The box part's operations (init_fs.c); 1 at BOX_END. */
+int init_box_op(struct op *op, int *announce);
+
+/* The command part's operations (init_proc.c); 1 at END. */
+int init_command_op(struct op *op, struct plan_reader *r);
+
+/* The program and how to start it, filled by the command part. */
+struct program {
+	char **argv, **envp;
+	const char *dir;
+	uid_t uid;
+	gid_t gid;
+	rlim_t rlimits[RLIM_NLIMITS];
+	unsigned char has_rlimit[RLIM_NLIMITS];
+	int *cgroup_fds; /* v1: the tasks files the program writes itself into */
+	size_t ncgroup, capcgroup;
+	int cgroup_dir;  /* v2: the cgroup the program is forked into, or -1 */
+	const char *filter;
+	uint32_t filter_len;
+	int notify_sock; /* -1: no listener wanted */
+	int stderr_to_stdout;
+	int hold; /* keep the box after the program until the supervisor is done (--copy-out) */
+};
+extern struct program init_prog;
+
+/* init_add_fd appends fd to a grown array; -1 (ENOMEM) if it cannot. */
+int init_add_fd(int **fds, size_t *n, size_t *cap, int fd);
+
+/* init_start_program starts the program (clone3, CLONE_VM|CLONE_VFORK):
+ * its pid, or -1 with errno. If it could not be started, *start_step
+ * names the step that failed and *start_err is its errno. */
+pid_t init_start_program(const void *oldmask, const char **start_step, int *start_err);
+
+/* clone_run starts a process running fn(arg) on stack (see init_proc.c). */
+struct clone3_args {
+	uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size, cgroup;
+};
+long init_clone_run(struct clone3_args *args, char *stack, size_t size, void (*fn)(void *), void *arg);
+
+int64_t init_now_ns(void);
+
+#endif

@@ -1,0 +1,183 @@
+/*
+ * The box part of the plan: PID 1, in its new namespaces, builds the box
+ * (host name, loopback, the file system rootfs.Plan describes, pivot_root)
+ * one operation at a time, as the records arrive.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "init.h"
+
+#ifndef SYS_mount_setattr
+#define SYS_mount_setattr 442
+#endif
+#ifndef AT_RECURSIVE
+#define AT_RECURSIVE 0x8000
+#endif
+
+struct isolate_mount_attr {
+	uint64_t attr_set, attr_clr, propagation, userns_fd;
+};
+
+/* mkdir_p creates path and any missing parents. The parents nearly always
+ * exist: try the directory itself first. */
+static int mkdir_p(char *path, mode_t mode) {
+	if (mkdir(path, mode) == 0 || errno == EEXIST)
+		return 0;
+	if (errno != ENOENT)
+		return -1;
+	char *slash = strrchr(path, '/');
+	if (!slash || slash == path)
+		return -1;
+	*slash = 0;
+	int rc = mkdir_p(path, 0755);
+	*slash = '/';
+	if (rc < 0)
+		return -1;
+	if (mkdir(path, mode) < 0 && errno != EEXIST)
+		return -1;
+	return 0;
+}
+
+/* touch creates an empty file at path, and any missing parents. */
+static int touch(char *path, mode_t mode) {
+	char *slash = strrchr(path, '/');
+	if (slash && slash != path) {
+		*slash = 0;
+		int rc = mkdir_p(path, 0755);
+		*slash = '/';
+		if (rc < 0)
+			return -1;
+	}
+	int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode);
+	return fd < 0 ? -1 : close(fd);
+}
+
+static int write_file(const char *path, const char *data, size_t n, mode_t mode) {
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+	if (fd < 0)
+		return -1;
+	while (n > 0) {
+		ssize_t w = write(fd, data, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0) {
+			close(fd);
+			return -1;
+		}
+		data += w;
+		n -= w;
+	}
+	return close(fd);
+}
+
+static int loopback_up(void) {
+	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -1;
+	struct ifreq ifr;
+	memset(&ifr, 0, sizeof ifr);
+	strcpy(ifr.ifr_name, "lo");
+	int rc = ioctl(s, SIOCGIFFLAGS, &ifr);
+	if (rc == 0) {
+		ifr.ifr_flags |= IFF_UP;
+		rc = ioctl(s, SIOCSIFFLAGS, &ifr);
+	}
+	int e = errno;
+	close(s);
+	errno = e;
+	return rc;
+}
+
+static int write_sysctl(const char *path, const char *value) {
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	if (write(fd, value, strlen(value)) < 0) {
+		int e = errno;
+		close(fd);
+		return errno = e, -1;
+	}
+	return close(fd);
+}
+
+/* pivot makes dir the root. pivot_root(".", ".") stacks the old root
+ * under the new one; detaching "." then drops it without a put_old
+ * directory. */
+static int pivot(const char *dir) {
+	if (chdir(dir) < 0 || syscall(SYS_pivot_root, ".", ".") < 0 || umount2(".", MNT_DETACH) < 0)
+		return -1;
+	return chdir("/");
+}
+
+#define OPT(s) ((s)[0] ? (s) : NULL)
+
+/* init_box_op carries out one operation of the box part (the reader has
+ * checked its fields' numbers against protocol.h). A failure ends init,
+ * naming the op and its path. *announce is set at BOX_END. */
+int init_box_op(struct op *op, int *announce) {
+	uint64_t *i = op->ints;
+	char **s = op->strs;
+	int rc;
+	const char *path = NULL;
+	switch (op->type) {
+	case ISOLATE_OP_HOSTNAME:
+		rc = sethostname(s[0], op->len[0]);
+		break;
+	case ISOLATE_OP_LOOPBACK:
+		rc = loopback_up();
+		break;
+	case ISOLATE_OP_SYSCTL:
+		rc = write_sysctl(path = s[0], s[1]);
+		break;
+	case ISOLATE_OP_PRIVATE:
+		rc = mount("", path = "/", NULL, MS_REC | MS_PRIVATE, NULL);
+		break;
+	case ISOLATE_OP_MOUNT:
+		rc = mount(s[0], path = s[1], OPT(s[2]), i[0], OPT(s[3]));
+		break;
+	case ISOLATE_OP_SETATTR: {
+		struct isolate_mount_attr a = {.attr_set = i[0]};
+		rc = syscall(SYS_mount_setattr, AT_FDCWD, path = s[0], i[1] ? AT_RECURSIVE : 0, &a, sizeof a);
+		break;
+	}
+	case ISOLATE_OP_MKDIR:
+		rc = mkdir_p(s[0], i[0]);
+		path = s[0];
+		break;
+	case ISOLATE_OP_TOUCH:
+		rc = touch(s[0], i[0]);
+		path = s[0];
+		break;
+	case ISOLATE_OP_SYMLINK:
+		rc = symlink(s[0], path = s[1]);
+		break;
+	case ISOLATE_OP_WRITE:
+		rc = write_file(path = s[0], s[1], op->len[1], i[0]);
+		break;
+	case ISOLATE_OP_REMOUNT_RO:
+		rc = mount("", path = s[0], NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL);
+		break;
+	case ISOLATE_OP_PIVOT:
+		rc = pivot(path = s[0]);
+		break;
+	case ISOLATE_OP_BOX_END:
+		*announce = i[0] != 0;
+		return 1;
+	default:
+		init_fail_misplaced(op, "box");
+	}
+	if (rc < 0)
+		init_fail_op(op, path, errno);
+	return 0;
+}

@@ -1,0 +1,307 @@
+/*
+ * The box's init: PID 1 of the box's user, PID, mount, network, IPC and
+ * UTS namespaces. This file holds its entry point, the namespaces, and
+ * PID 1's control loop; init.h lists the others.
+ *
+ * It is this same binary, re-executed by the supervisor with
+ * ISOLATE_INIT_ARG as argv[1]. It runs from an ELF constructor, before the
+ * Go runtime starts, and never returns to Go: a box pays for no Go
+ * start-up, and the program is forked from a process a few hundred
+ * kilobytes large (its pre-exec footprint counts in the program's
+ * ru_maxrss).
+ *
+ * The supervisor sends the plan on fd 3, a stream socket (protocol.h):
+ * typed records, first the box part (namespaces' settings, file system),
+ * which PID 1 carries out as it arrives, then the command part (the
+ * program and how to start it; the cgroup files come last, as
+ * SCM_RIGHTS). PID 1 then forks the program, reaps the box and reports on
+ * fd 4, one JSON line per message. Any failure is reported with the step
+ * that failed and its errno, never guessed at.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "init.h"
+
+int init_box_host_pid;
+
+/* read_op reads the next record of the plan, or fails. */
+static void read_op(struct plan_reader *r, struct op *op) {
+	errno = 0;
+	if (init_read_op(r, op) == 0)
+		return;
+	if (r->why) {
+		char step[96];
+		snprintf(step, sizeof step, "decode plan: %s", r->why);
+		init_fail(step, errno);
+	}
+	init_fail("read plan", errno ? errno : EPIPE);
+}
+
+static void report_exited(int ws, int64_t wall, struct rusage *ru, const char *start_step, int start_err) {
+	init_put("{\"type\":\"" ISOLATE_MSG_EXITED "\"");
+	init_put_num("pid", init_box_host_pid);
+	init_put_num("ws", ws);
+	init_put_num("wall_ns", wall);
+	init_put_num("utime_ns", (long long)ru->ru_utime.tv_sec * 1000000000 + ru->ru_utime.tv_usec * 1000);
+	init_put_num("stime_ns", (long long)ru->ru_stime.tv_sec * 1000000000 + ru->ru_stime.tv_usec * 1000);
+	init_put_num("maxrss_kb", ru->ru_maxrss);
+	init_put_num("nvcsw", ru->ru_nvcsw);
+	init_put_num("nivcsw", ru->ru_nivcsw);
+	if (start_step) {
+		/* It could not be started: exec_err as a shell would say it. */
+		char text[512];
+		snprintf(text, sizeof text, "%s: %s", strcmp(start_step, "execve") == 0 ? init_prog.argv[0] : start_step,
+		         strerror(start_err));
+		init_put_str("exec_err", text);
+		init_put_str("step", start_step);
+		init_put_num("errno", start_err);
+	}
+	init_put("}");
+	init_flush();
+}
+
+/* wait_control blocks until the supervisor closes the control socket. */
+static void wait_control(void) {
+	char c;
+	while (read(ISOLATE_FD_CONTROL, &c, 1) > 0 || errno == EINTR)
+		;
+}
+
+/* run_box is PID 1 of the box: it builds the box from the plan's box
+ * part, takes the command part, starts the program and reaps the box. */
+static int run_box(void) {
+	sigset_t chld, oldmask;
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &chld, &oldmask);
+	int sfd = signalfd(-1, &chld, SFD_CLOEXEC);
+	if (sfd < 0)
+		init_fail("create signalfd", errno);
+	/* Each step is carried out as it arrives: the supervisor sends the
+	 * box part at once, and the command part (whose cgroup files are
+	 * made meanwhile) after it. */
+	static struct plan_reader plan = {.fd = ISOLATE_FD_CONTROL};
+	struct op op;
+	read_op(&plan, &op);
+	init_mark(STAGE_PLAN);
+	int announce = 0;
+	while (!init_box_op(&op, &announce))
+		read_op(&plan, &op);
+	if (announce) {
+		/* A pool's box: built ahead, it waits for its command. */
+		init_put("{\"type\":\"" ISOLATE_MSG_READY "\"");
+		init_put_num("pid", init_box_host_pid);
+		init_put("}");
+		init_flush();
+	}
+	do
+		read_op(&plan, &op);
+	while (!init_command_op(&op, &plan));
+	init_mark(STAGE_SETUP);
+	if (!init_prog.argv || !init_prog.argv[0])
+		init_fail("decode plan: no program", EINVAL);
+
+	int64_t start = init_now_ns();
+	const char *start_step;
+	int start_err;
+	pid_t pid = init_start_program(&oldmask, &start_step, &start_err);
+	struct rusage ru;
+	int ws;
+	if (start_step) {
+		/* It could not be started: report it as a shell would, 127. */
+		wait4(pid, &ws, 0, &ru);
+		report_exited(127 << 8, init_now_ns() - start, &ru, start_step, start_err);
+		if (init_prog.hold)
+			wait_control();
+		return 0;
+	}
+	init_mark(STAGE_EXEC);
+	init_put("{\"type\":\"" ISOLATE_MSG_STARTED "\"");
+	init_report_stages();
+	init_put_num("pid", init_box_host_pid);
+	init_put("}");
+	init_flush();
+
+	/* Reap until the program is gone; then kill what it left and reap
+	 * that too. The supervisor may ask for a kill meanwhile. */
+	int64_t end = 0;
+	int main_ws = 0, done = 0, ctl_open = 1;
+	struct rusage main_ru;
+	memset(&main_ru, 0, sizeof main_ru);
+	while (!done) {
+		struct pollfd pf[2] = {{.fd = sfd, .events = POLLIN}, {.fd = ISOLATE_FD_CONTROL, .events = POLLIN}};
+		if (poll(pf, ctl_open ? 2 : 1, -1) < 0 && errno != EINTR)
+			init_fail("poll", errno);
+		if (ctl_open && (pf[1].revents & (POLLIN | POLLHUP))) {
+			char c;
+			ssize_t k = read(ISOLATE_FD_CONTROL, &c, 1);
+			if (k <= 0) {
+				/* The supervisor is gone: take the box down. */
+				ctl_open = 0;
+				kill(-1, SIGKILL);
+			} else if (c == ISOLATE_CTL_KILL) {
+				kill(-1, SIGKILL);
+			}
+		}
+		if (pf[0].revents & POLLIN) {
+			struct signalfd_siginfo si;
+			if (read(sfd, &si, sizeof si) < 0) {
+			}
+		}
+		for (;;) {
+			struct rusage r;
+			int s;
+			pid_t w = wait4(-1, &s, WNOHANG, &r);
+			if (w <= 0)
+				break;
+			if (w == pid) {
+				end = init_now_ns();
+				main_ws = s;
+				main_ru = r;
+				done = 1;
+			}
+		}
+	}
+	/* The program is done: so is everything it left behind. */
+	kill(-1, SIGKILL);
+	while (wait4(-1, NULL, 0, NULL) > 0 || errno == EINTR)
+		;
+	if (!ctl_open)
+		return 1;
+	report_exited(main_ws, end - start, &main_ru, NULL, 0);
+	/* Without --copy-out nothing needs the box any more: tearing it down
+	 * (the kernel drops the namespaces and mounts) overlaps the
+	 * supervisor's accounting. */
+	if (init_prog.hold)
+		wait_control(); /* the supervisor copies files out meanwhile */
+	return 0;
+}
+
+/* write_id_maps writes the ID maps (the text of uid_map and gid_map) of
+ * process pid's user namespace. */
+static int write_id_maps(pid_t pid, const char *maps) {
+	static const char *files[] = {"uid_map", "gid_map"};
+	size_t n = strlen(maps);
+	for (int i = 0; i < 2; i++) {
+		char path[64];
+		snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, files[i]);
+		int fd = open(path, O_WRONLY | O_CLOEXEC);
+		if (fd < 0)
+			return -1;
+		ssize_t w = write(fd, maps, n);
+		int err = errno;
+		close(fd);
+		if (w != (ssize_t)n)
+			return errno = w < 0 ? err : EIO, -1;
+	}
+	return 0;
+}
+
+/* pid1_entry is PID 1 of the box, in the new namespaces: it waits until
+ * its ID maps are written (the pipe mapped brings its host pid), then
+ * carries out the plan. */
+static void pid1_entry(void *arg) {
+	int *mapped = arg;
+	init_mark(STAGE_NAMESPACES);
+	/* (getppid() is 0 here, the parent being outside the new PID
+	 * namespace; had the parent died already, the closed pipe and
+	 * control socket take the box down.) */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+		init_fail("set the parent-death signal", errno);
+	close(mapped[1]);
+	int32_t host_pid;
+	if (read(mapped[0], &host_pid, sizeof host_pid) != sizeof host_pid)
+		_exit(1); /* the parent failed, and said why */
+	close(mapped[0]);
+	init_box_host_pid = host_pid;
+	init_mark(STAGE_MAPS);
+	_exit(run_box());
+}
+
+/* The stack of PID 1 (it shares this process's memory). */
+static char pid1_stack[256 << 10] __attribute__((aligned(16)));
+
+/* run_init starts PID 1 of the box in new namespaces, maps its user
+ * namespace, and stays its parent, so that the supervisor's death
+ * (PDEATHSIG on this process) takes the box down. PID 1 reads the plan
+ * and carries it out.
+ *
+ * PID 1 is cloned straight into the namespaces, and this process stays in
+ * the host's, still root there: it writes PID 1's ID maps itself (maps:
+ * their text), with no round trip through the supervisor. And the
+ * supervisor can start this process with vfork: Go must fully fork its
+ * own address space to create a user namespace, which cost a millisecond
+ * per run. */
+static int run_init(unsigned long flags, const char *maps) {
+	init_mark_start();
+	/* The box's /etc and mount points must be readable by the box user,
+	 * whatever umask the caller had. */
+	umask(022);
+	/* Nothing the supervisor passed may reach the program by accident. */
+	syscall(SYS_close_range, 3, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */);
+	int mapped[2];
+	if (pipe2(mapped, O_CLOEXEC) < 0)
+		init_fail("create pipe", errno);
+	/* PID 1 shares this process's memory (init_clone_run): it alone uses
+	 * the C library's state from here on; this process only writes the
+	 * maps and waits, on its own stack. */
+	struct clone3_args args = {.flags = flags, .exit_signal = SIGCHLD};
+	pid_t pid1 = init_clone_run(&args, pid1_stack, sizeof pid1_stack, pid1_entry, mapped);
+	if (pid1 < 0)
+		init_fail("create namespaces", errno);
+	close(mapped[0]);
+	if (write_id_maps(pid1, maps) < 0)
+		init_fail("write the user namespace's ID maps", errno);
+	int32_t host_pid = pid1;
+	if (write(mapped[1], &host_pid, sizeof host_pid) != sizeof host_pid)
+		init_fail("start the box's PID 1", errno);
+	/* Hold nothing of the box's: its streams end when PID 1's do. */
+	syscall(SYS_close_range, 0, ~0U, 0);
+	int ws;
+	while (waitpid(pid1, &ws, 0) < 0)
+		if (errno != EINTR)
+			return 1;
+	return WIFEXITED(ws) ? WEXITSTATUS(ws) : 1;
+}
+
+void isolate_narrow_cpus(void);
+
+#ifdef __GLIBC__
+__attribute__((constructor)) static void isolate_init_entry(int argc, char **argv, char **envp) {
+	(void)envp;
+#else
+extern char **environ;
+
+/*
+ * musl calls constructors without arguments. Nothing has touched the
+ * environment yet, so environ is still where the kernel put it: right
+ * after argv's terminating NULL, with argc in the word before argv[0]
+ * (the ELF start-up stack). argv's entries are pointers, never a small
+ * count, so the first n whose slot holds n is argc.
+ */
+__attribute__((constructor)) static void isolate_init_entry(void) {
+	char **envp = environ;
+	long argc = 0;
+	while ((long)envp[-2 - argc] != argc)
+		argc++;
+	char **argv = envp - 1 - argc;
+#endif
+	if (argc >= 4 && strcmp(argv[1], ISOLATE_INIT_ARG) == 0)
+		_exit(run_init(strtoul(argv[2], NULL, 10), argv[3]));
+	isolate_narrow_cpus(); /* the supervisor (or a test): see procs.c */
+}

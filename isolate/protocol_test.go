@@ -1,0 +1,247 @@
+package isolate
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/isolate-sandbox/isolate/rootfs"
+)
+
+// TestMain (host_test.go) dispatches init first: one test binary.
+
+// quote renders s as init_io.c's render_str does.
+func quote(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			fmt.Fprintf(&b, "\\x%02x", c)
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+func quoteAll(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = quote(s)
+	}
+	return strings.Join(q, " ")
+}
+
+// TestProtocolOps encodes every operation in Go and decodes it with
+// init's reader, field for field, at the limits too.
+func TestProtocolOps(t *testing.T) {
+	binary := string([]byte{0, 1, 2, 0xff, '"', '\\', 'a', 0})
+	big := strings.Repeat("x", 1<<20) + binary
+	many := make([]string, 10000)
+	for i := range many {
+		many[i] = fmt.Sprint("arg", i)
+	}
+	many[17] = ""
+	filter := make([]byte, 8*64)
+	for i := range filter {
+		filter[i] = byte(i)
+	}
+	const maxU64 = "18446744073709551615"
+	fs := func(op rootfs.Op) func(*plan) { return func(p *plan) { p.fs([]rootfs.Op{op}) } }
+	tests := []struct {
+		name string
+		enc  func(*plan)
+		want string
+	}{
+		{"hostname", func(p *plan) { p.hostname("isolate") }, `hostname step="set host name" "isolate"`},
+		{"hostname, empty", func(p *plan) { p.hostname("") }, `hostname step="set host name" ""`},
+		{"loopback", func(p *plan) { p.loopback() }, `loopback step="bring up loopback"`},
+		{"sysctl", func(p *plan) { p.sysctl("s", "/proc/sys/user/max_user_namespaces", "0") },
+			`sysctl step="s" "/proc/sys/user/max_user_namespaces" "0"`},
+		{"private", fs(rootfs.MakePrivate{Step: "make mounts private"}), `private step="make mounts private"`},
+		{"mount", fs(rootfs.Mount{Step: "mount /tmp", Source: "tmpfs", Target: "/r/tmp", FSType: "tmpfs",
+			Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=1777"}),
+			fmt.Sprintf(`mount step="mount /tmp" %d "tmpfs" "/r/tmp" "tmpfs" "mode=1777"`, unix.MS_NOSUID|unix.MS_NODEV)},
+		{"mount, empty strings", fs(rootfs.Mount{}), `mount step="" 0 "" "" "" ""`},
+		{"mount, largest flags", fs(rootfs.Mount{Step: "m", Flags: math.MaxUint64}), `mount step="m" ` + maxU64 + ` "" "" "" ""`},
+		{"setattr", fs(rootfs.SetAttr{Step: "set", Path: "/r/usr", Attrs: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID, Recursive: true}),
+			fmt.Sprintf(`setattr step="set" %d 1 "/r/usr"`, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID)},
+		{"setattr, not recursive", fs(rootfs.SetAttr{Step: "set", Path: "/r/box"}), `setattr step="set" 0 0 "/r/box"`},
+		{"mkdir", fs(rootfs.Mkdir{Step: "create /box", Path: "/r/box", Mode: 0o755}), `mkdir step="create /box" 493 "/r/box"`},
+		{"touch", fs(rootfs.Touch{Step: "create /dev/null", Path: "/r/dev/null", Mode: 0o644}),
+			`touch step="create /dev/null" 420 "/r/dev/null"`},
+		{"symlink", fs(rootfs.Symlink{Step: "link /bin", Target: "usr/bin", Path: "/r/bin"}), `symlink step="link /bin" "usr/bin" "/r/bin"`},
+		{"write", fs(rootfs.WriteFile{Step: "write /etc/hosts", Path: "/r/etc/hosts", Mode: 0o644, Content: "127.0.0.1\tlocalhost\n"}),
+			`write step="write /etc/hosts" 420 "/r/etc/hosts" "127.0.0.1\x09localhost\x0a"`},
+		{"write, binary and 1 MiB", fs(rootfs.WriteFile{Step: "w", Path: "/r/f", Mode: 0o7777, Content: big}),
+			`write step="w" 4095 "/r/f" ` + quote(big)},
+		{"write, empty", fs(rootfs.WriteFile{Step: "w", Path: "/r/f"}), `write step="w" 0 "/r/f" ""`},
+		{"remount-ro", fs(rootfs.RemountRO{Step: "ro", Path: "/r"}), `remount-ro step="ro" "/r"`},
+		{"pivot", fs(rootfs.Pivot{Step: "pivot_root", Root: "/r"}), `pivot step="pivot_root" "/r"`},
+		{"box-end", func(p *plan) { p.boxEnd(false) }, `box-end step="box built" 0`},
+		{"box-end, announced", func(p *plan) { p.boxEnd(true) }, `box-end step="box built" 1`},
+		{"argv", func(p *plan) { p.argv([]string{"/bin/sh", "-c", "echo \"hi\""}) },
+			`argv step="program" "/bin/sh" "-c" "echo \x22hi\x22"`},
+		{"argv, none", func(p *plan) { p.argv(nil) }, `argv step="program"`},
+		{"argv, 10000 with an empty one", func(p *plan) { p.argv(many) }, `argv step="program" ` + quoteAll(many)},
+		{"env", func(p *plan) { p.env([]string{"PATH=/usr/bin:/bin", "X=" + binary}) },
+			`env step="environment" "PATH=/usr/bin:/bin" ` + quote("X="+binary)},
+		{"dir", func(p *plan) { p.dir("/box") }, `dir step="working directory" "/box"`},
+		{"cred", func(p *plan) { p.cred(1000, math.MaxUint32) }, `cred step="credentials" 1000 4294967295`},
+		{"rlimit", func(p *plan) { p.rlimit(unix.RLIMIT_NOFILE, 256) }, fmt.Sprintf(`rlimit step="resource limit" %d 256`, unix.RLIMIT_NOFILE)},
+		{"rlimit, infinity", func(p *plan) { p.rlimit(unix.RLIMIT_AS, unix.RLIM_INFINITY) },
+			fmt.Sprintf(`rlimit step="resource limit" %d %s`, unix.RLIMIT_AS, maxU64)},
+		{"cgroup", func(p *plan) { p.cgroupTasks(7) }, `cgroup step="cgroup" 7`},
+		{"cgroup-fork", func(p *plan) { p.cgroupFork(0) }, `cgroup-fork step="cgroup" 0`},
+		{"seccomp, listener", func(p *plan) { p.seccomp(filter, 5) }, `seccomp step="seccomp filter" 5 ` + quote(string(filter))},
+		{"seccomp, no listener", func(p *plan) { p.seccomp(filter[:8], -1) }, `seccomp step="seccomp filter" ` + maxU64 + ` ` + quote(string(filter[:8]))},
+		{"stderr-to-stdout", func(p *plan) { p.stderrToStdout() }, `stderr-to-stdout step="stderr to stdout"`},
+		{"hold", func(p *plan) { p.hold() }, `hold step="keep the box for copy-out"`},
+		{"end", func(p *plan) { p.end() }, `end step="end"`},
+	}
+	covered := map[string]bool{}
+	var all plan
+	var want []string
+	for _, tt := range tests {
+		p := &plan{}
+		tt.enc(p)
+		got := strings.TrimSuffix(renderPlan(p.buf), "\n")
+		if got != tt.want {
+			t.Errorf("%s:\n got %.300s\nwant %.300s", tt.name, got, tt.want)
+		}
+		covered[strings.Fields(tt.want)[0]] = true
+		tt.enc(&all)
+		want = append(want, tt.want)
+	}
+	// All in one stream: records end exactly where the next begins.
+	if got := renderPlan(all.buf); got != strings.Join(want, "\n")+"\n" {
+		t.Errorf("the records in one plan decode differently from one by one")
+	}
+	for _, name := range opNames() {
+		if !covered[name] {
+			t.Errorf("operation %q of protocol.h has no case in this table", name)
+		}
+	}
+}
+
+// TestProtocolRefuses checks that init's reader refuses malformed records
+// rather than guessing: unknown ops, wrong field counts, truncation,
+// oversized strings.
+func TestProtocolRefuses(t *testing.T) {
+	rec := func(op, nints, nstrs uint32, rest ...byte) []byte {
+		b := binary.LittleEndian.AppendUint32(nil, op)
+		b = binary.LittleEndian.AppendUint32(b, nints)
+		b = binary.LittleEndian.AppendUint32(b, nstrs)
+		return append(b, rest...)
+	}
+	step := binary.LittleEndian.AppendUint32(nil, 1)
+	step = append(step, 's')
+	var mkdir plan
+	mkdir.fs([]rootfs.Op{rootfs.Mkdir{Step: "create /box", Path: "/r/box", Mode: 0o755}})
+	ops := uint32(len(opNames()))
+	tests := []struct {
+		name string
+		buf  []byte
+		want string
+	}{
+		{"op 0", rec(0, 0, 0, step...), "error: unknown operation"},
+		{"op past the last", rec(ops+1, 0, 0, step...), "error: unknown operation"},
+		{"mkdir without its mode", rec(opCode(t, "mkdir"), 0, 1, step...), "error: wrong number of fields"},
+		{"hostname with two strings", rec(opCode(t, "hostname"), 0, 2, step...), "error: wrong number of fields"},
+		{"truncated record", mkdir.buf[:len(mkdir.buf)-1], "error: truncated record"},
+		{"truncated header", mkdir.buf[:5], "error: truncated record"},
+		{"string over 64 MiB", rec(opCode(t, "loopback"), 0, 0, 1, 0, 0, 4), "error: string too long"},
+		{"a good record, then a bad one", append(append([]byte{}, mkdir.buf...), rec(0, 0, 0)...),
+			"mkdir step=\"create /box\" 493 \"/r/box\"\nerror: unknown operation"},
+	}
+	for _, tt := range tests {
+		if got := strings.TrimSuffix(renderPlan(tt.buf), "\n"); got != tt.want {
+			t.Errorf("%s: got %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+// opCode is the code protocol.h gives the op called name.
+func opCode(t *testing.T, name string) uint32 {
+	for i, n := range opNames() {
+		if n == name {
+			return uint32(i + 1)
+		}
+	}
+	t.Fatalf("no operation %q", name)
+	return 0
+}
+
+// TestProtocolBoxPlan encodes the whole plan of a box's file system as
+// rootfs.Plan makes it and decodes it: every op it emits has an encoding
+// and comes out in order.
+func TestProtocolBoxPlan(t *testing.T) {
+	image := t.TempDir()
+	for _, d := range []string{"usr/bin", "etc/alternatives"} {
+		if err := os.MkdirAll(filepath.Join(image, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("usr/bin", filepath.Join(image, "bin")); err != nil {
+		t.Fatal(err)
+	}
+	ops, err := rootfs.Plan(&rootfs.Layout{Image: image, UID: 1000, GID: 1000, TmpSize: 1 << 20,
+		Binds: []rootfs.Bind{{Host: image, Box: "/data", NoRec: true}, {FS: "tmpfs", Box: "/scratch", Writable: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p plan
+	p.fs(ops)
+	lines := strings.Split(strings.TrimSuffix(renderPlan(p.buf), "\n"), "\n")
+	if len(lines) != len(ops) {
+		t.Fatalf("%d ops decoded as %d records:\n%s", len(ops), len(lines), strings.Join(lines, "\n"))
+	}
+	names := map[string]string{"MakePrivate": "private", "Mount": "mount", "SetAttr": "setattr", "Mkdir": "mkdir",
+		"Touch": "touch", "Symlink": "symlink", "WriteFile": "write", "RemountRO": "remount-ro", "Pivot": "pivot"}
+	for i, op := range ops {
+		typ := strings.TrimPrefix(fmt.Sprintf("%T", op), "rootfs.")
+		if got := strings.Fields(lines[i])[0]; got != names[typ] {
+			t.Errorf("op %d (%+v) decoded as %q", i, op, lines[i])
+		}
+	}
+}
+
+// TestStepError checks that init's error message becomes a StepError
+// callers can test with errors.As and errors.Is, its text naming the step,
+// the op and the path.
+func TestStepError(t *testing.T) {
+	tests := []struct {
+		m    initMessage
+		want string
+	}{
+		{initMessage{Type: msgError, Step: "create /proc/x", Op: "touch", Path: "/r/proc/x", Err: "No such file or directory", Errno: 2},
+			"box setup failed: create /proc/x: touch /r/proc/x: No such file or directory (errno 2)"},
+		{initMessage{Type: msgError, Step: "cgroup", Op: "cgroup", Err: "Bad file descriptor", Errno: 9},
+			"box setup failed: cgroup: cgroup: Bad file descriptor (errno 9)"},
+		{initMessage{Type: msgError, Step: "create namespaces", Err: "Operation not permitted", Errno: 1},
+			"box setup failed: create namespaces: Operation not permitted (errno 1)"},
+	}
+	for _, tt := range tests {
+		err := fmt.Errorf("box setup failed: %w", tt.m.stepError())
+		var se *StepError
+		if !errors.As(err, &se) || se.Step != tt.m.Step || se.Errno != tt.m.Errno {
+			t.Errorf("%+v: not a StepError with its fields: %#v", tt.m, err)
+		}
+		if !errors.Is(err, syscall.Errno(tt.m.Errno)) {
+			t.Errorf("%v: errors.Is(errno %d) is false", err, tt.m.Errno)
+		}
+		if err.Error() != tt.want {
+			t.Errorf("got %q, want %q", err.Error(), tt.want)
+		}
+	}
+}
