@@ -94,7 +94,8 @@ type Result struct {
 
 // CopyOutResult is one copied-out file: inline (Text when it is valid
 // UTF-8, else Base64) or a file-store id; Error when it could not be
-// taken (absent, not a regular file, beyond the limit).
+// stored or read (the store's quota). A file the box lacks fails the
+// command (XX), as the CLI's --copy-out does.
 type CopyOutResult struct {
 	Path      string  `json:"path"`
 	Size      int64   `json:"size"`

@@ -77,7 +77,6 @@ func TestRunStreamsAndFiles(t *testing.T) {
 			map[string]any{"path": "/box/bin"},
 			map[string]any{"path": "/box/big", "inline_max_bytes": 10},
 			map[string]any{"path": "/box/kept", "store": true},
-			map[string]any{"path": "/box/absent"},
 		},
 		"stderr": map[string]any{"collect": map[string]any{"max_bytes": 2}},
 	}}}
@@ -93,7 +92,7 @@ func TestRunStreamsAndFiles(t *testing.T) {
 		t.Errorf("stderr %q truncated %v", r.Stderr, r.StderrTruncated)
 	}
 	co := r.CopyOut
-	if len(co) != 4 {
+	if len(co) != 3 {
 		t.Fatalf("copy_out: %+v", co)
 	}
 	if string(co[0].Base64) != "\xff\xfe" || co[0].Text != nil {
@@ -108,8 +107,11 @@ func TestRunStreamsAndFiles(t *testing.T) {
 	if code, b := s.do(t, "GET", "/v1/files/"+co[2].File, ""); code != 200 || string(b) != "kept\n" {
 		t.Errorf("stored copy_out: %d %q", code, b)
 	}
-	if co[3].Error == "" {
-		t.Errorf("absent copy_out: %+v", co[3])
+	// A file that cannot be copied out fails the run, as the CLI's
+	// --copy-out does, naming the file.
+	resp = s.run(t, `{"commands":[{"args":["/bin/true"],"copy_out":[{"path":"/box/absent"}]}]}`)
+	if r := resp.Results[0]; r.Status != "XX" || !strings.Contains(r.Message, "/box/absent") {
+		t.Errorf("absent copy_out: %s %q", r.Status, r.Message)
 	}
 }
 

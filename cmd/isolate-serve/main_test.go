@@ -140,7 +140,9 @@ func TestSIGKILLLeavesNothing(t *testing.T) {
 		t.Fatalf("upload: %d %s", code, body)
 	}
 	marker := fmt.Sprintf("marker-%d", time.Now().UnixNano())
-	go c.post("/v1/run", `{"commands":[{"args":["/bin/sh","-c","sleep 30; : `+marker+`"]}]}`)
+	// A box id of its own: other test binaries run boxes meanwhile, from
+	// id 0 up, and a box another run holds is rightly not swept.
+	go c.post("/v1/run", `{"commands":[{"box_id":97,"args":["/bin/sh","-c","sleep 30; : `+marker+`"]}]}`)
 	waitFor(t, "the box runs", func() bool { return processWith(marker) })
 	box := boxOf(t, marker)
 	c.cmd.Process.Kill()
