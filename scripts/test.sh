@@ -27,6 +27,8 @@ echo "== build (coverage-instrumented)"
 # (The main package must be instrumented too, or the binary never writes
 # its counters.)
 go build -tags "$TAGS" -cover -coverpkg="$RUNTIME_PKGS,github.com/isolate-sandbox/isolate/cmd/isolate" -o "$work/isolate" ./cmd/isolate
+# The service, beside it: the Python client's tests start it from ISOLATE_BIN's directory.
+go build -tags "$TAGS" -o "$work/isolate-serve" ./cmd/isolate-serve
 
 echo "== language images (built once per machine, then cached)"
 ISOLATE_BIN="$work/isolate" ./scripts/images.sh

@@ -10,7 +10,7 @@ service when it answers, else the binary when root.
 
 from .artifacts import store_execution
 from .config import DEFAULT_BLOCKED_IMPORTS, SandboxConfig
-from .errors import SandboxError, SandboxUnavailableError
+from .errors import SandboxError, SandboxUnavailableError, ServiceError
 from .executor import SandboxExecutor
 from .llm import run_python_code
 from .result import ExecutionResult, ResultMeta
@@ -20,7 +20,7 @@ from .security import SecurityReport, analyze_code
 
 __all__ = [
     "DEFAULT_BLOCKED_IMPORTS", "ExecutionResult", "ResultMeta", "Sandbox", "SandboxConfig",
-    "SandboxError", "SandboxExecutor", "SandboxRunner", "SandboxUnavailableError",
+    "SandboxError", "SandboxExecutor", "SandboxRunner", "SandboxUnavailableError", "ServiceError",
     "SecurityReport", "analyze_code", "execute_code", "execute_file",
     "get_sandbox", "run_python_code", "store_execution",
 ]
