@@ -100,6 +100,7 @@ type mountPoint struct {
 	box      string // absolute path inside the box
 	host     string
 	writable bool
+	dev      bool // devices may be opened there (the rule's dev option)
 }
 
 // The runtime binds rootfs.SystemDirs read-only from the image into every
@@ -132,7 +133,7 @@ func (d *dirRules) apply(spec *isolate.Spec, pb *isolate.PersistentBox, noDefaul
 				return nil, err
 			}
 			spec.Binds = append(spec.Binds, isolate.Bind{Host: host, Box: in, Writable: true, Dev: o.dev, NoExec: o.noexec})
-			mounts = append(mounts, mountPoint{in, host, true})
+			mounts = append(mounts, mountPoint{in, host, true, o.dev})
 			continue
 		}
 		host := r.out
@@ -146,21 +147,25 @@ func (d *dirRules) apply(spec *isolate.Spec, pb *isolate.PersistentBox, noDefaul
 		switch {
 		case in == "/box" && host == pb.BoxDir():
 			spec.BoxDir = host
-			mounts = append(mounts, mountPoint{in, host, true})
+			mounts = append(mounts, mountPoint{in, host, true, false})
 			continue
 		case in == "/dev" && host == "/dev":
 			continue // the runtime's minimal /dev, never the host's
+		case in == "/proc":
+			continue // the box's own procfs, never the host's (-d /proc)
+		case host == "/proc" || strings.HasPrefix(host, "/proc/"):
+			return nil, fmt.Errorf("-d %s=%s: the host's /proc is never bound into a box", in, host)
 		case plain && host == in && contains(systemDirs, in):
 			continue // the runtime binds it read-only already
 		}
 		spec.Binds = append(spec.Binds, isolate.Bind{Host: host, Box: in, Writable: o.rw, Dev: o.dev, NoExec: o.noexec, NoRec: o.norec, Optional: o.maybe})
-		mounts = append(mounts, mountPoint{in, host, o.rw})
+		mounts = append(mounts, mountPoint{in, host, o.rw, o.dev})
 	}
 	for _, dir := range systemDirs {
-		mounts = append(mounts, mountPoint{dir, dir, false})
+		mounts = append(mounts, mountPoint{dir, dir, false, false})
 	}
 	for _, dev := range boxDevices {
-		mounts = append(mounts, mountPoint{dev, dev, true})
+		mounts = append(mounts, mountPoint{dev, dev, true, true})
 	}
 	return mounts, nil
 }

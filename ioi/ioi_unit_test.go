@@ -1,7 +1,9 @@
 package ioi
 
 import (
+	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -81,4 +83,54 @@ func TestIOIEnv(t *testing.T) {
 	if got := strings.Join(ioiEnv(o), " "); got != "IOI_TEST_PASSED=v A=2" {
 		t.Errorf("env %q", got)
 	}
+}
+
+// TestMetaInterrupted: the meta file of a run a signal to isolate
+// interrupted is ioi/isolate's, whether the program was running (killed)
+// or not started yet (a FIFO's wait); ABRT is its fatal-signal XX.
+func TestMetaInterrupted(t *testing.T) {
+	for _, c := range []struct {
+		sig    syscall.Signal
+		killed bool
+		want   []string
+		exit   int
+	}{
+		{syscall.SIGTERM, true, []string{"time:0.500", "killed:1", "exitsig:15", "status:SG", "message:Interrupted"}, 1},
+		{syscall.SIGINT, false, []string{"killed:1", "exitsig:2", "status:SG", "message:Interrupted"}, 1},
+		{syscall.SIGABRT, true, []string{"status:XX", "message:Sandbox keeper received fatal signal 6"}, 2},
+	} {
+		cause := fmt.Errorf("interrupted: %w", signalErr(c.sig))
+		r := &isolate.Report{Status: isolate.StatusXX, Message: cause.Error(), Cause: cause, Killed: c.killed, CPUTime: 0.5}
+		meta := MetaText(r)
+		lines := strings.Split(strings.TrimSpace(meta), "\n")
+		for _, w := range c.want {
+			found := false
+			for _, l := range lines {
+				found = found || l == w
+			}
+			if !found {
+				t.Errorf("%v: meta lacks %q:\n%s", c.sig, w, meta)
+			}
+		}
+		if strings.Contains(meta, "exitcode:") || exitOf(r) != c.exit {
+			t.Errorf("%v: exit %d, meta:\n%s", c.sig, exitOf(r), meta)
+		}
+	}
+}
+
+// signalErr is a context cause as the CLI makes it for a signal.
+type signalErr syscall.Signal
+
+func (s signalErr) Error() string          { return "signal" }
+func (s signalErr) Signal() syscall.Signal { return syscall.Signal(s) }
+
+// exitOf is isolate's exit status for the outcome, as the CLI decides it.
+func exitOf(r *isolate.Report) int {
+	switch Outcome(r) {
+	case api.StatusOK:
+		return 0
+	case api.StatusXX:
+		return 2
+	}
+	return 1
 }

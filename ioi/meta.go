@@ -8,8 +8,10 @@ package ioi
 // ioi/isolate keeps them.
 
 import (
+	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/isolate-sandbox/isolate/api"
@@ -25,9 +27,10 @@ func msText(m int64) string { return fmt.Sprintf("%d.%03d", m/1000, m%1000) }
 func MetaText(r *isolate.Report) string {
 	var b strings.Builder
 	line := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
-	if r.Status == isolate.StatusXX {
+	status, message := ioiStatus(r)
+	if status == "XX" {
 		line("status:XX")
-		line("message:%s", oneLine(r.Message))
+		line("message:%s", message)
 		return b.String()
 	}
 	line("time:%s", msText(millis(r.CPUTime)))
@@ -41,8 +44,12 @@ func MetaText(r *isolate.Report) string {
 	if r.OOMKilled || r.Status == isolate.StatusML {
 		line("cg-oom-killed:1")
 	}
-	status, message := ioiStatus(r)
-	switch {
+	switch sig := interruptedBy(r); {
+	case sig != 0:
+		// Interrupted: killed (or never started), with the signal
+		// isolate got, as ioi/isolate writes it.
+		line("killed:1")
+		line("exitsig:%d", sig)
 	case r.Killed && r.Limit != isolate.LimitMemory:
 		line("killed:1")
 	case status == "TO":
@@ -61,7 +68,13 @@ func MetaText(r *isolate.Report) string {
 // ioiStatus is ioi/isolate's status and message for a finished run ("" on
 // success).
 func ioiStatus(r *isolate.Report) (status, message string) {
-	switch {
+	switch sig := interruptedBy(r); {
+	case sig == syscall.SIGABRT:
+		// ioi/isolate dies of it as of a fatal signal, after the same
+		// cleanup.
+		return "XX", fmt.Sprintf("Sandbox keeper received fatal signal %d", sig)
+	case sig != 0:
+		return "SG", "Interrupted"
 	case r.Status == isolate.StatusXX:
 		return "XX", oneLine(r.Message)
 	case r.Killed && r.Limit == isolate.LimitMemory:
@@ -77,6 +90,17 @@ func ioiStatus(r *isolate.Report) (status, message string) {
 		return "RE", fmt.Sprintf("Exited with error status %d", r.ExitCode)
 	}
 	return "", ""
+}
+
+// interruptedBy is the signal to isolate that interrupted the run, or 0:
+// the report's Cause wraps why the run's context ended, which the front
+// end makes an error with a Signal method when a signal ended it.
+func interruptedBy(r *isolate.Report) syscall.Signal {
+	var sc interface{ Signal() syscall.Signal }
+	if errors.As(r.Cause, &sc) {
+		return sc.Signal()
+	}
+	return 0
 }
 
 // ioiAdjust makes a report's outcome ioi/isolate's: a program that ended

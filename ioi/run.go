@@ -41,8 +41,10 @@ func CgroupRoot(cfg *isolate.Config) (string, error) {
 
 // Run is one `--run`: hold the box, hand box/ to the box user, run, hand
 // it back; write the meta file (unless it is "-": the caller prints
-// MetaText then). A meta file that cannot be written is an error.
-func Run(o *Options, cfg *isolate.Config) (*isolate.Report, error) {
+// MetaText then). A meta file that cannot be written is an error. Ending
+// ctx interrupts the run (a signal to isolate: its cause has a Signal
+// method, and the meta file says which).
+func Run(ctx context.Context, o *Options, cfg *isolate.Config) (*isolate.Report, error) {
 	var meta *os.File
 	if o.meta != "" && o.meta != "-" {
 		// Opened before the run, as ioi/isolate does: nothing the program
@@ -68,7 +70,7 @@ func Run(o *Options, cfg *isolate.Config) (*isolate.Report, error) {
 		if err := pb.Enter(o.specialFiles); err != nil {
 			return xxReport(err.Error())
 		}
-		rep := ioiExecute(o, cfg, pb, &stdio)
+		rep := ioiExecute(ctx, o, cfg, pb, &stdio)
 		if err := pb.Leave(owner, o.specialFiles); err != nil && rep.Status != isolate.StatusXX {
 			rep.Status, rep.Message = isolate.StatusXX, err.Error()
 		}
@@ -91,7 +93,7 @@ func Run(o *Options, cfg *isolate.Config) (*isolate.Report, error) {
 
 // Init creates the box (--init) and returns its directory.
 func Init(o *Options, cfg *isolate.Config) (string, error) {
-	return isolate.InitBox(cfg.BoxRoot, o.boxID, o.owner(), o.wait)
+	return isolate.InitBox(cfg.BoxRoot, o.boxID, o.owner(), cfg.BoxSize, o.wait)
 }
 
 // Cleanup removes the box (--cleanup).
@@ -113,7 +115,7 @@ func xxReport(msg string) *isolate.Report {
 }
 
 // ioiExecute builds the run's spec from the options and runs it.
-func ioiExecute(o *Options, cfg *isolate.Config, pb *isolate.PersistentBox, stdio *ioiStdio) *isolate.Report {
+func ioiExecute(ctx context.Context, o *Options, cfg *isolate.Config, pb *isolate.PersistentBox, stdio *ioiStdio) *isolate.Report {
 	spec, mounts, err := ioiSpec(o, pb)
 	if err != nil {
 		return xxReport(err.Error())
@@ -123,9 +125,28 @@ func ioiExecute(o *Options, cfg *isolate.Config, pb *isolate.PersistentBox, stdi
 		// truncated when the program gets its own open of it.
 		fmt.Fprintf(os.Stderr, "Box %d in %s: %q in %s, binds %+v\n", o.boxID, pb.Dir, spec.Command, spec.Chdir, spec.Binds)
 	}
-	io, err := stdio.setup(o, spec, mounts, pb.HostUID())
-	if err != nil {
+	// ioi/isolate opens the streams inside the box, after its clock has
+	// started: waiting for a FIFO's other end is part of the wall time,
+	// and the wall limit ends it.
+	start := time.Now()
+	openCtx, cancel := context.WithCancel(ctx)
+	if o.wall > 0 {
+		openCtx, cancel = context.WithTimeout(ctx, o.wall)
+	}
+	io, err := stdio.setup(openCtx, o, spec, mounts, pb.HostUID())
+	cancel()
+	waited := time.Since(start)
+	switch {
+	case ctx.Err() != nil:
+		cause := fmt.Errorf("interrupted: %w", context.Cause(ctx))
+		return &isolate.Report{Status: isolate.StatusXX, Message: cause.Error(), Cause: cause, WallTime: waited.Seconds(), BoxID: o.boxID}
+	case errors.Is(err, context.DeadlineExceeded):
+		return &isolate.Report{Status: isolate.StatusTO, Killed: true, Limit: isolate.LimitWall, WallTime: waited.Seconds(), BoxID: o.boxID}
+	case err != nil:
 		return xxReport(err.Error())
+	}
+	if o.wall > 0 {
+		spec.WallTime = max(o.wall-waited, time.Millisecond)
 	}
 	host, err := isolate.NewHost(cfg)
 	if err != nil {
@@ -135,15 +156,11 @@ func ioiExecute(o *Options, cfg *isolate.Config, pb *isolate.PersistentBox, stdi
 	if err != nil {
 		return xxReport(err.Error())
 	}
-	rep, err := prep.Run(context.Background(), io)
+	rep, err := prep.Run(ctx, io)
 	if err != nil {
 		return xxReport(err.Error())
 	}
-	// A step of starting the program other than its execve failed:
-	// ioi/isolate reports that as a failure of the sandbox.
-	if f := rep.StartFailure; f != nil && f.Step != "execve" && rep.Status == isolate.StatusRE {
-		rep.Status = isolate.StatusXX
-	}
+	rep.WallTime += waited.Seconds()
 	return rep
 }
 
@@ -151,7 +168,14 @@ func ioiExecute(o *Options, cfg *isolate.Config, pb *isolate.PersistentBox, stdi
 func ioiSpec(o *Options, pb *isolate.PersistentBox) (*isolate.Spec, []mountPoint, error) {
 	s := isolate.Defaults()
 	s.BoxID = o.boxID
-	s.CPUTime, s.ExtraTime = o.timeout, o.extra
+	s.CPUTime = o.timeout
+	// ioi/isolate kills once the CPU time exceeds both -t and -x
+	// (check_timeout: ms > timeout && ms > extra_timeout; its manual: "wait
+	// until --extra-time seconds elapse since the start of the program"),
+	// not after -t plus -x as our native --extra-time does.
+	if o.extra > o.timeout {
+		s.ExtraTime = o.extra - o.timeout
+	}
 	s.WallTime = o.wall
 	if s.WallTime == 0 {
 		// ioi/isolate has no wall-clock limit unless -w sets one.

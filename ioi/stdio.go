@@ -13,6 +13,7 @@ package ioi
 // with ioi/isolate (Judge0 redirects them with the shell around isolate).
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -46,8 +47,11 @@ func (s *ioiStdio) close() {
 }
 
 // setup gives the program its streams from the options: files opened
-// in the box, or isolate's own, reopened or relayed.
-func (s *ioiStdio) setup(o *Options, spec *isolate.Spec, mounts []mountPoint, boxUID int) (isolate.IO, error) {
+// in the box, or isolate's own, passed on, reopened or relayed. Files are
+// opened in ioi/isolate's order, stdin, stdout, stderr: a FIFO blocks
+// until its other end is opened, and two programs that meet through
+// FIFOs depend on that order. ctx ends the wait.
+func (s *ioiStdio) setup(ctx context.Context, o *Options, spec *isolate.Spec, mounts []mountPoint, boxUID int) (isolate.IO, error) {
 	var stdio isolate.IO
 	spec.StderrToStdout = o.stderrToStdout
 	// Each file is given to the program as a new open of what it names
@@ -75,20 +79,20 @@ func (s *ioiStdio) setup(o *Options, spec *isolate.Spec, mounts []mountPoint, bo
 			inherited[fd] = true
 			continue
 		}
-		file, err := openInBox(mounts, name, fd > 0, boxUID)
+		file, err := openInBox(ctx, mounts, name, fd > 0, boxUID)
 		if err != nil {
 			return stdio, err
 		}
+		// The program gets this very open file, as ioi/isolate's would:
+		// a reopen of a FIFO would wait for its other end once more.
 		s.open = append(s.open, file)
-		if files[fd], err = reopen("/proc/self/fd/"+strconv.Itoa(int(file.Fd())), fd > 0); err != nil {
-			return stdio, fmt.Errorf("open(%q): %s", name, strerror(err))
-		}
+		files[fd] = file
 		if fd == 2 || (fd == 1 && o.stderrToStdout) {
 			s.errOut = file
 		}
 	}
 	if inherited[0] {
-		f, err := reopen(inheritedInput(), false)
+		f, err := inheritedInput(reopen)
 		if err != nil {
 			return stdio, fmt.Errorf("open stdin: %w", err)
 		}
@@ -127,8 +131,10 @@ func (s *ioiStdio) setup(o *Options, spec *isolate.Spec, mounts []mountPoint, bo
 }
 
 // openInBox opens the file the box path name (relative to /box) refers
-// to, as the box user would.
-func openInBox(mounts []mountPoint, name string, write bool, uid int) (*os.File, error) {
+// to, as the box user would: a regular file, a device the box may use, or
+// a FIFO, whose open waits for its other end (another program, as CMS's
+// Communication task type has it) until ctx is done.
+func openInBox(ctx context.Context, mounts []mountPoint, name string, write bool, uid int) (*os.File, error) {
 	fail := func(err error) error { return fmt.Errorf("open(%q): %s", name, strerror(err)) }
 	p := name
 	if !path.IsAbs(p) {
@@ -144,9 +150,6 @@ func openInBox(mounts []mountPoint, name string, write bool, uid int) (*os.File,
 	}
 	if mp == nil {
 		return nil, fmt.Errorf("open(%q): only files under /box, a directory rule or /dev/null can be redirected here", name)
-	}
-	if write && !mp.writable {
-		return nil, fail(unix.EROFS)
 	}
 	rel := strings.TrimPrefix(strings.TrimPrefix(p, mp.box), "/")
 	dir, base := mp.host, rel
@@ -166,29 +169,83 @@ func openInBox(mounts []mountPoint, name string, write bool, uid int) (*os.File,
 	if write {
 		flags = unix.O_WRONLY | unix.O_CREAT | unix.O_TRUNC
 	}
-	fd, err := openAs(uid, dirfd, base, flags|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC)
+	// First the name alone, to learn what it is before opening it (which
+	// may block, truncate or create).
+	pathFD, err := openAs(uid, func() (int, error) {
+		return unix.Openat2(dirfd, base, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: inBox})
+	})
+	if err == unix.ENOENT && write && !mp.writable {
+		return nil, fail(unix.EROFS)
+	}
+	if err == unix.ENOENT && write {
+		// A new file: O_EXCL, so that nothing put there meanwhile is
+		// opened without the checks below.
+		fd, err := openAs(uid, func() (int, error) {
+			how := &unix.OpenHow{Flags: uint64(flags | unix.O_EXCL | unix.O_NOCTTY | unix.O_CLOEXEC), Mode: 0o666, Resolve: inBox}
+			return unix.Openat2(dirfd, base, how)
+		})
+		if err != nil {
+			return nil, fail(err)
+		}
+		return os.NewFile(uintptr(fd), p), nil
+	}
 	if err != nil {
 		return nil, fail(err)
 	}
+	defer unix.Close(pathFD)
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
+	if err := unix.Fstat(pathFD, &st); err != nil {
 		return nil, fail(err)
 	}
-	// Only regular files and devices: a FIFO or socket the program left
-	// would block the supervisor or talk to something else.
-	if t := st.Mode & unix.S_IFMT; t != unix.S_IFREG && t != unix.S_IFCHR {
-		unix.Close(fd)
-		return nil, fmt.Errorf("open(%q): not a regular file", name)
+	reopen := func(path string, flags int) (int, error) {
+		return openAs(uid, func() (int, error) { return unix.Open(path, flags, 0) })
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFIFO:
+		f, err := isolate.OpenFIFO(ctx, pathFD, flags&unix.O_ACCMODE, reopen)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		} else if err != nil {
+			return nil, fail(err)
+		}
+		return f, nil
+	case unix.S_IFCHR, unix.S_IFBLK:
+		// The box mounts a directory rule nodev unless it says dev.
+		if !mp.dev {
+			return nil, fail(unix.EACCES)
+		}
+	case unix.S_IFSOCK:
+		return nil, fail(unix.ENXIO) // what open(2) of a socket says
+	case unix.S_IFDIR:
+		return nil, fail(unix.EISDIR)
+	default:
+		// A read-only mount refuses writing files, not FIFOs or
+		// devices, which write nothing to it.
+		if write && !mp.writable {
+			return nil, fail(unix.EROFS)
+		}
+	}
+	// Non-blocking so that a device cannot hold the open; the program
+	// gets the file blocking, as files are.
+	fd, err := reopen("/proc/self/fd/"+strconv.Itoa(pathFD), flags&^unix.O_CREAT|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, fail(err)
+	}
+	if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0); err == nil {
+		unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl&^unix.O_NONBLOCK)
 	}
 	return os.NewFile(uintptr(fd), p), nil
 }
 
-// openAs opens name below dirfd with the file-system credentials of host
-// uid (and gid) uid and no supplementary groups. The credentials are
-// changed on one locked thread only, which then exits with its goroutine,
-// so no other goroutine ever runs with them.
-func openAs(uid, dirfd int, name string, flags int) (int, error) {
+// inBox resolves a name as the box sees it: symlinks stay inside the
+// directory that holds it, and /proc's magic links lead nowhere.
+const inBox = unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS
+
+// openAs runs open with the file-system credentials of host uid (and gid)
+// uid and no supplementary groups. The credentials are changed on one
+// locked thread only, which then exits with its goroutine, so no other
+// goroutine ever runs with them.
+func openAs(uid int, open func() (int, error)) (int, error) {
 	type result struct {
 		fd  int
 		err error
@@ -210,11 +267,7 @@ func openAs(uid, dirfd int, name string, flags int) (int, error) {
 			ch <- result{-1, errors.New("cannot switch to the box user")}
 			return
 		}
-		how := &unix.OpenHow{Flags: uint64(flags), Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
-		if flags&unix.O_CREAT != 0 {
-			how.Mode = 0o666 // openat2 refuses a mode without O_CREAT
-		}
-		fd, err := unix.Openat2(dirfd, name, how)
+		fd, err := open()
 		ch <- result{fd, err}
 	}()
 	r := <-ch
@@ -222,14 +275,15 @@ func openAs(uid, dirfd int, name string, flags int) (int, error) {
 }
 
 // inheritedInput is the program's standard input when -i is not given:
-// isolate's own, reopened, or /dev/null when there is none (or it is a
-// socket, which cannot be reopened).
-func inheritedInput() string {
+// isolate's own, passed on as ioi/isolate passes it (a pipe, a file, a
+// terminal, or a socket, which Node's child_process gives its children),
+// or /dev/null when there is none.
+func inheritedInput(reopen func(string, bool) (*os.File, error)) (*os.File, error) {
 	var st unix.Stat_t
-	if err := unix.Fstat(0, &st); err != nil || st.Mode&unix.S_IFMT == unix.S_IFSOCK {
-		return os.DevNull
+	if err := unix.Fstat(0, &st); err != nil {
+		return reopen(os.DevNull, false)
 	}
-	return "/proc/self/fd/0"
+	return os.Stdin, nil
 }
 
 // inheritOutput is the program's stream fd when -o or -r does not name a

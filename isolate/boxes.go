@@ -5,8 +5,6 @@ import (
 	"strconv"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/isolate-sandbox/isolate/cgroup"
 )
 
@@ -26,36 +24,27 @@ const FirstUID = 60000
 // namespace; it maps to FirstUID+id outside.
 const boxUID = 1000
 
-// boxLock holds a box id for one run. It is an abstract unix socket bound
-// to the id's name: the kernel releases it when the holder dies, however it
-// dies, and it leaves nothing on disk.
+// boxLock holds a box id for one run (see LockDir).
 type boxLock struct {
 	id int
-	fd int
+	*lock
 }
 
-func lockName(id int) string { return "@isolate/box/" + strconv.Itoa(id) }
+func runLockName(id int) string { return "box-" + strconv.Itoa(id) }
 
-// tryLock takes box id, or reports false when another run holds it.
-func tryLock(id int) (*boxLock, bool, error) {
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
+// tryLockBox takes box id, or reports false when another run holds it.
+func tryLockBox(id int) (*boxLock, bool, error) {
+	l, ok, err := tryLock(runLockName(id))
+	if !ok {
 		return nil, false, err
 	}
-	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: lockName(id)}); err != nil {
-		unix.Close(fd)
-		if err == unix.EADDRINUSE {
-			return nil, false, nil
-		}
-		return nil, false, err
-	}
-	return &boxLock{id: id, fd: fd}, true, nil
+	return &boxLock{id: id, lock: l}, true, nil
 }
 
 // lockBox takes box id, or the first free one below numBoxes when id < 0.
 func lockBox(id, numBoxes int) (*boxLock, error) {
 	if id >= 0 {
-		l, ok, err := tryLock(id)
+		l, ok, err := tryLockBox(id)
 		if err != nil {
 			return nil, fmt.Errorf("lock box %d: %w", id, err)
 		}
@@ -65,7 +54,7 @@ func lockBox(id, numBoxes int) (*boxLock, error) {
 		return l, nil
 	}
 	for i := 0; i < numBoxes; i++ {
-		l, ok, err := tryLock(i)
+		l, ok, err := tryLockBox(i)
 		if err != nil {
 			return nil, fmt.Errorf("lock box %d: %w", i, err)
 		}
@@ -75,8 +64,6 @@ func lockBox(id, numBoxes int) (*boxLock, error) {
 	}
 	return nil, fmt.Errorf("all %d boxes are in use", numBoxes)
 }
-
-func (l *boxLock) release() { unix.Close(l.fd) }
 
 // cgroupName is the name of box id's cgroup.
 func cgroupName(id int) string { return "box-" + strconv.Itoa(id) }
@@ -89,7 +76,7 @@ func sweepStale(m *cgroup.Manager, own int) {
 		if err != nil || id == own || !strings.HasPrefix(name, "box-") {
 			continue
 		}
-		l, ok, err := tryLock(id)
+		l, ok, err := tryLockBox(id)
 		if err != nil || !ok {
 			continue
 		}

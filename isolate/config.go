@@ -27,6 +27,9 @@ type Config struct {
 	CgroupRoot string
 	// NumBoxes bounds box ids (0 to NumBoxes-1); at most MaxBoxes.
 	NumBoxes int
+	// BoxSize is the size of a persistent box's tmpfs, in bytes (0:
+	// DefaultBoxSize); box_size in the file, in KiB as ioi's sizes.
+	BoxSize int64
 	// Path is the file the configuration came from ("" for defaults).
 	Path string
 }
@@ -34,7 +37,7 @@ type Config struct {
 // ignoredKeys are ioi/isolate settings that are accepted and have no
 // effect here, and why.
 var ignoredKeys = map[string]string{
-	"lock_root":       "box locks are abstract unix sockets, nothing on disk",
+	"lock_root":       "box locks are files in " + LockDir + ", root's alone",
 	"restricted_init": "isolate runs only as root, so only root creates boxes",
 }
 
@@ -111,6 +114,12 @@ func (c *Config) set(line string) error {
 		if v, err := strconv.Atoi(val); err != nil || v != FirstUID {
 			return fmt.Errorf("%s = %s: box N runs as uid and gid %d+N here; only %d is supported", key, val, FirstUID, FirstUID)
 		}
+	case "box_size":
+		v, err := strconv.ParseInt(val, 10, 64)
+		if err != nil || v < 1 || v > 1<<40 {
+			return fmt.Errorf("box_size = %s: must be a size in KiB, 1-%d", val, int64(1)<<40)
+		}
+		c.BoxSize = v << 10
 	case "num_boxes":
 		v, err := strconv.Atoi(val)
 		if err != nil || v < 1 || v > MaxBoxes {

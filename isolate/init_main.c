@@ -183,6 +183,14 @@ static int run_box(void) {
 		;
 	if (!ctl_open)
 		return 1;
+	/* The user/system split of every process of the program, orphans
+	 * that PID 1 reaped included, not only of the main process; maxrss
+	 * and context switches stay the main process's. */
+	struct rusage all;
+	if (getrusage(RUSAGE_CHILDREN, &all) == 0) {
+		main_ru.ru_utime = all.ru_utime;
+		main_ru.ru_stime = all.ru_stime;
+	}
 	report_exited(main_ws, end - start, &main_ru, NULL, 0);
 	/* Without --copy-out nothing needs the box any more: tearing it down
 	 * (the kernel drops the namespaces and mounts) overlaps the

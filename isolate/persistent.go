@@ -17,9 +17,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/isolate-sandbox/isolate/rootfs"
 )
 
 // ErrNotInitialized is returned by OpenBox for a box `isolate init` did
@@ -38,82 +39,110 @@ func BoxPath(root string, id int) string { return filepath.Join(root, strconv.It
 // PersistentBox is an initialized box, held for one operation: init,
 // cleanup and runs of the same box exclude each other.
 type PersistentBox struct {
-	ID  int
-	Dir string // <root>/<id>
-	fd  int    // the management lock
+	ID   int
+	Dir  string // <root>/<id>
+	lock *lock  // the management lock
 }
 
-// managementLock holds box id's persistent directory for one operation.
-// Like the run lock (boxLock), it is an abstract unix socket: the kernel
-// drops it with its holder, and it leaves nothing on disk. With wait, it
-// polls until the box is free, as ioi/isolate's --wait blocks.
-func managementLock(id int, wait bool) (int, error) {
+// managementLock holds box id's persistent directory for one operation
+// (see LockDir). With wait, it waits until the box is free, as
+// ioi/isolate's --wait blocks.
+func managementLock(id int, wait bool) (*lock, error) {
 	if id < 0 || id >= MaxBoxes {
-		return -1, usagef("box id %d is out of range (0-%d)", id, MaxBoxes-1)
+		return nil, usagef("box id %d is out of range (0-%d)", id, MaxBoxes-1)
 	}
-	for {
-		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return -1, fmt.Errorf("lock box %d: %w", id, err)
-		}
-		err = unix.Bind(fd, &unix.SockaddrUnix{Name: "@isolate/pbox/" + strconv.Itoa(id)})
-		if err == nil {
-			return fd, nil
-		}
-		unix.Close(fd)
-		if err != unix.EADDRINUSE {
-			return -1, fmt.Errorf("lock box %d: %w", id, err)
-		}
-		if !wait {
-			return -1, fmt.Errorf("box %d is in use by another process", id)
-		}
-		time.Sleep(10 * time.Millisecond)
+	name := "pbox-" + strconv.Itoa(id)
+	if wait {
+		return waitLock(name)
 	}
+	l, ok, err := tryLock(name)
+	if err == nil && !ok {
+		err = fmt.Errorf("box %d is in use by another process", id)
+	}
+	return l, err
 }
+
+// DefaultBoxSize is the size of a persistent box's tmpfs (box/ and tmp/
+// together) unless `isolate init --tmp-size` or box_size in the
+// configuration says otherwise: room for a judge's test data (CMS and
+// Judge0 put one test's input, the program and its output there; a few
+// MiB usually, rarely over 100 MiB). Like any tmpfs it holds memory only
+// for what is written.
+const DefaultBoxSize = 256 << 20
 
 // InitBox makes persistent box id under root, emptying it if it existed
-// (as ioi/isolate 2.x does), and returns its directory. box/ is created
-// mode 0700, owned by owner.
-func InitBox(root string, id int, owner Owner, wait bool) (string, error) {
-	fd, err := managementLock(id, wait)
+// (as ioi/isolate 2.x does), and returns its directory. The directory is
+// a tmpfs of size bytes (0: DefaultBoxSize), so what a program writes is
+// bounded and never lands on the host's disk; its contents therefore do
+// not survive a reboot (nor an unmount). box/ is created mode 0700, owned
+// by owner.
+func InitBox(root string, id int, owner Owner, size int64, wait bool) (string, error) {
+	l, err := managementLock(id, wait)
 	if err != nil {
 		return "", err
 	}
-	defer unix.Close(fd)
+	defer l.release()
+	if size <= 0 {
+		size = DefaultBoxSize
+	}
 	dir := BoxPath(root, id)
-	if err := os.RemoveAll(dir); err != nil {
+	if err := removeBox(dir); err != nil {
 		return "", fmt.Errorf("reset box directory: %w", err)
 	}
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return "", fmt.Errorf("create box root: %w", err)
 	}
-	box := filepath.Join(dir, "box")
-	for _, d := range []struct {
-		path string
-		mode os.FileMode
-	}{{dir, 0o755}, {box, 0o700}} {
-		if err := os.Mkdir(d.path, d.mode); err != nil {
-			return "", fmt.Errorf("create box directory: %w", err)
-		}
-		if err := os.Chmod(d.path, d.mode); err != nil { // whatever the umask
-			return "", fmt.Errorf("create box directory: %w", err)
-		}
-	}
-	if err := os.Lchown(box, owner.UID, owner.GID); err != nil {
-		return "", fmt.Errorf("hand the box to its owner: %w", err)
+	if err := makeBox(dir, owner, size); err != nil {
+		removeBox(dir)
+		return "", err
 	}
 	return dir, nil
+}
+
+// makeBox creates dir as a tmpfs of size bytes, with box/ in it.
+func makeBox(dir string, owner Owner, size int64) error {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return fmt.Errorf("create box directory: %w", err)
+	}
+	fs, err := rootfs.MountTmpfs(size, 0, 0, 0o755)
+	if err != nil {
+		return fmt.Errorf("box file system: %w", err)
+	}
+	if err := fs.AttachAt(dir); err != nil {
+		fs.Close()
+		return fmt.Errorf("box file system: %w", err)
+	}
+	box := filepath.Join(dir, "box")
+	if err := os.Mkdir(box, 0o700); err != nil {
+		return fmt.Errorf("create box directory: %w", err)
+	}
+	if err := os.Chmod(box, 0o700); err != nil { // whatever the umask
+		return fmt.Errorf("create box directory: %w", err)
+	}
+	if err := os.Lchown(box, owner.UID, owner.GID); err != nil {
+		return fmt.Errorf("hand the box to its owner: %w", err)
+	}
+	return nil
+}
+
+// removeBox unmounts and removes a persistent box's directory (also one
+// of an older version, on the host's disk, whatever its depth).
+func removeBox(dir string) error {
+	if err := rootfs.Unmount(dir); err != nil {
+		return err
+	}
+	return RemoveTree(dir)
 }
 
 // CleanupBox removes persistent box id, also one left half-made; a box
 // that does not exist is not an error.
 func CleanupBox(root string, id int, wait bool) error {
-	fd, err := managementLock(id, wait)
+	l, err := managementLock(id, wait)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(fd)
-	if err := os.RemoveAll(BoxPath(root, id)); err != nil {
+	defer l.release()
+	if err := removeBox(BoxPath(root, id)); err != nil {
 		return fmt.Errorf("remove box directory: %w", err)
 	}
 	return nil
@@ -122,11 +151,11 @@ func CleanupBox(root string, id int, wait bool) error {
 // OpenBox holds initialized box id for a run; ErrNotInitialized when
 // `isolate init` did not make it.
 func OpenBox(root string, id int, wait bool) (*PersistentBox, error) {
-	fd, err := managementLock(id, wait)
+	l, err := managementLock(id, wait)
 	if err != nil {
 		return nil, err
 	}
-	b := &PersistentBox{ID: id, Dir: BoxPath(root, id), fd: fd}
+	b := &PersistentBox{ID: id, Dir: BoxPath(root, id), lock: l}
 	if fi, err := os.Lstat(b.BoxDir()); err != nil || !fi.IsDir() {
 		b.Close()
 		return nil, ErrNotInitialized
@@ -186,9 +215,9 @@ func (b *PersistentBox) TmpDir(name string) (string, error) {
 
 // Close releases the box.
 func (b *PersistentBox) Close() {
-	if b.fd >= 0 {
-		unix.Close(b.fd)
-		b.fd = -1
+	if b.lock != nil {
+		b.lock.release()
+		b.lock = nil
 	}
 }
 
@@ -220,69 +249,34 @@ func UsePersistent(spec *Spec, cfg *Config) (finish func() error, err error) {
 }
 
 // chownTree gives dir and everything below it to uid:gid. It never
-// follows a symlink (every step is relative to an open directory, with
-// O_NOFOLLOW), refuses to cross into another file system, and removes
-// what is neither a regular file nor a directory unless keepSpecial.
-// Changing the owner also clears set-user-ID and set-group-ID bits and
-// file capabilities, so nothing the program leaves gains privileges.
+// follows a symlink, refuses to cross into another file system, and
+// removes what is neither a regular file nor a directory unless
+// keepSpecial (see walkTree). Changing the owner also clears set-user-ID
+// and set-group-ID bits and file capabilities, so nothing the program
+// leaves gains privileges.
 func chownTree(dir string, uid, gid int, keepSpecial bool) error {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(dir, dirFlags, 0)
 	if err != nil {
 		return err
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
-		return err
-	}
+	defer unix.Close(fd)
 	if err := unix.Fchown(fd, uid, gid); err != nil {
-		unix.Close(fd)
 		return fmt.Errorf("chown %s: %w", dir, err)
 	}
-	return walkChown(fd, dir, st.Dev, uid, gid, keepSpecial)
-}
-
-// walkChown handles the entries of directory fd (and closes it).
-func walkChown(fd int, path string, dev uint64, uid, gid int, keepSpecial bool) error {
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", path, err)
-	}
-	for _, name := range names {
-		p := filepath.Join(path, name)
-		var st unix.Stat_t
-		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			if err == unix.ENOENT {
-				continue
-			}
-			return fmt.Errorf("stat %s: %w", p, err)
-		}
-		if st.Dev != dev {
-			return fmt.Errorf("%s: unexpected mount point", p)
-		}
+	return walkTree(fd, treeVisitor{entry: func(dirfd int, name string, st *unix.Stat_t) (bool, error) {
 		switch st.Mode & unix.S_IFMT {
-		case unix.S_IFDIR:
-			sub, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-			if err != nil {
-				return fmt.Errorf("open %s: %w", p, err)
-			}
-			if err := walkChown(sub, p, dev, uid, gid, keepSpecial); err != nil {
-				return err
-			}
-		case unix.S_IFREG:
+		case unix.S_IFDIR, unix.S_IFREG:
 		default:
 			if !keepSpecial {
-				if err := unix.Unlinkat(fd, name, 0); err != nil {
-					return fmt.Errorf("remove special file %s: %w", p, err)
+				if err := unix.Unlinkat(dirfd, name, 0); err != nil && err != unix.ENOENT {
+					return false, fmt.Errorf("remove special file %s: %w", name, err)
 				}
-				continue
+				return false, nil
 			}
 		}
-		if err := unix.Fchownat(fd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return fmt.Errorf("chown %s: %w", p, err)
+		if err := unix.Fchownat(dirfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return false, fmt.Errorf("chown %s: %w", name, err)
 		}
-	}
-	return nil
+		return true, nil
+	}})
 }

@@ -46,6 +46,13 @@ type Spec struct {
 	Binds   []Bind
 	CopyIn  []Copy
 	CopyOut []Copy
+	// CopyOutLimit bounds the data bytes (holes are free) all copy-outs
+	// of the run write on the host; 0: TmpSize.
+	CopyOutLimit int64
+	// Caller is whose rights the run's host paths (--stdin, --stdout,
+	// --stderr, --copy-in sources, --copy-out destinations) are opened
+	// with; nil: this process's own.
+	Caller *Cred
 
 	Env     []string // the program's whole environment, NAME=VALUE
 	HostNet bool     // share the host's network namespace
@@ -57,6 +64,10 @@ type Spec struct {
 
 	// BoxDir is the host directory of a persistent box, bound as /box.
 	BoxDir string
+	// BoxMount, instead, is a detached file system (rootfs.MountTmpfs)
+	// the caller shares between runs, bound as /box: exec's compile and
+	// run see one /box that is on no host path.
+	BoxMount *rootfs.Mounted
 }
 
 // Bind is a host path bound into the box, as the file-system plan takes

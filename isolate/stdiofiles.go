@@ -18,11 +18,32 @@ func OpenStdin(path string) (*os.File, error) {
 	} else if fi.IsDir() {
 		return nil, usagef("--stdin %s: is a directory", path)
 	}
-	f, err := os.Open(path)
+	f, err := openCallerPath(path, true)
 	if err != nil {
-		return nil, usagef("open stdin %s: %v", path, errors.Unwrap(err))
+		return nil, usagef("open stdin %v", err)
 	}
 	return f, nil
+}
+
+// openCallerPath opens the caller's file with the caller's rights (this
+// process's), never through a symlink in its last component: see
+// openOutput and openInput.
+func openCallerPath(path string, input bool) (f *os.File, err error) {
+	err = withFSThread(func(t *fsThread) error {
+		caller := ownCred()
+		h, err := openHostPath(t, caller, path)
+		if err != nil {
+			return err
+		}
+		defer h.close()
+		if input {
+			f, err = openInput(t, caller, h)
+		} else {
+			f, err = openOutput(t, caller, h, streamsAllow)
+		}
+		return err
+	})
+	return f, err
 }
 
 // CheckOutput tells whether path can be a program's output file, without
@@ -44,5 +65,5 @@ func CreateOutput(path string) (*os.File, error) {
 	if err := CheckOutput(path); err != nil {
 		return nil, err
 	}
-	return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	return openCallerPath(path, false)
 }

@@ -59,12 +59,17 @@ type supervisor struct {
 	boxPid     int               // the box's PID 1, in the host's PID namespace
 	notify     *os.File          // socket on which the program sends its seccomp listener
 	rec        *seccomp.Recorder
+	// copyDst are the --copy-out destinations, their directories opened
+	// with the caller's rights before the program starts.
+	copyDst []*hostPath
 	// interrupted is why the context ended the run, once it has.
 	interrupted error
 
 	// image is where the supervisor and init find a mounted image's
 	// files (see rootfs.MountSquashfs); empty: ImageDir.
 	image, imageInInit string
+	// boxInInit is where init finds spec.BoxMount.
+	boxInInit string
 }
 
 // run performs one sandboxed run: hold a box id, create the cgroup while
@@ -75,7 +80,10 @@ func run(ctx context.Context, p *Prepared, stdio IO) *Report {
 	s := &supervisor{initLink: initLink{ctx: ctx}, host: p.h, spec: spec, io: stdio, policy: p.policy, timer: newStageTimer()}
 	s.timer.stages["validate"] = p.checkTook.Seconds()
 	s.report = &Report{BoxID: -1, BlockedSyscalls: []seccomp.Blocked{}, Sandbox: SandboxInfo{Image: spec.Image, Seccomp: policyName(spec)}}
-	err := s.lockBox()
+	err := s.openCopyDst()
+	if err == nil {
+		err = s.lockBox()
+	}
 	if err == nil {
 		// The cgroup is created in the background while init starts and
 		// creates the namespaces (about half a millisecond each).
@@ -161,6 +169,36 @@ func (p *Prepared) check() error {
 	}
 	p.policy = policy
 	return nil
+}
+
+// caller is whose rights the run's host paths are opened with.
+func (s *supervisor) caller() Cred {
+	if s.spec.Caller != nil {
+		return *s.spec.Caller
+	}
+	return ownCred()
+}
+
+// openCopyDst opens the --copy-out destinations' directories with the
+// caller's rights, before the program starts (it may replace them later).
+func (s *supervisor) openCopyDst() error {
+	return withFSThread(func(t *fsThread) error {
+		for _, c := range s.spec.CopyOut {
+			h, err := openHostPath(t, s.caller(), c.To)
+			if err != nil {
+				return fmt.Errorf("--copy-out %s: %w", c.To, err)
+			}
+			s.copyDst = append(s.copyDst, h)
+		}
+		return nil
+	})
+}
+
+func (s *supervisor) closeCopyDst() {
+	for _, h := range s.copyDst {
+		h.close()
+	}
+	s.copyDst = nil
 }
 
 func dirOf(p string) string {
@@ -271,6 +309,10 @@ func (s *supervisor) startInit() error {
 		return err
 	} else if m != nil {
 		s.image, s.imageInInit = m.Path(), "/proc/self/fd/"+strconv.Itoa(fdControl+len(extra))
+		extra = append(extra, m.File())
+	}
+	if m := s.spec.BoxMount; m != nil {
+		s.boxInInit = "/proc/self/fd/" + strconv.Itoa(fdControl+len(extra))
 		extra = append(extra, m.File())
 	}
 	stdin, stdout, stderr, err := s.stdio()
@@ -515,6 +557,9 @@ func (s *supervisor) boxPlan(announce bool) (*plan, error) {
 	if s.image != "" {
 		layout.Image = s.image
 	}
+	if s.boxInInit != "" {
+		layout.BoxDir = s.boxInInit
+	}
 	ops, err := rootfs.Plan(&layout)
 	if err != nil {
 		return nil, fmt.Errorf("plan the box file system: %w", err)
@@ -646,13 +691,16 @@ func (s *supervisor) fill() error {
 		return fmt.Errorf("open the box root: %w", err)
 	}
 	defer unix.Close(root)
-	for _, c := range s.spec.CopyIn {
-		if err := copyIn(root, c, FirstUID+s.lock.id); err != nil {
-			return fmt.Errorf("--copy-in %s: %w", c.From, err)
+	err = withFSThread(func(t *fsThread) error {
+		for _, c := range s.spec.CopyIn {
+			if err := copyIn(t, root, c, s.caller(), boxCred(s.lock.id)); err != nil {
+				return fmt.Errorf("--copy-in %s: %w", c.From, err)
+			}
 		}
-	}
+		return nil
+	})
 	s.timer.mark("copy-in")
-	return nil
+	return err
 }
 
 // supervise enforces the CPU and wall limits until the program is done,
@@ -791,7 +839,8 @@ func (s *supervisor) account(m *initMessage, wall time.Duration) error {
 		return fmt.Errorf("read CPU usage: %w", err)
 	}
 	// The cgroup's total is exact; the kernel's user/system split comes
-	// from rusage when the program was reaped, else from the cgroup.
+	// from the rusage of every process PID 1 reaped (the program's and
+	// what it left), else from the cgroup.
 	user, sys := time.Duration(m.UserNs), time.Duration(m.SysNs)
 	if user+sys == 0 {
 		user, sys, _ = s.cg.CPUSplit()
@@ -821,6 +870,12 @@ func (s *supervisor) account(m *initMessage, wall time.Duration) error {
 	}
 	overCPU := sp.CPUTime > 0 && total > sp.CPUTime
 	switch {
+	case r.StartFailure != nil && r.StartFailure.Step != "execve":
+		// A step of the sandbox's own before the program's execve failed
+		// (its working directory, credentials, limits, filter): that is
+		// the sandbox failing, not the program. A program that is not
+		// there stays RE 127, as a shell says it.
+		r.Status, r.Cause = StatusXX, r.StartFailure
 	case r.Killed && r.Limit == LimitMemory:
 		// Not the OOM killer: the sandbox ended a box stuck at its limit
 		// (thrash.go). oom_killed says which.
@@ -889,6 +944,7 @@ func (s *supervisor) teardown() {
 	} else if s.ctl != nil {
 		s.ctl.Close()
 	}
+	s.closeCopyDst()
 	if s.rec != nil {
 		s.report.BlockedSyscalls = s.rec.Stop()
 	}
@@ -925,17 +981,56 @@ func (s *supervisor) removeCgroup() {
 	s.timer.mark("cgroup-remove")
 }
 
+// copyOut copies the --copy-out files to the host, within the run's
+// bounds. A copy that fails makes an OK run XX (copyOutFailed): its
+// files are missing or partial.
 func (s *supervisor) copyOut() {
 	root, err := s.openBoxRoot()
 	if err != nil {
-		s.report.Message = appendMsg(s.report.Message, "copy-out: "+err.Error())
+		s.copyOutFailed(fmt.Errorf("--copy-out: %w", err))
 		return
 	}
-	defer unix.Close(root)
-	for _, c := range s.spec.CopyOut {
-		if err := copyOut(root, c); err != nil {
-			s.report.Message = appendMsg(s.report.Message, "--copy-out "+c.From+": "+err.Error())
+	budget := copyOutBudget(s.spec)
+	done := goFSThread(func(t *fsThread) error {
+		defer unix.Close(root)
+		var failed []string
+		for i, c := range s.spec.CopyOut {
+			if err := copyOut(t, root, c, s.copyDst[i], boxCred(s.lock.id), s.caller(), budget); err != nil {
+				failed = append(failed, "--copy-out "+c.From+": "+err.Error())
+			}
 		}
+		if len(failed) > 0 {
+			return errors.New(strings.Join(failed, "; "))
+		}
+		return nil
+	})
+	// The budget's deadline stops a slow copy between reads; this one a
+	// read that never returns (the box's descriptors die with init).
+	timeout := time.NewTimer(copyTimeout + killGrace)
+	defer timeout.Stop()
+	select {
+	case err = <-done:
+	case <-timeout.C:
+		err = fmt.Errorf("--copy-out did not finish within %v", copyTimeout+killGrace)
+	}
+	if err != nil {
+		s.copyOutFailed(err)
+	}
+}
+
+// copyOutFailed records a failed copy-out. A run that was OK becomes XX:
+// what the caller asked for is missing. A run that already failed keeps
+// its verdict (a program that timed out or crashed often leaves no
+// output file; that is not the sandbox failing), and the message says
+// both.
+func (s *supervisor) copyOutFailed(err error) {
+	if s.report.Status == StatusOK {
+		s.report.Status = StatusXX
+	}
+	if s.report.Message == "" {
+		s.report.Message = err.Error()
+	} else {
+		s.report.Message = appendMsg(err.Error(), "the program: "+s.report.Message)
 	}
 }
 

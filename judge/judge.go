@@ -9,11 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"math"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -26,19 +23,12 @@ import (
 	"github.com/isolate-sandbox/isolate/seccomp"
 )
 
-// BoxDirs holds the host directories that are the /box of an exec: the
-// compiler's output has to outlive the compile box to reach the run box.
-// Each is removed when its exec ends; one whose exec died is removed by
-// the next exec.
-const BoxDirs = "/run/isolate/exec"
-
 // Job is one exec: the language, the run's spec, the source.
 type Job struct {
 	host   *isolate.Host
 	lang   *langs.Lang
 	spec   *isolate.Spec // the run phase; the compile phase derives from it
 	source string
-	dir    string // host directory bound as /box in both phases
 }
 
 // New checks a job: the language's run command with args, the request's
@@ -84,7 +74,6 @@ func New(host *isolate.Host, req *api.Spec, source string, args []string) (*Job,
 // captured.
 func (j *Job) Run(ctx context.Context, stdio isolate.IO) (*api.ExecReport, error) {
 	defer j.spec.ImageTree.Close()
-	sweepExecDirs()
 	if j.spec.ImageFile != "" {
 		// One mount for both phases: the run finds in the page cache
 		// what the compiler already read.
@@ -95,15 +84,12 @@ func (j *Job) Run(ctx context.Context, stdio isolate.IO) (*api.ExecReport, error
 		defer m.Close()
 		j.spec.ImageMount = m
 	}
-	dir, err := j.makeDir()
-	if dir != "" {
-		defer os.RemoveAll(dir)
-	}
+	box, err := j.makeBox()
 	if err != nil {
 		return &api.ExecReport{Status: isolate.StatusXX, Run: sandboxFailure(j.spec, err)}, nil
 	}
-	j.dir = dir
-	j.spec.BoxDir = dir
+	defer box.Close()
+	j.spec.BoxMount = box
 	rep := &api.ExecReport{}
 	if j.lang.Compiled() {
 		cspec, err := j.compileSpec()
@@ -121,7 +107,7 @@ func (j *Job) Run(ctx context.Context, stdio isolate.IO) (*api.ExecReport, error
 				// The run may get another box (another uid) than the
 				// compiler had: what the compiler wrote must be readable
 				// and runnable by it, whatever the umask.
-				if err := openToAll(dir); err != nil {
+				if err := isolate.OpenToAll(j.spec.BoxMount.File()); err != nil {
 					rep.Status = isolate.StatusXX
 					rep.Run = sandboxFailure(j.spec, fmt.Errorf("share the compiler's output: %w", err))
 					return rep, nil
@@ -161,66 +147,40 @@ func (j *Job) run(ctx context.Context, spec *isolate.Spec, stdio isolate.IO) (*i
 	return p.Run(ctx, stdio)
 }
 
-// makeDir creates the box directory and puts the source in it under the
-// language's file name. The box user owns it when the box id is known;
-// otherwise each phase may get another id (another uid), so it is open to
-// all of them (its parent is root's alone on the host).
-func (j *Job) makeDir() (string, error) {
-	if err := os.MkdirAll(BoxDirs, 0o700); err != nil {
-		return "", fmt.Errorf("create %s: %w", BoxDirs, err)
-	}
-	dir, err := os.MkdirTemp(BoxDirs, strconv.Itoa(os.Getpid())+".")
-	if err != nil {
-		return "", fmt.Errorf("create the box directory: %w", err)
-	}
+// makeBox creates the /box of both phases, a tmpfs of --tmp-size held by
+// this process alone (on no host path, so nothing is left behind however
+// exec dies), and puts the source in it under the language's file name.
+// The box user owns it when the box id is known; otherwise each phase may
+// get another id (another uid), so it is open to all of them.
+func (j *Job) makeBox() (*rootfs.Mounted, error) {
 	owner, mode := 0, os.FileMode(0o777)
 	if j.spec.BoxID >= 0 {
 		owner, mode = isolate.FirstUID+j.spec.BoxID, 0o755
 	}
-	if err := os.Chmod(dir, mode); err != nil {
-		return dir, err
+	box, err := rootfs.MountTmpfs(j.spec.TmpSize, owner, owner, mode)
+	if err != nil {
+		return nil, fmt.Errorf("create the box: %w", err)
 	}
-	if err := os.Chown(dir, owner, owner); err != nil {
-		return dir, err
+	if err := copySource(j.source, box.File(), j.lang.Source, owner); err != nil {
+		box.Close()
+		return nil, fmt.Errorf("copy the source into the box: %w", err)
 	}
-	if err := copySource(j.source, filepath.Join(dir, j.lang.Source), owner); err != nil {
-		return dir, fmt.Errorf("copy the source into the box: %w", err)
-	}
-	return dir, nil
+	return box, nil
 }
 
-// openToAll makes everything under dir readable (and, where its owner may
-// run it, runnable) by every uid; it follows no symlink.
-func openToAll(dir string) error {
-	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.Type()&fs.ModeSymlink != 0 {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		mode := fi.Mode().Perm() | 0o444
-		if fi.IsDir() || mode&0o100 != 0 {
-			mode |= 0o111
-		}
-		if p == dir {
-			return nil // stays 0777
-		}
-		return os.Chmod(p, mode)
-	})
-}
-
-func copySource(src, dst string, owner int) error {
+// copySource copies the caller's file src (opened with the caller's
+// rights: root's, as isolate runs) to name in directory dir.
+func copySource(src string, dir *os.File, name string, owner int) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
 	if err != nil {
 		return err
 	}
+	out := os.NewFile(uintptr(fd), name)
 	if _, err := io.Copy(out, in); err != nil {
 		out.Close()
 		return err
@@ -237,7 +197,7 @@ func copySource(src, dst string, owner int) error {
 func (j *Job) compileSpec() (*isolate.Spec, error) {
 	r := j.spec
 	s := isolate.Defaults()
-	s.BoxID, s.BoxDir = r.BoxID, r.BoxDir
+	s.BoxID, s.BoxMount = r.BoxID, r.BoxMount
 	s.Image, s.ImageDir, s.ImageFile, s.ImageMount, s.ImageTree = r.Image, r.ImageDir, r.ImageFile, r.ImageMount, r.ImageTree
 	s.Seccomp, s.HostNet = r.Seccomp, false
 	s.OutputLimit = 256 << 10
@@ -340,21 +300,4 @@ func compileMessage(r *isolate.Report) string {
 func sandboxFailure(s *isolate.Spec, err error) *isolate.Report {
 	return &isolate.Report{Status: isolate.StatusXX, Message: err.Error(), BoxID: s.BoxID,
 		BlockedSyscalls: []seccomp.Blocked{}, Sandbox: isolate.SandboxInfo{Image: s.Image}}
-}
-
-// sweepExecDirs removes the box directories of execs that died.
-func sweepExecDirs() {
-	ents, err := os.ReadDir(BoxDirs)
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		pid, _, ok := strings.Cut(e.Name(), ".")
-		if !ok {
-			continue
-		}
-		if _, err := os.Stat("/proc/" + pid); errors.Is(err, os.ErrNotExist) {
-			os.RemoveAll(filepath.Join(BoxDirs, e.Name()))
-		}
-	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -91,11 +92,30 @@ func checkCommand() *cli.Command {
 				fmt.Printf("note %-22s %s\n", "loop devices", "no /dev/loop-control (needed only for squashfs images)")
 			}
 			checkImages(line)
+			checkBoxes(host.Config.BoxRoot)
 			if fails > 0 {
 				return &exitError{code: exitSandbox, msg: fmt.Sprintf("%d check(s) failed: runs will not work on this host", fails)}
 			}
 			return nil
 		},
+	}
+}
+
+// checkBoxes lists the persistent boxes (`isolate init`, ioi's --init):
+// state a caller asked to keep, until `isolate cleanup` removes it.
+func checkBoxes(root string) {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return // none made yet
+	}
+	var ids []string
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err == nil && e.IsDir() {
+			ids = append(ids, e.Name())
+		}
+	}
+	if len(ids) > 0 {
+		fmt.Printf("note %-22s %s in %s (isolate cleanup --box-id N removes one)\n", "persistent boxes", strings.Join(ids, " "), root)
 	}
 }
 

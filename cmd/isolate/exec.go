@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
@@ -38,11 +39,14 @@ func execAction(c *cli.Context) error {
 	// points) must be readable by the box user, whatever the caller's
 	// umask.
 	unix.Umask(0o022)
-	job, err := execJobFromFlags(c)
+	job, wall, err := execJobFromFlags(c)
 	if err != nil {
 		return usageErr(flagError(err))
 	}
-	return withRunIO(func(ctx context.Context, stdio isolate.IO) (api.Status, error) {
+	if err := checkOutputs(runValues.report, runValues.meta); err != nil {
+		return usageErr(err)
+	}
+	return withRunIO(wall, func(ctx context.Context, stdio isolate.IO) (api.Status, error) {
 		rep, err := job.Run(ctx, stdio)
 		if err != nil {
 			return "", err
@@ -51,27 +55,29 @@ func execAction(c *cli.Context) error {
 	})
 }
 
-// execJobFromFlags checks the command line; nothing is created yet.
-func execJobFromFlags(c *cli.Context) (*judge.Job, error) {
+// execJobFromFlags checks the command line; nothing is created yet. wall
+// is the run's wall-clock limit.
+func execJobFromFlags(c *cli.Context) (job *judge.Job, wall time.Duration, err error) {
 	if runValues.lang == "" {
-		return nil, errors.New("exec: --lang is required (isolate langs lists the languages)")
+		return nil, 0, errors.New("exec: --lang is required (isolate langs lists the languages)")
 	}
 	if c.Args().Len() == 0 {
-		return nil, errors.New("exec: no source file (isolate exec --lang LANG [options] SOURCE [-- ARG...])")
+		return nil, 0, errors.New("exec: no source file (isolate exec --lang LANG [options] SOURCE [-- ARG...])")
 	}
 	req, err := specFromFlags(c)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	host, err := isolate.NewHost(nil)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	args := c.Args().Tail()
 	if len(args) > 0 && args[0] == "--" {
 		args = args[1:]
 	}
-	return judge.New(host, req, c.Args().First(), args)
+	job, err = judge.New(host, req, c.Args().First(), args)
+	return job, wallLimit(req), err
 }
 
 // emitExecReport prints the outcome as the flags ask: JSON, a report file,

@@ -163,36 +163,63 @@ func compileC(t testing.TB, dir, name, src string, flags ...string) string {
 func findLeaks() []string {
 	var leaks []string
 	leaks = append(leaks, cgroupParentsLeft()...)
-	for _, pattern := range []string{"/sys/fs/cgroup/*/isolate/box-*", "/sys/fs/cgroup/*/*/*/isolate/box-*", "/sys/fs/cgroup/isolate/box-*", "/sys/fs/cgroup/unified/isolate/box-*"} {
-		m, _ := filepath.Glob(pattern)
-		for _, d := range m {
-			leaks = append(leaks, "cgroup "+d)
+	for _, d := range boxCgroups("*") {
+		leaks = append(leaks, "cgroup "+d)
+	}
+	leaks = append(leaks, boxUserProcesses(func(uid int, _ string) bool {
+		return uid >= isolate.FirstUID && uid < isolate.FirstUID+isolate.DefaultNumBoxes
+	})...)
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if cmdline, _ := os.ReadFile(p); bytes.Contains(cmdline, []byte(isolate.InitArg)) {
+			leaks = append(leaks, "init process "+filepath.Dir(p))
 		}
 	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(mounts), "\n") {
+		// A persistent box's tmpfs is "isolate-box": no test leaves a box
+		// initialized.
+		if strings.Contains(line, "/run/isolate/") || strings.Contains(line, " isolate-box ") {
+			leaks = append(leaks, "mount "+line)
+		}
+	}
+	return leaks
+}
+
+// boxCgroups lists the box cgroups whose id matches the glob id.
+func boxCgroups(id string) []string {
+	var dirs []string
+	for _, pattern := range []string{"/sys/fs/cgroup/*/isolate/box-", "/sys/fs/cgroup/*/*/*/isolate/box-", "/sys/fs/cgroup/isolate/box-", "/sys/fs/cgroup/unified/isolate/box-"} {
+		m, _ := filepath.Glob(pattern + id)
+		dirs = append(dirs, m...)
+	}
+	return dirs
+}
+
+// boxUserProcesses lists the processes whose real uid and command name
+// match.
+func boxUserProcesses(match func(uid int, name string) bool) []string {
+	var found []string
 	procs, _ := filepath.Glob("/proc/[0-9]*/status")
 	for _, p := range procs {
 		data, err := os.ReadFile(p)
 		if err != nil {
 			continue
 		}
+		var name string
 		for _, line := range strings.Split(string(data), "\n") {
-			if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
-				if uid, _ := strconv.Atoi(f[1]); uid >= isolate.FirstUID && uid < isolate.FirstUID+isolate.DefaultNumBoxes {
-					leaks = append(leaks, "process "+p+" uid "+f[1])
+			f := strings.Fields(line)
+			if len(f) > 1 && f[0] == "Name:" {
+				name = f[1]
+			}
+			if len(f) > 1 && f[0] == "Uid:" {
+				if uid, _ := strconv.Atoi(f[1]); match(uid, name) {
+					found = append(found, "process "+filepath.Dir(p)+" uid "+f[1])
 				}
 			}
 		}
-		if cmdline, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "cmdline")); bytes.Contains(cmdline, []byte(isolate.InitArg)) {
-			leaks = append(leaks, "init process "+p)
-		}
 	}
-	mounts, _ := os.ReadFile("/proc/self/mountinfo")
-	for _, line := range strings.Split(string(mounts), "\n") {
-		if strings.Contains(line, "/run/isolate/") {
-			leaks = append(leaks, "mount "+line)
-		}
-	}
-	return leaks
+	return found
 }
 
 // cgroupParentsLeft lists the "isolate" cgroup directories under this

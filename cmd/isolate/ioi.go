@@ -68,7 +68,11 @@ func runIOI(args []string) int {
 		fmt.Println(root)
 		return exitOK
 	}
-	rep, err := ioi.Run(o, cfg)
+	// A signal to isolate interrupts the run from here on: the box is
+	// handed back, the meta file written, everything torn down.
+	ctx, stop := signalContext()
+	defer stop()
+	rep, err := ioi.Run(ctx, o, cfg)
 	if rep == nil {
 		return ioiUsage(err)
 	}

@@ -11,13 +11,18 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+
+	"github.com/isolate-sandbox/isolate/isolate"
 )
 
 // judgeProgram is the submission both judges compile: its first argument
@@ -103,10 +108,16 @@ func (s *cmsSandbox) allowWritingAll() {
 }
 
 // allowWritingOnly is Sandbox.allow_writing_only: home read-only to the
-// box user, the named files pre-created and writable to all.
+// box user, the named files pre-created and writable to all; a name
+// outside home (a FIFO of Communication, /fifo0/u0_to_m) is ignored.
 func (s *cmsSandbox) allowWritingOnly(names ...string) {
+	var outer []string
 	for _, n := range names {
-		p := filepath.Join(s.home, n)
+		if inner := innerAbsolutePath(n); strings.HasPrefix(inner, "/tmp/") {
+			outer = append(outer, filepath.Join(s.home, strings.TrimPrefix(inner, "/tmp/")))
+		}
+	}
+	for _, p := range outer {
 		if _, err := os.Stat(p); err != nil {
 			os.WriteFile(p, nil, 0o644)
 		}
@@ -116,9 +127,18 @@ func (s *cmsSandbox) allowWritingOnly(names ...string) {
 	for _, e := range entries {
 		os.Chmod(filepath.Join(s.home, e.Name()), 0o755)
 	}
-	for _, n := range names {
-		os.Chmod(filepath.Join(s.home, n), 0o722)
+	for _, p := range outer {
+		os.Chmod(p, 0o722)
 	}
+}
+
+// innerAbsolutePath is Sandbox.inner_absolute_path, Python's
+// os.path.join("/tmp", path): an absolute path stays as it is.
+func innerAbsolutePath(p string) string {
+	if filepath.IsAbs(p) {
+		return filepath.Clean(p)
+	}
+	return filepath.Join("/tmp", p)
 }
 
 // boxOptions is Sandbox.build_box_options.
@@ -149,7 +169,7 @@ func (s *cmsSandbox) boxOptions() []string {
 		res = append(res, fmt.Sprintf("--fsize=%d", s.fsize/1024))
 	}
 	if s.stdinFile != "" {
-		res = append(res, "--stdin="+filepath.Join("/tmp", s.stdinFile))
+		res = append(res, "--stdin="+innerAbsolutePath(s.stdinFile))
 	}
 	if s.stackSpace > 0 {
 		res = append(res, fmt.Sprintf("--stack=%d", s.stackSpace/1024))
@@ -158,11 +178,11 @@ func (s *cmsSandbox) boxOptions() []string {
 		res = append(res, fmt.Sprintf("--cg-mem=%d", s.addressSpace/1024))
 	}
 	if s.stdoutFile != "" {
-		res = append(res, "--stdout="+filepath.Join("/tmp", s.stdoutFile))
+		res = append(res, "--stdout="+innerAbsolutePath(s.stdoutFile))
 	}
 	res = append(res, fmt.Sprintf("--processes=%d", s.maxProcesses))
 	if s.stderrFile != "" {
-		res = append(res, "--stderr="+filepath.Join("/tmp", s.stderrFile))
+		res = append(res, "--stderr="+innerAbsolutePath(s.stderrFile))
 	}
 	if s.timeout > 0 {
 		res = append(res, "--time="+strconv.FormatFloat(s.timeout, 'g', -1, 64))
@@ -203,6 +223,73 @@ func (s *cmsSandbox) execute(command ...string) bool {
 	}
 	s.t.Fatalf("isolate exit status %d unknown to CMS\nargs: %q\nstderr: %s", s.lastIsolateRC, s.lastArgs, errb.String())
 	return false
+}
+
+// start is Sandbox.execute_without_std(command, wait=False): Popen with
+// pipes for all three streams; wait is wait_without_std: stdin closed at
+// once, stdout and stderr read to the end, then the exit status.
+func (s *cmsSandbox) start(command ...string) *cmsProcess {
+	s.t.Helper()
+	s.execNum++
+	s.lastArgs = append(append(s.boxOptions(), "--"), command...)
+	p := &cmsProcess{s: s, execNum: s.execNum, cmd: exec.Command(isolateBin, s.lastArgs...)}
+	stdin, err := p.cmd.StdinPipe()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.err
+	if err := p.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	stdin.Close()
+	return p
+}
+
+// cmsProcess is one isolate that CMS started without waiting.
+type cmsProcess struct {
+	s        *cmsSandbox
+	execNum  int
+	cmd      *exec.Cmd
+	out, err bytes.Buffer
+}
+
+// wait is wait_without_std and translate_box_exitcode for one process:
+// whether the sandbox worked.
+func (p *cmsProcess) wait() bool {
+	p.s.t.Helper()
+	err := p.cmd.Wait()
+	rc := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		rc = ee.ExitCode()
+	} else if err != nil {
+		p.s.t.Fatal(err)
+	}
+	switch rc {
+	case 0, 1:
+		return true
+	case 2:
+		return false
+	}
+	p.s.t.Fatalf("isolate exit status %d unknown to CMS\nstderr: %s", rc, p.err.String())
+	return false
+}
+
+// evaluateAsync is evaluation_step_before_run(..., wait=False).
+func (s *cmsSandbox) evaluateAsync(timeLimit float64, memoryBytes int64, dirs map[string]string, writable []string, stdin, stdout string, command ...string) *cmsProcess {
+	s.t.Helper()
+	s.timeout, s.wallclock = timeLimit, 2*timeLimit+1
+	s.addressSpace = memoryBytes
+	s.fsize = 1 << 30
+	if stdout == "" {
+		stdout = "stdout.txt"
+	}
+	s.stdinFile, s.stdoutFile, s.stderrFile = stdin, stdout, "stderr.txt"
+	for src, dest := range dirs {
+		s.dirs = append(s.dirs, [3]string{src, dest, "rw"})
+	}
+	s.allowWritingOnly(append(writable, s.stderrFile, s.stdoutFile)...)
+	s.maxProcesses = 1
+	return s.start(command...)
 }
 
 // meta is Sandbox.get_meta: every line is key:value.
@@ -383,6 +470,137 @@ func TestCMSSandboxFlow(t *testing.T) {
 	}
 }
 
+// communicationManager is a Communication task's manager, as CMS's test
+// suite writes them (cmstestsuite/tasks/communication_many_stdio_stubbed):
+// argv is from-user and to-user FIFO of each user process; it opens them
+// in the order the sandbox opens a user's stdin and then stdout, talks,
+// and prints the score.
+const communicationManager = `#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char **argv) {
+	int n = (argc - 1) / 2, ok = 1, base;
+	FILE *to[8], *from[8];
+	for (int i = 0; i < n; i++) {
+		to[i] = fopen(argv[2 + 2 * i], "w");
+		from[i] = fopen(argv[1 + 2 * i], "r");
+		if (!to[i] || !from[i]) { printf("0\n"); return 1; }
+	}
+	FILE *in = fopen("input.txt", "r");
+	if (!in || fscanf(in, "%d", &base) != 1) return 1;
+	for (int k = 1; k <= 10 && ok; k++)
+		for (int i = 0; i < n && ok; i++) {
+			int x = base + k, got;
+			fprintf(to[i], "%d\n", x); fflush(to[i]);
+			if (fscanf(from[i], " correct %d", &got) != 1 || got != (i ? -x : x)) ok = 0;
+		}
+	for (int i = 0; i < n; i++) { fprintf(to[i], "0\n"); fflush(to[i]); }
+	FILE *out = fopen("output.txt", "w");
+	if (out) fprintf(out, "done\n");
+	printf("%d\n", ok);
+	return 0;
+}
+`
+
+// communicationUser is the contestant's program with std_io: questions
+// on stdin, answers on stdout; the second of two processes (argument
+// "1") answers with the negated number.
+const communicationUser = `#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char **argv) {
+	int sign = argc > 1 && atoi(argv[1]) == 1 ? -1 : 1, x;
+	while (scanf("%d", &x) == 1 && x != 0) { printf("correct %d\n", sign * x); fflush(stdout); }
+	return 0;
+}
+`
+
+// TestCMSCommunicationStdIO replays cms/grading/tasktypes/Communication.py
+// with user_io std_io, for one and for two user processes: FIFOs made
+// 0666 in 0755 directories, bound rw as /fifoI into the manager's box and
+// each user's; the manager (time limit max(n*(t+1), trusted max), its
+// stdin input.txt) opens them itself; each user's isolate opens them as
+// --stdin=/fifoI/m_to_uI --stdout=/fifoI/uI_to_m; all run at once.
+func TestCMSCommunicationStdIO(t *testing.T) {
+	ioiBoxRoot(t)
+	bins := shareDir(t)
+	manager := compileC(t, bins, "manager", communicationManager, "-static")
+	user := compileC(t, bins, "user", communicationUser, "-static")
+	for _, n := range []int{1, 2} {
+		t.Run(fmt.Sprintf("%d-processes", n), func(t *testing.T) {
+			fifoTmp := shareDir(t)
+			var fifoDirs []string
+			for i := 0; i < n; i++ {
+				d := filepath.Join(fifoTmp, fmt.Sprintf("fifo-%d", i))
+				os.Mkdir(d, 0o700)
+				for _, f := range []string{fmt.Sprintf("u%d_to_m", i), fmt.Sprintf("m_to_u%d", i)} {
+					if err := syscall.Mkfifo(filepath.Join(d, f), 0o600); err != nil {
+						t.Fatal(err)
+					}
+					os.Chmod(filepath.Join(d, f), 0o666)
+				}
+				os.Chmod(d, 0o755)
+				fifoDirs = append(fifoDirs, d)
+			}
+			mgr := newCMSSandbox(t, 312)
+			copyExecutable(t, manager, filepath.Join(mgr.home, "manager"))
+			os.WriteFile(filepath.Join(mgr.home, "input.txt"), []byte("100\n"), 0o644)
+			cmd := []string{"./manager"}
+			mgrDirs := map[string]string{}
+			for i := 0; i < n; i++ {
+				cmd = append(cmd, fmt.Sprintf("/fifo%d/u%d_to_m", i, i), fmt.Sprintf("/fifo%d/m_to_u%d", i, i))
+				mgrDirs[fifoDirs[i]] = fmt.Sprintf("/fifo%d", i)
+			}
+			const timeLimit = 1.0
+			mp := mgr.evaluateAsync(math.Max(float64(n)*(timeLimit+1), 10), 512<<20, mgrDirs, []string{"output.txt"}, "input.txt", "", cmd...)
+			var users []*cmsSandbox
+			var procs []*cmsProcess
+			for i := 0; i < n; i++ {
+				u := newCMSSandbox(t, 313+i)
+				copyExecutable(t, user, filepath.Join(u.home, "user"))
+				var args []string
+				if n != 1 {
+					args = append(args, strconv.Itoa(i))
+				}
+				fifo := fmt.Sprintf("/fifo%d", i)
+				procs = append(procs, u.evaluateAsync(timeLimit, 64<<20, map[string]string{fifoDirs[i]: fifo}, nil,
+					fifo+fmt.Sprintf("/m_to_u%d", i), fifo+fmt.Sprintf("/u%d_to_m", i), append([]string{"./user"}, args...)...))
+				users = append(users, u)
+			}
+			for i, p := range procs {
+				if !p.wait() {
+					t.Errorf("user %d: sandbox error %v (isolate stderr %q)\nargs %q", i, users[i].meta(), p.err.String(), users[i].lastArgs)
+				} else if st := users[i].exitStatus(); st != "ok" {
+					t.Errorf("user %d: %s %v", i, st, users[i].meta())
+				}
+			}
+			if !mp.wait() {
+				t.Fatalf("manager: sandbox error %v", mgr.meta())
+			}
+			if st := mgr.exitStatus(); st != "ok" {
+				t.Fatalf("manager: %s %v", st, mgr.meta())
+			}
+			if score, _ := os.ReadFile(filepath.Join(mgr.home, "stdout.txt")); string(score) != "1\n" {
+				t.Errorf("manager's score %q, want 1 (the exchange through the FIFOs failed)", score)
+			}
+			for _, u := range users {
+				u.cleanup(true)
+			}
+			mgr.cleanup(true)
+		})
+	}
+}
+
+// copyExecutable is Sandbox.create_file_from_storage(..., executable=True).
+func copyExecutable(t *testing.T, from, to string) {
+	t.Helper()
+	data, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // ---- Judge0 -------------------------------------------------------------
 
 // judge0Job mirrors IsolateJob: box files in <workdir>/box, the
@@ -532,7 +750,7 @@ func TestJudge0IsolateJobFlow(t *testing.T) {
 		exitcode, checkTime bool
 	}{
 		{"accepted", "./a.out sum", 5, 1, 10, 128000, "Accepted", "42\n", "debug line\n", true, false},
-		{"cpu", "./a.out loop", 0.5, 0.2, 10, 128000, "Time Limit Exceeded", "", "", false, true},
+		{"cpu", "./a.out loop", 1, 0.5, 10, 128000, "Time Limit Exceeded", "", "", false, true},
 		{"wall", "./a.out sleep", 5, 1, 0.5, 128000, "Time Limit Exceeded", "", "", false, false},
 		// run.sh runs the program as a child of bash, which exits with
 		// 128+signal when it dies: Judge0 sees NZEC with ioi/isolate too.
@@ -563,8 +781,11 @@ func TestJudge0IsolateJobFlow(t *testing.T) {
 			t.Errorf("%s: no exitcode in %v", c.name, m)
 		}
 		if c.checkTime {
-			if tm, _ := strconv.ParseFloat(m["time"], 64); tm < c.cpu+c.extra {
-				t.Errorf("%s: killed at %.3f s of CPU, before time+extra %.1f s", c.name, tm, c.cpu+c.extra)
+			// ioi/isolate kills at max(time, extra) of CPU: Judge0's
+			// -t 5 -x 1 stops at 5 s, not 6 (see TestIOIExtraTime for
+			// the bound).
+			if tm, _ := strconv.ParseFloat(m["time"], 64); tm < c.cpu || tm >= c.cpu+c.extra-0.1 {
+				t.Errorf("%s: killed at %.3f s of CPU, want at %.1f s (not time+extra %.1f s)", c.name, tm, c.cpu, c.cpu+c.extra)
 			}
 		}
 		if c.name == "wall" && !strings.Contains(m["message"], "wall") {
@@ -580,4 +801,188 @@ func TestJudge0IsolateJobFlow(t *testing.T) {
 		}
 	}
 	j.cleanup()
+}
+
+// ---- Piston -------------------------------------------------------------
+
+// pistonJob mirrors api/src/job.js: `isolate --init --cg -bN`, the
+// submission in BOX/box/submission, and safe_call's command line, run
+// the way Node's child_process.spawn(..., {stdio: 'pipe'}) runs it: its
+// three streams are AF_UNIX socketpairs, not pipes.
+type pistonJob struct {
+	t        *testing.T
+	boxID    int
+	dir      string // BOX/box
+	meta     string
+	pkgdir   string
+	stdout   bytes.Buffer
+	stderr   bytes.Buffer
+	exitCode int
+}
+
+func newPistonJob(t *testing.T, boxID int, pkgdir string) *pistonJob {
+	t.Helper()
+	out, err := exec.Command("/bin/sh", "-c", fmt.Sprintf("%s --init --cg -b%d", isolateBin, boxID)).Output()
+	if err != nil || len(out) == 0 {
+		t.Fatalf("isolate --init: %v %q", err, out)
+	}
+	j := &pistonJob{t: t, boxID: boxID, dir: strings.TrimSpace(string(out)) + "/box", pkgdir: pkgdir,
+		meta: filepath.Join(t.TempDir(), fmt.Sprintf("%d-metadata.txt", boxID))}
+	if err := os.Mkdir(filepath.Join(j.dir, "submission"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// socketpair is one of the streams Node gives a child: the parent's end
+// and the child's.
+func socketpair(t *testing.T) (parent, child *os.File) {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return os.NewFile(uintptr(fds[0]), "parent"), os.NewFile(uintptr(fds[1]), "child")
+}
+
+// safeCall is Job.safe_call with Piston's default runtime limits
+// (config.js: 64 processes, 2048 open files, 10 MB files, 3 s wall and
+// CPU, no memory limit, no network, 1024 bytes of output). Output past
+// the limit makes Piston send SIGABRT to isolate; then it reads the
+// metadata file.
+func (j *pistonJob) safeCall(file, stdin string, args ...string) map[string]string {
+	j.t.Helper()
+	const outputMaxSize = 1024
+	cmd := exec.Command(isolateBin, append([]string{"--run", fmt.Sprintf("-b%d", j.boxID), "--meta=" + j.meta, "--cg", "-s",
+		"-c", "/box/submission", "-E", "HOME=/tmp", "-E", "PATH=/usr/local/bin:/usr/bin:/bin", "-E", "PISTON_LANGUAGE=bash",
+		"--dir=" + j.pkgdir, "--dir=/etc:noexec", "--processes=64", "--open-files=2048", "--fsize=10000",
+		"--wall-time=3", "--time=3", "--extra-time=0", "--", "/bin/bash", filepath.Join(j.pkgdir, file)}, args...)...)
+	var parents [3]*os.File
+	var children [3]*os.File
+	for i := range parents {
+		parents[i], children[i] = socketpair(j.t)
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = children[0], children[1], children[2]
+	if err := cmd.Start(); err != nil {
+		j.t.Fatal(err)
+	}
+	for _, c := range children {
+		c.Close()
+	}
+	// proc.stdin.write(this.stdin) (with a newline added); end();
+	// destroy().
+	if !strings.HasSuffix(stdin, "\n") {
+		stdin += "\n"
+	}
+	parents[0].WriteString(stdin)
+	parents[0].Close()
+	j.stdout.Reset()
+	j.stderr.Reset()
+	var mu sync.Mutex
+	aborted := false
+	var wg sync.WaitGroup
+	for i, buf := range []*bytes.Buffer{&j.stdout, &j.stderr} {
+		wg.Add(1)
+		go func(r *os.File, buf *bytes.Buffer) {
+			defer wg.Done()
+			defer r.Close()
+			data := make([]byte, 4096)
+			for {
+				n, err := r.Read(data)
+				if n > 0 {
+					mu.Lock()
+					if buf.Len()+n > outputMaxSize {
+						if !aborted {
+							cmd.Process.Signal(syscall.SIGABRT)
+							aborted = true
+						}
+					} else {
+						buf.Write(data[:n])
+					}
+					mu.Unlock()
+				}
+				if err != nil {
+					return
+				}
+			}
+		}(parents[1+i], buf)
+	}
+	err := cmd.Wait()
+	wg.Wait()
+	j.exitCode = 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		j.exitCode = ee.ExitCode()
+	}
+	data, err := os.ReadFile(j.meta)
+	if err != nil {
+		j.t.Fatalf("Error reading metadata file: %v", err)
+	}
+	m := map[string]string{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if line == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			j.t.Fatalf("Failed to parse metadata file, received: %s", line)
+		}
+		m[k] = v
+	}
+	return m
+}
+
+// cleanup is Job.cleanup: isolate --cleanup --cg -bN, the metadata file
+// removed.
+func (j *pistonJob) cleanup() {
+	j.t.Helper()
+	if out, err := exec.Command("/bin/sh", "-c", fmt.Sprintf("%s --cleanup --cg -b%d", isolateBin, j.boxID)).CombinedOutput(); err != nil {
+		j.t.Errorf("Failed to run isolate --cleanup: %v %s", err, out)
+	}
+	os.Remove(j.meta)
+}
+
+func TestPistonJobFlow(t *testing.T) {
+	ioiBoxRoot(t)
+	// A runtime package as Piston installs one: its run script gets the
+	// submission's file name and the arguments.
+	pkgdir := shareDir(t)
+	if err := os.WriteFile(filepath.Join(pkgdir, "run"), []byte("#!/usr/bin/env bash\nbash \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	j := newPistonJob(t, 316, pkgdir)
+	sub := filepath.Join(j.dir, "submission")
+	os.WriteFile(filepath.Join(sub, "file0.code"), []byte("read a b; echo \"sum $((a + b))\"; echo note >&2\n"), 0o644)
+	m := j.safeCall("run", "40 2", "file0.code")
+	if j.stdout.String() != "sum 42\n" || j.stderr.String() != "note\n" || m["status"] != "" || m["exitcode"] != "0" {
+		t.Errorf("stdin through a socket: stdout %q stderr %q meta %v (exit %d), want sum 42", j.stdout.String(), j.stderr.String(), m, j.exitCode)
+	}
+
+	// Runaway output: Piston sends SIGABRT to isolate and reads the
+	// metadata file and the stderr it collected.
+	os.WriteFile(filepath.Join(sub, "file0.code"), []byte("while :; do echo 0123456789; done\n"), 0o644)
+	m = j.safeCall("run", "", "file0.code")
+	if j.exitCode != 2 || m["status"] != "XX" {
+		t.Errorf("SIGABRT: exit %d meta %v, want ioi/isolate's exit 2 and status XX", j.exitCode, m)
+	}
+	if lines := strings.Split(strings.TrimSpace(j.stderr.String()), "\n"); len(lines) > 1 || strings.Contains(j.stderr.String(), "goroutine") {
+		t.Errorf("SIGABRT: isolate's stderr (which Piston shows users) has %d lines:\n%s", len(lines), j.stderr.String())
+	}
+	j.cleanup()
+	if left := boxLeftovers(316); len(left) > 0 {
+		t.Errorf("left after SIGABRT and --cleanup: %v", left)
+	}
+}
+
+// boxLeftovers lists what of box id remains: its cgroups, its
+// processes.
+func boxLeftovers(id int) []string {
+	return append(boxCgroups(strconv.Itoa(id)), boxProcesses(id, "")...)
+}
+
+// boxProcesses lists the processes of box id's user (with the command
+// name comm, if not empty).
+func boxProcesses(id int, comm string) []string {
+	return boxUserProcesses(func(uid int, name string) bool {
+		return uid == isolate.FirstUID+id && (comm == "" || name == comm)
+	})
 }

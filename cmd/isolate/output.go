@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/isolate-sandbox/isolate/ioi"
 	"github.com/isolate-sandbox/isolate/isolate"
@@ -41,7 +44,51 @@ func writeJSON(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, append(data, '\n'), 0o644)
+	return writeOutput(path, append(data, '\n'))
+}
+
+// checkOutputs opens the report and meta files the caller named before
+// anything runs: a path that cannot be written is a usage error then, not
+// after the program ran.
+func checkOutputs(paths ...string) error {
+	for _, p := range paths {
+		if p == "" || p == "-" {
+			continue
+		}
+		f, err := openOutput(p, 0)
+		if err != nil {
+			return err
+		}
+		f.Close()
+	}
+	return nil
+}
+
+// openOutput opens a file the caller named for writing: created if need
+// be, its last component never a symlink followed, a regular file only.
+func openOutput(path string, flags int) (*os.File, error) {
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|flags, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
+	return f, nil
+}
+
+func writeOutput(path string, data []byte) error {
+	f, err := openOutput(path, unix.O_TRUNC)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // summary is the one-line account of a run.
@@ -49,7 +96,10 @@ func summary(r *isolate.Report) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "isolate: %s", r.Status)
 	if r.Message != "" {
-		fmt.Fprintf(&b, " (%s)", r.Message)
+		// Escaped: a name in the message (a file the program named)
+		// cannot start a line of its own, such as a forged "isolate: OK".
+		q := strconv.Quote(r.Message)
+		fmt.Fprintf(&b, " (%s)", q[1:len(q)-1])
 	}
 	fmt.Fprintf(&b, " exit=%d cpu=%.3fs wall=%.3fs mem=%dKiB box=%d", r.ExitCode, r.CPUTime, r.WallTime, r.MemoryPeak>>10, r.BoxID)
 	if r.Signal != 0 {
@@ -66,5 +116,5 @@ func writeMeta(path string, r *isolate.Report) error {
 		_, err := os.Stdout.WriteString(text)
 		return err
 	}
-	return os.WriteFile(path, []byte(text), 0o644)
+	return writeOutput(path, []byte(text))
 }

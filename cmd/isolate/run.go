@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/isolate"
@@ -218,8 +218,9 @@ func flagError(err error) error {
 
 // stdioFromFlags opens the host files --stdin, --stdout and --stderr
 // name; with --stream, output goes live to isolate's own too. close
-// closes what was opened.
-func stdioFromFlags() (stdio isolate.IO, close func(), err error) {
+// closes what was opened. A FIFO as --stdin waits for its writer until
+// ctx ends or the run's wall limit passes.
+func stdioFromFlags(ctx context.Context, wall time.Duration) (stdio isolate.IO, close func(), err error) {
 	var files []*os.File
 	close = func() {
 		for _, f := range files {
@@ -227,7 +228,7 @@ func stdioFromFlags() (stdio isolate.IO, close func(), err error) {
 		}
 	}
 	if v := runValues.stdin; v != "" {
-		f, err := isolate.OpenStdin(v)
+		f, err := openStdin(ctx, v, wall)
 		if err != nil {
 			return stdio, close, err
 		}
@@ -262,6 +263,43 @@ func stdioFromFlags() (stdio isolate.IO, close func(), err error) {
 	return stdio, close, nil
 }
 
+// openStdin opens the --stdin file. Isolate's own standard input named
+// as a file (/dev/stdin, /proc/self/fd/0) is passed on as it is: a
+// socket, as Node's child_process gives its children, cannot be opened
+// again. A FIFO waits for its writer, as open(2) does, but only until
+// ctx ends or wall passes.
+func openStdin(ctx context.Context, path string, wall time.Duration) (*os.File, error) {
+	switch path {
+	case "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0":
+		if _, err := os.Stdin.Stat(); err == nil {
+			return os.NewFile(0, path), nil
+		}
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+		return isolate.OpenStdin(path)
+	}
+	pathFD, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("--stdin %s: %v", path, err)
+	}
+	defer unix.Close(pathFD)
+	if wall > 0 && wall < 1e6*time.Second {
+		var cancel func()
+		ctx, cancel = context.WithTimeout(ctx, wall)
+		defer cancel()
+	}
+	f, err := isolate.OpenFIFO(ctx, pathFD, unix.O_RDONLY, func(p string, flags int) (int, error) { return unix.Open(p, flags, 0) })
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return nil, fmt.Errorf("--stdin %s: no writer opened the FIFO within the wall-time limit (%v)", path, wall)
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("--stdin %s: interrupted: %v", path, context.Cause(ctx))
+	case err != nil:
+		return nil, fmt.Errorf("--stdin %s: %v", path, err)
+	}
+	return f, nil
+}
+
 // liveCopy is a Writer that is not an *os.File, so that Run captures the
 // stream and copies it here as it arrives.
 type liveCopy struct{ w *os.File }
@@ -274,12 +312,15 @@ func runAndReport(spec *api.Spec) error {
 	if err != nil {
 		return usageErr(err)
 	}
+	if err := checkOutputs(runValues.report, runValues.meta); err != nil {
+		return usageErr(err)
+	}
 	prep, err := host.Prepare(spec)
 	if err != nil {
 		return usageErr(flagError(err))
 	}
 	defer prep.Close()
-	return withRunIO(func(ctx context.Context, stdio isolate.IO) (api.Status, error) {
+	return withRunIO(wallLimit(spec), func(ctx context.Context, stdio isolate.IO) (api.Status, error) {
 		rep, err := prep.Run(ctx, stdio)
 		if err != nil {
 			return "", err
@@ -292,14 +333,14 @@ func runAndReport(spec *api.Spec) error {
 // calls run, and turns its outcome into isolate's exit: an error from run
 // itself is a usage error (no report), one from printing a sandbox
 // failure, else the status's exit.
-func withRunIO(run func(context.Context, isolate.IO) (api.Status, error)) error {
-	stdio, closeFiles, err := stdioFromFlags()
+func withRunIO(wall time.Duration, run func(context.Context, isolate.IO) (api.Status, error)) error {
+	ctx, stop := signalContext()
+	defer stop()
+	stdio, closeFiles, err := stdioFromFlags(ctx, wall)
 	defer closeFiles()
 	if err != nil {
 		return usageErr(err)
 	}
-	ctx, stop := signalContext()
-	defer stop()
 	status, err := run(ctx, stdio)
 	switch {
 	case err != nil && status == "":
@@ -308,6 +349,11 @@ func withRunIO(run func(context.Context, isolate.IO) (api.Status, error)) error 
 		return &exitError{code: exitSandbox, msg: err.Error()}
 	}
 	return &exitError{code: exitStatus(status)}
+}
+
+// wallLimit is a request's wall-clock limit, its default included.
+func wallLimit(spec *api.Spec) time.Duration {
+	return time.Duration(spec.WithDefaults().WallTimeMs) * time.Millisecond
 }
 
 // exitStatus is isolate's exit status for a finished run or exec (the
@@ -321,25 +367,4 @@ func exitStatus(s api.Status) int {
 		return exitSandbox
 	}
 	return exitFailed
-}
-
-// signalContext ends when isolate gets SIGINT, SIGTERM or SIGHUP: the run
-// is then killed and torn down, and its report says which signal.
-func signalContext() (context.Context, func()) {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	go func() {
-		// Installed from a goroutine, which runs once the run first
-		// waits: the runtime's signal watcher takes a thread of its own,
-		// and starting it there costs the run nothing. A signal before
-		// that ends isolate as it always did, before any box exists.
-		sigs := make(chan os.Signal, 1)
-		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-		defer signal.Stop(sigs)
-		select {
-		case sig := <-sigs:
-			cancel(fmt.Errorf("signal %d (%v)", sig.(syscall.Signal), sig))
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, func() { cancel(nil) }
 }

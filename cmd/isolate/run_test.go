@@ -610,6 +610,9 @@ func TestNativeRunOnPersistentBox(t *testing.T) {
 	}
 	defer isolateCmd(t, "", "cleanup", "--box-id", "921")
 	dir := strings.TrimSpace(res.Stdout)
+	if res := isolateCmd(t, "", "check"); !strings.Contains(res.Stdout, "persistent boxes") || !strings.Contains(res.Stdout, "921") {
+		t.Errorf("check does not list persistent box 921:\n%s", res.Stdout)
+	}
 	os.WriteFile(filepath.Join(dir, "box", "in.txt"), []byte("kept\n"), 0o644)
 	rep, _ := runBox(t, "--box-id", "921", "--", "/bin/sh", "-c", "cat in.txt; echo made > out.txt")
 	expectStatus(t, rep, isolate.StatusOK)
@@ -629,11 +632,16 @@ func TestCopyOutDirectoryAndErrors(t *testing.T) {
 	needRoot(t)
 	dir := shareDir(t)
 	out := filepath.Join(dir, "out")
-	rep, _ := runBox(t,
-		"--copy-out", "/box/d:"+out,
+	rep, code := runBox(t,
 		"--copy-out", "/box/missing:"+filepath.Join(dir, "missing"),
+		"--copy-out", "/box/d:"+out,
 		"--", "/bin/sh", "-c", "mkdir -p d/sub; echo A > d/a; echo B > d/sub/b; ln -s /etc/passwd d/link")
-	expectStatus(t, rep, isolate.StatusOK)
+	// A copy-out that fails is the run's failure (XX, exit 2); the others
+	// are still made.
+	expectStatus(t, rep, isolate.StatusXX)
+	if code != 2 {
+		t.Errorf("a failed copy-out exits %d, want 2", code)
+	}
 	if got, _ := os.ReadFile(filepath.Join(out, "a")); string(got) != "A\n" {
 		t.Errorf("copied-out d/a: %q", got)
 	}
@@ -727,5 +735,49 @@ func TestCopyInErrorsAndSymlinks(t *testing.T) {
 	rep, code := runBox(t, "--copy-in", filepath.Join(dir, "tree", "f")+":/box/no/such/dir/f", "--", "/bin/true")
 	if rep.Status != isolate.StatusXX || code != 2 || !strings.Contains(rep.Message, "--copy-in") {
 		t.Errorf("copy-in into a missing directory: %s %q exit %d", rep.Status, rep.Message, code)
+	}
+}
+
+// A step of the sandbox's own before the program's execve (here its
+// working directory) is a sandbox failure, XX with the step; a program
+// that is not there stays RE 127 (TestExitStatuses).
+func TestStartStepFailureIsXX(t *testing.T) {
+	needRoot(t)
+	rep, code := runBox(t, "--chdir", "/nonexistent", "--", "/bin/true")
+	expectStatus(t, rep, isolate.StatusXX)
+	if code != 2 || !strings.Contains(rep.Message, "working directory") {
+		t.Errorf("--chdir /nonexistent: exit %d, message %q; want 2 and the step named", code, rep.Message)
+	}
+}
+
+// The user/system split counts every process of the program: here an
+// orphan that burns user time while the main process, all system time,
+// waits for it. Counting the main process alone gives almost no user time.
+func TestUserTimeCountsEveryProcess(t *testing.T) {
+	needRoot(t)
+	script := `(sh -c 'i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done; : > /box/done' &)
+while [ ! -e /box/done ]; do dd if=/dev/zero of=/dev/null bs=1M count=200 2>/dev/null; done`
+	rep, _ := runBox(t, "-t", "20", "--", "/bin/sh", "-c", script)
+	expectStatus(t, rep, isolate.StatusOK)
+	// The orphan alone, for scale: its loop is all user time.
+	alone, _ := runBox(t, "-t", "20", "--", "/bin/sh", "-c", `i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done`)
+	expectStatus(t, alone, isolate.StatusOK)
+	if rep.UserTime < alone.UserTime/2 {
+		t.Errorf("user_time %.3f s (cpu %.3f s), want at least half the orphan's own %.3f s", rep.UserTime, rep.CPUTime, alone.UserTime)
+	}
+}
+
+// 70 000 arguments reach the program (the plan carries them whole; the
+// kernel's own limit on an execve is far above), never a broken pipe.
+func TestManyArguments(t *testing.T) {
+	needRoot(t)
+	args := []string{"--", "/bin/sh", "-c", `echo $#`, "sh"}
+	for i := 0; i < 70000; i++ {
+		args = append(args, "a")
+	}
+	rep, _ := runBox(t, args...)
+	expectStatus(t, rep, isolate.StatusOK)
+	if rep.Stdout != "70000\n" {
+		t.Errorf("the program saw %q arguments, want 70000", rep.Stdout)
 	}
 }

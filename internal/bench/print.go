@@ -10,7 +10,7 @@ import (
 var stageMeaning = map[string]string{
 	StageCLI:           "exec of the isolate binary, Go runtime start, flags, printing the report, exit (wall outside − setup − program − teardown)",
 	"validate":         "check the spec; compile the seccomp policy to BPF",
-	"lock":             "take the box id (bind an abstract unix socket)",
+	"lock":             "take the box id (flock a file in /run/isolate/locks)",
 	"cgroup":           "in a goroutine, beside the stages up to cgroup-wait: sweep stale cgroups of the id; create the box cgroups, write the limits, open the files the program joins them by",
 	"image-mount":      "(squashfs images only) mount the image",
 	"spawn-prep":       "control socket, status pipe, standard streams",

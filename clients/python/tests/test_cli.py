@@ -206,6 +206,7 @@ def test_isolate_usage_error_raised(tmp_path: pathlib.Path) -> None:
 
 
 def test_binary_lookup(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
+    binary = isolate_binary()  # before ISOLATE_BIN goes: a clean clone has no bin/isolate
     assert find_binary("/bin/true") == "/bin/true"
     monkeypatch.delenv("ISOLATE_BIN")
     monkeypatch.setenv("PATH", str(tmp_path))
@@ -215,8 +216,8 @@ def test_binary_lookup(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) 
         find_binary(str(tmp_path / "nothing"))
     with pytest.raises(SandboxUnavailableError, match="no isolate service answers on .*, and "):
         get_sandbox()
-    monkeypatch.setenv("ISOLATE_BIN", isolate_binary())
-    assert CLITransport().binary == isolate_binary()
+    monkeypatch.setenv("ISOLATE_BIN", binary)
+    assert CLITransport().binary == binary
 
 
 def test_not_root_without_service_says_what_to_start(tmp_path: pathlib.Path) -> None:

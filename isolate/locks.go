@@ -1,0 +1,77 @@
+package isolate
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// LockDir holds the box locks: one file per name, flock'ed by its holder.
+// It is root's alone (mode 0700) and no box ever sees it, so a program
+// cannot take or hold a lock, whatever it shares with the host (an
+// abstract unix socket, the previous scheme, could be bound from a box
+// with --net host). The kernel drops a flock with its last descriptor,
+// however the holder dies. The files stay (empty): removing one while
+// someone may be opening it would let two holders lock two different
+// inodes under one name.
+const LockDir = "/run/isolate/locks"
+
+// lock is a held lock; release drops it.
+type lock struct{ fd int }
+
+// tryLock takes the lock of name, or reports false when someone holds it.
+func tryLock(name string) (*lock, bool, error) {
+	path := LockDir + "/" + name
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err == unix.ENOENT {
+		if err = makeLockDir(); err == nil {
+			fd, err = unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		}
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("open lock %s: %w", path, err)
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		unix.Close(fd)
+		if err == unix.EWOULDBLOCK {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return &lock{fd: fd}, true, nil
+}
+
+// waitLock takes the lock of name, polling while someone holds it (as
+// ioi/isolate's --wait does; a blocking flock could not be given up).
+func waitLock(name string) (*lock, error) {
+	for {
+		l, ok, err := tryLock(name)
+		if err != nil || ok {
+			return l, err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (l *lock) release() { unix.Close(l.fd) }
+
+// makeLockDir creates LockDir, root's alone, and checks that what is there
+// is that directory (not a link planted by someone else).
+func makeLockDir() error {
+	if err := os.MkdirAll("/run/isolate", 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mkdir(LockDir, 0o700); err != nil && err != unix.EEXIST {
+		return fmt.Errorf("create %s: %w", LockDir, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(LockDir, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != 0 || st.Mode&0o077 != 0 {
+		return fmt.Errorf("%s is not a directory of root's alone (mode 0700)", LockDir)
+	}
+	return nil
+}
