@@ -14,9 +14,13 @@ WITH_GO = export PATH="$$(./scripts/deps.sh):$$PATH"; . ./scripts/cgo-env.sh;
 
 all: build
 
+# The service is a binary of its own (`isolate serve` execs it from
+# beside isolate), so that the one-shot isolate links none of its
+# dependencies.
 build:
 	@$(WITH_GO) go build -tags $(TAGS) -trimpath -ldflags '$(LDFLAGS)' -o bin/isolate ./cmd/isolate
-	@echo "built bin/isolate"
+	@$(WITH_GO) go build -tags $(TAGS) -trimpath -ldflags '$(LDFLAGS)' -o bin/isolate-serve ./cmd/isolate-serve
+	@echo "built bin/isolate bin/isolate-serve"
 
 # One real sandboxed run on this machine, after building everything.
 demo: build

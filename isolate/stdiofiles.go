@@ -1,8 +1,13 @@
 package isolate
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The host files a caller names for a run's standard streams (the CLI's
@@ -11,16 +16,55 @@ import (
 // it is made safe in one place.
 
 // OpenStdin opens the caller's file path as a program's standard input.
-// A missing file or a directory is a *UsageError.
-func OpenStdin(path string) (*os.File, error) {
-	if fi, err := os.Stat(path); err != nil {
+// A missing file or a directory is a *UsageError. Isolate's own standard
+// input named as a file (/dev/stdin, /proc/self/fd/0) is passed on as it
+// is: a socket, as Node's child_process gives its children, cannot be
+// opened again. A FIFO waits for its writer, as open(2) does, but only
+// until ctx ends or wall passes (0: no bound).
+func OpenStdin(ctx context.Context, path string, wall time.Duration) (*os.File, error) {
+	switch path {
+	case "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0":
+		if _, err := os.Stdin.Stat(); err == nil {
+			return os.NewFile(0, path), nil
+		}
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
 		return nil, usagef("--stdin %s: %v", path, errors.Unwrap(err))
 	} else if fi.IsDir() {
 		return nil, usagef("--stdin %s: is a directory", path)
 	}
+	if fi.Mode()&os.ModeNamedPipe != 0 {
+		return openStdinFIFO(ctx, path, wall)
+	}
 	f, err := openCallerPath(path, true)
 	if err != nil {
 		return nil, usagef("open stdin %v", err)
+	}
+	return f, nil
+}
+
+// openStdinFIFO opens a FIFO for reading without hanging: a writer that
+// never comes ends with ctx or the wall-time limit.
+func openStdinFIFO(ctx context.Context, path string, wall time.Duration) (*os.File, error) {
+	pathFD, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("--stdin %s: %v", path, err)
+	}
+	defer unix.Close(pathFD)
+	if wall > 0 && wall < 1e6*time.Second {
+		var cancel func()
+		ctx, cancel = context.WithTimeout(ctx, wall)
+		defer cancel()
+	}
+	f, err := OpenFIFO(ctx, pathFD, unix.O_RDONLY, func(p string, flags int) (int, error) { return unix.Open(p, flags, 0) })
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return nil, fmt.Errorf("--stdin %s: no writer opened the FIFO within the wall-time limit (%v)", path, wall)
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("--stdin %s: interrupted: %v", path, context.Cause(ctx))
+	case err != nil:
+		return nil, fmt.Errorf("--stdin %s: %v", path, err)
 	}
 	return f, nil
 }

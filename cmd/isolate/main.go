@@ -43,7 +43,6 @@ func usageErr(err error) error { return &exitError{code: exitSandbox, msg: err.E
 
 func main() {
 	isolate.MaybeInit()
-	catchSignals()
 	os.Exit(run(os.Args))
 }
 

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
-	"golang.org/x/sys/unix"
 
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/isolate"
@@ -228,7 +227,7 @@ func stdioFromFlags(ctx context.Context, wall time.Duration) (stdio isolate.IO, 
 		}
 	}
 	if v := runValues.stdin; v != "" {
-		f, err := openStdin(ctx, v, wall)
+		f, err := isolate.OpenStdin(ctx, v, wall)
 		if err != nil {
 			return stdio, close, err
 		}
@@ -261,43 +260,6 @@ func stdioFromFlags(ctx context.Context, wall time.Duration) (stdio isolate.IO, 
 		}
 	}
 	return stdio, close, nil
-}
-
-// openStdin opens the --stdin file. Isolate's own standard input named
-// as a file (/dev/stdin, /proc/self/fd/0) is passed on as it is: a
-// socket, as Node's child_process gives its children, cannot be opened
-// again. A FIFO waits for its writer, as open(2) does, but only until
-// ctx ends or wall passes.
-func openStdin(ctx context.Context, path string, wall time.Duration) (*os.File, error) {
-	switch path {
-	case "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0":
-		if _, err := os.Stdin.Stat(); err == nil {
-			return os.NewFile(0, path), nil
-		}
-	}
-	if fi, err := os.Stat(path); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
-		return isolate.OpenStdin(path)
-	}
-	pathFD, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("--stdin %s: %v", path, err)
-	}
-	defer unix.Close(pathFD)
-	if wall > 0 && wall < 1e6*time.Second {
-		var cancel func()
-		ctx, cancel = context.WithTimeout(ctx, wall)
-		defer cancel()
-	}
-	f, err := isolate.OpenFIFO(ctx, pathFD, unix.O_RDONLY, func(p string, flags int) (int, error) { return unix.Open(p, flags, 0) })
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return nil, fmt.Errorf("--stdin %s: no writer opened the FIFO within the wall-time limit (%v)", path, wall)
-	case ctx.Err() != nil:
-		return nil, fmt.Errorf("--stdin %s: interrupted: %v", path, context.Cause(ctx))
-	case err != nil:
-		return nil, fmt.Errorf("--stdin %s: %v", path, err)
-	}
-	return f, nil
 }
 
 // liveCopy is a Writer that is not an *os.File, so that Run captures the

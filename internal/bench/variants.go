@@ -60,7 +60,7 @@ func (r *benchRunner) variants() (vs []variant, skipped map[string]string) {
 	if bwrap, err := ensureBwrap(); err != nil {
 		skipped[VarBwrap] = err.Error()
 	} else {
-		vs = append(vs, variant{name: VarBwrap, argv: bwrapArgs(bwrap)})
+		vs = append(vs, variant{name: VarBwrap, argv: BwrapArgs(bwrap)})
 	}
 	if unshare, err := exec.LookPath("unshare"); err != nil {
 		skipped[VarUnshare] = "unshare not found (apt-get install util-linux)"
@@ -77,11 +77,11 @@ func (r *benchRunner) isolateArgs(opts []string, command ...string) []string {
 	return append(append(argv, "--"), command...)
 }
 
-// bwrapArgs runs /bin/true under bubblewrap the way a minimal sandbox
+// BwrapArgs runs /bin/true under bubblewrap the way a minimal sandbox
 // would: every namespace, a read-only /usr with the host's merged-/usr
 // symlinks (or read-only binds where they are directories), /proc, /dev
 // and a tmpfs /tmp.
-func bwrapArgs(bwrap string) []string {
+func BwrapArgs(bwrap string) []string {
 	args := []string{bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr"}
 	for _, d := range []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"} {
 		fi, err := os.Lstat(d)

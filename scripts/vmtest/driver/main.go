@@ -52,6 +52,7 @@ var checks = []func(*driver){
 	(*driver).daemon,
 	(*driver).killedSupervisor,
 	(*driver).systemdLayout,
+	(*driver).service,
 	(*driver).noLeftovers,
 }
 

@@ -1,0 +1,211 @@
+package main
+
+// `isolate serve bench`: the service against the one-shot paths, in one
+// session. Latency of /bin/true, rounds interleaved (bare exec, a request
+// over one keep-alive connection on the unix socket, one-shot `isolate
+// run`, bwrap); then throughput with 1, 2 and 4 concurrent clients, the
+// service against one-shot `isolate run`. A benchmark, not a test.
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/isolate-sandbox/isolate/filestore"
+	"github.com/isolate-sandbox/isolate/internal/bench"
+	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/server"
+)
+
+var devNull, _ = os.OpenFile(os.DevNull, os.O_RDWR, 0)
+
+const benchRequest = `{"commands":[{"args":["/bin/true"]}]}`
+
+func benchService(args []string) error {
+	fs := flag.NewFlagSet("isolate serve bench", flag.ContinueOnError)
+	rounds := fs.Int("rounds", 200, "interleaved latency rounds")
+	seconds := fs.Float64("seconds", 5, "length of each throughput measurement")
+	isolateBin := fs.String("isolate", "", "the one-shot isolate binary (default: beside this one)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("must run as root")
+	}
+	if *isolateBin == "" {
+		self, _ := os.Executable()
+		*isolateBin = filepath.Join(filepath.Dir(self), "isolate")
+	}
+	if _, err := os.Stat(*isolateBin); err != nil {
+		return fmt.Errorf("the one-shot isolate: %v (--isolate PATH)", err)
+	}
+	dir, err := os.MkdirTemp("", "isolate-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	store, err := filestore.Open(filepath.Join(dir, "files"), 1<<20, time.Hour)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	host, err := isolate.NewHost(nil)
+	if err != nil {
+		return err
+	}
+	cpus := usableCPUs()
+	srv := server.New(server.Config{Runner: hostRunner{host}, Store: store, Parallel: max(cpus, 4), Queue: 64, Version: version})
+	sock := filepath.Join(dir, "api.sock")
+	l, err := server.ListenUnix(sock, -1)
+	if err != nil {
+		return err
+	}
+	go srv.Serve(l)
+	defer srv.Shutdown(time.Second)
+
+	variants := []struct {
+		name string
+		run  func() error
+	}{
+		{"bare exec", func() error { return spawn([]string{"/bin/true"}) }},
+		{"service POST /v1/run", newAPIClient(sock).post},
+		{"isolate run (one-shot)", func() error { return spawn([]string{*isolateBin, "run", "--", "/bin/true"}) }},
+	}
+	if bwrap, err := exec.LookPath("bwrap"); err == nil {
+		variants = append(variants, struct {
+			name string
+			run  func() error
+		}{"bwrap", func() error { return spawn(bench.BwrapArgs(bwrap)) }})
+	} else {
+		fmt.Println("bwrap: not installed, skipped")
+	}
+	samples := make([][]time.Duration, len(variants))
+	for i := range variants { // warm up: page cache, the service's first box
+		variants[i].run()
+	}
+	for r := 0; r < *rounds; r++ {
+		for k := range variants {
+			v := (k + r) % len(variants) // rotate who goes first
+			start := time.Now()
+			if err := variants[v].run(); err != nil {
+				return fmt.Errorf("%s: %v", variants[v].name, err)
+			}
+			samples[v] = append(samples[v], time.Since(start))
+		}
+	}
+	fmt.Printf("latency of /bin/true, %d interleaved rounds, %d CPUs (ms):\n", *rounds, cpus)
+	fmt.Printf("  %-26s %8s %8s %8s\n", "", "median", "p99", "x bare")
+	bare := percentile(samples[0], 50)
+	for i, v := range variants {
+		med := percentile(samples[i], 50)
+		fmt.Printf("  %-26s %8.2f %8.2f %8.2f\n", v.name, ms(med), ms(percentile(samples[i], 99)), float64(med)/float64(bare))
+	}
+
+	fmt.Printf("throughput of /bin/true, %.0f s each (runs/s):\n", *seconds)
+	fmt.Printf("  %-8s %10s %12s %8s\n", "clients", "service", "one-shot", "ratio")
+	for _, clients := range []int{1, 2, 4} {
+		api := throughput(clients, *seconds, func() func() error { return newAPIClient(sock).post })
+		one := throughput(clients, *seconds, func() func() error {
+			return func() error { return spawn([]string{*isolateBin, "run", "--", "/bin/true"}) }
+		})
+		fmt.Printf("  %-8d %10.1f %12.1f %8.2f\n", clients, api, one, api/one)
+	}
+	return nil
+}
+
+// spawn runs argv and waits for it, the way a caller execs a sandbox.
+func spawn(argv []string) error {
+	pid, err := syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{Files: []uintptr{devNull.Fd(), devNull.Fd(), devNull.Fd()}})
+	if err != nil {
+		return err
+	}
+	var ws syscall.WaitStatus
+	for {
+		_, err = syscall.Wait4(pid, &ws, 0, nil)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if ws.ExitStatus() != 0 {
+		return fmt.Errorf("%s: exit status %d", strings.Join(argv, " "), ws.ExitStatus())
+	}
+	return nil
+}
+
+// apiClient posts /bin/true over one keep-alive connection.
+type apiClient struct{ c *http.Client }
+
+func newAPIClient(sock string) *apiClient {
+	return &apiClient{c: &http.Client{Transport: &http.Transport{
+		MaxIdleConnsPerHost: 1,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		},
+	}}}
+}
+
+func (a *apiClient) post() error {
+	resp, err := a.c.Post("http://isolate/v1/run", "application/json", strings.NewReader(benchRequest))
+	if err != nil {
+		return err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"status":"OK"`) {
+		return fmt.Errorf("%d %s", resp.StatusCode, body)
+	}
+	return nil
+}
+
+// throughput is runs per second with clients callers looping for the
+// given time; each caller gets its own runner from newRunner.
+func throughput(clients int, seconds float64, newRunner func() func() error) float64 {
+	var n atomic.Int64
+	deadline := time.Now().Add(time.Duration(seconds * float64(time.Second)))
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := 0; c < clients; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run := newRunner()
+			for time.Now().Before(deadline) {
+				if run() == nil {
+					n.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(n.Load()) / time.Since(start).Seconds()
+}
+
+func percentile(d []time.Duration, p int) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	if len(s) == 0 {
+		return 0
+	}
+	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }

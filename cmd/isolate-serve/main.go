@@ -1,0 +1,291 @@
+// The runtime need not size GOMAXPROCS from cgroup files: the service's
+// parallelism is --parallel, and its boxes wait on the kernel.
+//go:debug containermaxprocs=0
+
+// Command isolate-serve is `isolate serve`: the sandbox as a long-running
+// HTTP/JSON service (docs/API.md) on a unix socket, or on TCP with a
+// bearer token. It is a binary of its own so that the one-shot `isolate`
+// links none of the service's dependencies (net/http, Prometheus);
+// `isolate serve` execs it from beside itself. It links the isolate
+// package, whose ELF constructor makes it the init of the boxes it
+// starts.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"os/user"
+	"runtime"
+	"strconv"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/isolate-sandbox/isolate/api"
+	"github.com/isolate-sandbox/isolate/cgroup"
+	"github.com/isolate-sandbox/isolate/filestore"
+	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/rootfs"
+	"github.com/isolate-sandbox/isolate/server"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	isolate.MaybeInit()
+	// The constructor that dispatches init boots every process of this
+	// binary with one P (isolate/procs.c); a service runs many boxes at
+	// once and wants every CPU it may use.
+	runtime.GOMAXPROCS(usableCPUs())
+	run := serve
+	if len(os.Args) > 1 && os.Args[1] == "bench" {
+		run, os.Args = benchService, os.Args[1:]
+	}
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "isolate serve: "+err.Error())
+		os.Exit(2)
+	}
+}
+
+// options are the service's flags.
+type options struct {
+	socket, socketGroup  string
+	listen, tokenFile    string
+	parallel, queue      int
+	grace                time.Duration
+	storeDir             string
+	storeQuota, storeTTL string
+	caps                 capFlags
+}
+
+type capFlags struct{ time, wall, mem, pids, tmp, fsize, output string }
+
+func parseFlags(args []string) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("isolate serve", flag.ContinueOnError)
+	fs.StringVar(&o.socket, "socket", server.DefaultSocket, "unix socket to listen on (root-owned, mode 0660)")
+	fs.StringVar(&o.socketGroup, "socket-group", "", "group (name or gid) that may use the socket besides root")
+	fs.StringVar(&o.listen, "listen", "", "also listen on this TCP address (needs --token-file)")
+	fs.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token every request must carry (mode 0600)")
+	fs.IntVar(&o.parallel, "parallel", usableCPUs(), "commands running at once")
+	fs.IntVar(&o.queue, "queue", 0, "requests that may wait for a slot (default 4 x --parallel); more get 429")
+	fs.DurationVar(&o.grace, "grace", 30*time.Second, "on SIGTERM, how long running requests may finish")
+	fs.StringVar(&o.storeDir, "store", filestore.DefaultRoot, "directory of the file store (root-only)")
+	fs.StringVar(&o.storeQuota, "store-quota", "256M", "bytes the file store may hold")
+	fs.StringVar(&o.storeTTL, "store-ttl", "1h", "how long a stored file lives")
+	fs.StringVar(&o.caps.time, "max-time", "", "largest cpu_time_ms a request may ask (DUR)")
+	fs.StringVar(&o.caps.wall, "max-wall-time", "", "largest wall_time_ms (DUR)")
+	fs.StringVar(&o.caps.mem, "max-mem", "", "largest memory_bytes (SIZE)")
+	fs.StringVar(&o.caps.pids, "max-pids", "", "largest pids")
+	fs.StringVar(&o.caps.tmp, "max-tmp-size", "", "largest tmp_size_bytes (SIZE)")
+	fs.StringVar(&o.caps.fsize, "max-fsize", "", "largest file_size_bytes (SIZE)")
+	fs.StringVar(&o.caps.output, "max-output", "", "largest output_limit_bytes (SIZE)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if o.parallel < 1 {
+		return nil, errors.New("--parallel: must be 1 or more")
+	}
+	if o.queue == 0 {
+		o.queue = 4 * o.parallel
+	}
+	if o.listen != "" && o.tokenFile == "" {
+		return nil, errors.New("--listen needs --token-file: TCP clients are known by their token only")
+	}
+	return o, nil
+}
+
+// caps reads the --max-* flags.
+func (c capFlags) parse() (server.Caps, error) {
+	var caps server.Caps
+	dur := func(flag, v string, ms *int64) error {
+		if v == "" {
+			return nil
+		}
+		d, err := api.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("%s %s: %v", flag, v, err)
+		}
+		*ms = api.Millis(d)
+		return nil
+	}
+	size := func(flag, v string, n *int64, parse func(string) (int64, error)) error {
+		if v == "" {
+			return nil
+		}
+		x, err := parse(v)
+		if err != nil {
+			return fmt.Errorf("%s %s: %v", flag, v, err)
+		}
+		*n = max(x, 0) // unlimited: no cap
+		return nil
+	}
+	return caps, errors.Join(
+		dur("--max-time", c.time, &caps.CPUTimeMs),
+		dur("--max-wall-time", c.wall, &caps.WallTimeMs),
+		size("--max-mem", c.mem, &caps.MemoryBytes, api.ParseSize),
+		size("--max-pids", c.pids, &caps.Pids, api.ParseCount),
+		size("--max-tmp-size", c.tmp, &caps.TmpSizeBytes, api.ParseSize),
+		size("--max-fsize", c.fsize, &caps.FileSizeBytes, api.ParseSize),
+		size("--max-output", c.output, &caps.OutputLimitBytes, api.ParseSize),
+	)
+}
+
+func lookupGroup(g string) (int, error) {
+	if g == "" {
+		return -1, nil
+	}
+	if n, err := strconv.Atoi(g); err == nil {
+		return n, nil
+	}
+	gr, err := user.LookupGroup(g)
+	if err != nil {
+		return 0, fmt.Errorf("--socket-group: %v", err)
+	}
+	return strconv.Atoi(gr.Gid)
+}
+
+func serve(args []string) error {
+	o, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("must run as root (box setup needs namespaces, cgroups and mounts)")
+	}
+	caps, err := o.caps.parse()
+	if err != nil {
+		return err
+	}
+	quota, err := api.ParseSize(o.storeQuota)
+	if err != nil || quota <= 0 {
+		return fmt.Errorf("--store-quota %s: a size above 0 is needed", o.storeQuota)
+	}
+	ttl, err := api.ParseDuration(o.storeTTL)
+	if err != nil || ttl <= 0 {
+		return fmt.Errorf("--store-ttl %s: a duration above 0 is needed", o.storeTTL)
+	}
+	gid, err := lookupGroup(o.socketGroup)
+	if err != nil {
+		return err
+	}
+	var token string
+	if o.tokenFile != "" {
+		if token, err = server.ReadToken(o.tokenFile); err != nil {
+			return err
+		}
+	}
+	// What the service writes for boxes (copy_in files) must be readable
+	// by the box user, whatever the caller's umask.
+	syscall.Umask(0o022)
+	host, err := isolate.NewHost(nil)
+	if err != nil {
+		return err
+	}
+	// What a killed service left: box cgroups (its boxes died with it),
+	// stored files, work directories.
+	if err := host.SweepStale(); err != nil {
+		fmt.Fprintln(os.Stderr, "isolate serve: warning: "+err.Error())
+	}
+	store, err := filestore.Open(o.storeDir, quota, ttl)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if err := server.SweepWork(); err != nil {
+		return err
+	}
+
+	srv := server.New(server.Config{
+		Runner:   hostRunner{host},
+		Exec:     server.Judge{Host: host},
+		Store:    store,
+		Version:  version,
+		Parallel: o.parallel,
+		Queue:    o.queue,
+		Caps:     caps,
+		Health:   health,
+		Token:    token,
+	})
+	ul, err := server.ListenUnix(o.socket, gid)
+	if err != nil {
+		return err
+	}
+	listeners := []net.Listener{ul}
+	if o.listen != "" {
+		tl, err := net.Listen("tcp", o.listen)
+		if err != nil {
+			ul.Close()
+			return err
+		}
+		listeners = append(listeners, tl)
+	}
+	errs := make(chan error, len(listeners))
+	for _, l := range listeners {
+		go func() { errs <- srv.Serve(l) }()
+	}
+	fmt.Fprintf(os.Stderr, "isolate serve: listening on %s", o.socket)
+	if o.listen != "" {
+		fmt.Fprintf(os.Stderr, " and %s", listeners[1].Addr())
+	}
+	fmt.Fprintf(os.Stderr, " (%d at once)\n", o.parallel)
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	select {
+	case s := <-sig:
+		fmt.Fprintf(os.Stderr, "isolate serve: %v: draining (up to %v)\n", s, o.grace)
+	case err := <-errs:
+		srv.Shutdown(0)
+		return err
+	}
+	srv.Shutdown(o.grace)
+	return nil
+}
+
+// hostRunner runs each command on the host directly (no boxes built
+// ahead).
+type hostRunner struct{ h *isolate.Host }
+
+func (r hostRunner) Run(ctx context.Context, spec *api.Spec, stdio isolate.IO) (*api.Report, error) {
+	return r.h.Run(ctx, spec, stdio)
+}
+
+func (hostRunner) Ready() int { return 0 }
+
+// health is what only the host knows: its cgroups and images.
+func health() server.Health {
+	h := server.Health{Ready: true, Cgroup: string(cgroup.DetectMode()), Images: []string{}}
+	if _, err := cgroup.NewManager(os.Getenv("ISOLATE_CGROUP_ROOT")); err != nil {
+		h.Ready = false
+		h.Reasons = append(h.Reasons, "cgroups: "+err.Error())
+	}
+	imgs, err := rootfs.ListImages()
+	if err != nil {
+		h.Reasons = append(h.Reasons, "images: "+err.Error())
+	}
+	for _, m := range imgs {
+		h.Images = append(h.Images, m.Name)
+	}
+	return h
+}
+
+// usableCPUs counts the CPUs this process may run on (runtime.NumCPU
+// counted them while the constructor's one-CPU mask was in force).
+func usableCPUs() int {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil || set.Count() < 1 {
+		return 1
+	}
+	return set.Count()
+}

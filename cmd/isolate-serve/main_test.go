@@ -1,0 +1,194 @@
+package main
+
+// The service as a process: SIGKILL leaves no box running, and the next
+// start removes what the killed one left (box cgroups, stored files, a
+// stale socket); SIGTERM stops it cleanly. The test binary is the
+// service: started with serveChildEnv set, it runs serve() instead of
+// the tests.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/isolate-sandbox/isolate/cgroup"
+	"github.com/isolate-sandbox/isolate/isolate"
+)
+
+const serveChildEnv = "ISOLATE_SERVE_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	isolate.MaybeInit()
+	if os.Getenv(serveChildEnv) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+type child struct {
+	cmd  *exec.Cmd
+	sock string
+	log  *bytes.Buffer
+}
+
+func startChild(t *testing.T, dir string) *child {
+	t.Helper()
+	c := &child{sock: filepath.Join(dir, "api.sock"), log: &bytes.Buffer{}}
+	c.cmd = exec.Command(os.Args[0], "--socket", c.sock, "--store", filepath.Join(dir, "files"), "--grace", "10s")
+	c.cmd.Env = append(os.Environ(), serveChildEnv+"=1")
+	c.cmd.Stderr = c.log
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the service answers", func() bool {
+		code, _ := c.get("/v1/version")
+		return code == 200
+	})
+	return c
+}
+
+func (c *child) client() *http.Client {
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", c.sock)
+	}}}
+}
+
+func (c *child) get(path string) (int, string) {
+	resp, err := c.client().Get("http://isolate" + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func (c *child) post(path, body string) (int, string) {
+	resp, err := c.client().Post("http://isolate"+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("never happened: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func processWith(marker string) bool {
+	cmds, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range cmds {
+		if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, []byte(marker)) {
+			return true
+		}
+	}
+	return false
+}
+
+// boxOf is the name of the box cgroup of the process whose command line
+// holds marker.
+func boxOf(t *testing.T, marker string) string {
+	t.Helper()
+	cmds, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range cmds {
+		if b, err := os.ReadFile(p); err != nil || !bytes.Contains(b, []byte(marker)) {
+			continue
+		}
+		cg, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "cgroup"))
+		for _, part := range strings.FieldsFunc(string(cg), func(r rune) bool { return r == '/' || r == '\n' }) {
+			if strings.HasPrefix(part, "box-") {
+				return part
+			}
+		}
+	}
+	t.Fatalf("no box cgroup for %s", marker)
+	return ""
+}
+
+func TestSIGKILLLeavesNothing(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: starts sandboxes")
+	}
+	mgr, err := cgroup.NewManager(os.Getenv("ISOLATE_CGROUP_ROOT"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	c := startChild(t, dir)
+	if code, body := c.post("/v1/files", "stored by the first service"); code != 201 {
+		t.Fatalf("upload: %d %s", code, body)
+	}
+	marker := fmt.Sprintf("marker-%d", time.Now().UnixNano())
+	// A box id of its own: other test binaries run boxes meanwhile, from
+	// id 0 up, and a box another run holds is rightly not swept.
+	go c.post("/v1/run", `{"commands":[{"box_id":97,"args":["/bin/sh","-c","sleep 30; : `+marker+`"]}]}`)
+	waitFor(t, "the box runs", func() bool { return processWith(marker) })
+	box := boxOf(t, marker)
+	c.cmd.Process.Kill()
+	c.cmd.Wait()
+	// No box outlives the service.
+	waitFor(t, "the box dies with the service", func() bool { return !processWith(marker) })
+
+	c2 := startChild(t, dir)
+	if ents, _ := os.ReadDir(filepath.Join(dir, "files")); len(ents) != 0 {
+		t.Errorf("the store kept %d files of the killed service", len(ents))
+	}
+	for _, b := range mgr.Boxes() {
+		if b == box {
+			t.Errorf("the killed service's box cgroup %s is still there", b)
+		}
+	}
+	if code, body := c2.post("/v1/run", `{"commands":[{"args":["/bin/true"]}]}`); code != 200 || !strings.Contains(body, `"status":"OK"`) {
+		t.Fatalf("after the restart: %d %s", code, body)
+	}
+	c2.cmd.Process.Signal(syscall.SIGTERM)
+	if err := c2.cmd.Wait(); err != nil {
+		t.Fatalf("SIGTERM: %v\n%s", err, c2.log)
+	}
+	if _, err := os.Stat(c2.sock); !os.IsNotExist(err) {
+		t.Errorf("the socket outlived the service: %v", err)
+	}
+}
+
+func TestFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--listen", "127.0.0.1:0"},
+		{"--parallel", "0"},
+		{"extra"},
+		{"--no-such-flag"},
+	} {
+		if _, err := parseFlags(args); err == nil {
+			t.Errorf("%v accepted", args)
+		}
+	}
+	for _, v := range []capFlags{{mem: "NaN"}, {time: "1x"}, {pids: "-1"}} {
+		if _, err := v.parse(); err == nil {
+			t.Errorf("%+v accepted", v)
+		}
+	}
+	caps, err := capFlags{mem: "256M", time: "2s", output: "unlimited"}.parse()
+	if err != nil || caps.MemoryBytes != 256<<20 || caps.CPUTimeMs != 2000 || caps.OutputLimitBytes != 0 {
+		t.Fatalf("%+v %v", caps, err)
+	}
+}

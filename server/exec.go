@@ -1,0 +1,92 @@
+package server
+
+import (
+	"bytes"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/isolate-sandbox/isolate/api"
+	"github.com/isolate-sandbox/isolate/isolate"
+)
+
+// POST /v1/exec: compile and run one source file; the answer is `isolate
+// exec`'s report (CE included), or its events when streamed.
+func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Exec == nil {
+		writeError(w, http.StatusNotImplemented, errors.New("this service has no compile+run (exec) support"))
+		return
+	}
+	var req ExecRequest
+	if err := decode(r.Body, &req); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	if err := s.validateExec(&req, callerOf(r)); err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	ctx, done, ok := s.admit(w, r, 1)
+	if !ok {
+		return
+	}
+	defer done()
+
+	var stdio isolate.IO
+	switch in := req.Stdin; {
+	case in == nil:
+	case in.Text != nil:
+		stdio.Stdin = strings.NewReader(*in.Text)
+	case in.Base64 != nil:
+		stdio.Stdin = bytes.NewReader(*in.Base64)
+	default:
+		f, _, err := s.store.Open(in.File)
+		if err != nil {
+			writeError(w, statusOf(storeErr("stdin.file", err)), storeErr("stdin.file", err))
+			return
+		}
+		defer f.Close()
+		stdio.Stdin = f
+	}
+	var ev *events
+	if wantsStream(r) {
+		ev = newEvents(w)
+		stdio.Stdout, stdio.Stderr = ev.writer(0, "stdout"), ev.writer(0, "stderr")
+	}
+	rep, err := s.cfg.Exec.Exec(ctx, &req, stdio)
+	switch {
+	case err != nil && ev != nil && ev.started():
+		ev.fail(err)
+	case err != nil:
+		writeError(w, statusOf(err), err)
+	case ev != nil:
+		ev.emit(Event{Exec: rep, Done: true})
+	default:
+		writeJSON(w, http.StatusOK, rep)
+	}
+}
+
+func (s *Server) validateExec(req *ExecRequest, caller Caller) error {
+	if req.Lang == "" {
+		return &api.FieldError{Field: "lang", Msg: "no language given"}
+	}
+	if req.Source == "" {
+		return &api.FieldError{Field: "source", Msg: "no source given"}
+	}
+	if len(req.CopyIn) > 0 || len(req.CopyOut) > 0 {
+		return &api.FieldError{Field: "copy_in", Msg: "not supported by exec (use /v1/run)"}
+	}
+	// Validate wants a program; exec's is the language's.
+	spec := req.Spec
+	spec.Args = append([]string{"main"}, spec.Args...)
+	if err := spec.Validate(); err != nil {
+		return err
+	}
+	if err := s.cfg.Caps.apply(&req.Spec, ""); err != nil {
+		return err
+	}
+	if err := hostPaths(&req.Spec, caller, ""); err != nil {
+		return err
+	}
+	return req.Stdin.check("stdin")
+}

@@ -1,0 +1,97 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// TestManyRequests runs 1000 requests in the suite, 10 000 in CI's own
+// step (ISOLATE_SERVE_REQUESTS=10000, .ci/run; skipped with -short) from
+// four clients and checks that nothing
+// leaks (box processes, mounts, work directories) and that the
+// service's memory stays flat: resident memory after all of them within
+// a bound of what it was after the first thousand.
+func TestManyRequests(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: thousands of requests take a while")
+	}
+	n := 1000
+	if v := os.Getenv("ISOLATE_SERVE_REQUESTS"); v != "" {
+		n, _ = strconv.Atoi(v)
+	}
+	s := startService(t, func(c *Config) { c.Parallel = 4 })
+	mountsBefore := mountCount(t)
+	const clients = 4
+	var next, failed atomic.Int64
+	var warm int64
+	var once sync.Once
+	var wg sync.WaitGroup
+	for c := 0; c < clients; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(n) {
+					return
+				}
+				code, b := s.do(t, "POST", "/v1/run", `{"commands":[{"args":["/bin/sh","-c","echo $$"],"stdin":{"text":"x"}}]}`)
+				if code != 200 || !bytes.Contains(b, []byte(`"status":"OK"`)) {
+					if failed.Add(1) <= 3 {
+						t.Errorf("request %d: %d %s", i, code, b)
+					}
+				}
+				if i == int64(min(1000, n/2)) {
+					once.Do(func() { warm = rss(t) })
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if failed.Load() > 0 {
+		t.Fatalf("%d of %d requests failed", failed.Load(), n)
+	}
+	end := rss(t)
+	t.Logf("%d requests; RSS after the first thousand %d KiB, at the end %d KiB", n, warm>>10, end>>10)
+	// Flat: a leak of even 2 KiB a request would add 18 MiB here.
+	if end > warm+16<<20 {
+		t.Errorf("resident memory grew from %d KiB to %d KiB", warm>>10, end>>10)
+	}
+	if m := mountCount(t); m != mountsBefore {
+		t.Errorf("%d mounts before, %d after", mountsBefore, m)
+	}
+	if r, w := s.queue.lengths(); r != 0 || w != 0 {
+		t.Errorf("queue: %d running, %d waiting", r, w)
+	}
+}
+
+func rss(t *testing.T) int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
+
+func mountCount(t *testing.T) int {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Count(b, []byte("\n"))
+}

@@ -1,0 +1,440 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"unicode/utf8"
+
+	"github.com/isolate-sandbox/isolate/api"
+	"github.com/isolate-sandbox/isolate/filestore"
+	"github.com/isolate-sandbox/isolate/isolate"
+)
+
+// workRoot holds each request's own files on the host (inline copy_in
+// content, copy_out results) while it runs: root-only, swept at start.
+const workRoot = "/run/isolate/work"
+
+func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
+	var req RunRequest
+	if err := decode(r.Body, &req); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	if err := s.validate(&req, callerOf(r)); err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	ctx, done, ok := s.admit(w, r, len(req.Commands))
+	if !ok {
+		return
+	}
+	defer done()
+
+	var ev *events
+	if wantsStream(r) {
+		ev = newEvents(w)
+	}
+	resp, err := s.run(ctx, &req, ev)
+	if err != nil {
+		if ev != nil && ev.started() {
+			ev.fail(err)
+			return
+		}
+		writeError(w, statusOf(err), err)
+		return
+	}
+	if ev != nil {
+		ev.finish(resp)
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// task is one request being run: its commands' streams, the pipes
+// between them, and the host files it made.
+type task struct {
+	s    *Server
+	req  *RunRequest
+	ev   *events
+	dir  string // the request's work directory, made when needed
+	io   []isolate.IO
+	own  [][]*os.File // per command: files to close when its run ends
+	recs []*recorder  // per pipe: the recorded traffic, or nil
+	wg   sync.WaitGroup
+}
+
+// run runs every command of req together and returns their results.
+func (s *Server) run(ctx context.Context, req *RunRequest, ev *events) (*RunResponse, error) {
+	t := &task{s: s, req: req, ev: ev, io: make([]isolate.IO, len(req.Commands)), own: make([][]*os.File, len(req.Commands))}
+	defer t.cleanup()
+	if err := t.prepare(); err != nil {
+		return nil, err
+	}
+	results := make([]Result, len(req.Commands))
+	errs := make([]error, len(req.Commands))
+	var wg sync.WaitGroup
+	for i := range req.Commands {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			spec := req.Commands[i].Spec
+			rep, err := s.runner.Run(ctx, &spec, t.io[i])
+			// The command's ends of its pipes close with it, so that
+			// its peer sees end of file (or a broken pipe).
+			closeAll(t.own[i])
+			t.own[i] = nil
+			if errs[i] = err; err == nil {
+				results[i] = t.result(i, rep)
+				if ev != nil {
+					ev.result(i, results[i])
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	t.wg.Wait() // the pipes' copiers
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	resp := &RunResponse{Results: results}
+	for i, rec := range t.recs {
+		if rec != nil {
+			data, trunc := rec.result()
+			resp.Pipes = append(resp.Pipes, PipeRecording{Index: i, Data: data, Truncated: trunc})
+		}
+	}
+	return resp, nil
+}
+
+// prepare gives each command its streams and files.
+func (t *task) prepare() error {
+	for i := range t.req.Commands {
+		c := &t.req.Commands[i]
+		if err := t.stdin(i, c); err != nil {
+			return err
+		}
+		// Collected streams are cut per stream below; the runner keeps
+		// the larger of the two.
+		limit := c.Spec.WithDefaults().OutputLimitBytes
+		want := int64(0)
+		for _, o := range []*Output{c.Stdout, c.Stderr} {
+			switch {
+			case o == nil || o.Pipe:
+				want = max(want, limit)
+			case o.Collect.MaxBytes > 0:
+				want = max(want, o.Collect.MaxBytes)
+			default:
+				want = max(want, limit)
+			}
+		}
+		if want != limit {
+			c.Spec.OutputLimitBytes = want
+		}
+		if t.ev != nil {
+			t.io[i].Stdout = t.ev.writer(i, "stdout")
+			t.io[i].Stderr = t.ev.writer(i, "stderr")
+		}
+		if err := t.copyIn(i, c); err != nil {
+			return err
+		}
+		if err := t.copyOutPlan(i, c); err != nil {
+			return err
+		}
+	}
+	return t.pipes()
+}
+
+func (t *task) stdin(i int, c *Command) error {
+	in := c.Stdin
+	switch {
+	case in == nil || in.Pipe:
+		return nil
+	case in.Text != nil:
+		t.io[i].Stdin = strings.NewReader(*in.Text)
+	case in.Base64 != nil:
+		t.io[i].Stdin = bytes.NewReader(*in.Base64)
+	default:
+		f, _, err := t.s.store.Open(in.File)
+		if err != nil {
+			return storeErr(fmt.Sprintf("commands[%d].stdin.file", i), err)
+		}
+		t.own[i] = append(t.own[i], f)
+		t.io[i].Stdin = f
+	}
+	return nil
+}
+
+func storeErr(field string, err error) error {
+	if errors.Is(err, filestore.ErrNotFound) {
+		return &api.FieldError{Field: field, Msg: "no such file in the store (expired or deleted?)"}
+	}
+	return err
+}
+
+// workDir is the request's own host directory, made on first use.
+func (t *task) workDir() (string, error) {
+	if t.dir != "" {
+		return t.dir, nil
+	}
+	if err := os.MkdirAll(workRoot, 0o700); err != nil {
+		return "", err
+	}
+	d, err := os.MkdirTemp(workRoot, "req-")
+	if err != nil {
+		return "", err
+	}
+	t.dir = d
+	return d, nil
+}
+
+// copyIn writes each copy_in's content to a file of the request's own,
+// which the runner copies into the box as the box user's.
+func (t *task) copyIn(i int, c *Command) error {
+	for j, ci := range c.CopyIn {
+		dir, err := t.workDir()
+		if err != nil {
+			return err
+		}
+		src := filepath.Join(dir, fmt.Sprintf("in-%d-%d", i, j))
+		mode := os.FileMode(ci.Mode)
+		if mode == 0 {
+			mode = 0o644
+		}
+		f, err := os.OpenFile(src, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, mode)
+		if err != nil {
+			return err
+		}
+		switch {
+		case ci.Text != nil:
+			_, err = f.WriteString(*ci.Text)
+		case ci.Base64 != nil:
+			_, err = f.Write(*ci.Base64)
+		default:
+			var sf *os.File
+			sf, _, err = t.s.store.Open(ci.File)
+			if err != nil {
+				f.Close()
+				return storeErr(fmt.Sprintf("commands[%d].copy_in[%d].file", i, j), err)
+			}
+			_, err = io.Copy(f, sf)
+			sf.Close()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		os.Chmod(src, mode) // the umask's bits back
+		c.Spec.CopyIn = append(c.Spec.CopyIn, api.Copy{From: src, To: ci.Path})
+	}
+	return nil
+}
+
+// copyOutPlan asks the runner to copy each copy_out file to the
+// request's directory; result reads it from there.
+func (t *task) copyOutPlan(i int, c *Command) error {
+	for j, co := range c.CopyOut {
+		dir, err := t.workDir()
+		if err != nil {
+			return err
+		}
+		c.Spec.CopyOut = append(c.Spec.CopyOut, api.Copy{From: co.Path, To: filepath.Join(dir, fmt.Sprintf("out-%d-%d", i, j))})
+	}
+	return nil
+}
+
+// pipes makes a real pipe for each entry of req.Pipes: the writer's end
+// goes to one box, the reader's to the other. A recorded pipe is two
+// pipes with a copier between them that keeps what passes.
+func (t *task) pipes() error {
+	t.recs = make([]*recorder, len(t.req.Pipes))
+	for i, p := range t.req.Pipes {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return err
+		}
+		t.own[p.From.Cmd] = append(t.own[p.From.Cmd], w)
+		t.setOut(p.From, w)
+		if p.RecordMaxBytes > 0 {
+			r2, w2, err := os.Pipe()
+			if err != nil {
+				r.Close()
+				return err
+			}
+			rec := &recorder{limit: p.RecordMaxBytes}
+			t.recs[i] = rec
+			t.wg.Add(1)
+			go func(from, to *os.File) {
+				defer t.wg.Done()
+				rec.copy(to, from)
+			}(r, w2)
+			r = r2
+		}
+		t.own[p.To.Cmd] = append(t.own[p.To.Cmd], r)
+		t.io[p.To.Cmd].Stdin = r
+	}
+	return nil
+}
+
+func (t *task) setOut(e End, f *os.File) {
+	if e.FD == 1 {
+		t.io[e.Cmd].Stdout = f
+	} else {
+		t.io[e.Cmd].Stderr = f
+	}
+}
+
+// result is command i's report with its streams cut as asked and its
+// copied-out files.
+func (t *task) result(i int, rep *api.Report) Result {
+	c := &t.req.Commands[i]
+	res := Result{Report: rep}
+	cut := func(o *Output, s *string, trunc *bool) {
+		if o != nil && o.Collect != nil && o.Collect.MaxBytes > 0 && int64(len(*s)) > o.Collect.MaxBytes {
+			*s = (*s)[:o.Collect.MaxBytes]
+			*trunc = true
+		}
+	}
+	cut(c.Stdout, &rep.Stdout, &rep.StdoutTruncated)
+	cut(c.Stderr, &rep.Stderr, &rep.StderrTruncated)
+	if len(c.CopyOut) > 0 {
+		res.CopyOut = make([]CopyOutResult, len(c.CopyOut))
+		for j, co := range c.CopyOut {
+			res.CopyOut[j] = t.takeOut(filepath.Join(t.dir, fmt.Sprintf("out-%d-%d", i, j)), co)
+		}
+	}
+	return res
+}
+
+// takeOut reads a copied-out file from the request's directory: inline
+// up to its limit, or into the file store.
+func (t *task) takeOut(src string, co CopyOut) CopyOutResult {
+	res := CopyOutResult{Path: co.Path}
+	f, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		res.Error = "not copied out (absent from the box, or not a regular file)"
+		return res
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		res.Error = "not a regular file"
+		return res
+	}
+	res.Size = st.Size()
+	if co.Store {
+		info, err := t.s.store.Put(f, 0)
+		if err != nil {
+			res.Error = err.Error()
+			return res
+		}
+		res.File = info.ID
+		return res
+	}
+	limit := co.InlineMaxBytes
+	if limit == 0 {
+		limit = api.DefaultOutputLimitBytes
+	}
+	data, err := io.ReadAll(io.LimitReader(f, limit))
+	if err != nil {
+		res.Error = err.Error()
+		return res
+	}
+	res.Truncated = int64(len(data)) < res.Size
+	if utf8.Valid(data) {
+		s := string(data)
+		res.Text = &s
+	} else {
+		res.Base64 = data
+	}
+	return res
+}
+
+func (t *task) cleanup() {
+	for i := range t.own {
+		closeAll(t.own[i])
+	}
+	if t.dir != "" {
+		os.RemoveAll(t.dir)
+	}
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
+}
+
+// recorder copies a pipe's traffic and keeps its first limit bytes.
+type recorder struct {
+	limit int64
+	mu    sync.Mutex
+	buf   []byte
+	trunc bool
+}
+
+// copy moves bytes from r to w until r ends or w breaks, then closes
+// both, so that each side sees what it would on a direct pipe.
+func (rec *recorder) copy(w, r *os.File) {
+	defer r.Close()
+	defer w.Close()
+	b := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(b)
+		if n > 0 {
+			rec.keep(b[:n])
+			if _, werr := w.Write(b[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (rec *recorder) keep(p []byte) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	room := rec.limit - int64(len(rec.buf))
+	if int64(len(p)) > room {
+		p = p[:room]
+		rec.trunc = true
+	}
+	rec.buf = append(rec.buf, p...)
+}
+
+func (rec *recorder) result() (string, bool) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return string(rec.buf), rec.trunc
+}
+
+// SweepWork removes the work directories a killed service left.
+func SweepWork() error {
+	ents, err := os.ReadDir(workRoot)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(workRoot, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}

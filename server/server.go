@@ -1,0 +1,256 @@
+// Package server is the transport of `isolate serve`: HTTP/JSON handlers
+// over a Runner (the pool of fresh boxes), request decoding and limits,
+// streaming, the file store's endpoints, authentication, the queue and
+// the metrics. It adds no runtime logic: every command is an api.Spec and
+// a Runner.Run, every result the CLI's report.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/isolate-sandbox/isolate/api"
+	"github.com/isolate-sandbox/isolate/filestore"
+	"github.com/isolate-sandbox/isolate/isolate"
+)
+
+// Runner runs one command in a fresh box (isolate.Host, or the pool in
+// front of it).
+type Runner interface {
+	Run(ctx context.Context, spec *api.Spec, stdio isolate.IO) (*api.Report, error)
+	// Ready is the number of boxes built ahead and waiting.
+	Ready() int
+}
+
+// Execer compiles and runs one source file (the judge package).
+type Execer interface {
+	Exec(ctx context.Context, req *ExecRequest, stdio isolate.IO) (*api.ExecReport, error)
+}
+
+// Health is what GET /v1/health answers.
+type Health struct {
+	Ready   bool     `json:"ready"`
+	Reasons []string `json:"reasons,omitempty"` // why not ready
+	Cgroup  string   `json:"cgroup"`            // v1, v2 or hybrid
+	Images  []string `json:"images"`            // built language images
+	Pool    int      `json:"pool"`              // boxes ready
+	Running int      `json:"running"`           // commands running
+	Waiting int      `json:"waiting"`           // requests queued
+	Drain   bool     `json:"draining"`
+}
+
+// Config is a service's settings.
+type Config struct {
+	Runner   Runner
+	Exec     Execer // nil: /v1/exec answers 501
+	Store    *filestore.Store
+	Version  string
+	Parallel int // commands at once
+	Queue    int // requests waiting beyond Parallel; more get 429
+	Caps     Caps
+	// Health fills what only the host knows (cgroup mode, images).
+	Health func() Health
+	// Token, when set, is required as a bearer token on every request
+	// (mandatory for TCP listeners; see Serve).
+	Token string
+}
+
+// Server is one service: its handlers, queue and metrics.
+type Server struct {
+	cfg     Config
+	runner  Runner
+	store   *filestore.Store
+	queue   *queue
+	metrics *metrics
+	mux     *http.ServeMux
+
+	draining atomic.Bool
+	inflight sync.WaitGroup // requests that run commands
+	// base is the context of every command: cancelled when a drain's
+	// grace period ends, so that nothing outlives the service.
+	base   context.Context
+	cancel context.CancelCauseFunc
+
+	mu      sync.Mutex
+	servers []*http.Server
+}
+
+// New makes a service from cfg.
+func New(cfg Config) *Server {
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = 1
+	}
+	if cfg.Queue < 0 {
+		cfg.Queue = 0
+	}
+	s := &Server{cfg: cfg, runner: cfg.Runner, store: cfg.Store, queue: newQueue(cfg.Parallel, cfg.Queue), mux: http.NewServeMux()}
+	s.base, s.cancel = context.WithCancelCause(context.Background())
+	s.metrics = newMetrics(s)
+	handle := func(pattern, endpoint string, h http.HandlerFunc) {
+		s.mux.HandleFunc(pattern, s.metrics.observe(endpoint, h))
+	}
+	handle("POST /v1/run", "run", s.handleRun)
+	handle("POST /v1/exec", "exec", s.handleExec)
+	handle("POST /v1/files", "files", s.handleFilePut)
+	handle("GET /v1/files/{id}", "files", s.handleFileGet)
+	handle("DELETE /v1/files/{id}", "files", s.handleFileDelete)
+	handle("GET /v1/health", "health", s.handleHealth)
+	handle("GET /v1/version", "version", s.handleVersion)
+	s.mux.Handle("GET /metrics", s.metrics.handler())
+	return s
+}
+
+// Handler is the service's HTTP handler, with the token check when the
+// configuration has a token.
+func (s *Server) Handler() http.Handler {
+	if s.cfg.Token != "" {
+		return requireToken(s.cfg.Token, s.mux)
+	}
+	return s.mux
+}
+
+// Serve answers requests on l until Shutdown. A TCP listener needs a
+// token: nothing but the unix socket's permissions stands between a
+// client and root's sandbox otherwise.
+func (s *Server) Serve(l net.Listener) error {
+	if _, unixSocket := l.(*net.UnixListener); !unixSocket && s.cfg.Token == "" {
+		return errors.New("refusing to listen on TCP without a token (--token-file)")
+	}
+	hs := &http.Server{
+		Handler:           s.Handler(),
+		ConnContext:       connContext,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       5 * time.Minute,
+	}
+	s.mu.Lock()
+	s.servers = append(s.servers, hs)
+	s.mu.Unlock()
+	err := hs.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown drains: new requests get 503 at once, running ones finish
+// within grace; then whatever still runs is cancelled (its boxes killed),
+// and the listeners close.
+func (s *Server) Shutdown(grace time.Duration) {
+	s.draining.Store(true)
+	done := make(chan struct{})
+	go func() { s.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		s.cancel(errors.New("the service is stopping"))
+		<-done
+	}
+	s.cancel(errors.New("the service stopped"))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, hs := range s.servers {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		hs.Shutdown(ctx)
+		cancel()
+		hs.Close()
+	}
+}
+
+// admit lets a request that runs n commands in: not while draining (503),
+// not beyond the queue (429); else it waits for its slots. It answers
+// the client itself when it refuses; done ends the request.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, n int) (ctx context.Context, done func(), ok bool) {
+	s.inflight.Add(1)
+	if s.draining.Load() {
+		s.inflight.Done()
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, errors.New("the service is stopping"))
+		return nil, nil, false
+	}
+	ctx, cancel := s.requestContext(r)
+	if err := s.queue.acquire(ctx, n); err != nil {
+		cancel()
+		s.inflight.Done()
+		if errors.Is(err, errQueueFull) {
+			w.Header().Set("Retry-After", "1")
+		}
+		writeError(w, statusOf(err), err)
+		return nil, nil, false
+	}
+	return ctx, func() { s.queue.release(n); cancel(); s.inflight.Done() }, true
+}
+
+// requestContext is the request's context (cancelled when its client goes
+// away), also cancelled when the service stops.
+func (s *Server) requestContext(r *http.Request) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(r.Context())
+	stop := context.AfterFunc(s.base, func() { cancel(context.Cause(s.base)) })
+	return ctx, func() { stop(); cancel(nil) }
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	var h Health
+	if s.cfg.Health != nil {
+		h = s.cfg.Health()
+	}
+	h.Pool = s.runner.Ready()
+	h.Running, h.Waiting = s.queue.lengths()
+	h.Drain = s.draining.Load()
+	if h.Drain {
+		h.Ready = false
+		h.Reasons = append(h.Reasons, "draining: the service is stopping")
+	}
+	code := http.StatusOK
+	if !h.Ready {
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, h)
+}
+
+func (s *Server) handleVersion(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"version": s.cfg.Version, "api": "v1"})
+}
+
+// errorBody is every error's JSON: the message, and the field at fault
+// when the request had a bad one.
+type errorBody struct {
+	Error string `json:"error"`
+	Field string `json:"field,omitempty"`
+}
+
+func writeError(w http.ResponseWriter, code int, err error) {
+	body := errorBody{Error: err.Error()}
+	var fe *api.FieldError
+	if errors.As(err, &fe) {
+		body.Field = fe.Field
+	}
+	writeJSON(w, code, body)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
+}
+
+// statusOf is the HTTP status of a request's error: the client's mistake
+// (400), or the service's (500).
+func statusOf(err error) int {
+	var fe *api.FieldError
+	var ue *api.UsageError
+	switch {
+	case errors.As(err, &fe), errors.As(err, &ue):
+		return http.StatusBadRequest
+	case errors.Is(err, errQueueFull):
+		return http.StatusTooManyRequests
+	}
+	return http.StatusInternalServerError
+}

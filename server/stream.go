@@ -1,0 +1,106 @@
+package server
+
+import (
+	"encoding/json"
+	"mime"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/isolate-sandbox/isolate/api"
+)
+
+// ndjson is the media type of a streamed answer: one JSON object a line.
+const ndjson = "application/x-ndjson"
+
+func wantsStream(r *http.Request) bool {
+	for _, part := range strings.Split(r.Header.Get("Accept"), ",") {
+		if mt, _, err := mime.ParseMediaType(strings.TrimSpace(part)); err == nil && mt == ndjson {
+			return true
+		}
+	}
+	return false
+}
+
+// Event is one line of a streamed answer, in this order: output chunks
+// of any command as they happen ({"cmd", "stream", "data"}), each
+// command's result when it ends ({"cmd", "result"}), then one last line
+// with the recorded pipes ({"done": true, "pipes"}) or the error that
+// ended the request ({"error"}).
+type Event struct {
+	Cmd    *int            `json:"cmd,omitempty"`
+	Stream string          `json:"stream,omitempty"` // stdout or stderr
+	Data   string          `json:"data,omitempty"`
+	Result *Result         `json:"result,omitempty"`
+	Exec   *api.ExecReport `json:"exec,omitempty"` // /v1/exec's report
+	Done   bool            `json:"done,omitempty"`
+	Pipes  []PipeRecording `json:"pipes,omitempty"`
+	Error  string          `json:"error,omitempty"`
+}
+
+// events writes a streamed answer; commands' copiers write concurrently,
+// one whole line at a time, each flushed at once.
+type events struct {
+	mu    sync.Mutex
+	w     http.ResponseWriter
+	enc   *json.Encoder
+	begun bool
+	err   error // the client went away: stop writing
+}
+
+func newEvents(w http.ResponseWriter) *events {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return &events{w: w, enc: enc}
+}
+
+func (e *events) emit(ev Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.err != nil {
+		return
+	}
+	if !e.begun {
+		e.w.Header().Set("Content-Type", ndjson)
+		e.w.Header().Set("X-Content-Type-Options", "nosniff")
+		e.w.WriteHeader(http.StatusOK)
+		e.begun = true
+	}
+	if e.err = e.enc.Encode(ev); e.err == nil {
+		if f, ok := e.w.(http.Flusher); ok {
+			f.Flush()
+		}
+	}
+}
+
+func (e *events) started() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.begun
+}
+
+// writer is an io.Writer whose writes become output events of cmd.
+func (e *events) writer(cmd int, stream string) *streamWriter {
+	return &streamWriter{e: e, cmd: cmd, stream: stream}
+}
+
+func (e *events) result(cmd int, r Result) { e.emit(Event{Cmd: &cmd, Result: &r}) }
+
+func (e *events) finish(resp *RunResponse) { e.emit(Event{Done: true, Pipes: resp.Pipes}) }
+
+func (e *events) fail(err error) { e.emit(Event{Error: err.Error()}) }
+
+type streamWriter struct {
+	e      *events
+	cmd    int
+	stream string
+}
+
+// Write sends p as one event. Chunks are the pipe reads of the runner's
+// copier, so a line may arrive in pieces; data that is not UTF-8 is
+// replaced as encoding/json does.
+func (w *streamWriter) Write(p []byte) (int, error) {
+	cmd := w.cmd
+	w.e.emit(Event{Cmd: &cmd, Stream: w.stream, Data: string(p)})
+	return len(p), nil
+}
