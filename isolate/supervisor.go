@@ -740,6 +740,16 @@ func (s *supervisor) supervise() error {
 		defer cpuTimer.Stop()
 		cpuCheck = cpuTimer.C
 	}
+	// The memory watch: see thrash.go.
+	var memCheck <-chan time.Time
+	var memTimer *time.Timer
+	var thrash *thrashDetector
+	if sp.Memory > 0 {
+		thrash = newThrashDetector(sp.Memory)
+		memTimer = time.NewTimer(thrashTick)
+		defer memTimer.Stop()
+		memCheck = memTimer.C
+	}
 	var grace <-chan time.Time
 	done := s.ctx.Done()
 	exited := s.notStarted
@@ -784,6 +794,20 @@ func (s *supervisor) supervise() error {
 				next = time.Millisecond
 			}
 			cpuTimer.Reset(next)
+		case <-memCheck:
+			usage, refaults, err := s.cg.MemoryUsage()
+			if err != nil {
+				// A kernel without refault counts: the watch is off.
+				memCheck = nil
+				continue
+			}
+			if thrash.thrashing(usage, refaults) {
+				s.kill(LimitMemory)
+				grace = time.After(killGrace)
+				memCheck = nil
+				continue
+			}
+			memTimer.Reset(thrashTick)
 		case <-done:
 			// The caller gave up: stop the program as for a limit, then
 			// account and tear down as usual.
@@ -870,6 +894,14 @@ func (s *supervisor) account(m *initMessage, wall time.Duration) error {
 		// the sandbox failing, not the program. A program that is not
 		// there stays RE 127, as a shell says it.
 		r.Status, r.Cause = StatusXX, r.StartFailure
+	case r.Killed && r.Limit == LimitMemory:
+		// Not the OOM killer: the sandbox ended a box stuck at its limit
+		// (thrash.go). oom_killed says which.
+		r.Status = StatusML
+		r.Message = "memory limit exceeded: killed by the sandbox, stuck reclaiming its own pages at the limit"
+		if r.OOMKilled {
+			r.Message = "memory limit exceeded"
+		}
 	case r.Killed:
 		r.Status = StatusTO
 		if r.Limit == LimitCPU {
