@@ -41,19 +41,18 @@ def service() -> Iterator[str]:
     tmp = tempfile.mkdtemp(prefix="pysvc-serve-")
     os.chmod(tmp, 0o755)  # nobody reaches the socket through it
     path = os.path.join(tmp, "api.sock")
+    log = open(os.path.join(tmp, "serve.log"), "w+b")  # a file: a pipe nobody drains fills
     proc = subprocess.Popen([SERVE, "--socket", path, "--socket-group", str(NOBODY.pw_gid),
                              "--store", os.path.join(tmp, "files"), "--grace", "5s"],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+                            stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     try:
         for _ in range(200):
             if proc.poll() is not None or service_answers(path):
                 break
             time.sleep(0.05)
         if not service_answers(path):
-            proc.kill()
-            err = proc.communicate(timeout=10)[1]
-            pytest.fail(f"isolate-serve did not come up: {err.decode(errors='replace')}")
+            log.seek(0)
+            pytest.fail(f"isolate-serve did not come up: {log.read().decode(errors='replace')}")
         yield path
     finally:
         if proc.poll() is None:
@@ -63,8 +62,7 @@ def service() -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+        log.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
