@@ -8,16 +8,18 @@ const (
 	StatusRE Status = "RE" // non-zero exit
 	StatusSG Status = "SG" // killed by a signal not from the sandbox
 	StatusTO Status = "TO" // CPU or wall limit
-	StatusML Status = "ML" // the OOM killer acted in the box
+	StatusML Status = "ML" // the OOM killer acted in the box, or the sandbox killed it stuck at the memory limit
 	StatusXX Status = "XX" // the sandbox failed
 	StatusCE Status = "CE" // compilation failed (exec)
 )
 
-// The limits a TO names in Report.Limit.
+// The limits a TO (cpu, wall) or a sandbox-killed ML (memory) names in
+// Report.Limit.
 const (
-	LimitCPU  = "cpu"
-	LimitWall = "wall"
-	LimitNone = ""
+	LimitCPU    = "cpu"
+	LimitWall   = "wall"
+	LimitMemory = "memory"
+	LimitNone   = ""
 )
 
 // Report is what a run used and how it ended (the contract's JSON report).

@@ -282,6 +282,29 @@ func (b *Box) MemoryPeak() (int64, error) {
 	return readInt(filepath.Join(b.dirs[""], "memory.peak"))
 }
 
+// MemoryUsage is the box's charge now (page cache included) and how many
+// file pages it has faulted back in since it started that it had itself
+// evicted recently (the kernel's workingset refaults): together they tell
+// a box that is stuck reclaiming its own code at the limit.
+func (b *Box) MemoryUsage() (usage, refaults int64, err error) {
+	dir, current := b.dirs[""], "memory.current"
+	if b.mode.usesV1() {
+		dir, current = b.dirs["memory"], "memory.usage_in_bytes"
+	}
+	if usage, err = readInt(filepath.Join(dir, current)); err != nil {
+		return 0, 0, err
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "memory.stat"))
+	if err != nil {
+		return 0, 0, err
+	}
+	// Kernels before 5.9 count file and anon refaults together.
+	if refaults, err = statField(data, "workingset_refault_file"); err != nil {
+		refaults, err = statField(data, "workingset_refault")
+	}
+	return usage, refaults, err
+}
+
 // OOMKills is how many processes the kernel's OOM killer killed in the box.
 func (b *Box) OOMKills() (int64, error) {
 	if b.mode.usesV1() {

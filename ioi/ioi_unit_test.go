@@ -50,6 +50,8 @@ func TestMetaText(t *testing.T) {
 			"time:0.000\ntime-wall:0.000\nmax-rss:0\ncsw-voluntary:0\ncsw-forced:0\ncg-mem:0\nkilled:1\nstatus:TO\nmessage:Time limit exceeded (wall clock)\n"},
 		{"oom", api.Report{Status: api.StatusML, OOMKilled: true, Signal: 9},
 			"time:0.000\ntime-wall:0.000\nmax-rss:0\ncsw-voluntary:0\ncsw-forced:0\ncg-mem:0\ncg-oom-killed:1\nexitsig:9\nstatus:SG\nmessage:Caught fatal signal 9\n"},
+		{"stuck at the memory limit", api.Report{Status: api.StatusML, Killed: true, Limit: api.LimitMemory, Signal: 9},
+			"time:0.000\ntime-wall:0.000\nmax-rss:0\ncsw-voluntary:0\ncsw-forced:0\ncg-mem:0\ncg-oom-killed:1\nexitsig:9\nstatus:SG\nmessage:Caught fatal signal 9\n"},
 		{"xx", api.Report{Status: api.StatusXX, Message: "box setup failed:\nmount"}, "status:XX\nmessage:box setup failed: mount\n"},
 	} {
 		if got := MetaText(&c.rep); got != c.want {

@@ -39,7 +39,9 @@ func MetaText(r *isolate.Report) string {
 	line("csw-voluntary:%d", r.CSWVoluntary)
 	line("csw-forced:%d", r.CSWInvoluntary)
 	line("cg-mem:%d", r.MemoryPeak/1024)
-	if r.OOMKilled {
+	// ioi/isolate's callers read cg-oom-killed as "memory limit exceeded":
+	// also when the sandbox ended a box stuck at its limit.
+	if r.OOMKilled || r.Status == isolate.StatusML {
 		line("cg-oom-killed:1")
 	}
 	switch sig := interruptedBy(r); {
@@ -48,7 +50,7 @@ func MetaText(r *isolate.Report) string {
 		// isolate got, as ioi/isolate writes it.
 		line("killed:1")
 		line("exitsig:%d", sig)
-	case r.Killed:
+	case r.Killed && r.Limit != isolate.LimitMemory:
 		line("killed:1")
 	case status == "TO":
 	case r.Signal != 0:
@@ -75,6 +77,9 @@ func ioiStatus(r *isolate.Report) (status, message string) {
 		return "SG", "Interrupted"
 	case r.Status == isolate.StatusXX:
 		return "XX", oneLine(r.Message)
+	case r.Killed && r.Limit == isolate.LimitMemory:
+		// As when the OOM killer acts: the program died of SIGKILL.
+		return "SG", fmt.Sprintf("Caught fatal signal %d", r.Signal)
 	case r.Killed && r.Limit == isolate.LimitWall:
 		return "TO", "Time limit exceeded (wall clock)"
 	case r.Killed || r.Status == isolate.StatusTO:

@@ -13,14 +13,15 @@ type (
 )
 
 const (
-	StatusOK  = api.StatusOK
-	StatusRE  = api.StatusRE
-	StatusSG  = api.StatusSG
-	StatusTO  = api.StatusTO
-	StatusML  = api.StatusML
-	StatusXX  = api.StatusXX
-	StatusCE  = api.StatusCE
-	LimitCPU  = api.LimitCPU
-	LimitWall = api.LimitWall
-	LimitNone = api.LimitNone
+	StatusOK    = api.StatusOK
+	StatusRE    = api.StatusRE
+	StatusSG    = api.StatusSG
+	StatusTO    = api.StatusTO
+	StatusML    = api.StatusML
+	StatusXX    = api.StatusXX
+	StatusCE    = api.StatusCE
+	LimitCPU    = api.LimitCPU
+	LimitWall   = api.LimitWall
+	LimitMemory = api.LimitMemory
+	LimitNone   = api.LimitNone
 )

@@ -43,6 +43,8 @@ func usageErr(err error) error { return &exitError{code: exitSandbox, msg: err.E
 
 func main() {
 	isolate.MaybeInit()
+	// Every command runs at most one box and exits with it.
+	isolate.OneShotProcess()
 	os.Exit(run(os.Args))
 }
 
