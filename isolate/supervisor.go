@@ -770,7 +770,7 @@ func (s *supervisor) supervise() error {
 		case <-cpuCheck:
 			used, err := s.cg.CPUUsage()
 			if err != nil {
-				return fmt.Errorf("read CPU usage: %w", err)
+				return cgroupReadErr("read CPU usage", err)
 			}
 			// The cgroup's counter lags a running thread by up to a
 			// scheduler tick (4 ms at HZ=250) per CPU. Near the end, have
@@ -779,7 +779,7 @@ func (s *supervisor) supervise() error {
 			if cpuBudget-used < time.Duration(cpus*float64(preciseCPUWindow)) {
 				s.cg.SyncCPU()
 				if used, err = s.cg.CPUUsage(); err != nil {
-					return fmt.Errorf("read CPU usage: %w", err)
+					return cgroupReadErr("read CPU usage", err)
 				}
 			}
 			if used >= cpuBudget {
@@ -828,6 +828,20 @@ func (s *supervisor) supervise() error {
 	return s.account(exited, wallTime)
 }
 
+// cgroupReadErr explains a failed read of the box's cgroup. The cgroup is
+// the run's while it holds the box's lock: one gone under a running box
+// (ENODEV on a file kept open, ENOENT on a new open) was removed by a
+// process that does not take the locks in LockDir, such as an isolate
+// built before them (it held box ids as abstract unix sockets) running on
+// the same host: it sees the box as free, sweeps its cgroup and kills
+// what is in it.
+func cgroupReadErr(what string, err error) error {
+	if errors.Is(err, unix.ENODEV) || errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("%s: %w (the box's cgroup was removed under the running box, by a process that ignores the box locks in %s)", what, err, LockDir)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
 // kill stops the program because it hit a limit (only the first counts).
 func (s *supervisor) kill(limit string) {
 	if s.report.Killed {
@@ -854,7 +868,7 @@ func (s *supervisor) account(m *initMessage, wall time.Duration) error {
 	}
 	total, err := s.cg.CPUUsage()
 	if err != nil {
-		return fmt.Errorf("read CPU usage: %w", err)
+		return cgroupReadErr("read CPU usage", err)
 	}
 	// The cgroup's total is exact; the kernel's user/system split comes
 	// from the rusage of every process PID 1 reaped (the program's and
@@ -869,15 +883,15 @@ func (s *supervisor) account(m *initMessage, wall time.Duration) error {
 	r.CPUTime = total.Seconds()
 	r.SysTime = r.CPUTime - r.UserTime
 	if r.MemoryPeak, err = s.cg.MemoryPeak(); err != nil {
-		return fmt.Errorf("read memory peak: %w", err)
+		return cgroupReadErr("read memory peak", err)
 	}
 	ooms, err := s.cg.OOMKills()
 	if err != nil {
-		return fmt.Errorf("read OOM kills: %w", err)
+		return cgroupReadErr("read OOM kills", err)
 	}
 	r.OOMKilled = ooms > 0
 	if r.PidsPeak, err = s.cg.PidsPeak(); err != nil {
-		return fmt.Errorf("read pids peak: %w", err)
+		return cgroupReadErr("read pids peak", err)
 	}
 	switch {
 	case ws.Signaled():
