@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/isolate"
@@ -28,6 +29,11 @@ func TestRunManyConcurrently(t *testing.T) {
 		n, _ = strconv.Atoi(v)
 	}
 	h := newHost(t)
+	// One run first: the runtime's poller and the host's own descriptors
+	// are made once, on the first run, and are not a run's to close.
+	if rep, err := h.Run(context.Background(), &api.Spec{Args: []string{"/bin/true"}}, isolate.IO{}); err != nil || rep.Status != api.StatusOK {
+		t.Fatalf("first run: %v %+v", err, rep)
+	}
 	fdsBefore := openFDs(t)
 	var next, failed atomic.Int64
 	var mu sync.Mutex
@@ -63,7 +69,14 @@ func TestRunManyConcurrently(t *testing.T) {
 	if failed.Load() > 0 {
 		t.Fatalf("%d of %d runs failed", failed.Load(), n)
 	}
-	if after := openFDs(t); after != fdsBefore {
+	// A run's stdin copier may still be closing its pipe end when Run
+	// returns (the program need not read its input): let it finish.
+	after := openFDs(t)
+	for i := 0; i < 100 && after != fdsBefore; i++ {
+		time.Sleep(20 * time.Millisecond)
+		after = openFDs(t)
+	}
+	if after != fdsBefore {
 		t.Errorf("%d descriptors open before the runs, %d after", fdsBefore, after)
 	}
 }
