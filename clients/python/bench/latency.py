@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Dict, List
 
 from isolate_sandbox import Sandbox, SandboxConfig
 from isolate_sandbox.service_transport import service_answers
@@ -32,7 +33,7 @@ def main() -> None:
             time.sleep(0.05)
         boxes = {"service": Sandbox(SandboxConfig(backend="service", socket_path=sock)),
                  "cli": Sandbox(SandboxConfig(backend="cli", isolate_bin=BIN))}
-        times: dict = {"service": [], "cli": [], "bare": []}
+        times: Dict[str, List[float]] = {"service": [], "cli": [], "bare": []}
         for name, box in boxes.items():  # warm the image caches, not measured
             assert box.execute_code("pass").status == "OK"
         for _ in range(rounds):

@@ -3,7 +3,7 @@
 import os
 import pathlib
 import tempfile
-from typing import Iterator
+from typing import Iterator, Set
 
 import pytest
 
@@ -42,11 +42,11 @@ def cli() -> Sandbox:
     return Sandbox(SandboxConfig.from_env(backend="cli"))
 
 
-def open_fds() -> set:
+def open_fds() -> Set[str]:
     """This process's open descriptors."""
     return set(os.listdir("/proc/self/fd"))
 
 
-def isolate_tmp() -> set:
+def isolate_tmp() -> Set[str]:
     """The client's temporary directories in the temporary directory."""
     return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("isolate-")}

@@ -3,6 +3,7 @@
 import json
 import pathlib
 import re
+from typing import List
 
 import pytest
 
@@ -13,7 +14,7 @@ from isolate_sandbox.artifacts import should_store
 pytestmark = needs_root
 
 
-def stored(tmp_path: pathlib.Path) -> list:
+def stored(tmp_path: pathlib.Path) -> List[pathlib.Path]:
     d = tmp_path / "artifacts"
     return sorted(d.iterdir()) if d.exists() else []
 

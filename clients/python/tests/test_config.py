@@ -1,5 +1,7 @@
 """Configuration from SANDBOX_* and arguments (no root needed)."""
 
+from typing import Dict
+
 import pytest
 
 from isolate_sandbox import SandboxConfig, get_sandbox
@@ -47,7 +49,7 @@ def test_arguments_win() -> None:
     ({"SANDBOX_STORE_CODE": "sometimes"}, "unknown store policy 'sometimes'"),
     ({"SANDBOX_BLOCK_DANGEROUS_IMPORTS": "maybe"}, "SANDBOX_BLOCK_DANGEROUS_IMPORTS='maybe'"),
 ])
-def test_bad_values(env: dict, message: str) -> None:
+def test_bad_values(env: Dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         SandboxConfig.from_env(env)
 
