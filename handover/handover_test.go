@@ -1,0 +1,375 @@
+package handover
+
+// The transport, end to end: the real isolate binary (its C client runs
+// from the ELF constructor) against a Server in this process whose
+// Runner is the test's. No root needed: no box is started here (the
+// CLI suite runs every real run through the real service, see
+// cmd/isolate/harness_test.go with ISOLATE_TEST_VIA=service).
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// isolateBin is the isolate binary built for these tests, and its build id.
+var isolateBin, isolateBuild string
+
+func TestMain(m *testing.M) {
+	code := func() int {
+		dir, err := os.MkdirTemp("", "handover-test-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		isolateBin = filepath.Join(dir, "isolate")
+		build := exec.Command("go", "build", "-tags", "urfave_cli_no_docs,netgo,osusergo", "-o", isolateBin, "../cmd/isolate")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build isolate:", err)
+			return 1
+		}
+		if isolateBuild, err = BuildID(isolateBin); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// startServer serves handovers with run on a fresh socket until the test
+// ends, and returns the socket's path.
+func startServer(t *testing.T, build string, run Runner, outcome func(string)) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "cli.sock")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewServer(build, run, outcome)
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(l) }()
+	t.Cleanup(func() {
+		s.Shutdown(5 * time.Second)
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return sock
+}
+
+// cli is the isolate binary pointed at sock, in dir.
+func cli(sock, dir string, args ...string) *exec.Cmd {
+	cmd := exec.Command(isolateBin, args...)
+	cmd.Env = append(os.Environ(), "ISOLATE_SERVICE_SOCKET="+sock)
+	cmd.Dir = dir
+	return cmd
+}
+
+// exitOf is how cmd ended: its exit status, or the signal it died of.
+func exitOf(t *testing.T, err error) (code int, sig syscall.Signal) {
+	t.Helper()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatal(err)
+	}
+	if ee == nil {
+		return 0, 0
+	}
+	ws := ee.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		return -1, ws.Signal()
+	}
+	return ws.ExitStatus(), 0
+}
+
+// seen is what the echo runner saw of an invocation.
+type seen struct {
+	Args     []string
+	Dir      string
+	DirFile  string // where the O_PATH descriptor points
+	Env      []string
+	UID, GID int
+	Groups   []int
+	Stdin    string
+}
+
+// echoRunner writes what it was handed as JSON on the caller's stdout,
+// a line on its stderr, and exits 3.
+func echoRunner(_ context.Context, inv *Invocation) Exit {
+	in := make([]byte, 100)
+	n, _ := inv.Stdin.Read(in)
+	target, _ := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", inv.DirFile.Fd()))
+	json.NewEncoder(inv.Stdout).Encode(seen{
+		Args: inv.Args, Dir: inv.Dir, DirFile: target, Env: inv.Env,
+		UID: inv.Caller.UID, GID: inv.Caller.GID, Groups: inv.Caller.Groups, Stdin: string(in[:n]),
+	})
+	inv.Stderr.WriteString("to stderr\n")
+	return Exit{Code: 3}
+}
+
+func TestHandoverCarriesTheInvocation(t *testing.T) {
+	outcomes := make(chan string, 1)
+	sock := startServer(t, isolateBuild, echoRunner, func(o string) { outcomes <- o })
+	dir := t.TempDir()
+	cmd := cli(sock, dir, "run", "-t", "1", "--", "/bin/echo", "a b")
+	cmd.Env = append(cmd.Env, "SOME_VAR=x")
+	cmd.Stdin = strings.NewReader("input") // a pipe
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	code, sig := exitOf(t, cmd.Run())
+	if code != 3 || sig != 0 {
+		t.Fatalf("exit %d signal %v, want 3 (the runner's)\nstderr: %s", code, sig, errb.String())
+	}
+	var got seen
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("stdout %q: %v", out.String(), err)
+	}
+	wantArgs := []string{isolateBin, "run", "-t", "1", "--", "/bin/echo", "a b"}
+	if strings.Join(got.Args, "\x00") != strings.Join(wantArgs, "\x00") {
+		t.Errorf("args %q, want %q", got.Args, wantArgs)
+	}
+	if got.Dir != dir || got.DirFile != dir {
+		t.Errorf("dir %q (descriptor: %q), want %q", got.Dir, got.DirFile, dir)
+	}
+	if !slicesContain(got.Env, "SOME_VAR=x") {
+		t.Errorf("env %q lacks SOME_VAR=x", got.Env)
+	}
+	if got.UID != os.Geteuid() || got.GID != os.Getegid() {
+		t.Errorf("caller %d:%d, want %d:%d", got.UID, got.GID, os.Geteuid(), os.Getegid())
+	}
+	own, _ := os.Getgroups()
+	if fmt.Sprint(got.Groups) != fmt.Sprint(own) && !(len(own) == 0 && len(got.Groups) == 0) {
+		t.Errorf("groups %v, want %v", got.Groups, own)
+	}
+	if got.Stdin != "input" {
+		t.Errorf("stdin %q, want %q", got.Stdin, "input")
+	}
+	if errb.String() != "to stderr\n" {
+		t.Errorf("stderr %q", errb.String())
+	}
+	if o := <-outcomes; o != OutcomeCompleted {
+		t.Errorf("outcome %q, want %q", o, OutcomeCompleted)
+	}
+}
+
+func slicesContain(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Only runs are handed over, and only when the caller lets them be.
+func TestWhatIsNotHandedOver(t *testing.T) {
+	handed := make(chan []string, 10)
+	sock := startServer(t, isolateBuild, func(_ context.Context, inv *Invocation) Exit {
+		handed <- inv.Args
+		return Exit{Code: 0}
+	}, nil)
+	for _, c := range []struct {
+		args []string
+		env  []string
+		want bool
+	}{
+		{[]string{"run", "--help"}, nil, true},
+		{[]string{"exec", "--help"}, nil, true},
+		{[]string{"-b", "3", "--run", "--", "/bin/true"}, nil, true},
+		{[]string{"version"}, nil, false},
+		{[]string{"langs"}, nil, false},
+		{[]string{"-b", "3", "--init"}, nil, false},
+		{[]string{"--version"}, nil, false},
+		{[]string{"run", "--help"}, []string{"ISOLATE_NO_SERVICE=1"}, false},
+		{[]string{"run", "--help"}, []string{"ISOLATE_NO_SERVICE="}, true},
+		{[]string{"run", "--help"}, []string{"ISOLATE_CONFIG=/nonexistent"}, false},
+		{[]string{"run", "--help"}, []string{"ISOLATE_IMAGES_DIR=/x"}, false},
+	} {
+		cmd := cli(sock, t.TempDir(), c.args...)
+		cmd.Env = append(cmd.Env, c.env...)
+		cmd.Stdout, cmd.Stderr = nil, nil
+		cmd.Run()
+		select {
+		case args := <-handed:
+			if !c.want {
+				t.Errorf("%q with %q was handed over (%q)", c.args, c.env, args)
+			}
+		default:
+			if c.want {
+				t.Errorf("%q with %q was not handed over", c.args, c.env)
+			}
+		}
+	}
+}
+
+// A service of another build declines: the CLI runs the invocation
+// itself (here: prints run's help, and exits 0).
+func TestOtherBuildIsDeclined(t *testing.T) {
+	outcomes := make(chan string, 1)
+	sock := startServer(t, "another-build", func(context.Context, *Invocation) Exit {
+		t.Error("a declined invocation ran in the service")
+		return Exit{Code: 9}
+	}, func(o string) { outcomes <- o })
+	out, err := cli(sock, t.TempDir(), "run", "--help").Output()
+	if code, _ := exitOf(t, err); code != 0 || !strings.Contains(string(out), "--wall-time") {
+		t.Fatalf("exit %d, stdout %q: want run's help, in-process", code, out)
+	}
+	if o := <-outcomes; o != OutcomeDeclined {
+		t.Errorf("outcome %q, want %q", o, OutcomeDeclined)
+	}
+}
+
+// Signals to the CLI reach the runner; the CLI ends as the runner says,
+// by a signal too.
+func TestSignalsAreRelayed(t *testing.T) {
+	started := make(chan struct{}, 1)
+	sock := startServer(t, isolateBuild, func(ctx context.Context, inv *Invocation) Exit {
+		started <- struct{}{}
+		select {
+		case sig := <-inv.Signals:
+			if sig == syscall.SIGQUIT {
+				return Exit{Code: 128 + int(sig)}
+			}
+			return Exit{Signal: sig}
+		case <-ctx.Done():
+			return Exit{Code: 99}
+		}
+	}, nil)
+	for _, c := range []struct {
+		sig      syscall.Signal
+		code     int
+		diedOfIt bool
+	}{
+		{syscall.SIGTERM, -1, true},
+		{syscall.SIGINT, -1, true},
+		{syscall.SIGHUP, -1, true},
+		{syscall.SIGABRT, -1, true},
+		{syscall.SIGQUIT, 131, false},
+	} {
+		cmd := cli(sock, t.TempDir(), "run", "--", "/bin/sleep", "100")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		<-started
+		cmd.Process.Signal(c.sig)
+		code, sig := exitOf(t, cmd.Wait())
+		if c.diedOfIt && sig != c.sig || !c.diedOfIt && (code != c.code || sig != 0) {
+			t.Errorf("%v: exit %d signal %v", c.sig, code, sig)
+		}
+	}
+}
+
+// The caller's death cancels its run at once.
+func TestCallerDeathCancelsTheRun(t *testing.T) {
+	started := make(chan struct{}, 1)
+	cause := make(chan error, 1)
+	outcomes := make(chan string, 1)
+	sock := startServer(t, isolateBuild, func(ctx context.Context, inv *Invocation) Exit {
+		started <- struct{}{}
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return Exit{Code: 2}
+	}, func(o string) { outcomes <- o })
+	cmd := cli(sock, t.TempDir(), "run", "--", "/bin/sleep", "100")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	cmd.Process.Kill()
+	cmd.Wait()
+	if err := <-cause; err != ErrCallerGone {
+		t.Errorf("the run's context ended by %v, want %v", err, ErrCallerGone)
+	}
+	if o := <-outcomes; o != OutcomeCallerGone {
+		t.Errorf("outcome %q, want %q", o, OutcomeCallerGone)
+	}
+}
+
+// A service that ends without an exit (it died, or restarted) leaves
+// the caller a clear XX in every form it asked for, never a hang.
+func TestServiceEndedDuringTheRun(t *testing.T) {
+	sock := startServer(t, isolateBuild, func(context.Context, *Invocation) Exit {
+		// As if the service died here: the connection closes unanswered.
+		runtime.Goexit()
+		return Exit{}
+	}, nil)
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args       []string
+		wantStdout string
+		meta       string
+	}{
+		{[]string{"run", "--", "/bin/true"}, "", ""},
+		{[]string{"run", "--json", "--", "/bin/true"}, `{"status":"XX","message":"the service ended during the run"}` + "\n", ""},
+		{[]string{"exec", "--json", "--lang", "c", "x.c"}, `{"status":"XX","message":"the service ended during the run"}` + "\n", ""},
+		{[]string{"-b", "1", "-M", "meta1", "--run", "--", "/bin/true"}, "", "meta1"},
+		{[]string{"-M", "meta2", "-b1", "--run", "--", "/bin/true"}, "", "meta2"},
+		{[]string{"-svM", "meta3", "--run", "--", "/bin/true"}, "", "meta3"},
+		{[]string{"--meta=meta4", "--run", "--", "/bin/true"}, "", "meta4"},
+		{[]string{"--meta", "meta5", "--run", "--", "/bin/true"}, "", "meta5"},
+		{[]string{"-Mmeta6", "--run", "--", "/bin/true"}, "", "meta6"},
+		{[]string{"-M-", "--run", "--", "/bin/true"}, "status:XX\nmessage:the service ended during the run\n", ""},
+		{[]string{"-E", "-M", "--run", "--", "/bin/true"}, "", ""},
+	} {
+		var out, errb bytes.Buffer
+		cmd := cli(sock, dir, c.args...)
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		code, sig := exitOf(t, cmd.Run())
+		if code != 2 || sig != 0 || errb.String() != "isolate: the service ended during the run\n" || out.String() != c.wantStdout {
+			t.Errorf("%q: exit %d signal %v, stdout %q, stderr %q", c.args, code, sig, out.String(), errb.String())
+		}
+		if c.meta != "" {
+			meta, err := os.ReadFile(filepath.Join(dir, c.meta))
+			if err != nil || string(meta) != "status:XX\nmessage:the service ended during the run\n" {
+				t.Errorf("%q: meta file %q (%v)", c.args, meta, err)
+			}
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "-*")); len(left) > 0 {
+		t.Errorf("meta files written where none was asked for: %v", left)
+	}
+}
+
+// A request that is not one is declined, and costs the service nothing.
+func TestMalformedRequests(t *testing.T) {
+	outcomes := make(chan string, 10)
+	sock := startServer(t, isolateBuild, func(context.Context, *Invocation) Exit {
+		t.Error("a malformed request ran")
+		return Exit{}
+	}, func(o string) { outcomes <- o })
+	for _, payload := range [][]byte{
+		[]byte("GET / HTTP/1.0\r\n\r\n"),
+		encodeRequest(&request{build: isolateBuild, dir: "/", args: []string{"isolate", "run"}}), // no descriptors
+	} {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write(payload)
+		ans := make([]byte, answerSize)
+		if _, err := c.Read(ans); err != nil {
+			t.Fatal(err)
+		}
+		if tag, _, _ := decodeAnswer(ans); tag != tagDeclined {
+			t.Errorf("answer %q to %q, want declined", tag, payload)
+		}
+		c.Close()
+		if o := <-outcomes; o != OutcomeBadRequest {
+			t.Errorf("outcome %q", o)
+		}
+	}
+}
