@@ -15,8 +15,6 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-func init() { extraCommands = append(extraCommands, serveCommand()) }
-
 // serveBinary is the service's binary, found in isolate's own directory.
 const serveBinary = "isolate-serve"
 
@@ -29,15 +27,15 @@ func serveCommand() *cli.Command {
 		Action: func(c *cli.Context) error {
 			self, err := os.Executable()
 			if err != nil {
-				return &exitError{code: exitSandbox, msg: "serve: " + err.Error()}
+				return failure("serve: " + err.Error())
 			}
 			bin := filepath.Join(filepath.Dir(self), serveBinary)
 			if _, err := os.Stat(bin); err != nil {
-				return &exitError{code: exitSandbox, msg: fmt.Sprintf("serve: %s is missing (it is built beside isolate: make build): %v", bin, errors.Unwrap(err))}
+				return failure(fmt.Sprintf("serve: %s is missing (it is built beside isolate: make build): %v", bin, errors.Unwrap(err)))
 			}
 			argv := append([]string{bin}, c.Args().Slice()...)
 			err = syscall.Exec(bin, argv, os.Environ())
-			return &exitError{code: exitSandbox, msg: fmt.Sprintf("serve: exec %s: %v", bin, err)}
+			return failure(fmt.Sprintf("serve: exec %s: %v", bin, err))
 		},
 	}
 }
