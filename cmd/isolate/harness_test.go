@@ -4,17 +4,29 @@ package main
 // real kernel. TestMain builds it (with coverage instrumentation of the
 // runtime packages when ISOLATE_COVERDIR is set) unless ISOLATE_BIN names
 // one, and checks at the end that nothing of ours leaked.
+//
+// With ISOLATE_TEST_VIA=service the whole suite runs through a service:
+// TestMain starts isolate-serve (beside ISOLATE_BIN, or built) with its
+// own sockets and store, and every isolate the tests start hands its run
+// to it (ISOLATE_SERVICE_SOCKET); runBox checks which path ran. A test
+// that sets an ISOLATE_ variable the service does not honour (a
+// configuration file, an image directory) runs in-process by design, and
+// runBox expects that (expectedVia). Otherwise the runs are in-process
+// (ISOLATE_NO_SERVICE=1, whatever service the machine runs).
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/isolate-sandbox/isolate/cgroup"
 	"github.com/isolate-sandbox/isolate/isolate"
@@ -22,6 +34,9 @@ import (
 
 // isolateBin is the binary under test.
 var isolateBin string
+
+// viaService: the runs go through a service (ISOLATE_TEST_VIA=service).
+var viaService = os.Getenv("ISOLATE_TEST_VIA") == "service"
 
 func TestMain(m *testing.M) {
 	// This binary never starts boxes itself, but if it ever re-executes
@@ -58,7 +73,22 @@ func TestMain(m *testing.M) {
 				return 1
 			}
 		}
+		stopService := func() error { return nil }
+		if viaService {
+			var err error
+			if stopService, err = startService(); err != nil {
+				fmt.Fprintln(os.Stderr, "start the service:", err)
+				return 1
+			}
+		} else {
+			os.Setenv("ISOLATE_NO_SERVICE", "1")
+		}
 		code := m.Run()
+		// The service goes first: what it leaves counts as a leak.
+		if err := stopService(); err != nil {
+			fmt.Fprintln(os.Stderr, "the service:", err)
+			code = 1
+		}
 		if leaks := findLeaks(); len(leaks) > 0 {
 			fmt.Fprintln(os.Stderr, "LEAKED after the test suite:\n  "+strings.Join(leaks, "\n  "))
 			if code == 0 {
@@ -68,6 +98,109 @@ func TestMain(m *testing.M) {
 		return code
 	}()
 	os.Exit(code)
+}
+
+// startService starts isolate-serve for the suite, with its own sockets
+// and store, and points every isolate the tests start at it. stop ends
+// it as an operator does (SIGTERM: it drains) and removes what it used.
+func startService() (stop func() error, err error) {
+	dir, err := os.MkdirTemp("", "isolate-service-")
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(dir)
+		}
+	}()
+	serveBin := filepath.Join(filepath.Dir(isolateBin), "isolate-serve")
+	if _, err := os.Stat(serveBin); err != nil {
+		serveBin = filepath.Join(dir, "isolate-serve")
+		build := exec.Command("go", "build", "-tags", "urfave_cli_no_docs,netgo,osusergo", "-o", serveBin, "../isolate-serve")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			return nil, fmt.Errorf("build isolate-serve: %v", err)
+		}
+	}
+	log, err := os.Create(filepath.Join(dir, "serve.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer log.Close()
+	cliSock := filepath.Join(dir, "cli.sock")
+	serve := exec.Command(serveBin, "--socket", filepath.Join(dir, "api.sock"), "--cli-socket", cliSock,
+		"--cli-binary", isolateBin, "--store", filepath.Join(dir, "store"), "--grace", "20s")
+	serve.Stdout, serve.Stderr = log, log
+	// The service takes its configuration from its own environment, as
+	// an installed one does: none of the suite's variables.
+	serve.Env = []string{"PATH=" + os.Getenv("PATH")}
+	if err := serve.Start(); err != nil {
+		return nil, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- serve.Wait() }()
+	for !serviceAnswers(cliSock) {
+		select {
+		case err := <-exited:
+			out, _ := os.ReadFile(log.Name())
+			return nil, fmt.Errorf("isolate-serve ended (%v):\n%s", err, out)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	// Every isolate started from here on hands its runs to the service:
+	// no ISOLATE_ variable of the suite's may make it run in-process.
+	if d := os.Getenv("ISOLATE_COVERDIR"); d != "" {
+		os.Setenv("GOCOVERDIR", d) // for the runs that stay in-process
+	}
+	for _, name := range []string{"ISOLATE_BIN", "ISOLATE_COVERDIR", "ISOLATE_TEST_VIA"} {
+		os.Unsetenv(name)
+	}
+	os.Setenv("ISOLATE_SERVICE_SOCKET", cliSock)
+	return func() error {
+		defer os.RemoveAll(dir)
+		serve.Process.Signal(syscall.SIGTERM)
+		var err error
+		select {
+		case err = <-exited:
+		case <-time.After(2 * time.Minute):
+			serve.Process.Kill()
+			err = fmt.Errorf("did not drain: killed (%v)", <-exited)
+		}
+		if err != nil {
+			out, _ := os.ReadFile(log.Name())
+			return fmt.Errorf("%v\n%s", err, out)
+		}
+		return nil
+	}, nil
+}
+
+// serviceAnswers tells whether a service listens on the unix socket sock.
+func serviceAnswers(sock string) bool {
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+// expectedVia is which path a run the tests start now takes: through the
+// suite's service, unless this process's environment (which the test
+// may have changed) keeps it in-process.
+func expectedVia() string {
+	if !viaService {
+		return "in-process"
+	}
+	for _, kv := range os.Environ() {
+		name, value, _ := strings.Cut(kv, "=")
+		switch {
+		case name == "ISOLATE_NO_SERVICE" && value != "":
+			return "in-process"
+		case strings.HasPrefix(name, "ISOLATE_") && name != "ISOLATE_NO_SERVICE" && name != "ISOLATE_SERVICE_SOCKET":
+			return "in-process"
+		}
+	}
+	return "service"
 }
 
 // needRoot skips a test as a normal user: the tests here drive isolate,
@@ -116,6 +249,10 @@ func runBox(t testing.TB, args ...string) (*isolate.Report, int) {
 	var rep isolate.Report
 	if err := json.Unmarshal([]byte(res.Stdout), &rep); err != nil {
 		t.Fatalf("isolate run %v: exit %d, no JSON report (%v)\nstdout: %s\nstderr: %s", args, res.Code, err, res.Stdout, res.Stderr)
+	}
+	// The suite proves which path it tests.
+	if want := expectedVia(); rep.Sandbox.Via != want {
+		t.Fatalf("isolate run %v ran %q, want %q", args, rep.Sandbox.Via, want)
 	}
 	return &rep, res.Code
 }
