@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // isolateBin is the isolate binary built for these tests, and its build id.
@@ -176,6 +178,8 @@ func slicesContain(s []string, v string) bool {
 }
 
 // Only runs are handed over, and only when the caller lets them be.
+// (What stays in-process here creates nothing: help, versions, usage
+// errors.)
 func TestWhatIsNotHandedOver(t *testing.T) {
 	handed := make(chan []string, 10)
 	sock := startServer(t, isolateBuild, func(_ context.Context, inv *Invocation) Exit {
@@ -189,10 +193,11 @@ func TestWhatIsNotHandedOver(t *testing.T) {
 	}{
 		{[]string{"run", "--help"}, nil, true},
 		{[]string{"exec", "--help"}, nil, true},
-		{[]string{"-b", "3", "--run", "--", "/bin/true"}, nil, true},
+		{[]string{"-b", "not-a-number", "--run", "--", "/bin/true"}, nil, true},
 		{[]string{"version"}, nil, false},
 		{[]string{"langs"}, nil, false},
-		{[]string{"-b", "3", "--init"}, nil, false},
+		{[]string{"-b", "not-a-number", "--init"}, nil, false},
+		{[]string{"-b", "not-a-number", "--", "--run"}, nil, false},
 		{[]string{"--version"}, nil, false},
 		{[]string{"run", "--help"}, []string{"ISOLATE_NO_SERVICE=1"}, false},
 		{[]string{"run", "--help"}, []string{"ISOLATE_NO_SERVICE="}, true},
@@ -370,6 +375,46 @@ func TestMalformedRequests(t *testing.T) {
 		c.Close()
 		if o := <-outcomes; o != OutcomeBadRequest {
 			t.Errorf("outcome %q", o)
+		}
+	}
+}
+
+// A caller whose CPU affinity is not the service's (taskset) runs
+// in-process: its program must inherit that affinity.
+func TestOtherCPUAffinityIsDeclined(t *testing.T) {
+	var all unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil || all.Count() < 2 {
+		t.Skip("one CPU: no other affinity to give the CLI")
+	}
+	outcomes := make(chan string, 2)
+	sock := startServer(t, isolateBuild, func(context.Context, *Invocation) Exit { return Exit{Code: 7} },
+		func(o string) { outcomes <- o })
+	var one unix.CPUSet
+	for c := 0; ; c++ {
+		if all.IsSet(c) {
+			one.Set(c)
+			break
+		}
+	}
+	for _, c := range []struct {
+		set     *unix.CPUSet
+		code    int
+		outcome string
+	}{{&all, 7, OutcomeCompleted}, {&one, 0, OutcomeDeclined}} {
+		cmd := cli(sock, t.TempDir(), "run", "--help")
+		runtime.LockOSThread()
+		unix.SchedSetaffinity(0, c.set)
+		err := cmd.Start()
+		unix.SchedSetaffinity(0, &all)
+		runtime.UnlockOSThread()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, _ := exitOf(t, cmd.Wait()); code != c.code {
+			t.Errorf("CPUs %d: exit %d, want %d", c.set.Count(), code, c.code)
+		}
+		if o := <-outcomes; o != c.outcome {
+			t.Errorf("CPUs %d: outcome %q, want %q", c.set.Count(), o, c.outcome)
 		}
 	}
 }

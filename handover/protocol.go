@@ -3,8 +3,11 @@ package handover
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+
+	"golang.org/x/sys/unix"
 )
 
 // The protocol's constants, as protocol.h (the C client's copy) has them;
@@ -24,10 +27,24 @@ const headerSize = 8
 // answerSize is one answer of the service: tag, a, b.
 const answerSize = 12
 
+// fixedStrings are the strings before argv: build, dir, cpus.
+const fixedStrings = 3
+
+// cpusHex is how a request carries a CPU affinity: the bytes of the
+// kernel's mask (cpu_set_t) in hex, trailing zero bytes left out.
+func cpusHex(set *unix.CPUSet) string {
+	var b []byte
+	for _, w := range set {
+		b = binary.NativeEndian.AppendUint64(b, uint64(w))
+	}
+	return hex.EncodeToString(bytes.TrimRight(b, "\x00"))
+}
+
 // request is a decoded request body.
 type request struct {
 	build string // build id of the client's binary
 	dir   string
+	cpus  string // the caller's CPU affinity (cpusHex)
 	args  []string
 	env   []string
 }
@@ -38,7 +55,7 @@ func encodeRequest(r *request) []byte {
 	var body bytes.Buffer
 	binary.Write(&body, binary.NativeEndian, uint32(len(r.args)))
 	binary.Write(&body, binary.NativeEndian, uint32(len(r.env)))
-	for _, s := range append(append([]string{r.build, r.dir}, r.args...), r.env...) {
+	for _, s := range append(append([]string{r.build, r.dir, r.cpus}, r.args...), r.env...) {
 		body.WriteString(s)
 		body.WriteByte(0)
 	}
@@ -68,8 +85,8 @@ func decodeRequest(body []byte) (*request, error) {
 	envc := binary.NativeEndian.Uint32(body[4:])
 	strs := bytes.Split(body[8:], []byte{0})
 	// A well-formed body ends with NUL: the split leaves one empty tail.
-	if len(strs) == 0 || len(strs[len(strs)-1]) != 0 || uint64(len(strs)-1) != 2+uint64(argc)+uint64(envc) {
-		return nil, fmt.Errorf("request does not hold 2+%d+%d strings", argc, envc)
+	if len(strs) == 0 || len(strs[len(strs)-1]) != 0 || uint64(len(strs)-1) != fixedStrings+uint64(argc)+uint64(envc) {
+		return nil, fmt.Errorf("request does not hold %d+%d+%d strings", fixedStrings, argc, envc)
 	}
 	s := make([]string, len(strs)-1)
 	for i := range s {
@@ -78,7 +95,7 @@ func decodeRequest(body []byte) (*request, error) {
 	if argc == 0 {
 		return nil, errors.New("request without argv")
 	}
-	return &request{build: s[0], dir: s[1], args: s[2 : 2+argc], env: s[2+argc:]}, nil
+	return &request{build: s[0], dir: s[1], cpus: s[2], args: s[3 : 3+argc], env: s[3+argc:]}, nil
 }
 
 // answer encodes one answer of the service.

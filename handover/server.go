@@ -63,6 +63,7 @@ const requestTimeout = 10 * time.Second
 // Server hands runs to a Runner.
 type Server struct {
 	build   string
+	cpus    string // this process's CPU affinity (cpusHex)
 	run     Runner
 	outcome func(string)
 
@@ -77,9 +78,14 @@ type Server struct {
 
 // NewServer accepts handovers from clients of build id build (a different
 // build is declined: the CLI then runs in-process) and runs them with
-// run. outcome, if not nil, is told each handover's outcome.
+// run. outcome, if not nil, is told each handover's outcome. Call it once
+// this process has its CPU affinity (isolate.MaybeInit restored it):
+// only callers with the same one are taken.
 func NewServer(build string, run Runner, outcome func(string)) *Server {
 	s := &Server{build: build, run: run, outcome: outcome}
+	var cpus unix.CPUSet
+	unix.SchedGetaffinity(0, &cpus)
+	s.cpus = cpusHex(&cpus)
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	return s
 }
@@ -173,6 +179,11 @@ func (s *Server) handle(c *net.UnixConn) {
 	}
 	if req.build != s.build {
 		s.decline(c, fmt.Sprintf("a different build of isolate (%q; the service takes %q)", req.build, s.build))
+		s.tell(OutcomeDeclined)
+		return
+	}
+	if req.cpus != s.cpus {
+		s.decline(c, "the caller's CPU affinity is not the service's: the program would not inherit it")
 		s.tell(OutcomeDeclined)
 		return
 	}

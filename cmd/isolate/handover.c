@@ -24,6 +24,7 @@
 #include <limits.h>
 #include <link.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -115,6 +116,32 @@ static int build_id(char *out, size_t size) {
 	return -1;
 }
 
+/* The caller's CPU affinity as the isolate package's constructor
+ * (isolate/procs.c) may have narrowed it already for the Go runtime's
+ * boot, and the mask it kept. */
+extern cpu_set_t isolate_caller_cpus;
+extern int isolate_cpus_narrowed;
+
+static int caller_cpus(cpu_set_t *set) {
+	if (isolate_cpus_narrowed) {
+		*set = isolate_caller_cpus;
+		return 0;
+	}
+	return sched_getaffinity(0, sizeof *set, set);
+}
+
+/* cpus_hex is a CPU mask as a request carries it: its bytes in hex,
+ * trailing zero bytes left out (package handover's cpusHex). */
+static void cpus_hex(const cpu_set_t *set, char *out) {
+	const unsigned char *b = (const unsigned char *)set;
+	size_t n = sizeof *set;
+	while (n > 0 && b[n - 1] == 0)
+		n--;
+	for (size_t i = 0; i < n; i++)
+		snprintf(out + 2 * i, 3, "%02x", b[i]);
+	out[2 * n] = 0;
+}
+
 /* append adds a NUL-terminated string to the request being built. */
 struct buf {
 	char *p;
@@ -139,11 +166,13 @@ static int append(struct buf *b, const void *data, size_t n) {
 static int append_str(struct buf *b, const char *s) { return append(b, s, strlen(s) + 1); }
 
 /* build_request lays out header and body (doc.go of package handover). */
-static int build_request(struct buf *b, const char *build, const char *cwd, int argc, char **argv, char **envp) {
+static int build_request(struct buf *b, const char *build, const char *cwd, const char *cpus, int argc, char **argv,
+                         char **envp) {
 	uint32_t head[4] = {HANDOVER_MAGIC, 0, (uint32_t)argc, 0};
 	for (char **e = envp; *e; e++)
 		head[3]++;
-	if (append(b, head, sizeof head) < 0 || append_str(b, build) < 0 || append_str(b, cwd) < 0)
+	if (append(b, head, sizeof head) < 0 || append_str(b, build) < 0 || append_str(b, cwd) < 0 ||
+	    append_str(b, cpus) < 0)
 		return -1;
 	for (int i = 0; i < argc; i++)
 		if (append_str(b, argv[i]) < 0)
@@ -386,12 +415,17 @@ static void hand_over(int argc, char **argv, char **envp) {
 	for (size_t i = 0; i < sizeof relayed / sizeof relayed[0]; i++)
 		sigaddset(&block, relayed[i]);
 	sigprocmask(SIG_BLOCK, &block, &caller_mask);
-	char build[2 * 64 + 1], cwd[PATH_MAX];
+	char build[2 * 64 + 1], cwd[PATH_MAX], cpus[2 * sizeof(cpu_set_t) + 1];
+	cpu_set_t cpu_set;
 	struct buf req = {0};
 	int dir = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	uint32_t ans[3];
+	if (caller_cpus(&cpu_set) == 0)
+		cpus_hex(&cpu_set, cpus);
+	else
+		strcpy(cpus, "?");
 	if (dir < 0 || !getcwd(cwd, sizeof cwd) || build_id(build, sizeof build) < 0 ||
-	    build_request(&req, build, cwd, argc, argv, envp) < 0 || send_request(sock, &req, dir) < 0 ||
+	    build_request(&req, build, cwd, cpus, argc, argv, envp) < 0 || send_request(sock, &req, dir) < 0 ||
 	    read_full(sock, ans, sizeof ans) < 0 || ans[0] != HANDOVER_ACCEPTED) {
 		/* Declined (the reason follows; nobody needs it here), or no
 		 * answer: the service did nothing. */
@@ -404,6 +438,10 @@ static void hand_over(int argc, char **argv, char **envp) {
 	}
 	free(req.p);
 	close(dir);
+	/* This process stands for the run: it shows the caller's affinity, as
+	 * an in-process supervisor does once Go restored it. */
+	if (isolate_cpus_narrowed)
+		sched_setaffinity(0, sizeof cpu_set, &cpu_set);
 	relay(sock, argc, argv);
 }
 
