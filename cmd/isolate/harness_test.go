@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -34,6 +35,9 @@ import (
 
 // isolateBin is the binary under test.
 var isolateBin string
+
+// builtServeDir holds the isolate-serve the suite built, if it did.
+var builtServeDir string
 
 // viaService: the runs go through a service (ISOLATE_TEST_VIA=service).
 var viaService = os.Getenv("ISOLATE_TEST_VIA") == "service"
@@ -89,6 +93,9 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, "the service:", err)
 			code = 1
 		}
+		if builtServeDir != "" {
+			os.RemoveAll(builtServeDir)
+		}
 		if leaks := findLeaks(); len(leaks) > 0 {
 			fmt.Fprintln(os.Stderr, "LEAKED after the test suite:\n  "+strings.Join(leaks, "\n  "))
 			if code == 0 {
@@ -104,48 +111,9 @@ func TestMain(m *testing.M) {
 // and store, and points every isolate the tests start at it. stop ends
 // it as an operator does (SIGTERM: it drains) and removes what it used.
 func startService() (stop func() error, err error) {
-	dir, err := os.MkdirTemp("", "isolate-service-")
+	svc, err := launchService()
 	if err != nil {
 		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			os.RemoveAll(dir)
-		}
-	}()
-	serveBin := filepath.Join(filepath.Dir(isolateBin), "isolate-serve")
-	if _, err := os.Stat(serveBin); err != nil {
-		serveBin = filepath.Join(dir, "isolate-serve")
-		build := exec.Command("go", "build", "-tags", "urfave_cli_no_docs,netgo,osusergo", "-o", serveBin, "../isolate-serve")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			return nil, fmt.Errorf("build isolate-serve: %v", err)
-		}
-	}
-	log, err := os.Create(filepath.Join(dir, "serve.log"))
-	if err != nil {
-		return nil, err
-	}
-	defer log.Close()
-	cliSock := filepath.Join(dir, "cli.sock")
-	serve := exec.Command(serveBin, "--socket", filepath.Join(dir, "api.sock"), "--cli-socket", cliSock,
-		"--cli-binary", isolateBin, "--store", filepath.Join(dir, "store"), "--grace", "20s")
-	serve.Stdout, serve.Stderr = log, log
-	// The service takes its configuration from its own environment, as
-	// an installed one does: none of the suite's variables.
-	serve.Env = []string{"PATH=" + os.Getenv("PATH")}
-	if err := serve.Start(); err != nil {
-		return nil, err
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- serve.Wait() }()
-	for !serviceAnswers(cliSock) {
-		select {
-		case err := <-exited:
-			out, _ := os.ReadFile(log.Name())
-			return nil, fmt.Errorf("isolate-serve ended (%v):\n%s", err, out)
-		case <-time.After(20 * time.Millisecond):
-		}
 	}
 	// Every isolate started from here on hands its runs to the service:
 	// no ISOLATE_ variable of the suite's may make it run in-process.
@@ -155,23 +123,131 @@ func startService() (stop func() error, err error) {
 	for _, name := range []string{"ISOLATE_BIN", "ISOLATE_COVERDIR", "ISOLATE_TEST_VIA"} {
 		os.Unsetenv(name)
 	}
-	os.Setenv("ISOLATE_SERVICE_SOCKET", cliSock)
-	return func() error {
-		defer os.RemoveAll(dir)
-		serve.Process.Signal(syscall.SIGTERM)
-		var err error
-		select {
-		case err = <-exited:
-		case <-time.After(2 * time.Minute):
-			serve.Process.Kill()
-			err = fmt.Errorf("did not drain: killed (%v)", <-exited)
-		}
+	os.Setenv("ISOLATE_SERVICE_SOCKET", svc.cliSock)
+	return svc.stop, nil
+}
+
+// service is a running isolate-serve of the tests'.
+type service struct {
+	dir, cliSock string
+	args         []string
+	cmd          *exec.Cmd
+	exited       chan error
+}
+
+// serveBin is isolate-serve beside isolateBin, or one built once (in a
+// directory removed with the suite's service, or at exit).
+var serveBin = sync.OnceValues(func() (string, error) {
+	bin := filepath.Join(filepath.Dir(isolateBin), "isolate-serve")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	dir, err := os.MkdirTemp("", "isolate-serve-bin-")
+	if err != nil {
+		return "", err
+	}
+	builtServeDir = dir
+	bin = filepath.Join(dir, "isolate-serve")
+	build := exec.Command("go", "build", "-tags", "urfave_cli_no_docs,netgo,osusergo", "-o", bin, "../isolate-serve")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return "", fmt.Errorf("build isolate-serve: %v", err)
+	}
+	return bin, nil
+})
+
+// launchService starts isolate-serve with its own sockets and store in a
+// new directory, taking the runs of isolateBin, and waits until it
+// listens. args are more flags.
+func launchService(args ...string) (svc *service, err error) {
+	dir, err := os.MkdirTemp("", "isolate-service-")
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
 		if err != nil {
-			out, _ := os.ReadFile(log.Name())
-			return fmt.Errorf("%v\n%s", err, out)
+			os.RemoveAll(dir)
 		}
-		return nil
-	}, nil
+	}()
+	os.Chmod(dir, 0o755) // the tests' callers who are not root reach the socket
+	svc = &service{dir: dir, cliSock: filepath.Join(dir, "cli.sock"), args: args}
+	return svc, svc.start()
+}
+
+// start starts (or restarts) the service on its sockets.
+func (s *service) start() error {
+	bin, err := serveBin()
+	if err != nil {
+		return err
+	}
+	log, err := os.OpenFile(filepath.Join(s.dir, "serve.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	s.cmd = exec.Command(bin, append([]string{"--socket", filepath.Join(s.dir, "api.sock"), "--cli-socket", s.cliSock,
+		"--cli-binary", isolateBin, "--store", filepath.Join(s.dir, "store"), "--grace", "20s"}, s.args...)...)
+	s.cmd.Stdout, s.cmd.Stderr = log, log
+	// The service takes its configuration from its own environment, as
+	// an installed one does: none of the suite's variables.
+	s.cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	if err := s.cmd.Start(); err != nil {
+		return err
+	}
+	s.exited = make(chan error, 1)
+	go func(cmd *exec.Cmd, exited chan<- error) { exited <- cmd.Wait() }(s.cmd, s.exited)
+	for !serviceAnswers(s.cliSock) {
+		select {
+		case err := <-s.exited:
+			return fmt.Errorf("isolate-serve ended (%v):\n%s", err, s.log())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+func (s *service) log() string {
+	out, _ := os.ReadFile(filepath.Join(s.dir, "serve.log"))
+	return string(out)
+}
+
+// stop ends the service as an operator does (SIGTERM: it drains) and
+// removes what it used.
+func (s *service) stop() error {
+	defer os.RemoveAll(s.dir)
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	var err error
+	select {
+	case err = <-s.exited:
+	case <-time.After(2 * time.Minute):
+		s.cmd.Process.Kill()
+		err = fmt.Errorf("did not drain: killed (%v)", <-s.exited)
+	}
+	if err != nil {
+		return fmt.Errorf("%v\n%s", err, s.log())
+	}
+	return nil
+}
+
+// testBoxRoot is where the test's persistent boxes live. In-process: root,
+// the test's own (a configuration file in ISOLATE_CONFIG). Through the
+// service: the machine's, since the service honours no caller's
+// configuration and a --run on a box the test made must go through it.
+func testBoxRoot(t *testing.T, root string) string {
+	t.Helper()
+	if viaService {
+		cfg, err := isolate.LoadConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg.BoxRoot
+	}
+	cfg := filepath.Join(t.TempDir(), "config")
+	if err := os.WriteFile(cfg, []byte("# a test's own box root\nbox_root = "+root+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("ISOLATE_CONFIG", cfg)
+	return root
 }
 
 // serviceAnswers tells whether a service listens on the unix socket sock.
