@@ -30,11 +30,23 @@ type cliService struct {
 
 // startCLI listens on the CLI socket (o.cliSocket; "none": nil) for
 // handovers from the isolate binary o.cliBinary (default: the one beside
-// this binary), whose runs it runs on host.
+// this binary), whose runs it runs on host. At the default path, a
+// socket another service holds or no isolate binary to take runs from
+// leave the service without handovers, with a warning (the CLI then runs
+// in-process, as without a service); a path or binary given is required.
 func startCLI(o *options, gid int, host *isolate.Host) (*cliService, error) {
 	if o.cliSocket == "none" {
 		return nil, nil
 	}
+	cs, err := listenCLI(o, gid, host)
+	if err != nil && o.cliSocket == handover.DefaultSocket && o.cliBinary == "" {
+		fmt.Fprintln(os.Stderr, "isolate serve: warning: no CLI handovers: "+err.Error())
+		return nil, nil
+	}
+	return cs, err
+}
+
+func listenCLI(o *options, gid int, host *isolate.Host) (*cliService, error) {
 	bin := o.cliBinary
 	if bin == "" {
 		self, err := os.Executable()
@@ -60,6 +72,7 @@ func startCLI(o *options, gid int, host *isolate.Host) (*cliService, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--cli-socket: %v", err)
 	}
+	fmt.Fprintf(os.Stderr, "isolate serve: taking the isolate CLI's runs on %s\n", o.cliSocket)
 	go func() {
 		if err := cs.Serve(l); err != nil {
 			fmt.Fprintln(os.Stderr, "isolate serve: --cli-socket: "+err.Error())
