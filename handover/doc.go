@@ -12,15 +12,16 @@
 //	        u32 argc, u32 envc, then NUL-terminated strings: the build id
 //	        of the client's binary, its working directory, its CPU
 //	        affinity (the cpu_set_t's bytes in hex, trailing zeros left
-//	        out), argv, environ.
+//	        out), its umask (%04o), argv, environ.
 //	        Attached to its first byte (SCM_RIGHTS): fds 0, 1, 2 and an
 //	        O_PATH descriptor of the working directory.
 //	service answer: {u32 tag, i32 a, i32 b}. DECLINED (a bytes of reason
 //	        follow, then the connection closes): nothing happened, the
 //	        client runs the invocation itself. The service declines a
-//	        different build, a caller whose CPU affinity differs from its
-//	        own (the program inherits the caller's; taskset users keep
-//	        that in-process), and anything while it stops. ACCEPTED: the
+//	        different build, a caller whose CPU affinity or umask differs
+//	        from its own (the program inherits the caller's affinity, the
+//	        files a run creates get the caller's umask: such callers keep
+//	        both in-process), and anything while it stops. ACCEPTED: the
 //	        run is the service's.
 //	client  after ACCEPTED: one byte per signal the CLI got (TERM, INT,
 //	        HUP, QUIT, ABRT), which the Runner sees as the CLI would.

@@ -418,3 +418,25 @@ func TestOtherCPUAffinityIsDeclined(t *testing.T) {
 		}
 	}
 }
+
+// A caller whose umask is not the service's runs in-process: the files
+// its run creates (meta file, report, outputs) get its umask there.
+func TestOtherUmaskIsDeclined(t *testing.T) {
+	outcomes := make(chan string, 2)
+	sock := startServer(t, isolateBuild, func(context.Context, *Invocation) Exit { return Exit{Code: 7} },
+		func(o string) { outcomes <- o })
+	for _, c := range []struct {
+		umask   string
+		code    int
+		outcome string
+	}{{ownUmask(), 7, OutcomeCompleted}, {"077", 0, OutcomeDeclined}} {
+		cmd := exec.Command("/bin/sh", "-c", "umask "+c.umask+"; exec \"$0\" run --help", isolateBin)
+		cmd.Env = append(os.Environ(), "ISOLATE_SERVICE_SOCKET="+sock)
+		if code, _ := exitOf(t, cmd.Run()); code != c.code {
+			t.Errorf("umask %s: exit %d, want %d", c.umask, code, c.code)
+		}
+		if o := <-outcomes; o != c.outcome {
+			t.Errorf("umask %s: outcome %q, want %q", c.umask, o, c.outcome)
+		}
+	}
+}

@@ -27,8 +27,8 @@ const headerSize = 8
 // answerSize is one answer of the service: tag, a, b.
 const answerSize = 12
 
-// fixedStrings are the strings before argv: build, dir, cpus.
-const fixedStrings = 3
+// fixedStrings are the strings before argv: build, dir, cpus, umask.
+const fixedStrings = 4
 
 // cpusHex is how a request carries a CPU affinity: the bytes of the
 // kernel's mask (cpu_set_t) in hex, trailing zero bytes left out.
@@ -45,6 +45,7 @@ type request struct {
 	build string // build id of the client's binary
 	dir   string
 	cpus  string // the caller's CPU affinity (cpusHex)
+	umask string // the caller's umask, in octal (%04o)
 	args  []string
 	env   []string
 }
@@ -55,7 +56,7 @@ func encodeRequest(r *request) []byte {
 	var body bytes.Buffer
 	binary.Write(&body, binary.NativeEndian, uint32(len(r.args)))
 	binary.Write(&body, binary.NativeEndian, uint32(len(r.env)))
-	for _, s := range append(append([]string{r.build, r.dir, r.cpus}, r.args...), r.env...) {
+	for _, s := range append(append([]string{r.build, r.dir, r.cpus, r.umask}, r.args...), r.env...) {
 		body.WriteString(s)
 		body.WriteByte(0)
 	}
@@ -95,7 +96,7 @@ func decodeRequest(body []byte) (*request, error) {
 	if argc == 0 {
 		return nil, errors.New("request without argv")
 	}
-	return &request{build: s[0], dir: s[1], cpus: s[2], args: s[3 : 3+argc], env: s[3+argc:]}, nil
+	return &request{build: s[0], dir: s[1], cpus: s[2], umask: s[3], args: s[4 : 4+argc], env: s[4+argc:]}, nil
 }
 
 // answer encodes one answer of the service.

@@ -41,14 +41,14 @@ func TestProtocolHeaderAgrees(t *testing.T) {
 
 // Requests round-trip, and truncated or inconsistent bodies are refused.
 func TestRequestCoding(t *testing.T) {
-	r := &request{build: "b", dir: "/d", cpus: "0f", args: []string{"isolate", "run", ""}, env: []string{"A=1"}}
+	r := &request{build: "b", dir: "/d", cpus: "0f", umask: "0022", args: []string{"isolate", "run", ""}, env: []string{"A=1"}}
 	enc := encodeRequest(r)
 	n, err := bodyLength(enc[:headerSize])
 	if err != nil || n != len(enc)-headerSize {
 		t.Fatalf("body length %d (%v), want %d", n, err, len(enc)-headerSize)
 	}
 	got, err := decodeRequest(enc[headerSize:])
-	if err != nil || got.build != "b" || got.dir != "/d" || got.cpus != "0f" || len(got.args) != 3 || got.args[2] != "" || len(got.env) != 1 {
+	if err != nil || got.build != "b" || got.dir != "/d" || got.cpus != "0f" || got.umask != "0022" || len(got.args) != 3 || got.args[2] != "" || len(got.env) != 1 {
 		t.Fatalf("decoded %+v (%v)", got, err)
 	}
 	body := enc[headerSize:]

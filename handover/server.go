@@ -1,6 +1,7 @@
 package handover
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -64,6 +65,7 @@ const requestTimeout = 10 * time.Second
 type Server struct {
 	build   string
 	cpus    string // this process's CPU affinity (cpusHex)
+	umask   string // this process's umask (%04o)
 	run     Runner
 	outcome func(string)
 
@@ -86,6 +88,7 @@ func NewServer(build string, run Runner, outcome func(string)) *Server {
 	var cpus unix.CPUSet
 	unix.SchedGetaffinity(0, &cpus)
 	s.cpus = cpusHex(&cpus)
+	s.umask = ownUmask()
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	return s
 }
@@ -184,6 +187,11 @@ func (s *Server) handle(c *net.UnixConn) {
 	}
 	if req.cpus != s.cpus {
 		s.decline(c, "the caller's CPU affinity is not the service's: the program would not inherit it")
+		s.tell(OutcomeDeclined)
+		return
+	}
+	if req.umask != s.umask {
+		s.decline(c, "the caller's umask is not the service's: files the run creates would get other modes")
 		s.tell(OutcomeDeclined)
 		return
 	}
@@ -298,4 +306,16 @@ func attachedFiles(oob []byte) ([]*os.File, error) {
 		}
 	}
 	return files, nil
+}
+
+// ownUmask reads this process's umask without changing it (umask(2)
+// would, for a moment, for every thread).
+func ownUmask() string {
+	status, _ := os.ReadFile("/proc/self/status")
+	for _, line := range bytes.Split(status, []byte{'\n'}) {
+		if v, ok := bytes.CutPrefix(line, []byte("Umask:")); ok {
+			return string(bytes.TrimSpace(v))
+		}
+	}
+	return "?"
 }

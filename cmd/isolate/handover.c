@@ -32,6 +32,7 @@
 #include <string.h>
 #include <sys/auxv.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -166,13 +167,13 @@ static int append(struct buf *b, const void *data, size_t n) {
 static int append_str(struct buf *b, const char *s) { return append(b, s, strlen(s) + 1); }
 
 /* build_request lays out header and body (doc.go of package handover). */
-static int build_request(struct buf *b, const char *build, const char *cwd, const char *cpus, int argc, char **argv,
-                         char **envp) {
+static int build_request(struct buf *b, const char *build, const char *cwd, const char *cpus, const char *mask,
+                         int argc, char **argv, char **envp) {
 	uint32_t head[4] = {HANDOVER_MAGIC, 0, (uint32_t)argc, 0};
 	for (char **e = envp; *e; e++)
 		head[3]++;
 	if (append(b, head, sizeof head) < 0 || append_str(b, build) < 0 || append_str(b, cwd) < 0 ||
-	    append_str(b, cpus) < 0)
+	    append_str(b, cpus) < 0 || append_str(b, mask) < 0)
 		return -1;
 	for (int i = 0; i < argc; i++)
 		if (append_str(b, argv[i]) < 0)
@@ -415,17 +416,20 @@ static void hand_over(int argc, char **argv, char **envp) {
 	for (size_t i = 0; i < sizeof relayed / sizeof relayed[0]; i++)
 		sigaddset(&block, relayed[i]);
 	sigprocmask(SIG_BLOCK, &block, &caller_mask);
-	char build[2 * 64 + 1], cwd[PATH_MAX], cpus[2 * sizeof(cpu_set_t) + 1];
+	char build[2 * 64 + 1], cwd[PATH_MAX], cpus[2 * sizeof(cpu_set_t) + 1], mask[8];
 	cpu_set_t cpu_set;
 	struct buf req = {0};
 	int dir = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	uint32_t ans[3];
+	mode_t m = umask(0); /* one thread: nothing else creates files now */
+	umask(m);
+	snprintf(mask, sizeof mask, "%04o", (unsigned)m);
 	if (caller_cpus(&cpu_set) == 0)
 		cpus_hex(&cpu_set, cpus);
 	else
 		strcpy(cpus, "?");
 	if (dir < 0 || !getcwd(cwd, sizeof cwd) || build_id(build, sizeof build) < 0 ||
-	    build_request(&req, build, cwd, cpus, argc, argv, envp) < 0 || send_request(sock, &req, dir) < 0 ||
+	    build_request(&req, build, cwd, cpus, mask, argc, argv, envp) < 0 || send_request(sock, &req, dir) < 0 ||
 	    read_full(sock, ans, sizeof ans) < 0 || ans[0] != HANDOVER_ACCEPTED) {
 		/* Declined (the reason follows; nobody needs it here), or no
 		 * answer: the service did nothing. */
