@@ -212,7 +212,8 @@ var nobody = &isolate.Cred{UID: 65534, GID: 65534}
 func TestCallerRights(t *testing.T) {
 	needRoot(t)
 	private := t.TempDir() // 0700, root's
-	open, err := os.MkdirTemp("", "cmdline-nobody-") // t.TempDir's parent is root's
+	// Not a t.TempDir: their parent is root's.
+	open, err := os.MkdirTemp("", "cmdline-nobody-")
 	if err != nil {
 		t.Fatal(err)
 	}
