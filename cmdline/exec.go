@@ -51,6 +51,7 @@ func (iv *invocation) execAction(c *cli.Context) error {
 		for _, phase := range []*api.Report{rep.Compile, rep.Run} {
 			if phase != nil {
 				phase.Sandbox.Via = iv.via()
+				phase.Message = iv.asGiven(phase.Message)
 			}
 		}
 		return rep.Status, iv.emitExecReport(rep)

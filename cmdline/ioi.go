@@ -29,7 +29,7 @@ func isIOIForm(args []string) bool {
 // of the sandbox.
 func (iv *invocation) runIOI(args []string) int {
 	ioiUsage := func(err error) int {
-		fmt.Fprintln(iv.Stderr, "isolate: "+err.Error())
+		fmt.Fprintln(iv.Stderr, "isolate: "+iv.asGiven(err.Error()))
 		return exitSandbox
 	}
 	o, err := ioi.Parse(args)
@@ -80,12 +80,12 @@ func (iv *invocation) runIOI(args []string) int {
 		return exitSandbox // a signal ended the invocation: Main says how
 	}
 	defer stop()
-	rep, err := ioi.Run(ctx, o, cfg, &ioi.Caller{Env: iv.Env, Dir: iv.Dir, Stdin: iv.Stdin, Stdout: iv.Stdout, Stderr: iv.Stderr})
+	rep, err := ioi.Run(ctx, o, cfg, &ioi.Caller{Env: iv.Env, Path: iv.path, Stdin: iv.Stdin, Stdout: iv.Stdout, Stderr: iv.Stderr})
 	if rep == nil {
 		return ioiUsage(err)
 	}
 	if err != nil {
-		fmt.Fprintln(iv.Stderr, "isolate: "+err.Error())
+		fmt.Fprintln(iv.Stderr, "isolate: "+iv.asGiven(err.Error()))
 		return exitSandbox
 	}
 	if o.Meta() == "-" {

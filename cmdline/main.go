@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -93,6 +94,10 @@ type invocation struct {
 	values  runValues
 	signals *relayedSignals // nil: this process's own
 	ctx     context.Context
+	// resolved maps each relative host path resolved from Dir back to
+	// the path as given: messages name it as the caller wrote it, as
+	// isolate run from that directory would.
+	resolved map[string]string
 }
 
 // Main runs one command line and says how it ends.
@@ -125,11 +130,11 @@ func (iv *invocation) main() int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.msg != "" {
-			fmt.Fprintln(iv.Stderr, "isolate: "+ee.msg)
+			fmt.Fprintln(iv.Stderr, "isolate: "+iv.asGiven(ee.msg))
 		}
 		return ee.code
 	}
-	fmt.Fprintln(iv.Stderr, "isolate: "+err.Error())
+	fmt.Fprintln(iv.Stderr, "isolate: "+iv.asGiven(err.Error()))
 	return exitSandbox
 }
 
@@ -203,7 +208,21 @@ func (iv *invocation) path(p string) string {
 	if p == "" || iv.Dir == "" || filepath.IsAbs(p) {
 		return p
 	}
-	return filepath.Join(iv.Dir, p)
+	abs := filepath.Join(iv.Dir, p)
+	if iv.resolved == nil {
+		iv.resolved = map[string]string{}
+	}
+	iv.resolved[abs] = p
+	return abs
+}
+
+// asGiven is msg with the host paths resolved from Dir as the caller gave
+// them.
+func (iv *invocation) asGiven(msg string) string {
+	for abs, given := range iv.resolved {
+		msg = strings.ReplaceAll(msg, abs, given)
+	}
+	return msg
 }
 
 // lookupEnv is os.LookupEnv in the caller's environment.

@@ -17,6 +17,7 @@ import (
 // file, or else as a summary line on stderr. Without --json and --stream,
 // captured output is passed through to the caller's stdout/stderr.
 func (iv *invocation) emitReport(r *isolate.Report) error {
+	r.Message = iv.asGiven(r.Message)
 	v := &iv.values
 	if v.report != "" {
 		if err := iv.writeJSON(v.report, r); err != nil {

@@ -250,7 +250,10 @@ func (iv *invocation) stdioFromFlags(ctx context.Context, wall time.Duration) (s
 		live *os.File
 	}{{iv.hostPath(v.stdout), &stdio.Stdout, iv.Stdout}, {iv.hostPath(v.stderr), &stdio.Stderr, iv.Stderr}}
 	for _, o := range outputs {
-		if err := isolate.CheckOutput(o.path); o.path != "" && err != nil {
+		if o.path == "" {
+			continue
+		}
+		if err := isolate.AsCaller(iv.Caller, func() error { return isolate.CheckOutput(o.path) }); err != nil {
 			return stdio, close, err
 		}
 	}

@@ -1,7 +1,8 @@
 package cmdline
 
-// Signals sent to isolate itself (or relayed for an invocation's caller). Judges stop a run they gave up on with
-// SIGTERM or SIGINT, and Piston stops runaway output with SIGABRT. As
+// Signals sent to isolate itself, or relayed for an invocation's caller
+// (Invocation.Signals). Judges stop a run they gave up on with SIGTERM or
+// SIGINT, and Piston stops runaway output with SIGABRT. As
 // ioi/isolate does, isolate then kills the box, accounts for what ran,
 // writes the report (or meta file) and tears everything down: the run
 // ends "interrupted", by which signal. The signals are caught from the
@@ -36,8 +37,9 @@ func (c *signalCause) Error() string { return fmt.Sprintf("signal %d (%v)", int(
 // Signal is the signal (the ioi form's meta file says it).
 func (c *signalCause) Signal() syscall.Signal { return c.sig }
 
-// interrupt is the one context that the caught signals end, and how many
-// runs are listening to it.
+// interrupt is the one context that this process's caught signals end,
+// and how many runs are listening to it: process-wide, as signals are
+// (an invocation with relayed signals has relayedSignals instead).
 var interrupt struct {
 	once      sync.Once
 	ctx       context.Context

@@ -270,19 +270,20 @@ func lookupEnv(env []string, name string) (string, bool) {
 }
 
 // Caller is the world of whoever gave the command line: the environment
-// (-e, -E NAME), the working directory (a relative -M) and the standard
-// streams the program inherits when -i, -o or -r does not name a file (a
-// nil one: none, as a closed descriptor).
+// (-e, -E NAME), how a host path it names resolves (a relative -M: from
+// its directory) and the standard streams the program inherits when -i,
+// -o or -r does not name a file (a nil one: none, as a closed
+// descriptor).
 type Caller struct {
 	Env                   []string
-	Dir                   string // "": this process's
+	Path                  func(string) string // nil: as given
 	Stdin, Stdout, Stderr *os.File
 }
 
-// path resolves a host path the caller named from its directory.
+// path resolves a host path the caller named.
 func (c *Caller) path(p string) string {
-	if c.Dir == "" || path.IsAbs(p) {
+	if c.Path == nil {
 		return p
 	}
-	return path.Join(c.Dir, p)
+	return c.Path(p)
 }
