@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/isolate-sandbox/isolate/internal/testbin"
 )
 
 // isolateBin is the isolate binary built for these tests, and its build id.
@@ -37,9 +39,7 @@ func TestMain(m *testing.M) {
 		}
 		defer os.RemoveAll(dir)
 		isolateBin = filepath.Join(dir, "isolate")
-		build := exec.Command("go", "build", "-tags", "urfave_cli_no_docs,netgo,osusergo", "-o", isolateBin, "../cmd/isolate")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
+		if err := testbin.Build(isolateBin, "../cmd/isolate"); err != nil {
 			fmt.Fprintln(os.Stderr, "build isolate:", err)
 			return 1
 		}

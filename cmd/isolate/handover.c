@@ -452,18 +452,17 @@ static void hand_over(int argc, char **argv, char **envp) {
 #ifdef __GLIBC__
 __attribute__((constructor)) static void isolate_handover_entry(int argc, char **argv, char **envp) {
 #else
-extern char **environ;
+#include "startargs.h"
 
-/* musl calls constructors without arguments: argc and argv are found from
- * environ as in isolate/init_main.c. */
+/* musl calls constructors without arguments (isolate/startargs.h). */
 __attribute__((constructor)) static void isolate_handover_entry(void) {
-	char **envp = environ;
-	long argc = 0;
-	while ((long)envp[-2 - argc] != argc)
-		argc++;
-	char **argv = envp - 1 - argc;
+	long argc;
+	char **argv, **envp;
+	isolate_start_args(&argc, &argv, &envp);
 #endif
 	/* Only the isolate command hands over, not its test binary. */
+	if (argc < 2)
+		return;
 	size_t n = strlen(argv[0]);
 	if (n >= 5 && strcmp(argv[0] + n - 5, ".test") == 0)
 		return;

@@ -4,5 +4,5 @@ package main
 // constructor, before the Go runtime starts: an `isolate run` the
 // service takes never pays for Go. This file only links it in.
 
-// #cgo CFLAGS: -O2 -Wall -Wno-unused-result -I${SRCDIR}/../../handover
+// #cgo CFLAGS: -O2 -Wall -Wno-unused-result -I${SRCDIR}/../../handover -I${SRCDIR}/../../isolate
 import "C"

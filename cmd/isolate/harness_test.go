@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/isolate-sandbox/isolate/cgroup"
+	"github.com/isolate-sandbox/isolate/internal/testbin"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
@@ -66,13 +67,11 @@ func TestMain(m *testing.M) {
 				return 1
 			}
 			isolateBin = filepath.Join(dir, "isolate")
-			args := []string{"build", "-tags", "urfave_cli_no_docs,netgo,osusergo", "-o", isolateBin}
+			var cover []string
 			if os.Getenv("ISOLATE_COVERDIR") != "" {
-				args = append(args, "-cover", "-coverpkg=github.com/isolate-sandbox/isolate/...")
+				cover = []string{"-cover", "-coverpkg=github.com/isolate-sandbox/isolate/..."}
 			}
-			build := exec.Command("go", append(args, ".")...)
-			build.Stdout, build.Stderr = os.Stderr, os.Stderr
-			if err := build.Run(); err != nil {
+			if err := testbin.Build(isolateBin, ".", cover...); err != nil {
 				fmt.Fprintln(os.Stderr, "build isolate:", err)
 				return 1
 			}
@@ -148,9 +147,7 @@ var serveBin = sync.OnceValues(func() (string, error) {
 	}
 	builtServeDir = dir
 	bin = filepath.Join(dir, "isolate-serve")
-	build := exec.Command("go", "build", "-tags", "urfave_cli_no_docs,netgo,osusergo", "-o", bin, "../isolate-serve")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	if err := testbin.Build(bin, "../isolate-serve"); err != nil {
 		return "", fmt.Errorf("build isolate-serve: %v", err)
 	}
 	return bin, nil
