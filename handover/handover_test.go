@@ -76,9 +76,36 @@ func startServer(t *testing.T, build string, run Runner, outcome func(string)) s
 // cli is the isolate binary pointed at sock, in dir.
 func cli(sock, dir string, args ...string) *exec.Cmd {
 	cmd := exec.Command(isolateBin, args...)
-	cmd.Env = append(os.Environ(), "ISOLATE_SERVICE_SOCKET="+sock)
+	cmd.Env = cliEnv(sock)
 	cmd.Dir = dir
 	return cmd
+}
+
+// cliEnv is the environment of an isolate pointed at sock: no other
+// ISOLATE_ variable of the test's (scripts/test.sh sets some) may keep it
+// in-process.
+func cliEnv(sock string) []string {
+	env := []string{"ISOLATE_SERVICE_SOCKET=" + sock}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ISOLATE_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// await waits for the runner to say it started, or fails the test after
+// a generous deadline: a run that never reached the runner (it ran
+// in-process) must not hang the suite.
+func await(t *testing.T, started <-chan struct{}, cmd *exec.Cmd) {
+	t.Helper()
+	select {
+	case <-started:
+	case <-time.After(time.Minute):
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatal("the invocation never reached the service")
+	}
 }
 
 // exitOf is how cmd ended: its exit status, or the signal it died of.
@@ -269,7 +296,7 @@ func TestSignalsAreRelayed(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		<-started
+		await(t, started, cmd)
 		cmd.Process.Signal(c.sig)
 		code, sig := exitOf(t, cmd.Wait())
 		if c.diedOfIt && sig != c.sig || !c.diedOfIt && (code != c.code || sig != 0) {
@@ -293,7 +320,7 @@ func TestCallerDeathCancelsTheRun(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	<-started
+	await(t, started, cmd)
 	cmd.Process.Kill()
 	cmd.Wait()
 	if err := <-cause; err != ErrCallerGone {
@@ -431,7 +458,7 @@ func TestOtherUmaskIsDeclined(t *testing.T) {
 		outcome string
 	}{{ownUmask(), 7, OutcomeCompleted}, {"077", 0, OutcomeDeclined}} {
 		cmd := exec.Command("/bin/sh", "-c", "umask "+c.umask+"; exec \"$0\" run --help", isolateBin)
-		cmd.Env = append(os.Environ(), "ISOLATE_SERVICE_SOCKET="+sock)
+		cmd.Env = cliEnv(sock)
 		if code, _ := exitOf(t, cmd.Run()); code != c.code {
 			t.Errorf("umask %s: exit %d, want %d", c.umask, code, c.code)
 		}
