@@ -256,8 +256,18 @@ func TestOtherBuildIsDeclined(t *testing.T) {
 		t.Error("a declined invocation ran in the service")
 		return Exit{Code: 9}
 	}, func(o string) { outcomes <- o })
-	out, err := cli(sock, t.TempDir(), "run", "--help").Output()
-	if code, _ := exitOf(t, err); code != 0 || !strings.Contains(string(out), "--wall-time") {
+	// Its stdout is a file: the descriptors the CLI sent stay in the
+	// unread socket, and a pipe would never reach EOF.
+	stdout, err := os.Create(filepath.Join(t.TempDir(), "stdout"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdout.Close()
+	cmd := cli(sock, t.TempDir(), "run", "--help")
+	cmd.Stdout = stdout
+	code, _ := exitOf(t, cmd.Run())
+	out, _ := os.ReadFile(stdout.Name())
+	if code != 0 || !strings.Contains(string(out), "--wall-time") {
 		t.Fatalf("exit %d, stdout %q: want run's help, in-process", code, out)
 	}
 	if o := <-outcomes; o != OutcomeDeclined {
@@ -465,5 +475,39 @@ func TestOtherUmaskIsDeclined(t *testing.T) {
 		if o := <-outcomes; o != c.outcome {
 			t.Errorf("umask %s: outcome %q, want %q", c.umask, o, c.outcome)
 		}
+	}
+}
+
+// A service that never answers is given up on (after seconds, not never):
+// the CLI runs the invocation itself.
+func TestSilentServiceIsGivenUpOn(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "cli.sock")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held, unanswered, until the test ends
+		}
+	}()
+	// Its stdout is a file: the descriptors the CLI sent stay in the
+	// unread socket, and a pipe would never reach EOF.
+	stdout, err := os.Create(filepath.Join(t.TempDir(), "stdout"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdout.Close()
+	cmd := cli(sock, t.TempDir(), "run", "--help")
+	cmd.Stdout = stdout
+	code, _ := exitOf(t, cmd.Run())
+	out, _ := os.ReadFile(stdout.Name())
+	if code != 0 || !strings.Contains(string(out), "--wall-time") {
+		t.Fatalf("exit %d, stdout %q: want run's help, in-process", code, out)
 	}
 }

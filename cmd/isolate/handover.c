@@ -33,6 +33,7 @@
 #include <sys/auxv.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -40,6 +41,7 @@
 
 #define DEFAULT_SOCKET "/run/isolate/cli.sock"
 #define SERVICE_ENDED "the service ended during the run"
+#define DECISION_TIMEOUT_S 10
 
 static int starts_with(const char *s, const char *prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
 
@@ -408,6 +410,11 @@ static void hand_over(int argc, char **argv, char **envp) {
 		close(sock);
 		return;
 	}
+	/* A service that hangs before it answers (it answers in
+	 * microseconds) is given up on: the run goes in-process. */
+	struct timeval deciding = {.tv_sec = DECISION_TIMEOUT_S};
+	setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &deciding, sizeof deciding);
+	setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &deciding, sizeof deciding);
 	/* The signals the run relays wait while the service decides: once it
 	 * accepted, they are relayed; if it declines, they take their default
 	 * action, as they do before an in-process run catches them. */
