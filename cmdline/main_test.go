@@ -240,6 +240,9 @@ func TestCallerRights(t *testing.T) {
 		{"copy-in it cannot read", run("--copy-in", secret+":/box/s"), ""},
 		{"bind of root's directory", run("--bind", private+":/mnt"), ""},
 		{"copy-out into root's directory", run("--copy-out", "/box/x:"+filepath.Join(private, "x")), filepath.Join(private, "x")},
+		{"exec of a source it cannot read", []string{"isolate", "exec", "--lang", "python", "secret"}, ""},
+		{"seccomp profile it cannot read", run("--seccomp", secret), ""},
+		{"image it cannot read", run("--image", private+"/"), ""},
 	} {
 		dir := open
 		if c.name == "report in root's directory" {

@@ -111,8 +111,10 @@ func CheckOutput(path string) error {
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 		return usagef("output file %s is a directory", path)
 	}
-	if _, err := os.Stat(dirOf(path)); err != nil {
+	if _, err := os.Stat(dirOf(path)); errors.Is(err, os.ErrNotExist) {
 		return usagef("output file %s: directory %s does not exist", path, dirOf(path))
+	} else if err != nil {
+		return usagef("output file %s: directory %s: %v", path, dirOf(path), errors.Unwrap(err))
 	}
 	return nil
 }
