@@ -256,20 +256,7 @@ func TestOtherBuildIsDeclined(t *testing.T) {
 		t.Error("a declined invocation ran in the service")
 		return Exit{Code: 9}
 	}, func(o string) { outcomes <- o })
-	// Its stdout is a file: the descriptors the CLI sent stay in the
-	// unread socket, and a pipe would never reach EOF.
-	stdout, err := os.Create(filepath.Join(t.TempDir(), "stdout"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stdout.Close()
-	cmd := cli(sock, t.TempDir(), "run", "--help")
-	cmd.Stdout = stdout
-	code, _ := exitOf(t, cmd.Run())
-	out, _ := os.ReadFile(stdout.Name())
-	if code != 0 || !strings.Contains(string(out), "--wall-time") {
-		t.Fatalf("exit %d, stdout %q: want run's help, in-process", code, out)
-	}
+	expectHelpInProcess(t, sock)
 	if o := <-outcomes; o != OutcomeDeclined {
 		t.Errorf("outcome %q, want %q", o, OutcomeDeclined)
 	}
@@ -496,7 +483,14 @@ func TestSilentServiceIsGivenUpOn(t *testing.T) {
 			defer c.Close() // held, unanswered, until the test ends
 		}
 	}()
-	// Its stdout is a file: the descriptors the CLI sent stay in the
+	expectHelpInProcess(t, sock)
+}
+
+// expectHelpInProcess runs `isolate run --help` against sock and expects
+// run's help, printed by the CLI itself (a service here never runs it).
+func expectHelpInProcess(t *testing.T, sock string) {
+	t.Helper()
+	// Its stdout is a file: the descriptors the CLI sent may stay in an
 	// unread socket, and a pipe would never reach EOF.
 	stdout, err := os.Create(filepath.Join(t.TempDir(), "stdout"))
 	if err != nil {
