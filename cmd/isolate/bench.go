@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 
@@ -25,6 +26,8 @@ func benchCommand() *cli.Command {
 			&cli.BoolFlag{Name: "markdown", Usage: "print the results as the tables of docs/PERFORMANCE.md"},
 			&cli.BoolFlag{Name: "precision", Usage: "also measure limit overshoot and accounting error (about a minute)"},
 			&cli.IntFlag{Name: "precision-runs", Value: 10, Usage: "runs `N` per precision benchmark"},
+			&cli.BoolFlag{Name: "handover", Usage: "measure isolate run handed to a service of its own against in-process, a bare exec and bwrap (--runs rounds)"},
+			&cli.StringFlag{Name: "serve-binary", Usage: "with --handover, the isolate-serve `PATH` to start (default: beside isolate)"},
 		},
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageErr(err) },
 		Action: func(c *cli.Context) error {
@@ -44,6 +47,9 @@ func benchCommand() *cli.Command {
 			if err := requireRoot(); err != nil {
 				return err
 			}
+			if c.Bool("handover") {
+				return benchHandover(c, runs)
+			}
 			// The isolate binary itself, started as a user would start it.
 			res, err := bench.Run(bench.Config{Bin: "/proc/self/exe", Version: cmdline.Version, Rounds: runs, Precision: c.Bool("precision"), PrecisionRuns: precRuns})
 			if err != nil {
@@ -62,4 +68,28 @@ func benchCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// benchHandover measures `isolate run` through a service the bench starts
+// (the service checks the binary it takes runs from: this one, by path).
+func benchHandover(c *cli.Context, runs int) error {
+	self, err := os.Executable()
+	if err != nil {
+		return failure("bench: " + err.Error())
+	}
+	serve := c.String("serve-binary")
+	if serve == "" {
+		serve = filepath.Join(filepath.Dir(self), serveBinary)
+	}
+	res, err := bench.RunHandover(bench.HandoverConfig{Bin: self, ServeBin: serve, Version: cmdline.Version, Rounds: runs, PerBlock: max(runs/2, 20)})
+	if err != nil {
+		return failure("bench: " + err.Error())
+	}
+	if c.Bool("json") {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	bench.PrintHandover(os.Stdout, res, c.Bool("markdown"))
+	return nil
 }

@@ -163,3 +163,22 @@ func TestBenchBadInput(t *testing.T) {
 		}
 	}
 }
+
+// The handover bench starts a service of its own and fails unless every
+// run it counts as the service's went through it (sandbox.via).
+func TestBenchHandover(t *testing.T) {
+	needRoot(t)
+	serve, err := serveBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := isolateCmd(t, "", "bench", "--handover", "--runs", "2", "--serve-binary", serve)
+	if res.Code != 0 {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", res.Code, res.Stdout, res.Stderr)
+	}
+	for _, want := range []string{bench.VarBare, bench.VarInProcess, bench.VarService, bench.VarBwrap, "throughput", "targets", "2 callers"} {
+		if !strings.Contains(res.Stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, res.Stdout)
+		}
+	}
+}

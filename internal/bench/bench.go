@@ -42,7 +42,7 @@ type Config struct {
 // Run measures everything: rounds of the latency variants, the stage
 // breakdown, throughput and, if asked, precision.
 func Run(c Config) (*Result, error) {
-	r := &benchRunner{bin: c.Bin, version: c.Version}
+	r := &benchRunner{bin: c.Bin, version: c.Version, env: oneShotEnv()}
 	return r.bench(c.Rounds, c.Precision, c.PrecisionRuns)
 }
 

@@ -66,7 +66,7 @@ func benchOne(b *testing.B, name string) {
 			outside = append(outside, ms(took.wall))
 			continue
 		}
-		took, err := timed(v.argv, nil)
+		took, err := timed(v.argv, nil, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -24,6 +24,8 @@ type VariantResult struct {
 	CPUMs dist `json:"cpu_ms"`
 	// RatioToBwrap is median / bwrap's median (0: bwrap did not run).
 	RatioToBwrap float64 `json:"ratio_to_bwrap"`
+	// RatioToBare is median / a bare exec's median (handover bench only).
+	RatioToBare float64 `json:"ratio_to_bare,omitempty"`
 	// Skipped says why the variant did not run on this host.
 	Skipped string `json:"skipped,omitempty"`
 }
@@ -53,10 +55,13 @@ func (r *benchRunner) latency(rounds int, vs []variant) (*latencySamples, error)
 			var took sample
 			var rep *isolate.Report
 			var err error
-			if v.isolate {
+			switch {
+			case v.run != nil:
+				took, err = v.run(out)
+			case v.isolate:
 				took, rep, err = r.isolateTrue(out)
-			} else {
-				took, err = timed(v.argv, nil)
+			default:
+				took, err = timed(v.argv, nil, nil)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", v.name, err)

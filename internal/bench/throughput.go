@@ -1,11 +1,5 @@
 package bench
 
-import (
-	"sync"
-	"sync/atomic"
-	"time"
-)
-
 // ThroughputBlocks is how many blocks of runs each parallelism gets; they
 // alternate (1, 2, 1, 2, ...) so that a change in the machine's load
 // hits both alike, and the median block counts.
@@ -47,33 +41,8 @@ func (r *benchRunner) throughput(perBlock int) (*throughputResult, error) {
 // parallelBlock runs n isolate runs of /bin/true on workers workers and
 // returns runs per second.
 func (r *benchRunner) parallelBlock(n, workers int) (float64, error) {
-	var left atomic.Int64
-	left.Store(int64(n))
-	var wg sync.WaitGroup
-	var once sync.Once
-	var firstErr error
-	start := time.Now()
-	for w := 0; w < workers; w++ {
-		out, err := newSink()
-		if err != nil {
-			return 0, err
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer out.Close()
-			for left.Add(-1) >= 0 {
-				if _, _, err := r.isolateTrue(out); err != nil {
-					once.Do(func() { firstErr = err })
-					left.Store(0)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if firstErr != nil {
-		return 0, firstErr
-	}
-	return float64(n) / time.Since(start).Seconds(), nil
+	return block(n, workers, func(out *sink) (sample, error) {
+		took, _, err := r.isolateTrue(out)
+		return took, err
+	})
 }

@@ -22,7 +22,15 @@ import (
 type benchRunner struct {
 	bin     string
 	version string // of the binary, for the machine description
+	// env is the isolate commands' environment: the bench's own, with
+	// ISOLATE_NO_SERVICE=1 (the one-shot path measured here) unless a
+	// bench of the service's path says otherwise.
+	env []string
 }
+
+// oneShotEnv is the environment of a one-shot isolate command: the
+// bench's own, never handed to a running service.
+func oneShotEnv() []string { return append(os.Environ(), "ISOLATE_NO_SERVICE=1") }
 
 // variant is one way of running /bin/true that the latency rounds compare.
 type variant struct {
@@ -31,6 +39,8 @@ type variant struct {
 	// isolate marks the isolate run, whose JSON report carries its stage
 	// timers.
 	isolate bool
+	// run, when set, runs it instead (argv then only names it).
+	run func(out *sink) (sample, error)
 }
 
 // Names of the variants, as printed and in the JSON output.
@@ -169,11 +179,13 @@ type sample struct {
 	cpu time.Duration
 }
 
-// timed runs argv once, its standard output into out (nil: /dev/null),
+// timed runs argv once in environment env (nil: the bench's own), its
+// standard output into out (nil: /dev/null),
 // and returns what it cost. A failure is an error naming the command,
 // with what it said.
-func timed(argv []string, out *sink) (sample, error) {
+func timed(argv, env []string, out *sink) (sample, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = env
 	if out != nil {
 		cmd.Stdout = out.f
 	}
@@ -190,7 +202,9 @@ func timed(argv []string, out *sink) (sample, error) {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) && out == nil {
 			// Run it again for its message: the timed run kept none.
-			msg, _ := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+			again := exec.Command(argv[0], argv[1:]...)
+			again.Env = env
+			msg, _ := again.CombinedOutput()
 			return took, fmt.Errorf("%s: %v: %s", strings.Join(argv, " "), err, lastLine(msg))
 		}
 		if !errors.As(err, &ee) {
@@ -204,7 +218,7 @@ func timed(argv []string, out *sink) (sample, error) {
 // isolateRun runs argv (an `isolate run --json` command line) once and
 // returns its cost seen from outside and its report.
 func (r *benchRunner) isolateRun(argv []string, out *sink) (sample, *isolate.Report, error) {
-	took, err := timed(argv, out)
+	took, err := timed(argv, r.env, out)
 	if err != nil {
 		return took, nil, err
 	}

@@ -1,0 +1,306 @@
+package bench
+
+// `isolate bench --handover` (issue 17): one-shot `isolate run` handed to
+// a running service by the binary's constructor, against the same run
+// in-process, a bare exec and bwrap, interleaved in one session; then the
+// throughput of one and two concurrent callers both ways.
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Names of the handover bench's isolate variants.
+const (
+	VarInProcess = "isolate run, in-process"
+	VarService   = "isolate run, via service"
+)
+
+// HandoverConfig is what `isolate bench --handover` measures.
+type HandoverConfig struct {
+	Bin, ServeBin, Version string // the isolate binary (a path the service can check), the service's
+	Rounds                 int    // interleaved latency rounds
+	PerBlock               int    // runs per throughput block
+}
+
+// HandoverResult is what it measured.
+type HandoverResult struct {
+	Machine    machineInfo       `json:"machine"`
+	Rounds     int               `json:"rounds"`
+	Latency    []VariantResult   `json:"latency"`
+	Throughput []handoverThrough `json:"throughput"`
+	Targets    []targetResult    `json:"targets"`
+}
+
+// handoverThrough is runs/s with n concurrent callers, both ways.
+type handoverThrough struct {
+	Callers   int     `json:"callers"`
+	Service   float64 `json:"service_runs_per_s"`
+	InProcess float64 `json:"in_process_runs_per_s"`
+	Ratio     float64 `json:"ratio"`
+}
+
+// RunHandover starts a service of its own (on sockets in a temporary
+// directory, stopped at the end) and measures.
+func RunHandover(c HandoverConfig) (*HandoverResult, error) {
+	svc, err := startService(c.ServeBin, c.Bin)
+	if err != nil {
+		return nil, err
+	}
+	defer svc.stop()
+	inProc := &benchRunner{bin: c.Bin, version: c.Version, env: oneShotEnv()}
+	// A caller's ISOLATE_ settings keep its runs in-process (the service
+	// honours its own): the service's runs get none of them.
+	viaSvc := &benchRunner{bin: c.Bin, version: c.Version, env: append(withoutIsolateVars(os.Environ()), "ISOLATE_SERVICE_SOCKET="+svc.socket)}
+	res := &HandoverResult{Machine: describeMachine(c.Version), Rounds: c.Rounds}
+	meter := newCPUMeter()
+	vs := []variant{
+		{name: VarBare, argv: []string{"/bin/true"}},
+		{name: VarInProcess, argv: inProc.isolateArgs(nil, "/bin/true"), run: inProc.viaTrue("in-process")},
+		{name: VarService, argv: viaSvc.isolateArgs(nil, "/bin/true"), run: viaSvc.viaTrue("service")},
+	}
+	skipped := map[string]string{}
+	if bwrap, err := ensureBwrap(); err != nil {
+		skipped[VarBwrap] = err.Error()
+	} else {
+		vs = append(vs, variant{name: VarBwrap, argv: BwrapArgs(bwrap)})
+	}
+	progress("%d interleaved rounds of %d variants", c.Rounds, len(vs))
+	samples, err := inProc.latency(c.Rounds, vs)
+	if err != nil {
+		return nil, err
+	}
+	res.Latency = variantResults(samples, vs, skipped)
+	bare := median(samples.wall[VarBare])
+	for i := range res.Latency {
+		res.Latency[i].RatioToBare = ratio(res.Latency[i].WallMs.Median, bare)
+	}
+	progress("throughput: blocks of %d runs, 1 and 2 callers, each way", c.PerBlock)
+	for _, callers := range []int{1, 2} {
+		var svcRates, inRates []float64
+		for b := 0; b < ThroughputBlocks; b++ {
+			for _, w := range []struct {
+				r     *benchRunner
+				via   string
+				rates *[]float64
+			}{{viaSvc, "service", &svcRates}, {inProc, "in-process", &inRates}} {
+				rate, err := block(c.PerBlock, callers, w.r.viaTrue(w.via))
+				if err != nil {
+					return nil, err
+				}
+				*w.rates = append(*w.rates, rate)
+			}
+		}
+		t := handoverThrough{Callers: callers, Service: median(svcRates), InProcess: median(inRates)}
+		t.Ratio = ratio(t.Service, t.InProcess)
+		res.Throughput = append(res.Throughput, t)
+	}
+	res.Targets = handoverTargets(res)
+	res.Machine.OtherCPUs = meter.others()
+	return res, nil
+}
+
+// viaTrue runs `isolate run --json -- /bin/true` once and insists it
+// succeeded on the path named (the report's sandbox.via): a bench of the
+// service that measured in-process runs would be worse than none.
+func (r *benchRunner) viaTrue(via string) func(out *sink) (sample, error) {
+	return func(out *sink) (sample, error) {
+		took, rep, err := r.isolateTrue(out)
+		if err == nil && rep.Sandbox.Via != via {
+			err = fmt.Errorf("the run went %q, not %q", rep.Sandbox.Via, via)
+		}
+		return took, err
+	}
+}
+
+// block runs n runs on callers concurrent callers, each with its own
+// sink; runs per second.
+func block(n, callers int, run func(*sink) (sample, error)) (float64, error) {
+	var left atomic.Int64
+	left.Store(int64(n))
+	var wg sync.WaitGroup
+	var once sync.Once
+	var firstErr error
+	start := time.Now()
+	for w := 0; w < callers; w++ {
+		out, err := newSink()
+		if err != nil {
+			return 0, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer out.Close()
+			for left.Add(-1) >= 0 {
+				if _, err := run(out); err != nil {
+					once.Do(func() { firstErr = err })
+					left.Store(0)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return 0, firstErr
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+func handoverTargets(res *HandoverResult) []targetResult {
+	var ts []targetResult
+	for _, v := range res.Latency {
+		if v.Name != VarService {
+			continue
+		}
+		ts = append(ts, targetResult{Name: "via service: median / bare exec", Value: v.RatioToBare, Target: "≤ 2.00", Met: v.RatioToBare > 0 && v.RatioToBare <= 2})
+		if v.RatioToBwrap > 0 {
+			ts = append(ts, targetResult{Name: "via service: median / bwrap", Value: v.RatioToBwrap, Target: "< 1.00", Met: v.RatioToBwrap < 1})
+		}
+	}
+	for _, t := range res.Throughput {
+		if t.Callers == 2 {
+			ts = append(ts, targetResult{Name: "2 callers: runs/s via service / in-process", Value: t.Ratio, Target: "≥ 2.00", Met: t.Ratio >= 2})
+		}
+	}
+	return ts
+}
+
+// withoutIsolateVars is env without ISOLATE_ settings.
+func withoutIsolateVars(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "ISOLATE_") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// service is an isolate-serve the bench started.
+type service struct {
+	cmd    *exec.Cmd
+	dir    string
+	socket string // its CLI socket
+	log    *bytes.Buffer
+	exited chan error // its Wait's result
+}
+
+// startService starts serveBin on sockets of its own, taking the CLI
+// runs of bin, and waits until its CLI socket answers.
+func startService(serveBin, bin string) (*service, error) {
+	dir, err := os.MkdirTemp("", "isolate-bench-svc-")
+	if err != nil {
+		return nil, err
+	}
+	s := &service{dir: dir, socket: filepath.Join(dir, "cli.sock"), log: &bytes.Buffer{}}
+	s.cmd = exec.Command(serveBin, "--socket", filepath.Join(dir, "api.sock"), "--cli-socket", s.socket,
+		"--cli-binary", bin, "--store", filepath.Join(dir, "files"))
+	s.cmd.Env = withoutIsolateVars(os.Environ())
+	s.cmd.Stdout, s.cmd.Stderr = io.Discard, s.log
+	// The service ends with the bench, however the bench ends.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := s.cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("start %s: %w", serveBin, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- s.cmd.Wait() }()
+	deadline := time.After(30 * time.Second)
+	for {
+		if _, err := os.Stat(s.socket); err == nil {
+			break
+		}
+		select {
+		case err := <-exited:
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("%s exited (%v): %s", serveBin, err, lastLine(s.log.Bytes()))
+		case <-deadline:
+			s.cmd.Process.Kill()
+			<-exited
+			os.RemoveAll(dir)
+			return nil, errors.New("the service did not listen within 30 s")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	s.exited = exited
+	return s, nil
+}
+
+// stop drains the service (SIGTERM) and removes its directory.
+func (s *service) stop() {
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(30 * time.Second):
+		s.cmd.Process.Kill()
+		<-s.exited
+	}
+	os.RemoveAll(s.dir)
+}
+
+// PrintHandover writes the handover bench's results: as markdown tables
+// (README, docs/PERFORMANCE.md) or for a person at a terminal.
+func PrintHandover(w io.Writer, res *HandoverResult, markdown bool) {
+	m := res.Machine
+	row := func(cells ...string) {
+		if markdown {
+			fmt.Fprintln(w, "| "+strings.Join(cells, " | ")+" |")
+		} else {
+			fmt.Fprintf(w, "  %-44s", cells[0])
+			for _, c := range cells[1:] {
+				fmt.Fprintf(w, " %10s", c)
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	rule := func(n int) {
+		if markdown {
+			fmt.Fprintln(w, "|"+strings.Repeat("---|", n))
+		}
+	}
+	fmt.Fprintf(w, "isolate bench --handover · %s · %d CPUs · %s · Linux %s · cgroup %s · load %s · isolate %s\n\n", m.Date, m.CPUs, m.CPUModel, m.Kernel, m.Cgroup, m.Load, m.Isolate)
+	if m.busy() {
+		fmt.Fprintf(w, "warning: other work kept %.2f of %d CPUs busy meanwhile: it inflates these figures\n\n", m.OtherCPUs, m.CPUs)
+	}
+	fmt.Fprintf(w, "/bin/true, %d interleaved rounds (ms from fork to reap)\n\n", res.Rounds)
+	row("", "median", "p90", "min", "× bare", "× bwrap")
+	rule(6)
+	for _, v := range res.Latency {
+		if v.Skipped != "" {
+			fmt.Fprintf(w, "%s skipped: %s\n", v.Name, v.Skipped)
+			continue
+		}
+		row(v.Name, f2(v.WallMs.Median), f2(v.WallMs.P90), f2(v.WallMs.Min), ratioText(v.RatioToBare), ratioText(v.RatioToBwrap))
+	}
+	fmt.Fprintln(w, "\nthroughput, runs/s (median of alternating blocks)")
+	fmt.Fprintln(w)
+	row("callers", "service", "in-process", "ratio")
+	rule(4)
+	for _, t := range res.Throughput {
+		row(fmt.Sprint(t.Callers), f2(t.Service), f2(t.InProcess), f2(t.Ratio))
+	}
+	fmt.Fprintln(w, "\ntargets (issue 17)")
+	fmt.Fprintln(w)
+	row("", "value", "target", "met")
+	rule(4)
+	for _, t := range res.Targets {
+		met := "no"
+		if t.Met {
+			met = "yes"
+		}
+		row(t.Name, f2(t.Value), t.Target, met)
+	}
+}
+
+func f2(x float64) string { return fmt.Sprintf("%.2f", x) }
