@@ -352,3 +352,56 @@ func TestStatParsing(t *testing.T) {
 		t.Error("readInt of a missing file")
 	}
 }
+
+// SetLimits gives a box made without limits the same limits Create would
+// have set, and the kernel enforces them.
+func TestSetLimitsAsCreate(t *testing.T) {
+	requireRoot(t)
+	m := testManager(t)
+	l := Limits{Memory: 16 << 20, Pids: 7, CPUs: 0.5}
+	made, err := m.Create(fmt.Sprintf("box-test-made-%d", os.Getpid()), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer made.Destroy()
+	set, err := m.Create(fmt.Sprintf("box-test-set-%d", os.Getpid()), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Destroy()
+	if err := set.SetLimits(l); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]string{
+		"memory": {"memory.limit_in_bytes", "memory.memsw.limit_in_bytes"},
+		"pids":   {"pids.max"}, "cpu": {"cpu.cfs_quota_us", "cpu.cfs_period_us"},
+		"": {"memory.max", "memory.swap.max", "pids.max", "cpu.max"},
+	}
+	compared := 0
+	for ctl, names := range files {
+		if _, ok := set.dirs[ctl]; !ok {
+			continue
+		}
+		for _, n := range names {
+			want, err := os.ReadFile(filepath.Join(made.dirs[ctl], n))
+			if os.IsNotExist(err) {
+				continue
+			}
+			if got := readFile(t, filepath.Join(set.dirs[ctl], n)); got != strings.TrimSpace(string(want)) {
+				t.Errorf("%s/%s: %s after SetLimits, %s after Create", ctl, n, got, want)
+			}
+			compared++
+		}
+	}
+	if compared < 4 {
+		t.Errorf("only %d limit files compared", compared)
+	}
+	files2, _ := set.PlacementFiles()
+	boxShell(set, files2, `x=xxxxxxxxxxxxxxxx; while true; do x="$x$x"; done`).Run()
+	for _, f := range files2 {
+		f.Close()
+	}
+	if n, err := set.OOMKills(); err != nil || n < 1 {
+		t.Errorf("OOMKills %d %v: the memory limit set at claim is not enforced", n, err)
+	}
+}
