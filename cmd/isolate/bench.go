@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 
 	"github.com/urfave/cli/v2"
 
@@ -26,6 +27,7 @@ func benchCommand() *cli.Command {
 			&cli.BoolFlag{Name: "markdown", Usage: "print the results as the tables of docs/PERFORMANCE.md"},
 			&cli.BoolFlag{Name: "precision", Usage: "also measure limit overshoot and accounting error (about a minute)"},
 			&cli.IntFlag{Name: "precision-runs", Value: 10, Usage: "runs `N` per precision benchmark"},
+			&cli.BoolFlag{Name: "service", Usage: "measure the service instead (isolate-serve bench: API latency and throughput, --runs rounds)"},
 		},
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageErr(err) },
 		Action: func(c *cli.Context) error {
@@ -44,6 +46,11 @@ func benchCommand() *cli.Command {
 			}
 			if err := requireRoot(); err != nil {
 				return err
+			}
+			if c.Bool("service") {
+				// The service's benchmark links the service: it is
+				// isolate-serve's, as `isolate serve` is.
+				return execServe("bench", []string{"bench", "--rounds", strconv.Itoa(runs)})
 			}
 			// The isolate binary itself, started as a user would start it.
 			res, err := bench.Run(bench.Config{Bin: "/proc/self/exe", Version: version, Rounds: runs, Precision: c.Bool("precision"), PrecisionRuns: precRuns})
