@@ -175,7 +175,9 @@ func (p *Prepared) key() (poolKey, bool) {
 }
 
 // claim takes a ready box for the run, or nil (nil-safe: no pool). Either
-// way the run's key counts as demand, and building resumes.
+// way the run's key counts as demand. After a miss building resumes at
+// once; after a claim once the claimed box has ended (endInBackground),
+// so that the build does not compete with the run for the CPUs.
 func (p *pool) claim(pr *Prepared) *builtBox {
 	if p == nil {
 		return nil
@@ -196,14 +198,14 @@ func (p *pool) claim(pr *Prepared) *builtBox {
 	now := time.Now()
 	sl.wanted = append(sl.wanted, now)
 	sl.lastWant = now
-	var b *builtBox
 	if n := len(sl.ready); n > 0 {
-		b = sl.ready[n-1]
+		b := sl.ready[n-1]
 		sl.ready = sl.ready[:n-1]
 		p.total--
+		return b
 	}
 	p.fill()
-	return b
+	return nil
 }
 
 // slot makes the slot of key k (p.mu held, or p not yet shared). A built
@@ -432,6 +434,9 @@ func (p *pool) endInBackground(end func() error) {
 			go func() {
 				defer p.wg.Done()
 				report(end())
+				p.mu.Lock()
+				p.fill()
+				p.mu.Unlock()
 			}()
 			return
 		}
