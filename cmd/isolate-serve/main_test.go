@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -126,6 +127,35 @@ func boxOf(t *testing.T, marker string) string {
 	return ""
 }
 
+// childrenOf lists the processes whose parent is pid.
+func childrenOf(pid int) []int {
+	var kids []int
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		if i := strings.LastIndexByte(s, ')'); i > 0 {
+			if f := strings.Fields(s[i+1:]); len(f) > 1 && f[1] == strconv.Itoa(pid) {
+				kid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+				kids = append(kids, kid)
+			}
+		}
+	}
+	return kids
+}
+
+func anyAlive(pids []int) bool {
+	for _, pid := range pids {
+		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
 func TestSIGKILLLeavesNothing(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: starts sandboxes")
@@ -145,17 +175,30 @@ func TestSIGKILLLeavesNothing(t *testing.T) {
 	go c.post("/v1/run", `{"commands":[{"box_id":97,"args":["/bin/sh","-c","sleep 30; : `+marker+`"]}]}`)
 	waitFor(t, "the box runs", func() bool { return processWith(marker) })
 	box := boxOf(t, marker)
+	// A box built ahead runs a command, others wait for theirs.
+	waitFor(t, "a box is built ahead", func() bool { _, b := c.get("/v1/health"); return strings.Contains(b, `"pool":`) && !strings.Contains(b, `"pool":0`) })
+	pooledMarker := marker + "-pooled"
+	go c.post("/v1/run", `{"commands":[{"args":["/bin/sh","-c","sleep 30; : `+pooledMarker+`"]}]}`)
+	waitFor(t, "the pooled box runs", func() bool { return processWith(pooledMarker) })
+	pooledBox := boxOf(t, pooledMarker)
+	waitFor(t, "a box is built ahead again", func() bool { _, b := c.get("/v1/health"); return !strings.Contains(b, `"pool":0`) })
+	inits := childrenOf(c.cmd.Process.Pid)
+	if len(inits) < 3 {
+		t.Fatalf("the service has %d children (inits), want the two running boxes' and a waiting one's", len(inits))
+	}
 	c.cmd.Process.Kill()
 	c.cmd.Wait()
-	// No box outlives the service.
-	waitFor(t, "the box dies with the service", func() bool { return !processWith(marker) })
+	// No box outlives the service, running or waiting.
+	waitFor(t, "the boxes die with the service", func() bool {
+		return !processWith(marker) && !processWith(pooledMarker) && !anyAlive(inits)
+	})
 
 	c2 := startChild(t, dir)
 	if ents, _ := os.ReadDir(filepath.Join(dir, "files")); len(ents) != 0 {
 		t.Errorf("the store kept %d files of the killed service", len(ents))
 	}
 	for _, b := range mgr.Boxes() {
-		if b == box {
+		if b == box || b == pooledBox {
 			t.Errorf("the killed service's box cgroup %s is still there", b)
 		}
 	}
