@@ -53,6 +53,30 @@ func openInBox(rootFD int, path string, flags int, mode uint32) (int, error) {
 	return unix.Openat2(rootFD, strings.TrimPrefix(path, "/"), how)
 }
 
+// mkdirInBox opens directory dir of the box (O_PATH), making what is
+// missing of it as the calling thread's user (the box's), as `mkdir -p`
+// does: a copy-in may name a file in a directory that does not exist yet.
+// Each step resolves inside the box's root.
+func mkdirInBox(rootFD int, dir string) (int, error) {
+	fd, err := openInBox(rootFD, dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != unix.ENOENT {
+		return fd, err
+	}
+	parent, name := filepath.Dir(dir), filepath.Base(dir)
+	if parent == dir {
+		return -1, err
+	}
+	pfd, err := mkdirInBox(rootFD, parent)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(pfd)
+	if err := unix.Mkdirat(pfd, name, 0o755); err != nil && err != unix.EEXIST {
+		return -1, err
+	}
+	return openInBox(rootFD, dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+}
+
 // copyBudget is what the copies of one run may still write.
 type copyBudget struct {
 	bytes    int64 // data bytes (holes cost nothing)
@@ -141,7 +165,7 @@ func copyIn(t *fsThread, rootFD int, c Copy, caller, box Cred) error {
 		unix.Close(src)
 		return err
 	}
-	parent, err := openInBox(rootFD, filepath.Dir(dst), unix.O_PATH|unix.O_DIRECTORY, 0)
+	parent, err := mkdirInBox(rootFD, filepath.Dir(dst))
 	if err != nil {
 		unix.Close(src)
 		return fmt.Errorf("open %s in the box: %w", filepath.Dir(dst), openErr(err))

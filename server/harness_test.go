@@ -55,8 +55,17 @@ func leftovers() error {
 			}
 		}
 	}
-	if ents, err := os.ReadDir(workRoot); err == nil && len(ents) > 0 {
-		return fmt.Errorf("%d work directories left in %s", len(ents), workRoot)
+	if processWork.dir != "" {
+		if ents, err := os.ReadDir(processWork.dir); err == nil && len(ents) > 0 {
+			return fmt.Errorf("%d work directories left in %s", len(ents), processWork.dir)
+		}
+	}
+	if ents, err := os.ReadDir(workRoot); err == nil {
+		for _, e := range ents {
+			if d := filepath.Join(workRoot, e.Name()); d != processWork.dir && !locked(d) {
+				return fmt.Errorf("%s is left by a service that is gone", d)
+			}
+		}
 	}
 	return nil
 }

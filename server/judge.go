@@ -18,10 +18,7 @@ type Judge struct{ Host *isolate.Host }
 func (j Judge) Exec(ctx context.Context, req *ExecRequest, stdio isolate.IO) (*api.ExecReport, error) {
 	// The judge takes the source as a file: one of the request's own, in
 	// a directory only root may enter; the judge copies it into the box.
-	if err := os.MkdirAll(workRoot, 0o700); err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp(workRoot, "exec-")
+	dir, err := newWorkDir("exec-")
 	if err != nil {
 		return nil, err
 	}

@@ -19,10 +19,6 @@ import (
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
-// workRoot holds each request's own files on the host (inline copy_in
-// content, copy_out results) while it runs: root-only, swept at start.
-const workRoot = "/run/isolate/work"
-
 func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	var req RunRequest
 	if err := decode(r.Body, &req); err != nil {
@@ -187,10 +183,7 @@ func (t *task) workDir() (string, error) {
 	if t.dir != "" {
 		return t.dir, nil
 	}
-	if err := os.MkdirAll(workRoot, 0o700); err != nil {
-		return "", err
-	}
-	d, err := os.MkdirTemp(workRoot, "req-")
+	d, err := newWorkDir("req-")
 	if err != nil {
 		return "", err
 	}
@@ -420,21 +413,4 @@ func (rec *recorder) result() (string, bool) {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	return string(rec.buf), rec.trunc
-}
-
-// SweepWork removes the work directories a killed service left.
-func SweepWork() error {
-	ents, err := os.ReadDir(workRoot)
-	if os.IsNotExist(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		if err := os.RemoveAll(filepath.Join(workRoot, e.Name())); err != nil {
-			return err
-		}
-	}
-	return nil
 }

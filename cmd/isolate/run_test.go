@@ -732,9 +732,17 @@ func TestCopyInErrorsAndSymlinks(t *testing.T) {
 	if rep.Stdout != "F" {
 		t.Errorf("copy-in of a tree with a host symlink: %q (the symlink must not be copied)", rep.Stdout)
 	}
-	rep, code := runBox(t, "--copy-in", filepath.Join(dir, "tree", "f")+":/box/no/such/dir/f", "--", "/bin/true")
+	// Missing directories are made, as the box user's, as `mkdir -p` does.
+	rep, _ = runBox(t, "--copy-in", filepath.Join(dir, "tree", "f")+":/box/new/sub/f", "--", "/bin/sh", "-c", "cat new/sub/f; stat -c ' %u' new new/sub; id -u")
+	expectStatus(t, rep, isolate.StatusOK)
+	// "F", the owners of new and new/sub, the program's uid.
+	if f := strings.Fields(rep.Stdout); len(f) != 4 || f[0] != "F" || f[1] != f[3] || f[2] != f[3] {
+		t.Errorf("copy-in into missing directories: %q, want the file and both directories owned by the program's uid", rep.Stdout)
+	}
+	// A parent that is a file cannot be made a directory.
+	rep, code := runBox(t, "--copy-in", filepath.Join(dir, "tree", "f")+":/box/x", "--copy-in", filepath.Join(dir, "tree", "f")+":/box/x/f", "--", "/bin/true")
 	if rep.Status != isolate.StatusXX || code != 2 || !strings.Contains(rep.Message, "--copy-in") {
-		t.Errorf("copy-in into a missing directory: %s %q exit %d", rep.Status, rep.Message, code)
+		t.Errorf("copy-in below a file: %s %q exit %d", rep.Status, rep.Message, code)
 	}
 }
 
