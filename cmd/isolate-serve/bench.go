@@ -171,16 +171,14 @@ func spawn(argv []string) error {
 }
 
 // apiClient posts /bin/true over one keep-alive connection, and keeps
-// the reports' stages.
+// the answers (read after the timing, by printStages).
 type apiClient struct {
 	c       *http.Client
-	stages  map[string][]time.Duration
-	claimed int
-	n       int
+	answers [][]byte
 }
 
 func newAPIClient(sock string) *apiClient {
-	return &apiClient{stages: map[string][]time.Duration{}, c: &http.Client{Transport: &http.Transport{
+	return &apiClient{c: &http.Client{Transport: &http.Transport{
 		MaxIdleConnsPerHost: 1,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
@@ -202,39 +200,44 @@ func (a *apiClient) post() error {
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `"status":"OK"`) {
 		return fmt.Errorf("%d %s", resp.StatusCode, body)
 	}
-	var r struct {
-		Results []struct {
-			Sandbox struct {
-				SetupTime    float64            `json:"setup_time"`
-				TeardownTime float64            `json:"teardown_time"`
-				Stages       map[string]float64 `json:"stages"`
-			} `json:"sandbox"`
-		} `json:"results"`
-	}
-	if json.Unmarshal(body, &r) == nil && len(r.Results) == 1 {
-		sb := r.Results[0].Sandbox
-		a.n++
-		if _, ok := sb.Stages["claim"]; ok {
-			a.claimed++
-		}
-		sb.Stages["(setup_time)"], sb.Stages["(teardown_time)"] = sb.SetupTime, sb.TeardownTime
-		for k, v := range sb.Stages {
-			a.stages[k] = append(a.stages[k], time.Duration(v*1e9))
-		}
-	}
+	a.answers = append(a.answers, body)
 	return nil
 }
 
 // printStages prints the median of each stage of the reports.
 func (a *apiClient) printStages() {
-	fmt.Printf("service runs in a box built ahead: %d of %d; median stages (ms):\n", a.claimed, a.n)
-	names := make([]string, 0, len(a.stages))
-	for k := range a.stages {
+	stages := map[string][]time.Duration{}
+	claimed := 0
+	for _, body := range a.answers {
+		var r struct {
+			Results []struct {
+				Sandbox struct {
+					SetupTime    float64            `json:"setup_time"`
+					TeardownTime float64            `json:"teardown_time"`
+					Stages       map[string]float64 `json:"stages"`
+				} `json:"sandbox"`
+			} `json:"results"`
+		}
+		if json.Unmarshal(body, &r) != nil || len(r.Results) != 1 {
+			continue
+		}
+		sb := r.Results[0].Sandbox
+		if _, ok := sb.Stages["claim"]; ok {
+			claimed++
+		}
+		sb.Stages["(setup_time)"], sb.Stages["(teardown_time)"] = sb.SetupTime, sb.TeardownTime
+		for k, v := range sb.Stages {
+			stages[k] = append(stages[k], time.Duration(v*1e9))
+		}
+	}
+	fmt.Printf("service runs in a box built ahead: %d of %d; median stages (ms):\n", claimed, len(a.answers))
+	names := make([]string, 0, len(stages))
+	for k := range stages {
 		names = append(names, k)
 	}
 	sort.Strings(names)
 	for _, k := range names {
-		fmt.Printf("  %-20s %8.3f  (%d runs)\n", k, ms(percentile(a.stages[k], 50)), len(a.stages[k]))
+		fmt.Printf("  %-20s %8.3f  (%d runs)\n", k, ms(percentile(stages[k], 50)), len(stages[k]))
 	}
 }
 

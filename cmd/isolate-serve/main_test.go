@@ -176,7 +176,10 @@ func TestSIGKILLLeavesNothing(t *testing.T) {
 	waitFor(t, "the box runs", func() bool { return processWith(marker) })
 	box := boxOf(t, marker)
 	// A box built ahead runs a command, others wait for theirs.
-	waitFor(t, "a box is built ahead", func() bool { _, b := c.get("/v1/health"); return strings.Contains(b, `"pool":`) && !strings.Contains(b, `"pool":0`) })
+	waitFor(t, "a box is built ahead", func() bool {
+		_, b := c.get("/v1/health")
+		return strings.Contains(b, `"pool":`) && !strings.Contains(b, `"pool":0`)
+	})
 	pooledMarker := marker + "-pooled"
 	go c.post("/v1/run", `{"commands":[{"args":["/bin/sh","-c","sleep 30; : `+pooledMarker+`"]}]}`)
 	waitFor(t, "the pooled box runs", func() bool { return processWith(pooledMarker) })

@@ -26,7 +26,7 @@ func serveCommand() *cli.Command {
 		Usage:           "run the sandbox as an HTTP/JSON service (docs/API.md; isolate serve --help)",
 		ArgsUsage:       "[--socket PATH] [--listen ADDR --token-file FILE] [--parallel N] ...",
 		SkipFlagParsing: true,
-		Action: func(c *cli.Context) error { return execServe("serve", c.Args().Slice()) },
+		Action:          func(c *cli.Context) error { return execServe("serve", c.Args().Slice()) },
 	}
 }
 
