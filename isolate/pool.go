@@ -198,11 +198,16 @@ func (p *pool) claim(pr *Prepared) *builtBox {
 	now := time.Now()
 	sl.wanted = append(sl.wanted, now)
 	sl.lastWant = now
-	if n := len(sl.ready); n > 0 {
+	for n := len(sl.ready); n > 0; n-- {
 		b := sl.ready[n-1]
 		sl.ready = sl.ready[:n-1]
 		p.total--
-		return b
+		if b.s.init.alive() {
+			return b
+		}
+		// Killed while it waited (by the OOM killer, by an operator):
+		// never handed out.
+		p.goEnd(func() error { b.s.teardown(); return nil })
 	}
 	p.fill()
 	return nil
@@ -421,28 +426,35 @@ func (p *pool) janitor() {
 // (nil-safe: with no pool, or a stopped one, at once). StopPool waits for
 // it.
 func (p *pool) endInBackground(end func() error) {
-	report := func(err error) {
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "isolate: tear down a box: %v\n", err)
-		}
-	}
 	if p != nil {
 		p.mu.Lock()
 		if !p.stopped {
-			p.wg.Add(1)
+			p.goEnd(end)
 			p.mu.Unlock()
-			go func() {
-				defer p.wg.Done()
-				report(end())
-				p.mu.Lock()
-				p.fill()
-				p.mu.Unlock()
-			}()
 			return
 		}
 		p.mu.Unlock()
 	}
-	report(end())
+	reportEnd(end())
+}
+
+// goEnd runs end in the background, then resumes building (p.mu held,
+// the pool not stopped: StopPool waits for it).
+func (p *pool) goEnd(end func() error) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		reportEnd(end())
+		p.mu.Lock()
+		p.fill()
+		p.mu.Unlock()
+	}()
+}
+
+func reportEnd(err error) {
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "isolate: tear down a box: %v\n", err)
+	}
 }
 
 func (p *pool) closeTrees() {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,19 +42,8 @@ func checkNothingLeft(t *testing.T) {
 // leftBehind finds what boxes leave: a child process of ours, a box
 // cgroup.
 func leftBehind(h *isolate.Host) error {
-	me := strconv.Itoa(os.Getpid())
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, p := range stats {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		if i := strings.LastIndexByte(s, ')'); i > 0 {
-			if f := strings.Fields(s[i+1:]); len(f) > 1 && f[1] == me {
-				return fmt.Errorf("process %s is still our child", p)
-			}
-		}
+	if kids := children(); len(kids) > 0 {
+		return fmt.Errorf("processes %v are still our children", kids)
 	}
 	m, err := h.Cgroups()
 	if err != nil {
@@ -63,6 +53,27 @@ func leftBehind(h *isolate.Host) error {
 		return fmt.Errorf("box cgroups left: %v", boxes)
 	}
 	return nil
+}
+
+// children lists this process's child processes (the boxes' inits).
+func children() []int {
+	me := strconv.Itoa(os.Getpid())
+	var kids []int
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		if i := strings.LastIndexByte(s, ')'); i > 0 {
+			if f := strings.Fields(s[i+1:]); len(f) > 1 && f[1] == me {
+				pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+				kids = append(kids, pid)
+			}
+		}
+	}
+	return kids
 }
 
 // awaitReady waits until the pool has a box ready.
@@ -196,5 +207,26 @@ func TestPoolStopLeavesNothing(t *testing.T) {
 	rep, err = h.Run(context.Background(), &api.Spec{Args: []string{"/bin/true"}}, isolate.IO{})
 	if err != nil || rep.Status != api.StatusOK || claimed(rep) {
 		t.Fatalf("after StopPool: %v %+v", err, rep)
+	}
+}
+
+// A box killed while it waited is never handed out: the run takes
+// another or builds its own.
+func TestPoolSkipsDeadBoxes(t *testing.T) {
+	checkNothingLeft(t)
+	h := pooledHost(t, isolate.PoolConfig{Max: 2})
+	awaitReady(t, h)
+	// No run is under way: every child is a waiting box's init.
+	for _, pid := range children() {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	rep, err := h.Run(context.Background(), &api.Spec{Args: []string{"/bin/echo", "ok"}}, isolate.IO{})
+	if err != nil || rep.Status != api.StatusOK || rep.Stdout != "ok\n" {
+		t.Fatalf("after the waiting boxes were killed: %v %s %q %q", err, rep.Status, rep.Message, rep.Stdout)
+	}
+	awaitReady(t, h)
+	rep, err = h.Run(context.Background(), &api.Spec{Args: []string{"/bin/echo", "ok"}}, isolate.IO{})
+	if err != nil || rep.Status != api.StatusOK || !claimed(rep) {
+		t.Fatalf("the pool did not recover: %v %s %q", err, rep.Status, rep.Message)
 	}
 }

@@ -616,6 +616,14 @@ func startForkers() {
 
 func (p *initProc) kill() { unix.PidfdSendSignal(p.pidfd, unix.SIGKILL, nil, 0) }
 
+// alive tells whether init still runs: its pidfd turns readable when it
+// ends (a zombie too).
+func (p *initProc) alive() bool {
+	fds := []unix.PollFd{{Fd: int32(p.pidfd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n == 0
+}
+
 func (p *initProc) close() { unix.Close(p.pidfd) }
 
 func describeWait(ws syscall.WaitStatus) string {
