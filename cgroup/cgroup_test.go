@@ -210,15 +210,20 @@ func TestOOMKillCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Destroy()
+	if n, err := growPastLimit(b); err != nil || n < 1 {
+		t.Errorf("OOMKills %d %v after an OOM kill", n, err)
+	}
+}
+
+// growPastLimit runs, in box b, a shell variable that grows past the
+// memory limit until the OOM killer acts, and returns b's OOM kills.
+func growPastLimit(b *Box) (int64, error) {
 	files, _ := b.PlacementFiles()
-	// A shell variable growing past the limit: the OOM killer acts.
 	boxShell(b, files, `x=xxxxxxxxxxxxxxxx; while true; do x="$x$x"; done`).Run()
 	for _, f := range files {
 		f.Close()
 	}
-	if n, err := b.OOMKills(); err != nil || n < 1 {
-		t.Errorf("OOMKills %d %v after an OOM kill", n, err)
-	}
+	return b.OOMKills()
 }
 
 // A cgroup left by a killed supervisor, with a process still in it, is
@@ -396,12 +401,7 @@ func TestSetLimitsAsCreate(t *testing.T) {
 	if compared < 4 {
 		t.Errorf("only %d limit files compared", compared)
 	}
-	files2, _ := set.PlacementFiles()
-	boxShell(set, files2, `x=xxxxxxxxxxxxxxxx; while true; do x="$x$x"; done`).Run()
-	for _, f := range files2 {
-		f.Close()
-	}
-	if n, err := set.OOMKills(); err != nil || n < 1 {
+	if n, err := growPastLimit(set); err != nil || n < 1 {
 		t.Errorf("OOMKills %d %v: the memory limit set at claim is not enforced", n, err)
 	}
 }

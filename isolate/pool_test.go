@@ -57,22 +57,16 @@ func leftBehind(h *isolate.Host) error {
 	return nil
 }
 
-// children lists this process's child processes (the boxes' inits).
+// children lists this process's child processes (the boxes' inits), from
+// every thread's list: each init's parent is the thread that forked it.
 func children() []int {
-	me := strconv.Itoa(os.Getpid())
 	var kids []int
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, p := range stats {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		if i := strings.LastIndexByte(s, ')'); i > 0 {
-			if f := strings.Fields(s[i+1:]); len(f) > 1 && f[1] == me {
-				pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-				kids = append(kids, pid)
-			}
+	lists, _ := filepath.Glob("/proc/self/task/*/children")
+	for _, l := range lists {
+		b, _ := os.ReadFile(l)
+		for _, f := range strings.Fields(string(b)) {
+			pid, _ := strconv.Atoi(f)
+			kids = append(kids, pid)
 		}
 	}
 	return kids

@@ -127,21 +127,16 @@ func boxOf(t *testing.T, marker string) string {
 	return ""
 }
 
-// childrenOf lists the processes whose parent is pid.
+// childrenOf lists the children of process pid, from each of its
+// threads' lists (the boxes' inits are the forking thread's).
 func childrenOf(pid int) []int {
 	var kids []int
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, p := range stats {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		if i := strings.LastIndexByte(s, ')'); i > 0 {
-			if f := strings.Fields(s[i+1:]); len(f) > 1 && f[1] == strconv.Itoa(pid) {
-				kid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-				kids = append(kids, kid)
-			}
+	lists, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
+	for _, l := range lists {
+		b, _ := os.ReadFile(l)
+		for _, f := range strings.Fields(string(b)) {
+			kid, _ := strconv.Atoi(f)
+			kids = append(kids, kid)
 		}
 	}
 	return kids
