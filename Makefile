@@ -7,7 +7,7 @@ TAGS := urfave_cli_no_docs,netgo,osusergo
 # netgo/osusergo keep the C library's name services out of it,
 # urfave_cli_no_docs keeps the man-page generator (and its start-up cost)
 # out; libseccomp links in from libseccomp-dev's archive.
-LDFLAGS := -s -w -X main.version=$(VERSION)
+LDFLAGS := -s -w -X main.version=$(VERSION) -X github.com/isolate-sandbox/isolate/cmdline.Version=$(VERSION)
 WITH_GO = export PATH="$$(./scripts/deps.sh):$$PATH"; . ./scripts/cgo-env.sh;
 
 .PHONY: all build test bench vet clean vmtest demo

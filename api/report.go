@@ -70,9 +70,13 @@ type Blocked struct {
 
 // SandboxInfo describes the sandbox that ran the program and what it cost.
 type SandboxInfo struct {
-	Image        string  `json:"image"`
-	Cgroup       string  `json:"cgroup"`
-	Seccomp      string  `json:"seccomp"`
+	Image   string `json:"image"`
+	Cgroup  string `json:"cgroup"`
+	Seccomp string `json:"seccomp"`
+	// Via is which path ran the run: "in-process" (the isolate command
+	// itself) or "service" (isolate serve, over HTTP or handed a
+	// command line by the isolate command).
+	Via          string  `json:"via"`
 	SetupTime    float64 `json:"setup_time"`
 	TeardownTime float64 `json:"teardown_time"`
 	// Stages are the supervisor's own timers, in seconds, for `isolate

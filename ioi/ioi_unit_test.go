@@ -2,6 +2,7 @@ package ioi
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -80,7 +81,7 @@ func TestOutcome(t *testing.T) {
 func TestIOIEnv(t *testing.T) {
 	t.Setenv("IOI_TEST_PASSED", "v")
 	o := &Options{env: []string{"A=1", "IOI_TEST_PASSED", "A=2", "LIBC_FATAL_STDERR_=", "NOT_SET_ANYWHERE_X"}}
-	if got := strings.Join(ioiEnv(o), " "); got != "IOI_TEST_PASSED=v A=2" {
+	if got := strings.Join(ioiEnv(o, os.Environ()), " "); got != "IOI_TEST_PASSED=v A=2" {
 		t.Errorf("env %q", got)
 	}
 }

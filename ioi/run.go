@@ -44,12 +44,12 @@ func CgroupRoot(cfg *isolate.Config) (string, error) {
 // MetaText then). A meta file that cannot be written is an error. Ending
 // ctx interrupts the run (a signal to isolate: its cause has a Signal
 // method, and the meta file says which).
-func Run(ctx context.Context, o *Options, cfg *isolate.Config) (*isolate.Report, error) {
+func Run(ctx context.Context, o *Options, cfg *isolate.Config, caller *Caller) (*isolate.Report, error) {
 	var meta *os.File
 	if o.meta != "" && o.meta != "-" {
 		// Opened before the run, as ioi/isolate does: nothing the program
 		// does can redirect it.
-		f, err := os.OpenFile(o.meta, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		f, err := os.OpenFile(caller.path(o.meta), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 		if err != nil {
 			return nil, fmt.Errorf("failed to open metafile '%s': %v", o.meta, strerror(err))
 		}
@@ -57,7 +57,7 @@ func Run(ctx context.Context, o *Options, cfg *isolate.Config) (*isolate.Report,
 		meta = f
 	}
 	owner := o.owner()
-	var stdio ioiStdio
+	stdio := ioiStdio{caller: caller}
 	defer stdio.close()
 	rep := func() *isolate.Report {
 		pb, err := isolate.OpenBox(cfg.BoxRoot, o.boxID, o.wait)
@@ -70,7 +70,7 @@ func Run(ctx context.Context, o *Options, cfg *isolate.Config) (*isolate.Report,
 		if err := pb.Enter(o.specialFiles); err != nil {
 			return xxReport(err.Error())
 		}
-		rep := ioiExecute(ctx, o, cfg, pb, &stdio)
+		rep := ioiExecute(ctx, o, cfg, pb, &stdio, caller)
 		if err := pb.Leave(owner, o.specialFiles); err != nil && rep.Status != isolate.StatusXX {
 			rep.Status, rep.Message = isolate.StatusXX, err.Error()
 		}
@@ -115,15 +115,15 @@ func xxReport(msg string) *isolate.Report {
 }
 
 // ioiExecute builds the run's spec from the options and runs it.
-func ioiExecute(ctx context.Context, o *Options, cfg *isolate.Config, pb *isolate.PersistentBox, stdio *ioiStdio) *isolate.Report {
-	spec, mounts, err := ioiSpec(o, pb)
+func ioiExecute(ctx context.Context, o *Options, cfg *isolate.Config, pb *isolate.PersistentBox, stdio *ioiStdio, caller *Caller) *isolate.Report {
+	spec, mounts, err := ioiSpec(o, pb, caller)
 	if err != nil {
 		return xxReport(err.Error())
 	}
 	if o.verbose > 0 {
 		// Before the streams are set up: an inherited stderr may be
 		// truncated when the program gets its own open of it.
-		fmt.Fprintf(os.Stderr, "Box %d in %s: %q in %s, binds %+v\n", o.boxID, pb.Dir, spec.Command, spec.Chdir, spec.Binds)
+		fmt.Fprintf(caller.Stderr, "Box %d in %s: %q in %s, binds %+v\n", o.boxID, pb.Dir, spec.Command, spec.Chdir, spec.Binds)
 	}
 	// ioi/isolate opens the streams inside the box, after its clock has
 	// started: waiting for a FIFO's other end is part of the wall time,
@@ -165,7 +165,7 @@ func ioiExecute(ctx context.Context, o *Options, cfg *isolate.Config, pb *isolat
 }
 
 // ioiSpec turns ioi/isolate's options into a run of our runtime.
-func ioiSpec(o *Options, pb *isolate.PersistentBox) (*isolate.Spec, []mountPoint, error) {
+func ioiSpec(o *Options, pb *isolate.PersistentBox, caller *Caller) (*isolate.Spec, []mountPoint, error) {
 	s := isolate.Defaults()
 	s.BoxID = o.boxID
 	s.CPUTime = o.timeout
@@ -199,7 +199,7 @@ func ioiSpec(o *Options, pb *isolate.PersistentBox) (*isolate.Spec, []mountPoint
 		}
 	}
 	s.HostNet = o.shareNet
-	s.Env = ioiEnv(o)
+	s.Env = ioiEnv(o, caller.Env)
 	s.Chdir = "/box"
 	if o.chdir != "" {
 		s.Chdir = path.Join("/box", o.chdir)
@@ -227,13 +227,13 @@ func execPath(name string) string {
 }
 
 // ioiEnv is the program's environment under ioi/isolate's rules: nothing
-// (or, with -e, isolate's whole environment), LIBC_FATAL_STDERR_=1, then
-// each -E in order: VAR passes isolate's value on, VAR=value sets it,
-// VAR= removes it.
-func ioiEnv(o *Options) []string {
+// (or, with -e, the caller's whole environment), LIBC_FATAL_STDERR_=1,
+// then each -E in order: VAR passes the caller's value on, VAR=value sets
+// it, VAR= removes it.
+func ioiEnv(o *Options, callerEnv []string) []string {
 	var env []string
 	if o.fullEnv {
-		env = append(env, os.Environ()...)
+		env = append(env, callerEnv...)
 	}
 	for _, rule := range append([]string{"LIBC_FATAL_STDERR_=1"}, o.env...) {
 		name, val, set := strings.Cut(rule, "=")
@@ -248,7 +248,7 @@ func ioiEnv(o *Options) []string {
 		case set && val != "":
 			env = append(env, rule)
 		case !set:
-			if v, ok := os.LookupEnv(name); ok {
+			if v, ok := lookupEnv(callerEnv, name); ok {
 				env = append(env, name+"="+v)
 			}
 		}
@@ -257,4 +257,33 @@ func ioiEnv(o *Options) []string {
 		env = []string{}
 	}
 	return env
+}
+
+// lookupEnv is os.LookupEnv in env: the first NAME=.
+func lookupEnv(env []string, name string) (string, bool) {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, name+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// Caller is the world of whoever gave the command line: the environment
+// (-e, -E NAME), how a host path it names resolves (a relative -M: from
+// its directory) and the standard streams the program inherits when -i,
+// -o or -r does not name a file (a nil one: none, as a closed
+// descriptor).
+type Caller struct {
+	Env                   []string
+	Path                  func(string) string // nil: as given
+	Stdin, Stdout, Stderr *os.File
+}
+
+// path resolves a host path the caller named.
+func (c *Caller) path(p string) string {
+	if c.Path == nil {
+		return p
+	}
+	return c.Path(p)
 }

@@ -19,7 +19,6 @@ import (
 	"io"
 	"os"
 	"path"
-	"runtime"
 	"strconv"
 	"strings"
 
@@ -30,7 +29,8 @@ import (
 
 // ioiStdio holds what the program's streams need during and after a run.
 type ioiStdio struct {
-	open []*os.File // files opened for the run, closed after it
+	caller *Caller    // whose streams the program inherits
+	open   []*os.File // files opened for the run, closed after it
 	// errOut is where the program's standard error went, for the line
 	// ioi/isolate writes there when the program cannot be executed.
 	errOut *os.File
@@ -73,6 +73,7 @@ func (s *ioiStdio) setup(ctx context.Context, o *Options, spec *isolate.Spec, mo
 	}
 	var files [3]*os.File
 	var inherited [3]bool
+	own := [3]*os.File{s.caller.Stdin, s.caller.Stdout, s.caller.Stderr}
 	names := [3]string{o.stdin, o.stdout, o.stderr}
 	for fd, name := range names {
 		if name == "" {
@@ -92,13 +93,13 @@ func (s *ioiStdio) setup(ctx context.Context, o *Options, spec *isolate.Spec, mo
 		}
 	}
 	if inherited[0] {
-		f, err := inheritedInput(reopen)
+		f, err := inheritedInput(own[0], reopen)
 		if err != nil {
 			return stdio, fmt.Errorf("open stdin: %w", err)
 		}
 		files[0] = f
 	}
-	if inherited[1] && inherited[2] && !o.stderrToStdout && sameFile(1, 2) {
+	if inherited[1] && inherited[2] && !o.stderrToStdout && sameFile(fdOf(own[1]), fdOf(own[2])) {
 		// One file opened once (2>&1): the program must share a single
 		// offset for both, as it would with ioi/isolate.
 		spec.StderrToStdout = true
@@ -115,17 +116,17 @@ func (s *ioiStdio) setup(ctx context.Context, o *Options, spec *isolate.Spec, mo
 		if !inherited[fd] || (fd == 2 && spec.StderrToStdout) {
 			continue
 		}
-		w, err := s.inheritOutput(fd, spec, reopen)
+		w, err := s.inheritOutput(fdOf(own[fd]), spec, reopen)
 		if err != nil {
 			return stdio, err
 		}
 		*outs[fd] = w
 	}
 	if inherited[1] && spec.StderrToStdout && s.errOut == nil {
-		s.errOut = os.Stdout
+		s.errOut = own[1]
 	}
 	if inherited[2] && !spec.StderrToStdout {
-		s.errOut = os.Stderr
+		s.errOut = own[2]
 	}
 	return stdio, nil
 }
@@ -242,48 +243,34 @@ func openInBox(ctx context.Context, mounts []mountPoint, name string, write bool
 const inBox = unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS
 
 // openAs runs open with the file-system credentials of host uid (and gid)
-// uid and no supplementary groups. The credentials are changed on one
-// locked thread only, which then exits with its goroutine, so no other
-// goroutine ever runs with them.
-func openAs(uid int, open func() (int, error)) (int, error) {
-	type result struct {
-		fd  int
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with this goroutine
-		// Raw system calls: the libc-style wrappers would change every
-		// thread of the process.
-		if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
-			ch <- result{-1, e}
-			return
-		}
-		unix.RawSyscall(unix.SYS_SETFSGID, uintptr(uid), 0, 0)
-		unix.RawSyscall(unix.SYS_SETFSUID, uintptr(uid), 0, 0)
-		// setfsuid reports the previous value: asking for an impossible
-		// one returns the current one.
-		if cur, _, _ := unix.RawSyscall(unix.SYS_SETFSUID, ^uintptr(0), 0, 0); int(cur) != uid {
-			ch <- result{-1, errors.New("cannot switch to the box user")}
-			return
-		}
-		fd, err := open()
-		ch <- result{fd, err}
-	}()
-	r := <-ch
-	return r.fd, r.err
+// uid and no supplementary groups (isolate.AsCaller: on one locked thread
+// only, so no other goroutine ever runs with them).
+func openAs(uid int, open func() (int, error)) (fd int, err error) {
+	err = isolate.AsCaller(&isolate.Cred{UID: uid, GID: uid}, func() (err error) {
+		fd, err = open()
+		return err
+	})
+	return fd, err
 }
 
 // inheritedInput is the program's standard input when -i is not given:
 // isolate's own, passed on as ioi/isolate passes it (a pipe, a file, a
 // terminal, or a socket, which Node's child_process gives its children),
 // or /dev/null when there is none.
-func inheritedInput(reopen func(string, bool) (*os.File, error)) (*os.File, error) {
+func inheritedInput(stdin *os.File, reopen func(string, bool) (*os.File, error)) (*os.File, error) {
 	var st unix.Stat_t
-	if err := unix.Fstat(0, &st); err != nil {
+	if err := unix.Fstat(fdOf(stdin), &st); err != nil {
 		return reopen(os.DevNull, false)
 	}
-	return os.Stdin, nil
+	return stdin, nil
+}
+
+// fdOf is f's descriptor, -1 for none.
+func fdOf(f *os.File) int {
+	if f == nil {
+		return -1
+	}
+	return int(f.Fd())
 }
 
 // inheritOutput is the program's stream fd when -o or -r does not name a

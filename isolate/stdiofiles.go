@@ -15,13 +15,14 @@ import (
 // hands them to Run as *os.File in IO; every such open is here, so that
 // it is made safe in one place.
 
-// OpenStdin opens the caller's file path as a program's standard input.
+// OpenStdin opens the caller's file path as a program's standard input,
+// with caller's rights (nil: this process's).
 // A missing file or a directory is a *UsageError. Isolate's own standard
 // input named as a file (/dev/stdin, /proc/self/fd/0) is passed on as it
 // is: a socket, as Node's child_process gives its children, cannot be
 // opened again. A FIFO waits for its writer, as open(2) does, but only
 // until ctx ends or wall passes (0: no bound).
-func OpenStdin(ctx context.Context, path string, wall time.Duration) (*os.File, error) {
+func OpenStdin(ctx context.Context, caller *Cred, path string, wall time.Duration) (*os.File, error) {
 	switch path {
 	case "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0":
 		if _, err := os.Stdin.Stat(); err == nil {
@@ -35,9 +36,9 @@ func OpenStdin(ctx context.Context, path string, wall time.Duration) (*os.File, 
 		return nil, usagef("--stdin %s: is a directory", path)
 	}
 	if fi.Mode()&os.ModeNamedPipe != 0 {
-		return openStdinFIFO(ctx, path, wall)
+		return openStdinFIFO(ctx, caller, path, wall)
 	}
-	f, err := openCallerPath(path, true)
+	f, err := openCallerPath(caller, path, true)
 	if err != nil {
 		return nil, usagef("open stdin %v", err)
 	}
@@ -46,8 +47,12 @@ func OpenStdin(ctx context.Context, path string, wall time.Duration) (*os.File, 
 
 // openStdinFIFO opens a FIFO for reading without hanging: a writer that
 // never comes ends with ctx or the wall-time limit.
-func openStdinFIFO(ctx context.Context, path string, wall time.Duration) (*os.File, error) {
-	pathFD, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+func openStdinFIFO(ctx context.Context, caller *Cred, path string, wall time.Duration) (*os.File, error) {
+	var pathFD int
+	err := AsCaller(caller, func() (err error) {
+		pathFD, err = unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("--stdin %s: %v", path, err)
 	}
@@ -57,7 +62,13 @@ func openStdinFIFO(ctx context.Context, path string, wall time.Duration) (*os.Fi
 		ctx, cancel = context.WithTimeout(ctx, wall)
 		defer cancel()
 	}
-	f, err := OpenFIFO(ctx, pathFD, unix.O_RDONLY, func(p string, flags int) (int, error) { return unix.Open(p, flags, 0) })
+	f, err := OpenFIFO(ctx, pathFD, unix.O_RDONLY, func(p string, flags int) (fd int, err error) {
+		err = AsCaller(caller, func() (err error) {
+			fd, err = unix.Open(p, flags, 0)
+			return err
+		})
+		return fd, err
+	})
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		return nil, fmt.Errorf("--stdin %s: no writer opened the FIFO within the wall-time limit (%v)", path, wall)
@@ -69,12 +80,15 @@ func openStdinFIFO(ctx context.Context, path string, wall time.Duration) (*os.Fi
 	return f, nil
 }
 
-// openCallerPath opens the caller's file with the caller's rights (this
-// process's), never through a symlink in its last component: see
+// openCallerPath opens the caller's file with the caller's rights (nil:
+// this process's), never through a symlink in its last component: see
 // openOutput and openInput.
-func openCallerPath(path string, input bool) (f *os.File, err error) {
+func openCallerPath(who *Cred, path string, input bool) (f *os.File, err error) {
 	err = withFSThread(func(t *fsThread) error {
 		caller := ownCred()
+		if who != nil {
+			caller = *who
+		}
 		h, err := openHostPath(t, caller, path)
 		if err != nil {
 			return err
@@ -97,17 +111,20 @@ func CheckOutput(path string) error {
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 		return usagef("output file %s is a directory", path)
 	}
-	if _, err := os.Stat(dirOf(path)); err != nil {
+	if _, err := os.Stat(dirOf(path)); errors.Is(err, os.ErrNotExist) {
 		return usagef("output file %s: directory %s does not exist", path, dirOf(path))
+	} else if err != nil {
+		return usagef("output file %s: directory %s: %v", path, dirOf(path), errors.Unwrap(err))
 	}
 	return nil
 }
 
 // CreateOutput creates (or truncates) the caller's file path for a
-// program's standard output or error.
-func CreateOutput(path string) (*os.File, error) {
+// program's standard output or error, with caller's rights (nil: this
+// process's).
+func CreateOutput(caller *Cred, path string) (*os.File, error) {
 	if err := CheckOutput(path); err != nil {
 		return nil, err
 	}
-	return openCallerPath(path, false)
+	return openCallerPath(caller, path, false)
 }

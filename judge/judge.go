@@ -31,6 +31,10 @@ type Job struct {
 	source string
 }
 
+// SetCaller makes caller whose rights the source and the run's other host
+// paths are opened with; nil: this process's.
+func (j *Job) SetCaller(caller *isolate.Cred) { j.spec.Caller = caller }
+
 // New checks a job: the language's run command with args, the request's
 // limits (the language's own where the request leaves one at its
 // default), the source file. Nothing is created yet but the hold on the
@@ -161,7 +165,7 @@ func (j *Job) makeBox() (*rootfs.Mounted, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create the box: %w", err)
 	}
-	if err := copySource(j.source, box.File(), j.lang.Source, owner); err != nil {
+	if err := copySource(j.spec.Caller, j.source, box.File(), j.lang.Source, owner); err != nil {
 		box.Close()
 		return nil, fmt.Errorf("copy the source into the box: %w", err)
 	}
@@ -169,9 +173,13 @@ func (j *Job) makeBox() (*rootfs.Mounted, error) {
 }
 
 // copySource copies the caller's file src (opened with the caller's
-// rights: root's, as isolate runs) to name in directory dir.
-func copySource(src string, dir *os.File, name string, owner int) error {
-	in, err := os.Open(src)
+// rights) to name in directory dir.
+func copySource(caller *isolate.Cred, src string, dir *os.File, name string, owner int) error {
+	var in *os.File
+	err := isolate.AsCaller(caller, func() (err error) {
+		in, err = os.Open(src)
+		return err
+	})
 	if err != nil {
 		return err
 	}

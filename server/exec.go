@@ -54,6 +54,13 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		stdio.Stdout, stdio.Stderr = ev.writer(0, "stdout"), ev.writer(0, "stderr")
 	}
 	rep, err := s.cfg.Exec.Exec(ctx, &req, stdio)
+	if err == nil {
+		for _, phase := range []*api.Report{rep.Compile, rep.Run} {
+			if phase != nil {
+				phase.Sandbox.Via = "service"
+			}
+		}
+	}
 	switch {
 	case err != nil && ev != nil && ev.started():
 		ev.fail(err)

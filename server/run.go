@@ -294,6 +294,7 @@ func (t *task) setOut(e End, f *os.File) {
 func (t *task) result(i int, rep *api.Report) Result {
 	c := &t.req.Commands[i]
 	res := Result{Report: rep}
+	rep.Sandbox.Via = "service"
 	cut := func(o *Output, s *string, trunc *bool) {
 		if o != nil && o.Collect != nil && o.Collect.MaxBytes > 0 && int64(len(*s)) > o.Collect.MaxBytes {
 			*s = (*s)[:o.Collect.MaxBytes]

@@ -450,9 +450,13 @@ func TestExec(t *testing.T) {
 		{"compiles and runs", `{"lang":"c","source":"#include <stdio.h>\nint main(){puts(\"hi\");return 3;}"}`, "RE", "hi\n"},
 	} {
 		code, b := s.do(t, "POST", "/v1/exec", tc.body)
+		type phase struct {
+			Stdout  string
+			Sandbox struct{ Via string }
+		}
 		var rep struct {
-			Status string
-			Run    *struct{ Stdout string }
+			Status       string
+			Compile, Run *phase
 		}
 		if err := json.Unmarshal(b, &rep); err != nil || code != 200 {
 			t.Errorf("%s: %d %s", tc.name, code, b)
@@ -460,6 +464,11 @@ func TestExec(t *testing.T) {
 		}
 		if rep.Status != tc.status || (tc.stdout != "" && (rep.Run == nil || rep.Run.Stdout != tc.stdout)) {
 			t.Errorf("%s: %s", tc.name, b)
+		}
+		for _, p := range []*phase{rep.Compile, rep.Run} {
+			if p != nil && p.Sandbox.Via != "service" {
+				t.Errorf("%s: sandbox.via %q, want service", tc.name, p.Sandbox.Via)
+			}
 		}
 	}
 	for field, body := range map[string]string{

@@ -9,10 +9,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/isolate-sandbox/isolate/cmdline"
 	"github.com/isolate-sandbox/isolate/internal/bench"
 )
-
-func init() { extraCommands = append(extraCommands, benchCommand()) }
 
 func benchCommand() *cli.Command {
 	return &cli.Command{
@@ -53,9 +52,9 @@ func benchCommand() *cli.Command {
 				return execServe("bench", []string{"bench", "--rounds", strconv.Itoa(runs)})
 			}
 			// The isolate binary itself, started as a user would start it.
-			res, err := bench.Run(bench.Config{Bin: "/proc/self/exe", Version: version, Rounds: runs, Precision: c.Bool("precision"), PrecisionRuns: precRuns})
+			res, err := bench.Run(bench.Config{Bin: "/proc/self/exe", Version: cmdline.Version, Rounds: runs, Precision: c.Bool("precision"), PrecisionRuns: precRuns})
 			if err != nil {
-				return &exitError{code: exitSandbox, msg: "bench: " + err.Error()}
+				return failure("bench: " + err.Error())
 			}
 			switch {
 			case c.Bool("json"):

@@ -14,10 +14,6 @@ import (
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
-func init() {
-	extraCommands = append(extraCommands, boxInitCommand(), boxCleanupCommand())
-}
-
 func boxFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.IntFlag{Name: "box-id", Aliases: []string{"b"}, Value: -1, Usage: "box `N`"},

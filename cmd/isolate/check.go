@@ -94,7 +94,7 @@ func checkCommand() *cli.Command {
 			checkImages(line)
 			checkBoxes(host.Config.BoxRoot)
 			if fails > 0 {
-				return &exitError{code: exitSandbox, msg: fmt.Sprintf("%d check(s) failed: runs will not work on this host", fails)}
+				return failure(fmt.Sprintf("%d check(s) failed: runs will not work on this host", fails))
 			}
 			return nil
 		},

@@ -190,10 +190,3 @@ func TestBadReportPathIsAUsageErrorBeforeTheRun(t *testing.T) {
 		t.Errorf("the decoy behind the link was written: %q", data)
 	}
 }
-
-func TestSummaryEscapesTheMessage(t *testing.T) {
-	line := summary(&isolate.Report{Status: isolate.StatusXX, Message: "copy-out /box/a\nisolate: OK exit=0"})
-	if strings.Contains(line, "\n") {
-		t.Errorf("summary spans lines: %q", line)
-	}
-}

@@ -18,8 +18,6 @@ import (
 	"github.com/isolate-sandbox/isolate/rootfs"
 )
 
-func init() { extraCommands = append(extraCommands, imageCommand()) }
-
 // imageCommand builds, lists and removes the per-language images.
 func imageCommand() *cli.Command {
 	usage := func(c *cli.Context, err error, _ bool) error { return usageErr(err) }
@@ -139,7 +137,7 @@ func imageBuild(c *cli.Context) error {
 		spec.Mirror, spec.Force, spec.Progress = mirror, c.Bool("force"), progress
 		m, built, err := rootfs.BuildImage(spec)
 		if err != nil {
-			return &exitError{code: exitSandbox, msg: err.Error()}
+			return failure(err.Error())
 		}
 		if progress != nil && !built {
 			progress(fmt.Sprintf("[%s] up to date (%s, %.1f MiB)", l.Image, m.Version, float64(m.Size)/(1<<20)))
@@ -157,11 +155,11 @@ type listedImage struct {
 func imageList(c *cli.Context) error {
 	ms, err := rootfs.ListImages()
 	if err != nil {
-		return &exitError{code: exitSandbox, msg: err.Error()}
+		return failure(err.Error())
 	}
 	trees, err := rootfs.ListTrees()
 	if err != nil {
-		return &exitError{code: exitSandbox, msg: err.Error()}
+		return failure(err.Error())
 	}
 	if c.Bool("json") {
 		out := []listedImage{}
@@ -240,7 +238,7 @@ func imageExport(c *cli.Context) error {
 	}
 	if err != nil {
 		os.Remove(path)
-		return &exitError{code: exitSandbox, msg: "image export: " + err.Error()}
+		return failure("image export: " + err.Error())
 	}
 	return nil
 }
@@ -257,7 +255,7 @@ func imageImport(c *cli.Context) error {
 		return usageErr(err)
 	}
 	if err != nil {
-		return &exitError{code: exitSandbox, msg: err.Error()}
+		return failure(err.Error())
 	}
 	fmt.Fprintf(os.Stderr, "isolate: imported image %s (%s, %.1f MiB)\n", m.Name, m.Version, float64(m.Size)/(1<<20))
 	return nil
@@ -272,7 +270,7 @@ func cleanupImages(c *cli.Context) error {
 		return usageErr(fmt.Errorf("cleanup takes no arguments (got %q)", c.Args().First()))
 	}
 	if err := rootfs.RemoveTrees("", false, waitingForRuns); err != nil {
-		return &exitError{code: exitSandbox, msg: "remove the image cache: " + err.Error()}
+		return failure("remove the image cache: " + err.Error())
 	}
 	return nil
 }

@@ -13,8 +13,6 @@ import (
 	"github.com/isolate-sandbox/isolate/rootfs"
 )
 
-func init() { extraCommands = append(extraCommands, langsCommand()) }
-
 // langInfo is one line of `isolate langs`.
 type langInfo struct {
 	Name    string   `json:"name"`

@@ -15,8 +15,6 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-func init() { extraCommands = append(extraCommands, serveCommand()) }
-
 // serveBinary is the service's binary, found in isolate's own directory.
 const serveBinary = "isolate-serve"
 
@@ -35,13 +33,13 @@ func serveCommand() *cli.Command {
 func execServe(cmd string, args []string) error {
 	self, err := os.Executable()
 	if err != nil {
-		return &exitError{code: exitSandbox, msg: cmd + ": " + err.Error()}
+		return failure(cmd + ": " + err.Error())
 	}
 	bin := filepath.Join(filepath.Dir(self), serveBinary)
 	if _, err := os.Stat(bin); err != nil {
-		return &exitError{code: exitSandbox, msg: fmt.Sprintf("%s: %s is missing (it is built beside isolate: make build): %v", cmd, bin, errors.Unwrap(err))}
+		return failure(fmt.Sprintf("%s: %s is missing (it is built beside isolate: make build): %v", cmd, bin, errors.Unwrap(err)))
 	}
 	argv := append([]string{bin}, args...)
 	err = syscall.Exec(bin, argv, os.Environ())
-	return &exitError{code: exitSandbox, msg: fmt.Sprintf("%s: exec %s: %v", cmd, bin, err)}
+	return failure(fmt.Sprintf("%s: exec %s: %v", cmd, bin, err))
 }

@@ -1,4 +1,4 @@
-package main
+package cmdline
 
 import (
 	"context"
@@ -16,9 +16,9 @@ import (
 
 // runValues receive the options of `run` (and `exec`) as urfave/cli parses
 // them: reading them back by name (c.String) scans every flag's names with
-// a regexp on each call, which cost about half a millisecond per run. Only
-// one command runs per process, so the commands share them.
-var runValues struct {
+// a regexp on each call, which cost about half a millisecond per run.
+// Each invocation has its own.
+type runValues struct {
 	boxID                                               int
 	image, lang, time, wallTime, extraTime, mem, pids   string
 	cpus, fsize, tmpSize, openFiles, stack, outputLimit string
@@ -29,8 +29,8 @@ var runValues struct {
 }
 
 // runFlags are the options of `run` (and of `exec`).
-func runFlags() []cli.Flag {
-	v := &runValues
+func (iv *invocation) runFlags() []cli.Flag {
+	v := &iv.values
 	return cachedNames([]cli.Flag{
 		&cli.IntFlag{Name: "box-id", Aliases: []string{"b"}, Value: -1, Usage: "box `N` (default: a free one)", Destination: &v.boxID},
 		&cli.StringFlag{Name: "image", Value: "host", Usage: "root file system: host, an image name, a directory or a squashfs file", Destination: &v.image},
@@ -63,40 +63,40 @@ func runFlags() []cli.Flag {
 	})
 }
 
-func runCommand() *cli.Command {
+func (iv *invocation) runCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "run",
 		Usage:     "one sandboxed run, then everything is torn down",
 		ArgsUsage: "-- COMMAND [ARG...]",
-		Flags:     runFlags(),
+		Flags:     iv.runFlags(),
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
 			return usageErr(err)
 		},
 		Action: func(c *cli.Context) error {
-			if err := requireRoot(); err != nil {
+			if err := iv.requireRoot(); err != nil {
 				return err
 			}
-			spec, err := specFromFlags(c)
+			spec, err := iv.specFromFlags(c)
 			if err != nil {
 				return usageErr(err)
 			}
 			spec.Args = c.Args().Slice()
-			return runAndReport(spec)
+			return iv.runAndReport(spec)
 		},
 	}
 }
 
 // specFromFlags turns the run options into a request.
-func specFromFlags(c *cli.Context) (*api.Spec, error) {
-	v := &runValues
-	s := &api.Spec{Lang: v.lang, Cwd: v.chdir, Seccomp: v.seccomp, Net: v.net}
+func (iv *invocation) specFromFlags(c *cli.Context) (*api.Spec, error) {
+	v := &iv.values
+	s := &api.Spec{Lang: v.lang, Cwd: v.chdir, Seccomp: iv.profilePath(v.seccomp), Net: v.net}
 	if v.boxID < -1 {
 		return nil, fmt.Errorf("--box-id %d: must be 0 or more", v.boxID)
 	} else if v.boxID >= 0 {
 		s.BoxID = &v.boxID
 	}
 	if c.IsSet("image") || v.lang == "" {
-		s.Image = v.image
+		s.Image = iv.imagePath(v.image)
 	}
 	durations := []struct {
 		name string
@@ -156,6 +156,7 @@ func specFromFlags(c *cli.Context) (*api.Spec, error) {
 		if err != nil {
 			return nil, err
 		}
+		bind.Host = iv.path(bind.Host)
 		s.Binds = append(s.Binds, bind)
 	}
 	for _, c := range v.copyIn.Value() {
@@ -163,6 +164,7 @@ func specFromFlags(c *cli.Context) (*api.Spec, error) {
 		if err != nil {
 			return nil, err
 		}
+		cp.From = iv.path(cp.From)
 		s.CopyIn = append(s.CopyIn, cp)
 	}
 	for _, c := range v.copyOut.Value() {
@@ -170,9 +172,10 @@ func specFromFlags(c *cli.Context) (*api.Spec, error) {
 		if err != nil {
 			return nil, err
 		}
+		cp.To = iv.path(cp.To)
 		s.CopyOut = append(s.CopyOut, cp)
 	}
-	if s.Env, err = envFromFlags(v.env.Value()); err != nil {
+	if s.Env, err = envFromFlags(v.env.Value(), iv.lookupEnv); err != nil {
 		return nil, err
 	}
 	if err := s.Validate(); err != nil && !isMissingArgs(err) {
@@ -216,44 +219,54 @@ func flagError(err error) error {
 }
 
 // stdioFromFlags opens the host files --stdin, --stdout and --stderr
-// name; with --stream, output goes live to isolate's own too. close
-// closes what was opened. A FIFO as --stdin waits for its writer until
-// ctx ends or the run's wall limit passes.
-func stdioFromFlags(ctx context.Context, wall time.Duration) (stdio isolate.IO, close func(), err error) {
+// name, with the caller's rights; with --stream, output goes live to the
+// caller's own too. close closes what was opened. A FIFO as --stdin waits
+// for its writer until ctx ends or the run's wall limit passes.
+func (iv *invocation) stdioFromFlags(ctx context.Context, wall time.Duration) (stdio isolate.IO, close func(), err error) {
 	var files []*os.File
 	close = func() {
 		for _, f := range files {
 			f.Close()
 		}
 	}
-	if v := runValues.stdin; v != "" {
-		f, err := isolate.OpenStdin(ctx, v, wall)
-		if err != nil {
-			return stdio, close, err
+	v := &iv.values
+	if v.stdin != "" {
+		if iv.namesOwnStdin(v.stdin) {
+			// Passed on as it is: a socket, as Node's child_process
+			// gives its children, cannot be opened again.
+			stdio.Stdin = iv.Stdin
+		} else {
+			f, err := isolate.OpenStdin(ctx, iv.Caller, iv.hostPath(v.stdin), wall)
+			if err != nil {
+				return stdio, close, err
+			}
+			files = append(files, f)
+			stdio.Stdin = f
 		}
-		files = append(files, f)
-		stdio.Stdin = f
 	}
 	outputs := []struct {
 		path string
 		dst  *interface{ Write([]byte) (int, error) }
 		live *os.File
-	}{{runValues.stdout, &stdio.Stdout, os.Stdout}, {runValues.stderr, &stdio.Stderr, os.Stderr}}
+	}{{iv.hostPath(v.stdout), &stdio.Stdout, iv.Stdout}, {iv.hostPath(v.stderr), &stdio.Stderr, iv.Stderr}}
 	for _, o := range outputs {
-		if err := isolate.CheckOutput(o.path); o.path != "" && err != nil {
+		if o.path == "" {
+			continue
+		}
+		if err := isolate.AsCaller(iv.Caller, func() error { return isolate.CheckOutput(o.path) }); err != nil {
 			return stdio, close, err
 		}
 	}
 	for _, o := range outputs {
 		switch {
 		case o.path != "":
-			f, err := isolate.CreateOutput(o.path)
+			f, err := isolate.CreateOutput(iv.Caller, o.path)
 			if err != nil {
 				return stdio, close, err
 			}
 			files = append(files, f)
 			*o.dst = f
-		case runValues.stream:
+		case v.stream:
 			// Not the file itself, which the program would get: the
 			// output is captured and copied live.
 			*o.dst = liveCopy{o.live}
@@ -269,12 +282,16 @@ type liveCopy struct{ w *os.File }
 func (l liveCopy) Write(p []byte) (int, error) { return l.w.Write(p) }
 
 // runAndReport runs spec and prints the report the way the flags ask.
-func runAndReport(spec *api.Spec) error {
-	host, err := isolate.NewHost(nil)
+func (iv *invocation) runAndReport(spec *api.Spec) error {
+	host, err := iv.host()
 	if err != nil {
 		return usageErr(err)
 	}
-	if err := checkOutputs(runValues.report, runValues.meta); err != nil {
+	v := &iv.values
+	if err := iv.checkOutputs(v.report, v.meta); err != nil {
+		return usageErr(err)
+	}
+	if err := iv.checkCallerPaths(spec); err != nil {
 		return usageErr(err)
 	}
 	prep, err := host.Prepare(spec)
@@ -282,12 +299,14 @@ func runAndReport(spec *api.Spec) error {
 		return usageErr(flagError(err))
 	}
 	defer prep.Close()
-	return withRunIO(wallLimit(spec), func(ctx context.Context, stdio isolate.IO) (api.Status, error) {
+	prep.SetCaller(iv.Caller)
+	return iv.withRunIO(wallLimit(spec), func(ctx context.Context, stdio isolate.IO) (api.Status, error) {
 		rep, err := prep.Run(ctx, stdio)
 		if err != nil {
 			return "", err
 		}
-		return rep.Status, emitReport(rep, runValues.json, runValues.report, runValues.meta, runValues.stream)
+		rep.Sandbox.Via = iv.via()
+		return rep.Status, iv.emitReport(rep)
 	})
 }
 
@@ -295,10 +314,13 @@ func runAndReport(spec *api.Spec) error {
 // calls run, and turns its outcome into isolate's exit: an error from run
 // itself is a usage error (no report), one from printing a sandbox
 // failure, else the status's exit.
-func withRunIO(wall time.Duration, run func(context.Context, isolate.IO) (api.Status, error)) error {
-	ctx, stop := signalContext()
+func (iv *invocation) withRunIO(wall time.Duration, run func(context.Context, isolate.IO) (api.Status, error)) error {
+	ctx, stop, ok := iv.signalContext()
+	if !ok {
+		return &exitError{code: exitSandbox} // a signal ended the invocation: Main says how
+	}
 	defer stop()
-	stdio, closeFiles, err := stdioFromFlags(ctx, wall)
+	stdio, closeFiles, err := iv.stdioFromFlags(ctx, wall)
 	defer closeFiles()
 	if err != nil {
 		return usageErr(err)
@@ -311,6 +333,14 @@ func withRunIO(wall time.Duration, run func(context.Context, isolate.IO) (api.St
 		return &exitError{code: exitSandbox, msg: err.Error()}
 	}
 	return &exitError{code: exitStatus(status)}
+}
+
+// via is the report's sandbox.via: which path ran the invocation.
+func (iv *invocation) via() string {
+	if iv.Via != "" {
+		return iv.Via
+	}
+	return "in-process"
 }
 
 // wallLimit is a request's wall-clock limit, its default included.

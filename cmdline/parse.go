@@ -1,8 +1,7 @@
-package main
+package cmdline
 
 import (
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/isolate-sandbox/isolate/api"
@@ -36,9 +35,9 @@ func parseCopy(flag, s string) (api.Copy, error) {
 }
 
 // envFromFlags is the request's environment from -E: NAME=VALUE as
-// given, NAME with the caller's own value (left out when the caller has
-// none).
-func envFromFlags(vars []string) ([]string, error) {
+// given, NAME with the caller's own value (lookup; left out when the
+// caller has none).
+func envFromFlags(vars []string, lookup func(string) (string, bool)) ([]string, error) {
 	var env []string
 	for _, v := range vars {
 		name, _, hasValue := strings.Cut(v, "=")
@@ -47,7 +46,7 @@ func envFromFlags(vars []string) ([]string, error) {
 		}
 		if hasValue {
 			env = append(env, v)
-		} else if val, ok := os.LookupEnv(name); ok {
+		} else if val, ok := lookup(name); ok {
 			env = append(env, name+"="+val)
 		}
 	}

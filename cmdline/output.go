@@ -1,4 +1,4 @@
-package main
+package cmdline
 
 import (
 	"encoding/json"
@@ -15,47 +15,49 @@ import (
 
 // emitReport writes the report as JSON (stdout and/or a file), as a meta
 // file, or else as a summary line on stderr. Without --json and --stream,
-// captured output is passed through to isolate's own stdout/stderr.
-func emitReport(r *isolate.Report, asJSON bool, reportFile, metaFile string, streamed bool) error {
-	if reportFile != "" {
-		if err := writeJSON(reportFile, r); err != nil {
+// captured output is passed through to the caller's stdout/stderr.
+func (iv *invocation) emitReport(r *isolate.Report) error {
+	r.Message = iv.asGiven(r.Message)
+	v := &iv.values
+	if v.report != "" {
+		if err := iv.writeJSON(v.report, r); err != nil {
 			return err
 		}
 	}
-	if metaFile != "" {
-		if err := writeMeta(metaFile, r); err != nil {
+	if v.meta != "" {
+		if err := iv.writeMeta(v.meta, r); err != nil {
 			return err
 		}
 	}
-	if asJSON {
-		enc := json.NewEncoder(os.Stdout)
+	if v.json {
+		enc := json.NewEncoder(iv.Stdout)
 		return enc.Encode(r)
 	}
-	if !streamed {
-		os.Stdout.WriteString(r.Stdout)
-		os.Stderr.WriteString(r.Stderr)
+	if !v.stream {
+		iv.Stdout.WriteString(r.Stdout)
+		iv.Stderr.WriteString(r.Stderr)
 	}
-	fmt.Fprintln(os.Stderr, summary(r))
+	fmt.Fprintln(iv.Stderr, summary(r))
 	return nil
 }
 
-func writeJSON(path string, v any) error {
+func (iv *invocation) writeJSON(path string, v any) error {
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
-	return writeOutput(path, append(data, '\n'))
+	return iv.writeOutput(path, append(data, '\n'))
 }
 
 // checkOutputs opens the report and meta files the caller named before
 // anything runs: a path that cannot be written is a usage error then, not
 // after the program ran.
-func checkOutputs(paths ...string) error {
+func (iv *invocation) checkOutputs(paths ...string) error {
 	for _, p := range paths {
 		if p == "" || p == "-" {
 			continue
 		}
-		f, err := openOutput(p, 0)
+		f, err := iv.openOutput(p, 0)
 		if err != nil {
 			return err
 		}
@@ -64,10 +66,15 @@ func checkOutputs(paths ...string) error {
 	return nil
 }
 
-// openOutput opens a file the caller named for writing: created if need
-// be, its last component never a symlink followed, a regular file only.
-func openOutput(path string, flags int) (*os.File, error) {
-	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|flags, 0o644)
+// openOutput opens a file the caller named for writing, with the caller's
+// rights: created if need be, its last component never a symlink
+// followed, a regular file only.
+func (iv *invocation) openOutput(path string, flags int) (*os.File, error) {
+	var fd int
+	err := isolate.AsCaller(iv.Caller, func() (err error) {
+		fd, err = unix.Open(iv.hostPath(path), unix.O_WRONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|flags, 0o644)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -79,8 +86,8 @@ func openOutput(path string, flags int) (*os.File, error) {
 	return f, nil
 }
 
-func writeOutput(path string, data []byte) error {
-	f, err := openOutput(path, unix.O_TRUNC)
+func (iv *invocation) writeOutput(path string, data []byte) error {
+	f, err := iv.openOutput(path, unix.O_TRUNC)
 	if err != nil {
 		return err
 	}
@@ -110,11 +117,11 @@ func summary(r *isolate.Report) string {
 
 // writeMeta writes ioi/isolate's meta file ("-" is stdout), with
 // ioi/isolate's keys and statuses (see MetaText).
-func writeMeta(path string, r *isolate.Report) error {
+func (iv *invocation) writeMeta(path string, r *isolate.Report) error {
 	text := ioi.MetaText(r)
 	if path == "-" {
-		_, err := os.Stdout.WriteString(text)
+		_, err := iv.Stdout.WriteString(text)
 		return err
 	}
-	return writeOutput(path, []byte(text))
+	return iv.writeOutput(path, []byte(text))
 }

@@ -1,4 +1,4 @@
-package main
+package cmdline
 
 import (
 	"errors"
@@ -27,16 +27,21 @@ func isIOIForm(args []string) bool {
 // runIOI runs ioi/isolate's form of the command line and returns the exit
 // status: 0 the program succeeded, 1 it failed, 2 bad usage or a failure
 // of the sandbox.
-func runIOI(args []string) int {
+func (iv *invocation) runIOI(args []string) int {
+	ioiUsage := func(err error) int {
+		fmt.Fprintln(iv.Stderr, "isolate: "+iv.asGiven(err.Error()))
+		return exitSandbox
+	}
 	o, err := ioi.Parse(args)
 	if err != nil {
 		return ioiUsage(err)
 	}
 	if o.Mode() == ioi.ModeVersion {
-		fmt.Printf("The process isolator %s\n(isolate, compatible with ioi/isolate 2.x command lines)\n", version)
+		fmt.Fprintf(iv.Stdout, "The process isolator %s\n(isolate, compatible with ioi/isolate 2.x command lines)\n", Version)
 		return exitOK
 	}
-	if os.Geteuid() != 0 {
+	// Persistent boxes are root's: through the service too, only root's.
+	if (iv.Caller == nil && os.Geteuid() != 0) || (iv.Caller != nil && iv.Caller.UID != 0) {
 		return ioiUsage(errors.New("must be started as root"))
 	}
 	syscall.Umask(0o022)
@@ -53,7 +58,7 @@ func runIOI(args []string) int {
 		if err != nil {
 			return ioiUsage(err)
 		}
-		fmt.Println(dir)
+		fmt.Fprintln(iv.Stdout, dir)
 		return exitOK
 	case ioi.ModeCleanup:
 		if err := ioi.Cleanup(o, cfg); err != nil {
@@ -65,36 +70,33 @@ func runIOI(args []string) int {
 		if err != nil {
 			return ioiUsage(err)
 		}
-		fmt.Println(root)
+		fmt.Fprintln(iv.Stdout, root)
 		return exitOK
 	}
 	// A signal to isolate interrupts the run from here on: the box is
 	// handed back, the meta file written, everything torn down.
-	ctx, stop := signalContext()
+	ctx, stop, ok := iv.signalContext()
+	if !ok {
+		return exitSandbox // a signal ended the invocation: Main says how
+	}
 	defer stop()
-	rep, err := ioi.Run(ctx, o, cfg)
+	rep, err := ioi.Run(ctx, o, cfg, &ioi.Caller{Env: iv.Env, Path: iv.path, Stdin: iv.Stdin, Stdout: iv.Stdout, Stderr: iv.Stderr})
 	if rep == nil {
 		return ioiUsage(err)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "isolate: "+err.Error())
+		fmt.Fprintln(iv.Stderr, "isolate: "+iv.asGiven(err.Error()))
 		return exitSandbox
 	}
 	if o.Meta() == "-" {
-		os.Stdout.WriteString(ioi.MetaText(rep))
+		iv.Stdout.WriteString(ioi.MetaText(rep))
 	}
 	outcome := ioi.Outcome(rep)
 	switch {
 	case outcome == isolate.StatusXX:
-		fmt.Fprintln(os.Stderr, "isolate: "+ioi.StatusLine(rep))
+		fmt.Fprintln(iv.Stderr, "isolate: "+ioi.StatusLine(rep))
 	case !o.Silent():
-		fmt.Fprintln(os.Stderr, ioi.StatusLine(rep))
+		fmt.Fprintln(iv.Stderr, ioi.StatusLine(rep))
 	}
 	return exitStatus(outcome)
-}
-
-// ioiUsage reports bad usage, or a failure before any box was touched.
-func ioiUsage(err error) int {
-	fmt.Fprintln(os.Stderr, "isolate: "+err.Error())
-	return exitSandbox
 }

@@ -1,0 +1,258 @@
+// Package cmdline is isolate's command line as a library: `run`, `exec`
+// and the ioi form, for the isolate binary (its own argv, descriptors and
+// signals) and for the service that runs a caller's invocation handed over
+// to it (the caller's argv, directory, descriptors, credentials and
+// signals), many at once in one process. Everything an invocation parses,
+// opens and prints belongs to it: nothing here is shared between two
+// Mains.
+package cmdline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/isolate-sandbox/isolate/isolate"
+)
+
+// Exit statuses of isolate itself (ioi/isolate's convention).
+const (
+	exitOK      = 0 // the program exited 0 within all limits
+	exitFailed  = 1 // the program failed: RE, SG, TO, ML, CE
+	exitSandbox = 2 // usage error or sandbox failure (XX)
+)
+
+// Version is set at build time with -ldflags "-X
+// github.com/isolate-sandbox/isolate/cmdline.Version=...".
+var Version = "dev"
+
+// Invocation is one command line and the world of whoever gave it.
+type Invocation struct {
+	Args []string // argv; Args[0] is the program name
+	// Env is the caller's environment (NAME=VALUE), for -E NAME, ioi's
+	// -e and -E NAME.
+	Env []string
+	// Dir is the caller's working directory: every relative host path
+	// resolves from it. "": this process's.
+	Dir                   string
+	Stdin, Stdout, Stderr *os.File // the caller's standard descriptors
+	// Caller is whose rights every host path is opened with; nil: this
+	// process's own (and boxes need it to be root).
+	Caller *isolate.Cred
+	Host   *isolate.Host // nil: isolate.NewHost(nil) for each run
+	// Signals are the signals relayed for the caller; nil: this
+	// process's own are caught (from the moment a run begins).
+	Signals <-chan syscall.Signal
+	Via     string // "service" when the service runs it; "": in-process
+}
+
+// Exit is how an invocation ends: with Code, or, when Signal is not 0, by
+// dying of Signal as isolate does when it has no run to interrupt (see
+// DieOf).
+type Exit struct {
+	Code   int
+	Signal syscall.Signal
+}
+
+// commands are the commands besides run, exec and version that a binary
+// registers (Register) before any Main.
+var commands []func() *cli.Command
+
+// Register sets the commands of the app after run, in the order help
+// lists them; ExecCommand and VersionCommand belong among them. Called
+// from init functions only, before any Main: without it, the commands
+// are run, exec and version.
+func Register(cmds ...func() *cli.Command) { commands = cmds }
+
+// exitError carries an exit status through urfave/cli.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+// UsageError is bad usage: the message, exit status 2.
+func UsageError(err error) error { return &exitError{code: exitSandbox, msg: err.Error()} }
+
+// Failure is a failure of the sandbox machinery: the message, exit status 2.
+func Failure(msg string) error { return &exitError{code: exitSandbox, msg: msg} }
+
+// usageErr is UsageError, as the commands here spell it.
+func usageErr(err error) error { return UsageError(err) }
+
+// invocation is one Main: the Invocation, the options parsed from its
+// command line, and its signals.
+type invocation struct {
+	*Invocation
+	values  runValues
+	signals *relayedSignals // nil: this process's own
+	ctx     context.Context
+	// resolved maps each relative host path resolved from Dir back to
+	// the path as given: messages name it as the caller wrote it, as
+	// isolate run from that directory would.
+	resolved map[string]string
+}
+
+// Main runs one command line and says how it ends.
+func Main(ctx context.Context, inv *Invocation) Exit {
+	iv := &invocation{Invocation: inv, ctx: ctx}
+	if inv.Signals != nil {
+		iv.signals = relaySignals(inv.Signals)
+		defer iv.signals.stop()
+	}
+	code := iv.main()
+	if iv.signals != nil {
+		if sig := iv.signals.fatal(); sig != 0 {
+			return exitBy(sig)
+		}
+	}
+	return Exit{Code: code}
+}
+
+// main executes the command line and returns the exit status.
+func (iv *invocation) main() int {
+	args := iv.Args
+	if isIOIForm(args[1:]) {
+		return iv.runIOI(args[1:])
+	}
+	app := iv.newApp()
+	err := app.Run(args)
+	if err == nil {
+		return exitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.msg != "" {
+			fmt.Fprintln(iv.Stderr, "isolate: "+iv.asGiven(ee.msg))
+		}
+		return ee.code
+	}
+	fmt.Fprintln(iv.Stderr, "isolate: "+iv.asGiven(err.Error()))
+	return exitSandbox
+}
+
+func (iv *invocation) newApp() *cli.App {
+	cmds := []*cli.Command{iv.runCommand()}
+	if commands == nil {
+		cmds = append(cmds, iv.execCommand(), VersionCommand())
+	}
+	for _, c := range commands {
+		cmds = append(cmds, c())
+	}
+	for i, c := range cmds {
+		// The registered placeholders for the commands that need this
+		// invocation's options.
+		if c.Name == "exec" {
+			cmds[i] = iv.execCommand()
+		}
+	}
+	return &cli.App{
+		Name:                 "isolate",
+		Usage:                "run untrusted programs in a sandbox",
+		Version:              Version,
+		HideVersion:          true,
+		EnableBashCompletion: false,
+		Writer:               iv.Stdout,
+		ErrWriter:            iv.Stderr,
+		OnUsageError: func(c *cli.Context, err error, _ bool) error {
+			return usageErr(err)
+		},
+		ExitErrHandler: func(*cli.Context, error) {},
+		Commands:       cmds,
+		Action: func(c *cli.Context) error {
+			if c.Args().Len() > 0 {
+				return usageErr(fmt.Errorf("unknown command %q (see isolate --help)", c.Args().First()))
+			}
+			cli.ShowAppHelp(c)
+			return nil
+		},
+	}
+}
+
+// RequireRoot refuses to go on as another user: boxes need root, as
+// ioi/isolate (setuid root) does.
+func RequireRoot() error {
+	if os.Geteuid() != 0 {
+		return usageErr(errors.New("must run as root (box setup needs namespaces, cgroups and mounts)"))
+	}
+	return nil
+}
+
+// requireRoot is RequireRoot in-process; through the service, the service
+// admitted the caller, and opens every host path with its rights.
+func (iv *invocation) requireRoot() error {
+	if iv.Caller != nil {
+		return nil
+	}
+	return RequireRoot()
+}
+
+// host is the invocation's Host, or a new one.
+func (iv *invocation) host() (*isolate.Host, error) {
+	if iv.Host != nil {
+		return iv.Host, nil
+	}
+	return isolate.NewHost(nil)
+}
+
+// path is a host path the caller named, resolved from the caller's
+// directory.
+func (iv *invocation) path(p string) string {
+	if p == "" || iv.Dir == "" || filepath.IsAbs(p) {
+		return p
+	}
+	abs := filepath.Join(iv.Dir, p)
+	if iv.resolved == nil {
+		iv.resolved = map[string]string{}
+	}
+	iv.resolved[abs] = p
+	return abs
+}
+
+// asGiven is msg with the host paths resolved from Dir as the caller gave
+// them.
+func (iv *invocation) asGiven(msg string) string {
+	for abs, given := range iv.resolved {
+		msg = strings.ReplaceAll(msg, abs, given)
+	}
+	return msg
+}
+
+// lookupEnv is os.LookupEnv in the caller's environment.
+func (iv *invocation) lookupEnv(name string) (string, bool) {
+	for _, kv := range iv.Env { // the first, as os.LookupEnv
+		if v, ok := cutName(kv, name); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+func cutName(kv, name string) (string, bool) {
+	if len(kv) > len(name) && kv[len(name)] == '=' && kv[:len(name)] == name {
+		return kv[len(name)+1:], true
+	}
+	return "", false
+}
+
+// ExecCommand is the placeholder for exec among Register's commands.
+func ExecCommand() *cli.Command { return &cli.Command{Name: "exec"} }
+
+// VersionCommand is `isolate version`.
+func VersionCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "version",
+		Usage: "print the version",
+		Action: func(c *cli.Context) error {
+			fmt.Fprintln(c.App.Writer, "isolate "+Version)
+			return nil
+		},
+	}
+}

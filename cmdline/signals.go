@@ -1,0 +1,176 @@
+package cmdline
+
+// Signals sent to isolate itself, or relayed for an invocation's caller
+// (Invocation.Signals). Judges stop a run they gave up on with SIGTERM or
+// SIGINT, and Piston stops runaway output with SIGABRT. As
+// ioi/isolate does, isolate then kills the box, accounts for what ran,
+// writes the report (or meta file) and tears everything down: the run
+// ends "interrupted", by which signal. The signals are caught from the
+// moment a run begins, before it creates anything, so that none finds a
+// half-built or half-handed-over box to leave behind, and a Go stack
+// trace (the runtime's reaction to QUIT and ABRT) never reaches a judge's
+// user. Not earlier: signal.Notify makes the runtime start a thread that
+// waits for signals, 1.3 ms of every isolate command here (isolate
+// version, A/B), which commands that create nothing need not pay.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+)
+
+// caughtSignals are the signals that interrupt a run: ioi/isolate's
+// interrupting ones (HUP, INT, QUIT, TERM) and ABRT, which it dies of as
+// a fatal signal after the same cleanup.
+var caughtSignals = []os.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM, syscall.SIGABRT}
+
+// signalCause is why a run was interrupted: the signal isolate got. A
+// report's Cause wraps it (errors.As).
+type signalCause struct{ sig syscall.Signal }
+
+func (c *signalCause) Error() string { return fmt.Sprintf("signal %d (%v)", int(c.sig), c.sig) }
+
+// Signal is the signal (the ioi form's meta file says it).
+func (c *signalCause) Signal() syscall.Signal { return c.sig }
+
+// interrupt is the one context that this process's caught signals end,
+// and how many runs are listening to it: process-wide, as signals are
+// (an invocation with relayed signals has relayedSignals instead).
+var interrupt struct {
+	once      sync.Once
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	listening atomic.Int32
+}
+
+// catchSignals starts catching the signals (the first run does). With no
+// run listening, a signal ends isolate as its default action would.
+func catchSignals() {
+	interrupt.ctx, interrupt.cancel = context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, caughtSignals...)
+	go func() {
+		for sig := range sigs {
+			s := sig.(syscall.Signal)
+			if interrupt.listening.Load() == 0 {
+				DieOf(s)
+			}
+			interrupt.cancel(&signalCause{s})
+		}
+	}()
+}
+
+// signalContext is the context of a run, ended by a caught (or relayed)
+// signal or by Main's ctx, and the function to call once the run is
+// over. ok is false when a signal ended the invocation already: no run
+// starts then.
+func (iv *invocation) signalContext() (ctx context.Context, stop func(), ok bool) {
+	var sigCtx context.Context
+	var done func()
+	if iv.signals != nil {
+		if sigCtx, done, ok = iv.signals.listen(); !ok {
+			return nil, nil, false
+		}
+	} else {
+		interrupt.once.Do(catchSignals)
+		interrupt.listening.Add(1)
+		sigCtx, done = interrupt.ctx, func() { interrupt.listening.Add(-1) }
+	}
+	if iv.ctx == nil || iv.ctx.Done() == nil {
+		return sigCtx, done, true
+	}
+	// Either ends the run: Main's ctx (the caller went away) or a signal.
+	ctx, cancel := context.WithCancelCause(iv.ctx)
+	unhook := context.AfterFunc(sigCtx, func() { cancel(context.Cause(sigCtx)) })
+	return ctx, func() {
+		unhook()
+		cancel(nil)
+		done()
+	}, true
+}
+
+// relayedSignals are the signals relayed for one invocation: they
+// interrupt its run while one listens; one with no run listening ends the
+// invocation as it would end isolate (fatal).
+type relayedSignals struct {
+	mu        sync.Mutex
+	listening int
+	died      syscall.Signal // the signal that ended the invocation
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	done      chan struct{}
+}
+
+func relaySignals(sigs <-chan syscall.Signal) *relayedSignals {
+	r := &relayedSignals{done: make(chan struct{})}
+	r.ctx, r.cancel = context.WithCancelCause(context.Background())
+	go func() {
+		for {
+			select {
+			case <-r.done:
+				return
+			case s, open := <-sigs:
+				if !open {
+					return
+				}
+				r.mu.Lock()
+				if r.listening == 0 && r.died == 0 {
+					r.died = s
+				}
+				r.mu.Unlock()
+				r.cancel(&signalCause{s})
+			}
+		}
+	}()
+	return r
+}
+
+// listen is signalContext's for a relayed signal.
+func (r *relayedSignals) listen() (context.Context, func(), bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.died != 0 {
+		return nil, nil, false
+	}
+	r.listening++
+	return r.ctx, func() {
+		r.mu.Lock()
+		r.listening--
+		r.mu.Unlock()
+	}, true
+}
+
+// fatal is the signal that ended the invocation, or 0.
+func (r *relayedSignals) fatal() syscall.Signal {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.died
+}
+
+func (r *relayedSignals) stop() { close(r.done) }
+
+// exitBy is how a relayed signal with no run to interrupt ends the
+// invocation: as DieOf ends isolate.
+func exitBy(sig syscall.Signal) Exit {
+	if sig == syscall.SIGQUIT || sig == syscall.SIGABRT {
+		return Exit{Code: 128 + int(sig)}
+	}
+	return Exit{Signal: sig}
+}
+
+// DieOf ends isolate by sig as its default action does: the runtime
+// re-raises HUP, INT and TERM with the default action once they are no
+// longer caught; for QUIT and ABRT it would print its stack traces, so
+// those exit with the status a shell shows for them instead.
+func DieOf(sig syscall.Signal) {
+	if e := exitBy(sig); e.Signal == 0 {
+		os.Exit(e.Code)
+	}
+	signal.Reset(sig)
+	syscall.Kill(os.Getpid(), sig)
+	select {}
+}
