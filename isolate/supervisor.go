@@ -418,11 +418,11 @@ func (s *supervisor) startInit() error {
 	}
 	s.timer.mark("spawn-prep")
 	argv := []string{"isolate-init", InitArg, strconv.FormatUint(uint64(flags), 10), idMaps(FirstUID + s.lock.id)}
-	pid, release, err := forkHeld("/proc/self/exe", argv, attr)
+	pid, err := forkInit("/proc/self/exe", argv, attr)
 	if err != nil {
 		return fmt.Errorf("start init: %w", err)
 	}
-	s.init = &initProc{pid: pid, pidfd: pidfd, release: release}
+	s.init = &initProc{pid: pid, pidfd: pidfd}
 	s.timer.mark("spawn")
 	closeAll(s.closers)
 	s.closers = nil
@@ -525,7 +525,6 @@ func (s *supervisor) mountImage() (*rootfs.Mounted, error) {
 type initProc struct {
 	pid     int
 	pidfd   int    // signals go through it: never to a recycled pid
-	release func() // frees the thread that forked init, once init is reaped
 	once    sync.Once
 	status  syscall.WaitStatus
 }
@@ -533,7 +532,6 @@ type initProc struct {
 // wait reaps init (once) and returns its wait status.
 func (p *initProc) wait() syscall.WaitStatus {
 	p.once.Do(func() {
-		defer p.release()
 		for {
 			_, err := syscall.Wait4(p.pid, &p.status, 0, nil)
 			if err != syscall.EINTR {
@@ -547,38 +545,31 @@ func (p *initProc) wait() syscall.WaitStatus {
 // oneShot is set by a process that runs its boxes and then exits (the
 // CLI): none of its goroutines ends locked to its thread while a box
 // lives, so init may be forked from whatever thread runs the run, and no
-// thread is held for the parent-death signal. Holding one costs a new OS
-// thread on every run's path: the forking thread is parked with its
-// goroutine and the runtime starts another for the rest (1.1 ms of the
-// "spawn" stage here).
+// thread is held for the parent-death signal (see forkInit).
 var oneShot atomic.Bool
 
 // OneShotProcess declares the calling process one-shot (see oneShot). A
 // long-running process (the service) must not.
 func OneShotProcess() { oneShot.Store(true) }
 
-// forkHeld starts a process from a goroutine locked to its OS thread, and
-// keeps that thread until release. The parent-death signal fires when the
-// thread that forked exits, not the process, and Go ends a thread when a
-// goroutine exits locked to it: so no other goroutine may ever get this
-// one while the child lives (a service runs boxes for hours beside code
-// that locks threads to change credentials).
-//
-// A new thread per box cost ~1.1 ms of every run's start: a long-running
-// process forks every init from a few long-lived "forker" goroutines,
-// each locked to its thread for the life of the process (they never
-// unlock, never exit). The parent-death signal then fires when the
-// process dies, for every box at once, and never before.
-func forkHeld(path string, argv []string, attr *syscall.ProcAttr) (pid int, release func(), err error) {
+// forkInit starts init. The parent-death signal fires when the thread
+// that forked exits, not the process, and Go ends a thread when a
+// goroutine exits locked to it: so in a long-running process (a service
+// runs boxes for hours beside code that locks threads to change
+// credentials) init is forked from one of a few "forker" goroutines, each
+// locked to its thread for the life of the process (they never unlock,
+// never exit). The parent-death signal then fires when the process dies,
+// for every box at once, and never before. (Before them, each box held a
+// new locked thread while it lived: 1.1 ms of every run's start.)
+func forkInit(path string, argv []string, attr *syscall.ProcAttr) (pid int, err error) {
 	if oneShot.Load() {
-		pid, err := syscall.ForkExec(path, argv, attr)
-		return pid, func() {}, err
+		return syscall.ForkExec(path, argv, attr)
 	}
 	forkersOnce.Do(startForkers)
 	req := forkRequest{path: path, argv: argv, attr: attr, done: make(chan forkResult, 1)}
 	forkRequests <- req
 	r := <-req.done
-	return r.pid, func() {}, r.err
+	return r.pid, r.err
 }
 
 // numForkers is how many threads fork inits: a fork is short (vfork until
@@ -605,7 +596,7 @@ var (
 func startForkers() {
 	for i := 0; i < numForkers; i++ {
 		go func() {
-			runtime.LockOSThread() // for good: see forkHeld
+			runtime.LockOSThread() // for good: see forkInit
 			for req := range forkRequests {
 				pid, err := syscall.ForkExec(req.path, req.argv, req.attr)
 				req.done <- forkResult{pid, err}
@@ -1128,6 +1119,13 @@ func (s *supervisor) endInit() {
 	s.init.wait()
 	close(done)
 	s.init.close()
+	// Init is gone: its status pipe ends, and readMessages closes it and
+	// then the channel. Waiting for that leaves no descriptor of the run
+	// open after it.
+	if s.msgs != nil {
+		for range s.msgs {
+		}
+	}
 }
 
 // detachBox hands what is left of the box (init, its cgroup, the box id)
