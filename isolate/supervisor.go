@@ -523,10 +523,10 @@ func (s *supervisor) mountImage() (*rootfs.Mounted, error) {
 
 // initProc is the box's init, a child of the supervisor.
 type initProc struct {
-	pid     int
-	pidfd   int    // signals go through it: never to a recycled pid
-	once    sync.Once
-	status  syscall.WaitStatus
+	pid    int
+	pidfd  int // signals go through it: never to a recycled pid
+	once   sync.Once
+	status syscall.WaitStatus
 }
 
 // wait reaps init (once) and returns its wait status.
