@@ -293,21 +293,13 @@ void isolate_narrow_cpus(void);
 __attribute__((constructor)) static void isolate_init_entry(int argc, char **argv, char **envp) {
 	(void)envp;
 #else
-extern char **environ;
+#include "startargs.h"
 
-/*
- * musl calls constructors without arguments. Nothing has touched the
- * environment yet, so environ is still where the kernel put it: right
- * after argv's terminating NULL, with argc in the word before argv[0]
- * (the ELF start-up stack). argv's entries are pointers, never a small
- * count, so the first n whose slot holds n is argc.
- */
+/* musl calls constructors without arguments (startargs.h). */
 __attribute__((constructor)) static void isolate_init_entry(void) {
-	char **envp = environ;
-	long argc = 0;
-	while ((long)envp[-2 - argc] != argc)
-		argc++;
-	char **argv = envp - 1 - argc;
+	long argc;
+	char **argv, **envp;
+	isolate_start_args(&argc, &argv, &envp);
 #endif
 	if (argc >= 4 && strcmp(argv[1], ISOLATE_INIT_ARG) == 0)
 		_exit(run_init(strtoul(argv[2], NULL, 10), argv[3]));

@@ -38,6 +38,12 @@ ISOLATE_BIN="$work/isolate" ISOLATE_COVERDIR="$work/cover" \
 	go test -tags "$TAGS" -count=1 -timeout 40m -cover -coverpkg="$RUNTIME_PKGS" ./... \
 	-args -test.gocoverdir="$work/cover"
 
+echo "== the CLI suite again, every run handed to a service (isolate-serve --cli-socket)"
+# cmd/isolate's TestMain starts the service beside ISOLATE_BIN; runBox
+# checks that each run went the way it expects (the report's sandbox.via).
+ISOLATE_BIN="$work/isolate" ISOLATE_COVERDIR="$work/cover" ISOLATE_TEST_VIA=service \
+	go test -tags "$TAGS" -count=1 -timeout 20m ./cmd/isolate
+
 echo "== Python client (clients/python), against the same binary"
 ISOLATE_BIN="$work/isolate" GOCOVERDIR="$work/cover" ./scripts/test-python.sh
 

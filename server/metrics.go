@@ -31,6 +31,7 @@ func newMetrics(s *Server) *metrics {
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
+	m.reg.MustRegister(s.cfg.Metrics...)
 	m.reg.MustRegister(m.requests, m.latency,
 		gauge("isolate_queue_length", "Requests waiting for a slot.", func() float64 {
 			_, w := s.queue.lengths()

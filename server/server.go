@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/filestore"
 	"github.com/isolate-sandbox/isolate/isolate"
@@ -59,6 +61,8 @@ type Config struct {
 	// Token, when set, is required as a bearer token on every request
 	// (mandatory for TCP listeners; see Serve).
 	Token string
+	// Metrics are more collectors for /metrics (the binary's own).
+	Metrics []prometheus.Collector
 }
 
 // Server is one service: its handlers, queue and metrics.

@@ -30,6 +30,7 @@ import (
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/cgroup"
 	"github.com/isolate-sandbox/isolate/filestore"
+	"github.com/isolate-sandbox/isolate/handover"
 	"github.com/isolate-sandbox/isolate/isolate"
 	"github.com/isolate-sandbox/isolate/rootfs"
 	"github.com/isolate-sandbox/isolate/server"
@@ -57,6 +58,7 @@ func main() {
 // options are the service's flags.
 type options struct {
 	socket, socketGroup  string
+	cliSocket, cliBinary string
 	listen, tokenFile    string
 	parallel, queue      int
 	pool                 int
@@ -73,6 +75,8 @@ func parseFlags(args []string) (*options, error) {
 	fs := flag.NewFlagSet("isolate serve", flag.ContinueOnError)
 	fs.StringVar(&o.socket, "socket", server.DefaultSocket, "unix socket to listen on (root-owned, mode 0660)")
 	fs.StringVar(&o.socketGroup, "socket-group", "", "group (name or gid) that may use the socket besides root")
+	fs.StringVar(&o.cliSocket, "cli-socket", handover.DefaultSocket, "unix socket the isolate CLI hands its runs to (same owner, group and mode as --socket; \"none\": off)")
+	fs.StringVar(&o.cliBinary, "cli-binary", "", "the isolate binary whose runs --cli-socket takes (default: isolate beside this binary)")
 	fs.StringVar(&o.listen, "listen", "", "also listen on this TCP address (needs --token-file)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token every request must carry (mode 0600)")
 	fs.IntVar(&o.parallel, "parallel", usableCPUs(), "commands running at once")
@@ -217,6 +221,10 @@ func serve(args []string) error {
 	}
 	defer host.StopPool()
 
+	cli, err := startCLI(o, gid, host)
+	if err != nil {
+		return err
+	}
 	srv := server.New(server.Config{
 		Runner:   hostRunner{host},
 		Exec:     server.Judge{Host: host},
@@ -227,6 +235,7 @@ func serve(args []string) error {
 		Caps:     caps,
 		Health:   health,
 		Token:    token,
+		Metrics:  cli.metrics(),
 	})
 	ul, err := server.ListenUnix(o.socket, gid)
 	if err != nil {
@@ -257,10 +266,14 @@ func serve(args []string) error {
 	case s := <-sig:
 		fmt.Fprintf(os.Stderr, "isolate serve: %v: draining (up to %v)\n", s, o.grace)
 	case err := <-errs:
+		cli.Shutdown(0)
 		srv.Shutdown(0)
 		return err
 	}
+	done := make(chan struct{})
+	go func() { cli.Shutdown(o.grace); close(done) }()
 	srv.Shutdown(o.grace)
+	<-done
 	return nil
 }
 

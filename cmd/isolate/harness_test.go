@@ -4,24 +4,44 @@ package main
 // real kernel. TestMain builds it (with coverage instrumentation of the
 // runtime packages when ISOLATE_COVERDIR is set) unless ISOLATE_BIN names
 // one, and checks at the end that nothing of ours leaked.
+//
+// With ISOLATE_TEST_VIA=service the whole suite runs through a service:
+// TestMain starts isolate-serve (beside ISOLATE_BIN, or built) with its
+// own sockets and store, and every isolate the tests start hands its run
+// to it (ISOLATE_SERVICE_SOCKET); runBox checks which path ran. A test
+// that sets an ISOLATE_ variable the service does not honour (a
+// configuration file, an image directory) runs in-process by design, and
+// runBox expects that (expectedVia). Otherwise the runs are in-process
+// (ISOLATE_NO_SERVICE=1, whatever service the machine runs).
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/isolate-sandbox/isolate/cgroup"
+	"github.com/isolate-sandbox/isolate/internal/testbin"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
 // isolateBin is the binary under test.
 var isolateBin string
+
+// builtServeDir holds the isolate-serve the suite built, if it did.
+var builtServeDir string
+
+// viaService: the runs go through a service (ISOLATE_TEST_VIA=service).
+var viaService = os.Getenv("ISOLATE_TEST_VIA") == "service"
 
 func TestMain(m *testing.M) {
 	// This binary never starts boxes itself, but if it ever re-executes
@@ -47,18 +67,34 @@ func TestMain(m *testing.M) {
 				return 1
 			}
 			isolateBin = filepath.Join(dir, "isolate")
-			args := []string{"build", "-tags", "urfave_cli_no_docs,netgo,osusergo", "-o", isolateBin}
+			var cover []string
 			if os.Getenv("ISOLATE_COVERDIR") != "" {
-				args = append(args, "-cover", "-coverpkg=github.com/isolate-sandbox/isolate/...")
+				cover = []string{"-cover", "-coverpkg=github.com/isolate-sandbox/isolate/..."}
 			}
-			build := exec.Command("go", append(args, ".")...)
-			build.Stdout, build.Stderr = os.Stderr, os.Stderr
-			if err := build.Run(); err != nil {
+			if err := testbin.Build(isolateBin, ".", cover...); err != nil {
 				fmt.Fprintln(os.Stderr, "build isolate:", err)
 				return 1
 			}
 		}
+		stopService := func() error { return nil }
+		if viaService {
+			var err error
+			if stopService, err = startService(); err != nil {
+				fmt.Fprintln(os.Stderr, "start the service:", err)
+				return 1
+			}
+		} else {
+			os.Setenv("ISOLATE_NO_SERVICE", "1")
+		}
 		code := m.Run()
+		// The service goes first: what it leaves counts as a leak.
+		if err := stopService(); err != nil {
+			fmt.Fprintln(os.Stderr, "the service:", err)
+			code = 1
+		}
+		if builtServeDir != "" {
+			os.RemoveAll(builtServeDir)
+		}
 		if leaks := findLeaks(); len(leaks) > 0 {
 			fmt.Fprintln(os.Stderr, "LEAKED after the test suite:\n  "+strings.Join(leaks, "\n  "))
 			if code == 0 {
@@ -68,6 +104,176 @@ func TestMain(m *testing.M) {
 		return code
 	}()
 	os.Exit(code)
+}
+
+// startService starts isolate-serve for the suite, with its own sockets
+// and store, and points every isolate the tests start at it. stop ends
+// it as an operator does (SIGTERM: it drains) and removes what it used.
+func startService() (stop func() error, err error) {
+	svc, err := launchService()
+	if err != nil {
+		return nil, err
+	}
+	// Every isolate started from here on hands its runs to the service:
+	// no ISOLATE_ variable of the suite's may make it run in-process.
+	if d := os.Getenv("ISOLATE_COVERDIR"); d != "" {
+		os.Setenv("GOCOVERDIR", d) // for the runs that stay in-process
+	}
+	for _, name := range []string{"ISOLATE_BIN", "ISOLATE_COVERDIR", "ISOLATE_TEST_VIA"} {
+		os.Unsetenv(name)
+	}
+	os.Setenv("ISOLATE_SERVICE_SOCKET", svc.cliSock)
+	return svc.stop, nil
+}
+
+// service is a running isolate-serve of the tests'.
+type service struct {
+	dir, cliSock string
+	args         []string
+	cmd          *exec.Cmd
+	exited       chan error
+}
+
+// serveBin is isolate-serve beside isolateBin, or one built once (in a
+// directory removed with the suite's service, or at exit).
+var serveBin = sync.OnceValues(func() (string, error) {
+	bin := filepath.Join(filepath.Dir(isolateBin), "isolate-serve")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	dir, err := os.MkdirTemp("", "isolate-serve-bin-")
+	if err != nil {
+		return "", err
+	}
+	builtServeDir = dir
+	bin = filepath.Join(dir, "isolate-serve")
+	if err := testbin.Build(bin, "../isolate-serve"); err != nil {
+		return "", fmt.Errorf("build isolate-serve: %v", err)
+	}
+	return bin, nil
+})
+
+// launchService starts isolate-serve with its own sockets and store in a
+// new directory, taking the runs of isolateBin, and waits until it
+// listens. args are more flags.
+func launchService(args ...string) (svc *service, err error) {
+	dir, err := os.MkdirTemp("", "isolate-service-")
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(dir)
+		}
+	}()
+	os.Chmod(dir, 0o755) // the tests' callers who are not root reach the socket
+	svc = &service{dir: dir, cliSock: filepath.Join(dir, "cli.sock"), args: args}
+	return svc, svc.start()
+}
+
+// start starts (or restarts) the service on its sockets.
+func (s *service) start() error {
+	bin, err := serveBin()
+	if err != nil {
+		return err
+	}
+	log, err := os.OpenFile(filepath.Join(s.dir, "serve.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	s.cmd = exec.Command(bin, append([]string{"--socket", filepath.Join(s.dir, "api.sock"), "--cli-socket", s.cliSock,
+		"--cli-binary", isolateBin, "--store", filepath.Join(s.dir, "store"), "--grace", "20s"}, s.args...)...)
+	s.cmd.Stdout, s.cmd.Stderr = log, log
+	// The service takes its configuration from its own environment, as
+	// an installed one does: none of the suite's variables.
+	s.cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	if err := s.cmd.Start(); err != nil {
+		return err
+	}
+	s.exited = make(chan error, 1)
+	go func(cmd *exec.Cmd, exited chan<- error) { exited <- cmd.Wait() }(s.cmd, s.exited)
+	for !serviceAnswers(s.cliSock) {
+		select {
+		case err := <-s.exited:
+			return fmt.Errorf("isolate-serve ended (%v):\n%s", err, s.log())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+func (s *service) log() string {
+	out, _ := os.ReadFile(filepath.Join(s.dir, "serve.log"))
+	return string(out)
+}
+
+// stop ends the service as an operator does (SIGTERM: it drains) and
+// removes what it used.
+func (s *service) stop() error {
+	defer os.RemoveAll(s.dir)
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	var err error
+	select {
+	case err = <-s.exited:
+	case <-time.After(2 * time.Minute):
+		s.cmd.Process.Kill()
+		err = fmt.Errorf("did not drain: killed (%v)", <-s.exited)
+	}
+	if err != nil {
+		return fmt.Errorf("%v\n%s", err, s.log())
+	}
+	return nil
+}
+
+// testBoxRoot is where the test's persistent boxes live. In-process: root,
+// the test's own (a configuration file in ISOLATE_CONFIG). Through the
+// service: the machine's, since the service honours no caller's
+// configuration and a --run on a box the test made must go through it.
+func testBoxRoot(t *testing.T, root string) string {
+	t.Helper()
+	if viaService {
+		cfg, err := isolate.LoadConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg.BoxRoot
+	}
+	cfg := filepath.Join(t.TempDir(), "config")
+	if err := os.WriteFile(cfg, []byte("# a test's own box root\nbox_root = "+root+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("ISOLATE_CONFIG", cfg)
+	return root
+}
+
+// serviceAnswers tells whether a service listens on the unix socket sock.
+func serviceAnswers(sock string) bool {
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+// expectedVia is which path a run the tests start now takes: through the
+// suite's service, unless this process's environment (which the test
+// may have changed) keeps it in-process.
+func expectedVia() string {
+	if !viaService {
+		return "in-process"
+	}
+	for _, kv := range os.Environ() {
+		name, value, _ := strings.Cut(kv, "=")
+		switch {
+		case name == "ISOLATE_NO_SERVICE" && value != "":
+			return "in-process"
+		case strings.HasPrefix(name, "ISOLATE_") && name != "ISOLATE_NO_SERVICE" && name != "ISOLATE_SERVICE_SOCKET":
+			return "in-process"
+		}
+	}
+	return "service"
 }
 
 // needRoot skips a test as a normal user: the tests here drive isolate,
@@ -116,6 +322,10 @@ func runBox(t testing.TB, args ...string) (*isolate.Report, int) {
 	var rep isolate.Report
 	if err := json.Unmarshal([]byte(res.Stdout), &rep); err != nil {
 		t.Fatalf("isolate run %v: exit %d, no JSON report (%v)\nstdout: %s\nstderr: %s", args, res.Code, err, res.Stdout, res.Stderr)
+	}
+	// The suite proves which path it tests.
+	if want := expectedVia(); rep.Sandbox.Via != want {
+		t.Fatalf("isolate run %v ran %q, want %q", args, rep.Sandbox.Via, want)
 	}
 	return &rep, res.Code
 }

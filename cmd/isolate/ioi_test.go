@@ -18,18 +18,10 @@ import (
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
-// ioiBoxRoot gives this test a box root of its own (through a
-// configuration file in ISOLATE_CONFIG) and returns it.
+// ioiBoxRoot gives this test a box root (testBoxRoot) and returns it.
 func ioiBoxRoot(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	root := filepath.Join(dir, "boxes")
-	cfg := filepath.Join(dir, "config")
-	if err := os.WriteFile(cfg, []byte("# ioi test\nbox_root = "+root+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("ISOLATE_CONFIG", cfg)
-	return root
+	return testBoxRoot(t, filepath.Join(t.TempDir(), "boxes"))
 }
 
 // ioiBox initializes box id for the test and cleans it up after.
@@ -71,6 +63,12 @@ func ioiProbe(t *testing.T) string {
 func TestIOIUsageErrors(t *testing.T) {
 	needRoot(t)
 	root := ioiBoxRoot(t)
+	// Through the service the root is the machine's, which exists.
+	entries := func() string {
+		names, _ := filepath.Glob(filepath.Join(root, "*"))
+		return strings.Join(names, " ")
+	}
+	before := entries()
 	for _, args := range [][]string{
 		{"--run"},
 		{"-b", "320", "--run"},
@@ -95,8 +93,8 @@ func TestIOIUsageErrors(t *testing.T) {
 			t.Errorf("%q: exit %d, stderr %q; want exit 2 and one isolate: line", args, res.Code, res.Stderr)
 		}
 	}
-	if _, err := os.Stat(root); !os.IsNotExist(err) {
-		t.Errorf("bad command lines created %s", root)
+	if _, err := os.Stat(root); !viaService && !os.IsNotExist(err) || entries() != before {
+		t.Errorf("bad command lines created %s or boxes in it", root)
 	}
 }
 

@@ -296,7 +296,7 @@ func TestReportAndMetaFiles(t *testing.T) {
 
 func TestEnvironment(t *testing.T) {
 	needRoot(t)
-	t.Setenv("ISOLATE_TEST_SECRET", "leak")
+	t.Setenv("TEST_SECRET", "leak")
 	t.Setenv("PASSME", "yes")
 	rep, _ := runBox(t, "-E", "FOO=bar", "-E", "PASSME", "--", "/usr/bin/env")
 	expectStatus(t, rep, isolate.StatusOK)
@@ -600,10 +600,7 @@ func TestCheckAndVersion(t *testing.T) {
 
 func TestNativeRunOnPersistentBox(t *testing.T) {
 	needRoot(t)
-	root := shareDir(t)
-	cfg := filepath.Join(root, "config")
-	os.WriteFile(cfg, []byte("box_root = "+root+"\n"), 0o644)
-	t.Setenv("ISOLATE_CONFIG", cfg)
+	testBoxRoot(t, shareDir(t))
 	res := isolateCmd(t, "", "init", "--box-id", "921")
 	if res.Code != 0 {
 		t.Fatalf("init: exit %d %s", res.Code, res.Stderr)

@@ -1,0 +1,126 @@
+package main
+
+// --cli-socket: the one-shot isolate CLI hands its runs here before its Go
+// runtime starts (package handover, cmd/isolate/handover.c), and they run
+// in this process as the CLI would have run them itself (cmdline.Main),
+// with the caller's descriptors, directory, rights and signals.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
+
+	"github.com/isolate-sandbox/isolate/cmdline"
+	"github.com/isolate-sandbox/isolate/handover"
+	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/server"
+)
+
+// cliService is the handover server and its metric.
+type cliService struct {
+	*handover.Server
+	handovers *prometheus.CounterVec
+}
+
+// startCLI listens on the CLI socket (o.cliSocket; "none": nil) for
+// handovers from the isolate binary o.cliBinary (default: the one beside
+// this binary), whose runs it runs on host. At the default path, a
+// socket another service holds or no isolate binary to take runs from
+// leave the service without handovers, with a warning (the CLI then runs
+// in-process, as without a service); a path or binary given is required.
+func startCLI(o *options, gid int, host *isolate.Host) (*cliService, error) {
+	if o.cliSocket == "none" {
+		return nil, nil
+	}
+	cs, err := listenCLI(o, gid, host)
+	if err != nil && o.cliSocket == handover.DefaultSocket && o.cliBinary == "" {
+		fmt.Fprintln(os.Stderr, "isolate serve: warning: no CLI handovers: "+err.Error())
+		return nil, nil
+	}
+	return cs, err
+}
+
+func listenCLI(o *options, gid int, host *isolate.Host) (*cliService, error) {
+	bin := o.cliBinary
+	if bin == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		bin = filepath.Join(filepath.Dir(self), "isolate")
+	}
+	build, err := handover.BuildID(bin)
+	if err != nil {
+		return nil, fmt.Errorf("--cli-socket: the isolate binary whose runs it takes: %v (--cli-binary; --cli-socket none turns it off)", err)
+	}
+	cs := &cliService{handovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "isolate_cli_handovers_total", Help: "Runs the isolate CLI handed over on the CLI socket, by outcome.",
+	}, []string{"outcome"})}
+	for _, o := range []string{handover.OutcomeCompleted, handover.OutcomeCallerGone, handover.OutcomeDeclined, handover.OutcomeBadRequest} {
+		cs.handovers.WithLabelValues(o)
+	}
+	cs.Server = handover.NewServer(build, runHandedOver(host), func(outcome string) {
+		cs.handovers.WithLabelValues(outcome).Inc()
+	})
+	l, err := server.ListenUnix(o.cliSocket, gid)
+	if err != nil {
+		return nil, fmt.Errorf("--cli-socket: %v", err)
+	}
+	fmt.Fprintf(os.Stderr, "isolate serve: taking the isolate CLI's runs on %s\n", o.cliSocket)
+	go func() {
+		if err := cs.Serve(l); err != nil {
+			fmt.Fprintln(os.Stderr, "isolate serve: --cli-socket: "+err.Error())
+		}
+	}()
+	return cs, nil
+}
+
+// runHandedOver runs a handed-over command line as the CLI would, with
+// the caller's rights.
+func runHandedOver(host *isolate.Host) handover.Runner {
+	return func(ctx context.Context, inv *handover.Invocation) handover.Exit {
+		x := cmdline.Main(ctx, &cmdline.Invocation{
+			Args: inv.Args, Env: inv.Env, Dir: callerDir(inv),
+			Stdin: inv.Stdin, Stdout: inv.Stdout, Stderr: inv.Stderr,
+			Caller:  &isolate.Cred{UID: inv.Caller.UID, GID: inv.Caller.GID, Groups: inv.Caller.Groups},
+			Host:    host,
+			Signals: inv.Signals,
+			Via:     "service",
+		})
+		return handover.Exit{Code: x.Code, Signal: x.Signal}
+	}
+}
+
+// callerDir is the caller's working directory as a path of this process:
+// the name it gave when that still names the directory it is in (so
+// messages read as the CLI's own would), else its descriptor's path (the
+// directory was renamed or removed, or is not in this mount namespace).
+func callerDir(inv *handover.Invocation) string {
+	var byName, byFD unix.Stat_t
+	if unix.Stat(inv.Dir, &byName) == nil && unix.Fstat(int(inv.DirFile.Fd()), &byFD) == nil &&
+		byName.Dev == byFD.Dev && byName.Ino == byFD.Ino {
+		return inv.Dir
+	}
+	return "/proc/self/fd/" + strconv.Itoa(int(inv.DirFile.Fd()))
+}
+
+// Shutdown drains the handovers as the HTTP requests are drained.
+func (cs *cliService) Shutdown(grace time.Duration) {
+	if cs != nil {
+		cs.Server.Shutdown(grace)
+	}
+}
+
+// metrics are the collectors the service's /metrics adds for handovers.
+func (cs *cliService) metrics() []prometheus.Collector {
+	if cs == nil {
+		return nil
+	}
+	return []prometheus.Collector{cs.handovers}
+}

@@ -1,0 +1,305 @@
+package main
+
+// The handover itself (handover.c, package handover, isolate-serve
+// --cli-socket), with services of the tests' own, so that these run in
+// either mode of the suite: the caller's death, its signals, the
+// service's death, the caller's rights, the opt-out, another build.
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/isolate-sandbox/isolate/isolate"
+)
+
+// ownService starts a service of the test's own (flags args), stopped
+// with the test.
+func ownService(t *testing.T, args ...string) *service {
+	t.Helper()
+	svc, err := launchService(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := svc.stop(); err != nil {
+			t.Errorf("the test's service: %v", err)
+		}
+	})
+	return svc
+}
+
+// handoverEnv is the environment of an isolate that hands its runs to
+// sock ("": one that runs them in-process).
+func handoverEnv(sock string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ISOLATE_") {
+			env = append(env, kv)
+		}
+	}
+	if d := os.Getenv("ISOLATE_COVERDIR"); d != "" {
+		env = append(env, "GOCOVERDIR="+d)
+	}
+	if sock == "" {
+		return append(env, "ISOLATE_NO_SERVICE=1")
+	}
+	return append(env, "ISOLATE_SERVICE_SOCKET="+sock)
+}
+
+// waitFor polls cond until it holds, or fails the test after a generous
+// deadline (a machine under load is slow, never this slow).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("still waiting for %s", what)
+		}
+	}
+}
+
+// machineBox makes persistent box id in the machine's box root, where a
+// service looks, and removes it after the test.
+func machineBox(t *testing.T, id int) {
+	t.Helper()
+	for _, cmd := range []string{"--init", "--cleanup"} {
+		c := exec.Command(isolateBin, "-b", strconv.Itoa(id), cmd)
+		c.Env = handoverEnv("")
+		if cmd == "--cleanup" {
+			t.Cleanup(func() {
+				if out, err := c.CombinedOutput(); err != nil {
+					t.Errorf("--cleanup box %d: %v %s", id, err, out)
+				}
+			})
+		} else if out, err := c.CombinedOutput(); err != nil {
+			t.Fatalf("--init box %d: %v %s", id, err, out)
+		}
+	}
+}
+
+// The caller's death (SIGKILL: it cannot pass anything on) ends its run:
+// the service sees the connection close and kills the box.
+func TestHandoverCallerKilledKillsTheBox(t *testing.T) {
+	needRoot(t)
+	svc := ownService(t)
+	cmd := exec.Command(isolateBin, append(append([]string{"run", "--box-id", "931"}, probe(t)...), "--", "/t/probe", "sleep", "100")...)
+	cmd.Env = handoverEnv(svc.cliSock)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the program of box 931", func() bool { return boxHasProcess(931) })
+	cmd.Process.Kill()
+	cmd.Wait()
+	waitFor(t, "box 931's processes to end", func() bool { return !boxHasProcess(931) })
+	waitFor(t, "box 931's cgroup to go", func() bool { return len(boxCgroups("931")) == 0 })
+}
+
+// A signal to the CLI ends a handed-over run as it ends one in-process:
+// same exit status, same report or meta file.
+func TestHandoverSignalsAsInProcess(t *testing.T) {
+	needRoot(t)
+	svc := ownService(t)
+	dir := shareDir(t)
+	machineBox(t, 935)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGABRT} {
+		for _, ioiForm := range []bool{false, true} {
+			var ends [2]string
+			for i, sock := range []string{"", svc.cliSock} {
+				ends[i] = signalledRun(t, sock, dir, sig, ioiForm)
+			}
+			t.Logf("%v (ioi form %v): %s", sig, ioiForm, ends[1])
+			if ends[0] != ends[1] {
+				t.Errorf("%v (ioi form %v): in-process %s\nthrough the service %s", sig, ioiForm, ends[0], ends[1])
+			}
+		}
+	}
+}
+
+// signalledRun starts a run that sleeps, sends sig to the CLI once the
+// program runs, and describes how it ended: exit status or signal,
+// report (status, message) or meta file.
+func signalledRun(t *testing.T, sock, dir string, sig syscall.Signal, ioiForm bool) string {
+	t.Helper()
+	meta := filepath.Join(dir, "meta")
+	os.Remove(meta)
+	id := 932
+	args := []string{"run", "--json", "-b", "932", "--", "/bin/sh", "-c", "sleep 60"}
+	if ioiForm {
+		id = 935
+		args = []string{"-b", "935", "-M", meta, "-p2", "--run", "--", "/bin/sh", "-c", "sleep 60"}
+	}
+	cmd := exec.Command(isolateBin, args...)
+	cmd.Env = handoverEnv(sock)
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the program", func() bool { return len(boxProcesses(id, "sleep")) > 0 })
+	cmd.Process.Signal(sig)
+	cmd.Wait()
+	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	end := fmt.Sprintf("exit %d signal %v", ws.ExitStatus(), ws.Signal())
+	if !ws.Signaled() {
+		end = fmt.Sprintf("exit %d", ws.ExitStatus())
+	}
+	var rep isolate.Report
+	if json.Unmarshal([]byte(out.String()), &rep) == nil {
+		end += fmt.Sprintf(", report %s %q", rep.Status, rep.Message)
+	}
+	if m, err := os.ReadFile(meta); err == nil {
+		var keys []string
+		for _, line := range strings.Split(string(m), "\n") {
+			if k, _, _ := strings.Cut(line, ":"); k == "status" || k == "exitsig" || k == "message" || k == "killed" {
+				keys = append(keys, line)
+			}
+		}
+		end += ", meta " + strings.Join(keys, " ")
+	}
+	waitFor(t, "the box's processes and cgroup to be gone", func() bool { return len(boxLeftovers(id)) == 0 })
+	return end + fmt.Sprintf(", %d stderr lines", strings.Count(errb.String(), "\n"))
+}
+
+// The service dying during a run leaves the caller a clear XX (exit 2,
+// the message, the report or meta file it asked for), not a hang; a
+// restarted service clears what the dead one left.
+func TestHandoverServiceDiesMidRun(t *testing.T) {
+	needRoot(t)
+	svc := ownService(t)
+	dir := shareDir(t)
+	meta := filepath.Join(dir, "meta")
+	machineBox(t, 934)
+	for _, c := range []struct {
+		args []string
+		id   int
+	}{
+		{[]string{"run", "--json", "-b", "933", "--", "/bin/sh", "-c", "sleep 60"}, 933},
+		{[]string{"-b", "934", "-M", meta, "-p2", "--run", "--", "/bin/sh", "-c", "sleep 60"}, 934},
+	} {
+		cmd := exec.Command(isolateBin, c.args...)
+		cmd.Env = handoverEnv(svc.cliSock)
+		cmd.Dir = dir
+		var out, errb strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, fmt.Sprintf("the program of box %d", c.id), func() bool { return len(boxProcesses(c.id, "sleep")) > 0 })
+		svc.cmd.Process.Kill()
+		<-svc.exited
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			cmd.Process.Kill()
+			<-done
+			t.Fatalf("%q: the CLI hung after the service died", c.args)
+		}
+		if code := cmd.ProcessState.ExitCode(); code != 2 || errb.String() != "isolate: the service ended during the run\n" {
+			t.Errorf("%q: exit %d, stderr %q", c.args, code, errb.String())
+		}
+		if c.args[0] == "run" {
+			var rep isolate.Report
+			if err := json.Unmarshal([]byte(out.String()), &rep); err != nil || rep.Status != isolate.StatusXX || rep.Message != "the service ended during the run" {
+				t.Errorf("%q: report %q (%v)", c.args, out.String(), err)
+			}
+		} else if m, _ := os.ReadFile(meta); !strings.Contains(string(m), "status:XX\n") || !strings.Contains(string(m), "message:the service ended during the run\n") {
+			t.Errorf("%q: meta file %q", c.args, m)
+		}
+		waitFor(t, fmt.Sprintf("box %d's processes to end", c.id), func() bool { return len(boxProcesses(c.id, "")) == 0 })
+		// The service comes back, and clears what its death left.
+		if err := svc.start(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, fmt.Sprintf("box %d's cgroup to go", c.id), func() bool { return len(boxCgroups(strconv.Itoa(c.id))) == 0 })
+	}
+}
+
+// Through the socket a caller gets its own rights, not the service's: a
+// caller in the socket's group names a file only root may read and is
+// refused; its own file works. A caller outside the group cannot
+// connect, runs in-process, and gets the error it always got.
+func TestHandoverCallersRights(t *testing.T) {
+	needRoot(t)
+	const group = 64123 // a group of its own, for this test's caller
+	svc := ownService(t, "--socket-group", strconv.Itoa(group))
+	dir := shareDir(t)
+	secret := filepath.Join(dir, "secret")
+	own := filepath.Join(dir, "own")
+	os.WriteFile(secret, []byte("root only\n"), 0o600)
+	os.WriteFile(own, []byte("mine\n"), 0o600)
+	os.Chown(own, 65534, 65534)
+	asNobody := func(groups []uint32, args ...string) (result, *isolate.Report) {
+		cmd := exec.Command(isolateBin, args...)
+		cmd.Env = handoverEnv(svc.cliSock)
+		cmd.Dir = dir
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: groups}}
+		var out, errb strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		cmd.Run()
+		res := result{Stdout: out.String(), Stderr: errb.String(), Code: cmd.ProcessState.ExitCode()}
+		var rep isolate.Report
+		if json.Unmarshal([]byte(res.Stdout), &rep) != nil {
+			return res, nil
+		}
+		return res, &rep
+	}
+	inGroup := []uint32{group}
+	res, rep := asNobody(inGroup, "run", "--json", "--stdin", "own", "--", "/bin/cat")
+	if res.Code != 0 || rep == nil || rep.Stdout != "mine\n" || rep.Sandbox.Via != "service" {
+		t.Errorf("its own file: exit %d, report %+v, stderr %q", res.Code, rep, res.Stderr)
+	}
+	for _, args := range [][]string{
+		{"run", "--json", "--stdin", secret, "--", "/bin/cat"},
+		{"run", "--json", "--copy-in", secret + ":/box/s", "--", "/bin/cat", "s"},
+		{"run", "--json", "--stdout", secret, "--", "/bin/echo", "overwritten"},
+	} {
+		res, rep := asNobody(inGroup, args...)
+		if res.Code != 2 || rep != nil && rep.Status != isolate.StatusXX || strings.Contains(res.Stdout, "root only") {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q: want refused, exit 2", args, res.Code, res.Stdout, res.Stderr)
+		}
+	}
+	if got, _ := os.ReadFile(secret); string(got) != "root only\n" {
+		t.Errorf("the caller wrote root's file: %q", got)
+	}
+	res, _ = asNobody(nil, "run", "--json", "--", "/bin/true")
+	if res.Code != 2 || !strings.Contains(res.Stderr, "must run as root") {
+		t.Errorf("outside the socket's group: exit %d, stderr %q, want the in-process refusal", res.Code, res.Stderr)
+	}
+}
+
+// ISOLATE_NO_SERVICE=1 keeps a run in-process; a service of another build
+// declines, and the CLI runs in-process; the report says which path ran.
+func TestHandoverOptOutAndOtherBuild(t *testing.T) {
+	needRoot(t)
+	svc := ownService(t)
+	serve, err := serveBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := ownService(t, "--cli-binary", serve) // a build no isolate has
+	for _, c := range []struct {
+		env  []string
+		want string
+	}{
+		{handoverEnv(svc.cliSock), "service"},
+		{append(handoverEnv(svc.cliSock), "ISOLATE_NO_SERVICE=1"), "in-process"},
+		{handoverEnv(other.cliSock), "in-process"},
+	} {
+		cmd := exec.Command(isolateBin, "run", "--json", "--", "/bin/true")
+		cmd.Env = c.env
+		out, err := cmd.Output()
+		var rep isolate.Report
+		if jerr := json.Unmarshal(out, &rep); err != nil || jerr != nil || rep.Status != isolate.StatusOK || rep.Sandbox.Via != c.want {
+			t.Errorf("env %q: %v, report %s: want OK via %s", c.env[len(c.env)-1], err, out, c.want)
+		}
+	}
+}

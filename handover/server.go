@@ -1,0 +1,321 @@
+package handover
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultSocket is where the service listens for handovers by default.
+const DefaultSocket = "/run/isolate/cli.sock"
+
+// Invocation is one handed-over command line, with the caller's
+// descriptors: it belongs to the Runner until it returns (the server
+// closes the descriptors then).
+type Invocation struct {
+	Args    []string // argv, argv[0] included
+	Env     []string
+	Dir     string   // the caller's working directory, as it named it
+	DirFile *os.File // the same directory, O_PATH: relative paths resolve from it
+	Stdin   *os.File
+	Stdout  *os.File
+	Stderr  *os.File
+	Caller  *Peer
+	// Signals are the signals the CLI got during the run, in order.
+	Signals <-chan syscall.Signal
+}
+
+// Exit is how the CLI ends: exit with Code, or die of Signal if not 0.
+type Exit struct {
+	Code   int
+	Signal syscall.Signal
+}
+
+// Runner runs one invocation. Its context ends when the caller is gone
+// (the CLI died or was killed: the run must end at once) or when the
+// service stops.
+type Runner func(ctx context.Context, inv *Invocation) Exit
+
+// Outcomes of a handover, for the service's metrics.
+const (
+	OutcomeCompleted  = "completed"   // ran, and the caller got its exit
+	OutcomeCallerGone = "caller_gone" // the caller went away during the run
+	OutcomeDeclined   = "declined"    // a different build, or the service stopping: the CLI ran it itself
+	OutcomeBadRequest = "bad_request" // not a well-formed request
+)
+
+// ErrCallerGone is the cause of a run's context when the caller's
+// connection closed before its exit.
+var ErrCallerGone = errors.New("the caller is gone")
+
+// requestTimeout bounds how long a client may take to send its request:
+// the CLI sends it at once.
+const requestTimeout = 10 * time.Second
+
+// Server hands runs to a Runner.
+type Server struct {
+	build   string
+	cpus    string // this process's CPU affinity (cpusHex)
+	umask   string // this process's umask (%04o)
+	run     Runner
+	outcome func(string)
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu        sync.Mutex
+	draining  bool
+	running   sync.WaitGroup
+	listeners []net.Listener
+}
+
+// NewServer accepts handovers from clients of build id build (a different
+// build is declined: the CLI then runs in-process) and runs them with
+// run. outcome, if not nil, is told each handover's outcome. Call it once
+// this process has its CPU affinity (isolate.MaybeInit restored it):
+// only callers with the same one are taken.
+func NewServer(build string, run Runner, outcome func(string)) *Server {
+	s := &Server{build: build, run: run, outcome: outcome}
+	var cpus unix.CPUSet
+	unix.SchedGetaffinity(0, &cpus)
+	s.cpus = cpusHex(&cpus)
+	s.umask = ownUmask()
+	s.ctx, s.cancel = context.WithCancelCause(context.Background())
+	return s
+}
+
+// Serve accepts handovers on l until Shutdown.
+func (s *Server) Serve(l *net.UnixListener) error {
+	s.mu.Lock()
+	if s.draining {
+		s.mu.Unlock()
+		l.Close()
+		return nil
+	}
+	s.listeners = append(s.listeners, l)
+	s.mu.Unlock()
+	for {
+		c, err := l.AcceptUnix()
+		if err != nil {
+			s.mu.Lock()
+			draining := s.draining
+			s.mu.Unlock()
+			if draining {
+				return nil
+			}
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+		go s.handle(c)
+	}
+}
+
+// Shutdown stops accepting, lets running handovers finish within grace,
+// then cancels what still runs (its boxes are killed, its callers get
+// their exit) and waits for it.
+func (s *Server) Shutdown(grace time.Duration) {
+	s.mu.Lock()
+	s.draining = true
+	for _, l := range s.listeners {
+		l.Close()
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.running.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		s.cancel(errors.New("the service is stopping"))
+		<-done
+	}
+	s.cancel(errors.New("the service stopped"))
+}
+
+// admit counts a run in, unless the service is stopping.
+func (s *Server) admit() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining {
+		return false
+	}
+	s.running.Add(1)
+	return true
+}
+
+func (s *Server) tell(outcome string) {
+	if s.outcome != nil {
+		s.outcome(outcome)
+	}
+}
+
+// handle serves one connection: one handover.
+func (s *Server) handle(c *net.UnixConn) {
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(requestTimeout))
+	req, files, err := readRequest(c)
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	if err != nil {
+		s.decline(c, err.Error())
+		s.tell(OutcomeBadRequest)
+		return
+	}
+	peer, err := peerOf(c)
+	if err != nil {
+		s.decline(c, err.Error())
+		s.tell(OutcomeBadRequest)
+		return
+	}
+	if req.build != s.build {
+		s.decline(c, fmt.Sprintf("a different build of isolate (%q; the service takes %q)", req.build, s.build))
+		s.tell(OutcomeDeclined)
+		return
+	}
+	if req.cpus != s.cpus {
+		s.decline(c, "the caller's CPU affinity is not the service's: the program would not inherit it")
+		s.tell(OutcomeDeclined)
+		return
+	}
+	if req.umask != s.umask {
+		s.decline(c, "the caller's umask is not the service's: files the run creates would get other modes")
+		s.tell(OutcomeDeclined)
+		return
+	}
+	if !s.admit() {
+		s.decline(c, "the service is stopping")
+		s.tell(OutcomeDeclined)
+		return
+	}
+	defer s.running.Done()
+	if _, err := c.Write(answer(tagAccepted, 0, 0)); err != nil {
+		s.tell(OutcomeCallerGone)
+		return
+	}
+	c.SetReadDeadline(time.Time{})
+
+	ctx, cancel := context.WithCancelCause(s.ctx)
+	defer cancel(nil)
+	sigs := make(chan syscall.Signal, 8)
+	go relaySignals(ctx, c, sigs, cancel)
+	exit := s.run(ctx, &Invocation{
+		Args: req.args, Env: req.env, Dir: req.dir, DirFile: files[3],
+		Stdin: files[0], Stdout: files[1], Stderr: files[2],
+		Caller: peer, Signals: sigs,
+	})
+	gone := context.Cause(ctx) == ErrCallerGone // before the caller, told, hangs up
+	if _, err := c.Write(answer(tagExit, int32(exit.Code), int32(exit.Signal))); err != nil || gone {
+		s.tell(OutcomeCallerGone)
+		return
+	}
+	s.tell(OutcomeCompleted)
+}
+
+// relaySignals passes the signal bytes the client sends on to sigs, and
+// cancels the run with ErrCallerGone when the connection ends: the CLI
+// died. It returns once the connection is closed.
+func relaySignals(ctx context.Context, c *net.UnixConn, sigs chan<- syscall.Signal, cancel context.CancelCauseFunc) {
+	buf := make([]byte, 16)
+	for {
+		n, err := c.Read(buf)
+		for _, b := range buf[:n] {
+			select {
+			case sigs <- syscall.Signal(b):
+			case <-ctx.Done():
+			}
+		}
+		if err != nil {
+			cancel(ErrCallerGone)
+			return
+		}
+	}
+}
+
+// decline tells the client to run the invocation itself, and why.
+func (s *Server) decline(c *net.UnixConn, why string) {
+	c.Write(append(answer(tagDeclined, int32(len(why)), 0), why...))
+}
+
+// readRequest reads one request and the descriptors attached to it.
+func readRequest(c *net.UnixConn) (*request, []*os.File, error) {
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, unix.CmsgSpace(nfds*4))
+	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
+	files, ferr := attachedFiles(oob[:oobn])
+	if err == nil && flags&unix.MSG_CTRUNC != 0 {
+		err = errors.New("more descriptors than a request has")
+	}
+	if err == nil {
+		err = ferr
+	}
+	if err == nil && len(files) != nfds {
+		err = fmt.Errorf("%d descriptors attached, want %d", len(files), nfds)
+	}
+	if err == nil && n < headerSize {
+		_, err = io.ReadFull(c, buf[n:headerSize])
+		n = headerSize
+	}
+	if err != nil {
+		return nil, files, fmt.Errorf("read the request: %w", err)
+	}
+	size, err := bodyLength(buf[:headerSize])
+	if err != nil {
+		return nil, files, err
+	}
+	body := make([]byte, size)
+	got := copy(body, buf[headerSize:n])
+	if _, err := io.ReadFull(c, body[got:]); err != nil {
+		return nil, files, fmt.Errorf("read the request: %w", err)
+	}
+	req, err := decodeRequest(body)
+	return req, files, err
+}
+
+// attachedFiles takes the descriptors of SCM_RIGHTS messages.
+func attachedFiles(oob []byte) ([]*os.File, error) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, err
+	}
+	names := []string{"stdin", "stdout", "stderr", "cwd"}
+	var files []*os.File
+	for _, m := range msgs {
+		fds, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			name := "fd"
+			if len(files) < len(names) {
+				name = names[len(files)]
+			}
+			files = append(files, os.NewFile(uintptr(fd), name))
+		}
+	}
+	return files, nil
+}
+
+// ownUmask reads this process's umask without changing it (umask(2)
+// would, for a moment, for every thread).
+func ownUmask() string {
+	status, _ := os.ReadFile("/proc/self/status")
+	for _, line := range bytes.Split(status, []byte{'\n'}) {
+		if v, ok := bytes.CutPrefix(line, []byte("Umask:")); ok {
+			return string(bytes.TrimSpace(v))
+		}
+	}
+	return "?"
+}
