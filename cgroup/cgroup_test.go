@@ -210,15 +210,20 @@ func TestOOMKillCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Destroy()
+	if n, err := growPastLimit(b); err != nil || n < 1 {
+		t.Errorf("OOMKills %d %v after an OOM kill", n, err)
+	}
+}
+
+// growPastLimit runs, in box b, a shell variable that grows past the
+// memory limit until the OOM killer acts, and returns b's OOM kills.
+func growPastLimit(b *Box) (int64, error) {
 	files, _ := b.PlacementFiles()
-	// A shell variable growing past the limit: the OOM killer acts.
 	boxShell(b, files, `x=xxxxxxxxxxxxxxxx; while true; do x="$x$x"; done`).Run()
 	for _, f := range files {
 		f.Close()
 	}
-	if n, err := b.OOMKills(); err != nil || n < 1 {
-		t.Errorf("OOMKills %d %v after an OOM kill", n, err)
-	}
+	return b.OOMKills()
 }
 
 // A cgroup left by a killed supervisor, with a process still in it, is
@@ -350,5 +355,53 @@ func TestStatParsing(t *testing.T) {
 	}
 	if _, err := readInt(filepath.Join(dir, "missing")); err == nil {
 		t.Error("readInt of a missing file")
+	}
+}
+
+// SetLimits gives a box made without limits the same limits Create would
+// have set, and the kernel enforces them.
+func TestSetLimitsAsCreate(t *testing.T) {
+	requireRoot(t)
+	m := testManager(t)
+	l := Limits{Memory: 16 << 20, Pids: 7, CPUs: 0.5}
+	made, err := m.Create(fmt.Sprintf("box-test-made-%d", os.Getpid()), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer made.Destroy()
+	set, err := m.Create(fmt.Sprintf("box-test-set-%d", os.Getpid()), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Destroy()
+	if err := set.SetLimits(l); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]string{
+		"memory": {"memory.limit_in_bytes", "memory.memsw.limit_in_bytes"},
+		"pids":   {"pids.max"}, "cpu": {"cpu.cfs_quota_us", "cpu.cfs_period_us"},
+		"": {"memory.max", "memory.swap.max", "pids.max", "cpu.max"},
+	}
+	compared := 0
+	for ctl, names := range files {
+		if _, ok := set.dirs[ctl]; !ok {
+			continue
+		}
+		for _, n := range names {
+			want, err := os.ReadFile(filepath.Join(made.dirs[ctl], n))
+			if os.IsNotExist(err) {
+				continue
+			}
+			if got := readFile(t, filepath.Join(set.dirs[ctl], n)); got != strings.TrimSpace(string(want)) {
+				t.Errorf("%s/%s: %s after SetLimits, %s after Create", ctl, n, got, want)
+			}
+			compared++
+		}
+	}
+	if compared < 4 {
+		t.Errorf("only %d limit files compared", compared)
+	}
+	if n, err := growPastLimit(set); err != nil || n < 1 {
+		t.Errorf("OOMKills %d %v: the memory limit set at claim is not enforced", n, err)
 	}
 }

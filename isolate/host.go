@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -32,6 +33,9 @@ type Host struct {
 
 	mu       sync.Mutex
 	policies map[policyKey]*seccomp.Program
+
+	// pool holds boxes built ahead (pool.go); nil: none.
+	pool atomic.Pointer[pool]
 }
 
 // NewHost prepares the host with cfg; nil reads the configuration

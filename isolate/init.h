@@ -91,6 +91,7 @@ struct program {
 	const char *filter;
 	uint32_t filter_len;
 	int notify_sock; /* -1: no listener wanted */
+	int stdio[3]; /* received descriptors for the program's fd 0, 1, 2; -1: init's own */
 	int stderr_to_stdout;
 	int hold; /* keep the box after the program until the supervisor is done (--copy-out) */
 };

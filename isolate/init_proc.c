@@ -23,7 +23,7 @@
 
 #include "init.h"
 
-struct program init_prog = {.notify_sock = -1, .cgroup_dir = -1};
+struct program init_prog = {.notify_sock = -1, .cgroup_dir = -1, .stdio = {-1, -1, -1}};
 #define prog init_prog
 
 /* received returns the descriptor the plan names by index i, or fails. */
@@ -69,6 +69,10 @@ int init_command_op(struct op *op, struct plan_reader *r) {
 		prog.notify_sock = (int)i[0];
 		prog.filter = s[0];
 		prog.filter_len = op->len[0];
+		break;
+	case ISOLATE_OP_STDIO:
+		for (int k = 0; k < 3; k++)
+			prog.stdio[k] = (int64_t)i[k] < 0 ? -1 : received(op, r, i[k]);
 		break;
 	case ISOLATE_OP_STDERR_TO_STDOUT:
 		prog.stderr_to_stdout = 1;
@@ -270,6 +274,9 @@ static void start_child(int pipe_fd, const sigset_t *oldmask) {
 	}
 	if (setsid() < 0)
 		child_fail(pipe_fd, CS_SESSION, errno);
+	for (int k = 0; k < 3; k++)
+		if (prog.stdio[k] >= 0 && dup2(prog.stdio[k], k) < 0)
+			child_fail(pipe_fd, CS_STDIO, errno);
 	if (prog.stderr_to_stdout && dup2(1, 2) < 0)
 		child_fail(pipe_fd, CS_STDIO, errno);
 	if (chdir(prog.dir ? prog.dir : "/box") < 0)
@@ -317,6 +324,16 @@ pid_t init_start_program(const void *oldmask, const char **start_step, int *star
 	if (pid < 0)
 		init_fail("start the program", errno);
 	close(errpipe[1]);
+	/* The program has its streams: PID 1 holds no copy, so that a
+	 * captured stream ends when the box's processes are gone. */
+	for (int k = 0; k < 3; k++)
+		if (prog.stdio[k] >= 0) {
+			int fd = prog.stdio[k];
+			for (int j = k; j < 3; j++)
+				if (prog.stdio[j] == fd)
+					prog.stdio[j] = -1;
+			close(fd);
+		}
 	int msg[2];
 	ssize_t n;
 	while ((n = read(errpipe[0], msg, sizeof msg)) < 0 && errno == EINTR)

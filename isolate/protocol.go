@@ -140,6 +140,13 @@ func (p *plan) seccomp(filter []byte, notifySock int) {
 	p.op(C.ISOLATE_OP_SECCOMP, "seccomp filter", []uint64{uint64(int64(notifySock))}, string(filter))
 }
 
+// stdio gives the program the descriptors sent with the command part at
+// indexes in, out, errOut as its fd 0, 1, 2 (-1: init's own). A box built
+// before its command (the pool) gets its streams this way.
+func (p *plan) stdio(in, out, errOut int) {
+	p.op(C.ISOLATE_OP_STDIO, "standard streams", []uint64{uint64(int64(in)), uint64(int64(out)), uint64(int64(errOut))})
+}
+
 func (p *plan) stderrToStdout() { p.op(C.ISOLATE_OP_STDERR_TO_STDOUT, "stderr to stdout", nil) }
 
 func (p *plan) hold() { p.op(C.ISOLATE_OP_HOLD, "keep the box for copy-out", nil) }

@@ -73,6 +73,7 @@ enum {
 	X(CGROUP_FORK, "cgroup-fork", 1, 0) /* received descriptor: the cgroup the program is born in (v2) */       \
 	X(SECCOMP, "seccomp", 1, 1)       /* listener socket's descriptor or -1; the BPF program */                  \
 	X(STDERR_TO_STDOUT, "stderr-to-stdout", 0, 0)                                                                \
+	X(STDIO, "stdio", 3, 0)           /* received descriptors for the program's fd 0, 1, 2 (-1: keep init's) */ \
 	X(HOLD, "hold", 0, 0)             /* keep the box after the program until the supervisor closes fd 3 */     \
 	X(END, "end", 0, 0)               /* the command part ends: start the program */
 

@@ -105,6 +105,7 @@ func TestProtocolOps(t *testing.T) {
 		{"cgroup-fork", func(p *plan) { p.cgroupFork(0) }, `cgroup-fork step="cgroup" 0`},
 		{"seccomp, listener", func(p *plan) { p.seccomp(filter, 5) }, `seccomp step="seccomp filter" 5 ` + quote(string(filter))},
 		{"seccomp, no listener", func(p *plan) { p.seccomp(filter[:8], -1) }, `seccomp step="seccomp filter" ` + maxU64 + ` ` + quote(string(filter[:8]))},
+		{"stdio", func(p *plan) { p.stdio(1, 2, -1) }, `stdio step="standard streams" 1 2 ` + maxU64},
 		{"stderr-to-stdout", func(p *plan) { p.stderrToStdout() }, `stderr-to-stdout step="stderr to stdout"`},
 		{"hold", func(p *plan) { p.hold() }, `hold step="keep the box for copy-out"`},
 		{"end", func(p *plan) { p.end() }, `end step="end"`},

@@ -71,11 +71,18 @@ type supervisor struct {
 	image, imageInInit string
 	// boxInInit is where init finds spec.BoxMount.
 	boxInInit string
+
+	// ahead: this supervisor builds a box ahead of its command, for the
+	// pool (pool.go): no limits, no streams, init waits once it is built.
+	ahead bool
+	// claimed is the box built ahead that this run took from the pool.
+	claimed *pendingBox
 }
 
-// run performs one sandboxed run: hold a box id, create the cgroup while
-// init starts and builds the box, supervise, account, tear down. A failure
-// of the sandbox itself is a report with status XX.
+// run performs one sandboxed run: take a box the pool built ahead, or
+// build one (hold a box id, create the cgroup while init starts and
+// builds the box), start the program, supervise, account, tear down. A
+// failure of the sandbox itself is a report with status XX.
 func run(ctx context.Context, p *Prepared, stdio IO) *Report {
 	spec := p.spec
 	s := &supervisor{initLink: initLink{ctx: ctx}, host: p.h, spec: spec, io: stdio, policy: p.policy, timer: newStageTimer()}
@@ -83,16 +90,11 @@ func run(ctx context.Context, p *Prepared, stdio IO) *Report {
 	s.report = &Report{BoxID: -1, BlockedSyscalls: []seccomp.Blocked{}, Sandbox: SandboxInfo{Image: spec.Image, Seccomp: policyName(spec)}}
 	err := s.openCopyDst()
 	if err == nil {
-		err = s.lockBox()
-	}
-	if err == nil {
-		// The cgroup is created in the background while init starts and
-		// creates the namespaces (about half a millisecond each).
-		s.createCgroup()
-		if err = s.startInit(); err == nil {
-			err = s.buildBox()
+		if b := p.h.pool.Load().claim(p); b != nil {
+			err = s.startClaimed(b)
+		} else {
+			err = s.build()
 		}
-		s.awaitCgroup() // on failure too: teardown removes what it made
 	}
 	if err == nil {
 		s.timer.mark("start")
@@ -110,6 +112,65 @@ func run(ctx context.Context, p *Prepared, stdio IO) *Report {
 		s.report.Status, s.report.Message, s.report.Cause = StatusXX, s.interrupted.Error(), s.interrupted
 	}
 	return s.report
+}
+
+// build builds the run's box while it waits: hold a box id, create the
+// cgroup while init starts and builds the box, start the program.
+func (s *supervisor) build() error {
+	if err := s.lockBox(); err != nil {
+		return err
+	}
+	// The cgroup is created in the background while init starts and
+	// creates the namespaces (about half a millisecond each).
+	s.createCgroup()
+	err := s.startInit()
+	if err == nil {
+		err = s.buildBox()
+	}
+	s.awaitCgroup() // on failure too: teardown removes what it made
+	return err
+}
+
+// startClaimed starts the run's program in a box the pool built ahead
+// (pool.go): the box takes the run's cgroup limits, files and streams,
+// then its command.
+func (s *supervisor) startClaimed(b *builtBox) error {
+	a := b.s
+	s.claimed = b.box
+	s.lock, s.cg, s.placement, s.boxPid, s.notifySock = a.lock, a.cg, a.placement, a.boxPid, -1
+	if s.policy != nil && s.policy.Notify {
+		s.notify, s.notifySock = a.notify, a.notifySock
+	} else {
+		a.notify.Close()
+	}
+	s.initLink = initLink{ctx: s.ctx, init: a.init, ctl: a.ctl, msgs: a.msgs}
+	b.box.link = &s.initLink
+	s.report.BoxID = s.lock.id
+	s.report.Sandbox.Cgroup = a.report.Sandbox.Cgroup
+	s.timer.mark("claim")
+	if err := s.cg.SetLimits(s.limits()); err != nil {
+		return fmt.Errorf("set the box's cgroup limits: %w", err)
+	}
+	s.timer.mark("cgroup-limits")
+	stdin, stdout, stderr, err := s.stdio()
+	if err != nil {
+		return err
+	}
+	cmd := s.commandPlan()
+	n := len(s.placement)
+	files := append(append([]*os.File(nil), s.placement...), stdin, stdout, stderr)
+	cmd.stdio(n, n+1, n+2)
+	s.placeInCgroup(cmd)
+	if len(s.spec.CopyIn) > 0 {
+		if err := s.fill(); err != nil {
+			return err
+		}
+	}
+	s.timer.mark("plan")
+	err = s.startProgram(b.box, cmd, files)
+	closeAll(s.closers)
+	s.closers = nil
+	return err
 }
 
 func (h *Host) numBoxes() int {
@@ -240,7 +301,10 @@ func (s *supervisor) createCgroup() {
 	done := make(chan cgroupResult, 1)
 	s.cgroupDone = done
 	id, host := s.lock.id, s.host
-	limits := cgroup.Limits{Memory: s.spec.Memory, Pids: s.spec.Pids, CPUs: s.spec.CPUs}
+	limits := s.limits()
+	if s.ahead {
+		limits = cgroup.Limits{} // the command's, set when it claims the box
+	}
 	go func() {
 		start := time.Now()
 		r := cgroupResult{}
@@ -259,6 +323,11 @@ func (s *supervisor) createCgroup() {
 			r.err = fmt.Errorf("open cgroup placement files: %w", err)
 		}
 	}()
+}
+
+// limits are the run's cgroup limits.
+func (s *supervisor) limits() cgroup.Limits {
+	return cgroup.Limits{Memory: s.spec.Memory, Pids: s.spec.Pids, CPUs: s.spec.CPUs}
 }
 
 // awaitCgroup takes what createCgroup made (once; later calls return
@@ -295,7 +364,9 @@ func (s *supervisor) startInit() error {
 	s.closers = append(s.closers, ctlInit, statusW)
 	extra := []*os.File{ctlInit, statusW}
 	s.notifySock = -1
-	if s.policy != nil && s.policy.Notify {
+	// A box built ahead has the listener's socket whatever its command's
+	// policy turns out to be.
+	if s.ahead || (s.policy != nil && s.policy.Notify) {
 		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return fmt.Errorf("create seccomp listener socket: %w", err)
@@ -347,11 +418,11 @@ func (s *supervisor) startInit() error {
 	}
 	s.timer.mark("spawn-prep")
 	argv := []string{"isolate-init", InitArg, strconv.FormatUint(uint64(flags), 10), idMaps(FirstUID + s.lock.id)}
-	pid, release, err := forkHeld("/proc/self/exe", argv, attr)
+	pid, err := forkInit("/proc/self/exe", argv, attr)
 	if err != nil {
 		return fmt.Errorf("start init: %w", err)
 	}
-	s.init = &initProc{pid: pid, pidfd: pidfd, release: release}
+	s.init = &initProc{pid: pid, pidfd: pidfd}
 	s.timer.mark("spawn")
 	closeAll(s.closers)
 	s.closers = nil
@@ -393,7 +464,13 @@ func (s *supervisor) buildBox() error {
 			return err
 		}
 	}
-	m, err := box.start(cmd, s.placement)
+	return s.startProgram(box, cmd, s.placement)
+}
+
+// startProgram sends the command part with files and waits until the
+// program runs (or could not be started).
+func (s *supervisor) startProgram(box *pendingBox, cmd *plan, files []*os.File) error {
+	m, err := box.start(cmd, files)
 	closeAll(s.placement)
 	s.placement = nil
 	if err != nil {
@@ -407,7 +484,10 @@ func (s *supervisor) buildBox() error {
 		return nil
 	}
 	for k, v := range m.Stages {
-		s.timer.stages[k] = time.Duration(v).Seconds()
+		// A box built ahead waited between init's other stages.
+		if s.claimed == nil || k == "init-exec" {
+			s.timer.stages[k] = time.Duration(v).Seconds()
+		}
 	}
 	if s.notify != nil {
 		fd, err := receiveFD(s.notify)
@@ -443,17 +523,15 @@ func (s *supervisor) mountImage() (*rootfs.Mounted, error) {
 
 // initProc is the box's init, a child of the supervisor.
 type initProc struct {
-	pid     int
-	pidfd   int    // signals go through it: never to a recycled pid
-	release func() // frees the thread that forked init, once init is reaped
-	once    sync.Once
-	status  syscall.WaitStatus
+	pid    int
+	pidfd  int // signals go through it: never to a recycled pid
+	once   sync.Once
+	status syscall.WaitStatus
 }
 
 // wait reaps init (once) and returns its wait status.
 func (p *initProc) wait() syscall.WaitStatus {
 	p.once.Do(func() {
-		defer p.release()
 		for {
 			_, err := syscall.Wait4(p.pid, &p.status, 0, nil)
 			if err != syscall.EINTR {
@@ -467,47 +545,75 @@ func (p *initProc) wait() syscall.WaitStatus {
 // oneShot is set by a process that runs its boxes and then exits (the
 // CLI): none of its goroutines ends locked to its thread while a box
 // lives, so init may be forked from whatever thread runs the run, and no
-// thread is held for the parent-death signal. Holding one costs a new OS
-// thread on every run's path: the forking thread is parked with its
-// goroutine and the runtime starts another for the rest (1.1 ms of the
-// "spawn" stage here).
+// thread is held for the parent-death signal (see forkInit).
 var oneShot atomic.Bool
 
 // OneShotProcess declares the calling process one-shot (see oneShot). A
 // long-running process (the service) must not.
 func OneShotProcess() { oneShot.Store(true) }
 
-// forkHeld starts a process from a goroutine locked to its OS thread, and
-// keeps that thread until release. The parent-death signal fires when the
-// thread that forked exits, not the process, and Go ends a thread when a
-// goroutine exits locked to it: so no other goroutine may ever get this
-// one while the child lives (a service runs boxes for hours beside code
-// that locks threads to change credentials).
-func forkHeld(path string, argv []string, attr *syscall.ProcAttr) (pid int, release func(), err error) {
+// forkInit starts init. The parent-death signal fires when the thread
+// that forked exits, not the process, and Go ends a thread when a
+// goroutine exits locked to it: so in a long-running process (a service
+// runs boxes for hours beside code that locks threads to change
+// credentials) init is forked from one of a few "forker" goroutines, each
+// locked to its thread for the life of the process (they never unlock,
+// never exit). The parent-death signal then fires when the process dies,
+// for every box at once, and never before. (Before them, each box held a
+// new locked thread while it lived: 1.1 ms of every run's start.)
+func forkInit(path string, argv []string, attr *syscall.ProcAttr) (pid int, err error) {
 	if oneShot.Load() {
-		pid, err := syscall.ForkExec(path, argv, attr)
-		return pid, func() {}, err
+		return syscall.ForkExec(path, argv, attr)
 	}
-	type result struct {
-		pid int
-		err error
+	forkersOnce.Do(startForkers)
+	req := forkRequest{path: path, argv: argv, attr: attr, done: make(chan forkResult, 1)}
+	forkRequests <- req
+	r := <-req.done
+	return r.pid, r.err
+}
+
+// numForkers is how many threads fork inits: a fork is short (vfork until
+// the exec), so two keep a service's concurrent starts from queueing.
+const numForkers = 2
+
+type forkRequest struct {
+	path string
+	argv []string
+	attr *syscall.ProcAttr
+	done chan forkResult
+}
+
+type forkResult struct {
+	pid int
+	err error
+}
+
+var (
+	forkersOnce  sync.Once
+	forkRequests = make(chan forkRequest)
+)
+
+func startForkers() {
+	for i := 0; i < numForkers; i++ {
+		go func() {
+			runtime.LockOSThread() // for good: see forkInit
+			for req := range forkRequests {
+				pid, err := syscall.ForkExec(req.path, req.argv, req.attr)
+				req.done <- forkResult{pid, err}
+			}
+		}()
 	}
-	done := make(chan result, 1)
-	hold := make(chan struct{})
-	go func() {
-		runtime.LockOSThread()
-		pid, err := syscall.ForkExec(path, argv, attr)
-		done <- result{pid, err}
-		if err == nil {
-			<-hold
-		}
-		runtime.UnlockOSThread()
-	}()
-	r := <-done
-	return r.pid, func() { close(hold) }, r.err
 }
 
 func (p *initProc) kill() { unix.PidfdSendSignal(p.pidfd, unix.SIGKILL, nil, 0) }
+
+// alive tells whether init still runs: its pidfd turns readable when it
+// ends (a zombie too).
+func (p *initProc) alive() bool {
+	fds := []unix.PollFd{{Fd: int32(p.pidfd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n == 0
+}
 
 func (p *initProc) close() { unix.Close(p.pidfd) }
 
@@ -645,6 +751,16 @@ func (s *supervisor) placeInCgroup(p *plan) {
 // stdio gives the program its standard streams from s.io, under IO's
 // rule: files as they are, other Readers and Writers through pipes.
 func (s *supervisor) stdio() (stdin, stdout, stderr *os.File, err error) {
+	if s.ahead {
+		// A box built ahead has no streams yet: its command brings them
+		// (plan.stdio).
+		null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("open %s: %w", os.DevNull, err)
+		}
+		s.closers = append(s.closers, null)
+		return null, null, null, nil
+	}
 	switch in := s.io.Stdin.(type) {
 	case nil:
 		if stdin, err = os.Open(os.DevNull); err != nil {
@@ -946,36 +1062,93 @@ func (s *supervisor) account(m *initMessage, wall time.Duration) error {
 
 // teardown copies files out, lets init exit (the kernel then drops the
 // namespaces and every mount), removes the cgroup and frees the box id.
+//
+// A box the pool built ahead never gave init the program's streams: once
+// init has reported the program's exit, the output is complete, and the
+// box ends in the background, off the caller's path (pool.go).
 func (s *supervisor) teardown() {
 	closeAll(s.closers)
 	closeAll(s.placement)
 	if s.ownImage != nil {
 		s.ownImage.Close()
 	}
-	// Once init has reported the program's exit, it has reaped every
-	// process of the box: the cgroup goes while init ends.
-	if s.report.Status != "" {
-		s.removeCgroup()
-	}
-	if s.init != nil {
-		if len(s.spec.CopyOut) > 0 && s.report.Status != "" {
+	accounted := s.report.Status != ""
+	if s.claimed != nil && accounted && s.init != nil {
+		if len(s.spec.CopyOut) > 0 {
 			s.copyOut()
 		}
-		s.ctl.Close()
-		done := make(chan struct{})
-		go func() {
-			select {
-			case <-done:
-			case <-time.After(killGrace):
-				s.init.kill()
-			}
-		}()
-		s.init.wait()
-		close(done)
-		s.init.close()
-	} else if s.ctl != nil {
+		s.collect()
+		s.timer.mark("collect")
+		s.host.pool.Load().endInBackground(s.detachBox())
+		return
+	}
+	// Once init has reported the program's exit, it has reaped every
+	// process of the box: the cgroup goes while init ends.
+	if accounted {
+		s.removeCgroup()
+	}
+	if s.init != nil && len(s.spec.CopyOut) > 0 && accounted {
+		s.copyOut()
+	}
+	s.endInit()
+	s.collect()
+	s.timer.mark("wait-init")
+	s.removeCgroup()
+	if s.lock != nil {
+		s.lock.release()
+	}
+}
+
+// endInit closes init's control socket, which ends init, and reaps it
+// (killing it if it does not end in time).
+func (s *supervisor) endInit() {
+	if s.ctl != nil {
 		s.ctl.Close()
 	}
+	if s.init == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-done:
+		case <-time.After(killGrace):
+			s.init.kill()
+		}
+	}()
+	s.init.wait()
+	close(done)
+	s.init.close()
+	// Init is gone: its status pipe ends, and readMessages closes it and
+	// then the channel. Waiting for that leaves no descriptor of the run
+	// open after it.
+	if s.msgs != nil {
+		for range s.msgs {
+		}
+	}
+}
+
+// detachBox hands what is left of the box (init, its cgroup, the box id)
+// to the returned function, which ends it: the report no longer changes.
+func (s *supervisor) detachBox() func() error {
+	end := &supervisor{host: s.host, spec: s.spec, initLink: s.initLink, cg: s.cg, lock: s.lock, timer: newStageTimer(), report: &Report{}}
+	s.init, s.ctl, s.cg, s.lock = nil, nil, nil, nil
+	return func() error {
+		var err error
+		if end.cg != nil {
+			err = end.cg.Destroy()
+		}
+		end.endInit()
+		if end.lock != nil {
+			end.lock.release()
+		}
+		return err
+	}
+}
+
+// collect takes what the report still needs once the program is gone:
+// blocked syscalls, captured output.
+func (s *supervisor) collect() {
 	s.closeCopyDst()
 	if s.rec != nil {
 		s.report.BlockedSyscalls = s.rec.Stop()
@@ -991,11 +1164,6 @@ func (s *supervisor) teardown() {
 	}
 	if s.stderr != nil {
 		s.report.Stderr, s.report.StderrTruncated = s.stderr.result()
-	}
-	s.timer.mark("wait-init")
-	s.removeCgroup()
-	if s.lock != nil {
-		s.lock.release()
 	}
 }
 

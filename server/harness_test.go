@@ -83,7 +83,7 @@ type hostRunner struct{ h *isolate.Host }
 func (r hostRunner) Run(ctx context.Context, spec *api.Spec, stdio isolate.IO) (*api.Report, error) {
 	return r.h.Run(ctx, spec, stdio)
 }
-func (hostRunner) Ready() int { return 0 }
+func (r hostRunner) Ready() int { return r.h.PoolReady() }
 
 // service is a running test service and a client of it.
 type service struct {
@@ -120,6 +120,10 @@ func startService(t *testing.T, adjust func(*Config)) *service {
 	if adjust != nil {
 		adjust(&cfg)
 	}
+	// As isolate-serve does: boxes built ahead.
+	if err := host.StartPool(isolate.PoolConfig{Max: 2 * cfg.Parallel}); err != nil {
+		t.Fatal(err)
+	}
 	s := &service{Server: New(cfg), sock: filepath.Join(dir, "api.sock"), store: store, done: make(chan error, 1)}
 	l, err := ListenUnix(s.sock, 65534) // nogroup: the not-root client's group
 	if err != nil {
@@ -132,6 +136,7 @@ func startService(t *testing.T, adjust func(*Config)) *service {
 		if err := <-s.done; err != nil {
 			t.Error(err)
 		}
+		host.StopPool()
 		store.Close()
 	})
 	return s

@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -38,6 +39,7 @@ func benchService(args []string) error {
 	rounds := fs.Int("rounds", 200, "interleaved latency rounds")
 	seconds := fs.Float64("seconds", 5, "length of each throughput measurement")
 	isolateBin := fs.String("isolate", "", "the one-shot isolate binary (default: beside this one)")
+	poolMax := fs.Int("pool", -1, "boxes built ahead, at most (default 2 x the service's parallel; 0: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -66,7 +68,15 @@ func benchService(args []string) error {
 		return err
 	}
 	cpus := usableCPUs()
-	srv := server.New(server.Config{Runner: hostRunner{host}, Store: store, Parallel: max(cpus, 4), Queue: 64, Version: version})
+	parallel := max(cpus, 4)
+	if *poolMax < 0 {
+		*poolMax = 2 * parallel
+	}
+	if err := host.StartPool(isolate.PoolConfig{Max: *poolMax}); err != nil {
+		return err
+	}
+	defer host.StopPool()
+	srv := server.New(server.Config{Runner: hostRunner{host}, Store: store, Parallel: parallel, Queue: 64, Version: version})
 	sock := filepath.Join(dir, "api.sock")
 	l, err := server.ListenUnix(sock, -1)
 	if err != nil {
@@ -75,12 +85,13 @@ func benchService(args []string) error {
 	go srv.Serve(l)
 	defer srv.Shutdown(time.Second)
 
+	latencyClient := newAPIClient(sock)
 	variants := []struct {
 		name string
 		run  func() error
 	}{
 		{"bare exec", func() error { return spawn([]string{"/bin/true"}) }},
-		{"service POST /v1/run", newAPIClient(sock).post},
+		{"service POST /v1/run", latencyClient.post},
 		{"isolate run (one-shot)", func() error { return spawn([]string{*isolateBin, "run", "--", "/bin/true"}) }},
 	}
 	if bwrap, err := exec.LookPath("bwrap"); err == nil {
@@ -105,7 +116,7 @@ func benchService(args []string) error {
 			samples[v] = append(samples[v], time.Since(start))
 		}
 	}
-	fmt.Printf("latency of /bin/true, %d interleaved rounds, %d CPUs (ms):\n", *rounds, cpus)
+	fmt.Printf("latency of /bin/true, %d interleaved rounds, %d CPUs, pool of %d (ms):\n", *rounds, cpus, *poolMax)
 	fmt.Printf("  %-26s %8s %8s %8s\n", "", "median", "p99", "x bare")
 	bare := percentile(samples[0], 50)
 	for i, v := range variants {
@@ -113,16 +124,28 @@ func benchService(args []string) error {
 		fmt.Printf("  %-26s %8.2f %8.2f %8.2f\n", v.name, ms(med), ms(percentile(samples[i], 99)), float64(med)/float64(bare))
 	}
 
-	fmt.Printf("throughput of /bin/true, %.0f s each (runs/s):\n", *seconds)
-	fmt.Printf("  %-8s %10s %12s %8s\n", "clients", "service", "one-shot", "ratio")
+	latencyClient.printStages()
+
+	fmt.Printf("throughput of /bin/true, %.0f s each (runs/s; CPU ms per run: the service process with its\n", *seconds)
+	fmt.Printf("boxes and clients, or the one-shot processes with theirs):\n")
+	fmt.Printf("  %-8s %10s %8s %12s %8s %8s\n", "clients", "service", "CPU", "one-shot", "CPU", "ratio")
 	for _, clients := range []int{1, 2, 4} {
-		api := throughput(clients, *seconds, func() func() error { return newAPIClient(sock).post })
-		one := throughput(clients, *seconds, func() func() error {
+		api, apiCPU := throughput(clients, *seconds, func() func() error { return newAPIClient(sock).post })
+		one, oneCPU := throughput(clients, *seconds, func() func() error {
 			return func() error { return spawn([]string{*isolateBin, "run", "--", "/bin/true"}) }
 		})
-		fmt.Printf("  %-8d %10.1f %12.1f %8.2f\n", clients, api, one, api/one)
+		fmt.Printf("  %-8d %10.1f %8.2f %12.1f %8.2f %8.2f\n", clients, api, apiCPU, one, oneCPU, api/one)
 	}
 	return nil
+}
+
+// cpuTime is the CPU time of this process and of its reaped children.
+func cpuTime() time.Duration {
+	var self, children syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &self)
+	syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children)
+	tv := func(t syscall.Timeval) time.Duration { return time.Duration(t.Nano()) }
+	return tv(self.Utime) + tv(self.Stime) + tv(children.Utime) + tv(children.Stime)
 }
 
 // spawn runs argv and waits for it, the way a caller execs a sandbox.
@@ -147,8 +170,12 @@ func spawn(argv []string) error {
 	return nil
 }
 
-// apiClient posts /bin/true over one keep-alive connection.
-type apiClient struct{ c *http.Client }
+// apiClient posts /bin/true over one keep-alive connection, and keeps
+// the answers (read after the timing, by printStages).
+type apiClient struct {
+	c       *http.Client
+	answers [][]byte
+}
 
 func newAPIClient(sock string) *apiClient {
 	return &apiClient{c: &http.Client{Transport: &http.Transport{
@@ -173,13 +200,52 @@ func (a *apiClient) post() error {
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `"status":"OK"`) {
 		return fmt.Errorf("%d %s", resp.StatusCode, body)
 	}
+	a.answers = append(a.answers, body)
 	return nil
+}
+
+// printStages prints the median of each stage of the reports.
+func (a *apiClient) printStages() {
+	stages := map[string][]time.Duration{}
+	claimed := 0
+	for _, body := range a.answers {
+		var r struct {
+			Results []struct {
+				Sandbox struct {
+					SetupTime    float64            `json:"setup_time"`
+					TeardownTime float64            `json:"teardown_time"`
+					Stages       map[string]float64 `json:"stages"`
+				} `json:"sandbox"`
+			} `json:"results"`
+		}
+		if json.Unmarshal(body, &r) != nil || len(r.Results) != 1 {
+			continue
+		}
+		sb := r.Results[0].Sandbox
+		if _, ok := sb.Stages["claim"]; ok {
+			claimed++
+		}
+		sb.Stages["(setup_time)"], sb.Stages["(teardown_time)"] = sb.SetupTime, sb.TeardownTime
+		for k, v := range sb.Stages {
+			stages[k] = append(stages[k], time.Duration(v*1e9))
+		}
+	}
+	fmt.Printf("service runs in a box built ahead: %d of %d; median stages (ms):\n", claimed, len(a.answers))
+	names := make([]string, 0, len(stages))
+	for k := range stages {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		fmt.Printf("  %-20s %8.3f  (%d runs)\n", k, ms(percentile(stages[k], 50)), len(stages[k]))
+	}
 }
 
 // throughput is runs per second with clients callers looping for the
 // given time; each caller gets its own runner from newRunner.
-func throughput(clients int, seconds float64, newRunner func() func() error) float64 {
+func throughput(clients int, seconds float64, newRunner func() func() error) (perSecond, cpuMs float64) {
 	var n atomic.Int64
+	cpu0 := cpuTime()
 	deadline := time.Now().Add(time.Duration(seconds * float64(time.Second)))
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -196,7 +262,9 @@ func throughput(clients int, seconds float64, newRunner func() func() error) flo
 		}()
 	}
 	wg.Wait()
-	return float64(n.Load()) / time.Since(start).Seconds()
+	took := time.Since(start)
+	runs := float64(max(n.Load(), 1))
+	return float64(n.Load()) / took.Seconds(), ms(cpuTime()-cpu0) / runs
 }
 
 func percentile(d []time.Duration, p int) time.Duration {

@@ -61,6 +61,7 @@ type options struct {
 	cliSocket, cliBinary string
 	listen, tokenFile    string
 	parallel, queue      int
+	pool                 int
 	grace                time.Duration
 	storeDir             string
 	storeQuota, storeTTL string
@@ -80,6 +81,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token every request must carry (mode 0600)")
 	fs.IntVar(&o.parallel, "parallel", usableCPUs(), "commands running at once")
 	fs.IntVar(&o.queue, "queue", 0, "requests that may wait for a slot (default 4 x --parallel); more get 429")
+	fs.IntVar(&o.pool, "pool", -1, "boxes built ahead of demand, at most (default 2 x --parallel; 0: none)")
 	fs.DurationVar(&o.grace, "grace", 30*time.Second, "on SIGTERM, how long running requests may finish")
 	fs.StringVar(&o.storeDir, "store", filestore.DefaultRoot, "directory of the file store (root-only)")
 	fs.StringVar(&o.storeQuota, "store-quota", "256M", "bytes the file store may hold")
@@ -102,6 +104,9 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if o.queue == 0 {
 		o.queue = 4 * o.parallel
+	}
+	if o.pool < 0 {
+		o.pool = 2 * o.parallel
 	}
 	if o.listen != "" && o.tokenFile == "" {
 		return nil, errors.New("--listen needs --token-file: TCP clients are known by their token only")
@@ -209,6 +214,12 @@ func serve(args []string) error {
 	if err := server.SweepWork(); err != nil {
 		return err
 	}
+	// Boxes built ahead; the pool holds the image trees it builds from
+	// until it stops, after the last request.
+	if err := host.StartPool(isolate.PoolConfig{Max: o.pool}); err != nil {
+		return err
+	}
+	defer host.StopPool()
 
 	cli, err := startCLI(o, gid, host)
 	if err != nil {
@@ -247,7 +258,7 @@ func serve(args []string) error {
 	if o.listen != "" {
 		fmt.Fprintf(os.Stderr, " and %s", listeners[1].Addr())
 	}
-	fmt.Fprintf(os.Stderr, " (%d at once)\n", o.parallel)
+	fmt.Fprintf(os.Stderr, " (%d at once, up to %d boxes built ahead)\n", o.parallel, o.pool)
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
@@ -266,15 +277,15 @@ func serve(args []string) error {
 	return nil
 }
 
-// hostRunner runs each command on the host directly (no boxes built
-// ahead).
+// hostRunner runs each command on the host, in a box its pool built
+// ahead when one is ready.
 type hostRunner struct{ h *isolate.Host }
 
 func (r hostRunner) Run(ctx context.Context, spec *api.Spec, stdio isolate.IO) (*api.Report, error) {
 	return r.h.Run(ctx, spec, stdio)
 }
 
-func (hostRunner) Ready() int { return 0 }
+func (r hostRunner) Ready() int { return r.h.PoolReady() }
 
 // health is what only the host knows: its cgroups and images.
 func health() server.Health {

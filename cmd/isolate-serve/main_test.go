@@ -16,6 +16,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -126,6 +128,46 @@ func boxOf(t *testing.T, marker string) string {
 	return ""
 }
 
+// childrenOf lists the children of process pid, from each of its
+// threads' lists (the boxes' inits are the forking thread's).
+func childrenOf(pid int) []int {
+	var kids []int
+	lists, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
+	for _, l := range lists {
+		b, _ := os.ReadFile(l)
+		for _, f := range strings.Fields(string(b)) {
+			kid, _ := strconv.Atoi(f)
+			kids = append(kids, kid)
+		}
+	}
+	return kids
+}
+
+// cgroupIno identifies box cgroup name's directory (on v1, the first
+// controller's), or is 0.
+func cgroupIno(mgr *cgroup.Manager, name string) uint64 {
+	parents := mgr.Parents()
+	ctls := make([]string, 0, len(parents))
+	for c := range parents {
+		ctls = append(ctls, c)
+	}
+	sort.Strings(ctls)
+	var st syscall.Stat_t
+	if len(ctls) == 0 || syscall.Stat(filepath.Join(parents[ctls[0]], name), &st) != nil {
+		return 0
+	}
+	return st.Ino
+}
+
+func anyAlive(pids []int) bool {
+	for _, pid := range pids {
+		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
 func TestSIGKILLLeavesNothing(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: starts sandboxes")
@@ -145,17 +187,36 @@ func TestSIGKILLLeavesNothing(t *testing.T) {
 	go c.post("/v1/run", `{"commands":[{"box_id":97,"args":["/bin/sh","-c","sleep 30; : `+marker+`"]}]}`)
 	waitFor(t, "the box runs", func() bool { return processWith(marker) })
 	box := boxOf(t, marker)
+	// A box built ahead runs a command, others wait for theirs.
+	waitFor(t, "a box is built ahead", func() bool {
+		_, b := c.get("/v1/health")
+		return strings.Contains(b, `"pool":`) && !strings.Contains(b, `"pool":0`)
+	})
+	pooledMarker := marker + "-pooled"
+	go c.post("/v1/run", `{"commands":[{"args":["/bin/sh","-c","sleep 30; : `+pooledMarker+`"]}]}`)
+	waitFor(t, "the pooled box runs", func() bool { return processWith(pooledMarker) })
+	pooledBox := boxOf(t, pooledMarker)
+	// The next service's pool takes box ids from 0 up again: its box of
+	// the same name is another cgroup (directory).
+	pooledDir := cgroupIno(mgr, pooledBox)
+	waitFor(t, "a box is built ahead again", func() bool { _, b := c.get("/v1/health"); return !strings.Contains(b, `"pool":0`) })
+	inits := childrenOf(c.cmd.Process.Pid)
+	if len(inits) < 3 {
+		t.Fatalf("the service has %d children (inits), want the two running boxes' and a waiting one's", len(inits))
+	}
 	c.cmd.Process.Kill()
 	c.cmd.Wait()
-	// No box outlives the service.
-	waitFor(t, "the box dies with the service", func() bool { return !processWith(marker) })
+	// No box outlives the service, running or waiting.
+	waitFor(t, "the boxes die with the service", func() bool {
+		return !processWith(marker) && !processWith(pooledMarker) && !anyAlive(inits)
+	})
 
 	c2 := startChild(t, dir)
 	if ents, _ := os.ReadDir(filepath.Join(dir, "files")); len(ents) != 0 {
 		t.Errorf("the store kept %d files of the killed service", len(ents))
 	}
 	for _, b := range mgr.Boxes() {
-		if b == box {
+		if b == box || b == pooledBox && cgroupIno(mgr, b) == pooledDir {
 			t.Errorf("the killed service's box cgroup %s is still there", b)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/urfave/cli/v2"
 
@@ -28,6 +29,7 @@ func benchCommand() *cli.Command {
 			&cli.IntFlag{Name: "precision-runs", Value: 10, Usage: "runs `N` per precision benchmark"},
 			&cli.BoolFlag{Name: "handover", Usage: "measure isolate run handed to a service of its own against in-process, a bare exec and bwrap (--runs rounds)"},
 			&cli.StringFlag{Name: "serve-binary", Usage: "with --handover, the isolate-serve `PATH` to start (default: beside isolate)"},
+			&cli.BoolFlag{Name: "service", Usage: "measure the service instead (isolate-serve bench: API latency and throughput, --runs rounds)"},
 		},
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageErr(err) },
 		Action: func(c *cli.Context) error {
@@ -49,6 +51,11 @@ func benchCommand() *cli.Command {
 			}
 			if c.Bool("handover") {
 				return benchHandover(c, runs)
+			}
+			if c.Bool("service") {
+				// The service's benchmark links the service: it is
+				// isolate-serve's, as `isolate serve` is.
+				return execServe("bench", []string{"bench", "--rounds", strconv.Itoa(runs)})
 			}
 			// The isolate binary itself, started as a user would start it.
 			res, err := bench.Run(bench.Config{Bin: "/proc/self/exe", Version: cmdline.Version, Rounds: runs, Precision: c.Bool("precision"), PrecisionRuns: precRuns})

@@ -698,6 +698,12 @@ func TestSetupFailureIsXXWithTheStep(t *testing.T) {
 // ended: not the box's cgroup, not the "isolate" directory above it.
 func TestNoCgroupLeftAfterRuns(t *testing.T) {
 	needRoot(t)
+	if viaService {
+		// Its pool's boxes (built ahead, waiting) live in cgroups under
+		// the same parent while it runs; isolate/pool_test.go checks that
+		// StopPool leaves none.
+		t.Skip("through a service: it keeps boxes built ahead, so the cgroup parent stays while it runs")
+	}
 	runs := []struct {
 		name   string
 		status isolate.Status

@@ -24,18 +24,22 @@ func serveCommand() *cli.Command {
 		Usage:           "run the sandbox as an HTTP/JSON service (docs/API.md; isolate serve --help)",
 		ArgsUsage:       "[--socket PATH] [--listen ADDR --token-file FILE] [--parallel N] ...",
 		SkipFlagParsing: true,
-		Action: func(c *cli.Context) error {
-			self, err := os.Executable()
-			if err != nil {
-				return failure("serve: " + err.Error())
-			}
-			bin := filepath.Join(filepath.Dir(self), serveBinary)
-			if _, err := os.Stat(bin); err != nil {
-				return failure(fmt.Sprintf("serve: %s is missing (it is built beside isolate: make build): %v", bin, errors.Unwrap(err)))
-			}
-			argv := append([]string{bin}, c.Args().Slice()...)
-			err = syscall.Exec(bin, argv, os.Environ())
-			return failure(fmt.Sprintf("serve: exec %s: %v", bin, err))
-		},
+		Action:          func(c *cli.Context) error { return execServe("serve", c.Args().Slice()) },
 	}
+}
+
+// execServe replaces this process with the service's binary, run with
+// args; cmd names the command for errors.
+func execServe(cmd string, args []string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return failure(cmd + ": " + err.Error())
+	}
+	bin := filepath.Join(filepath.Dir(self), serveBinary)
+	if _, err := os.Stat(bin); err != nil {
+		return failure(fmt.Sprintf("%s: %s is missing (it is built beside isolate: make build): %v", cmd, bin, errors.Unwrap(err)))
+	}
+	argv := append([]string{bin}, args...)
+	err = syscall.Exec(bin, argv, os.Environ())
+	return failure(fmt.Sprintf("%s: exec %s: %v", cmd, bin, err))
 }

@@ -1,0 +1,240 @@
+package isolate_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/isolate-sandbox/isolate/api"
+	"github.com/isolate-sandbox/isolate/isolate"
+)
+
+// pooledHost is a host with a pool of boxes built ahead, stopped when the
+// test ends.
+func pooledHost(t *testing.T, cfg isolate.PoolConfig) *isolate.Host {
+	t.Helper()
+	needRoot(t)
+	h := newHost(t)
+	if err := h.StartPool(cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.StopPool)
+	return h
+}
+
+// checkNothingLeft checks, when the test ends (after its pools stopped),
+// that no box is left.
+func checkNothingLeft(t *testing.T) {
+	needRoot(t)
+	t.Cleanup(func() {
+		if err := leftBehind(newHost(t)); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// leftBehind finds what boxes leave: a child process of ours, a box
+// cgroup.
+func leftBehind(h *isolate.Host) error {
+	if kids := children(); len(kids) > 0 {
+		return fmt.Errorf("processes %v are still our children", kids)
+	}
+	// (Other test binaries run boxes meanwhile: only a cgroup whose box
+	// id nobody holds is left behind.)
+	boxes, err := isolate.UnheldBoxCgroups(h)
+	if err != nil {
+		return err
+	}
+	if len(boxes) > 0 {
+		return fmt.Errorf("box cgroups left: %v", boxes)
+	}
+	return nil
+}
+
+// children lists this process's child processes (the boxes' inits), from
+// every thread's list: each init's parent is the thread that forked it.
+func children() []int {
+	var kids []int
+	lists, _ := filepath.Glob("/proc/self/task/*/children")
+	for _, l := range lists {
+		b, _ := os.ReadFile(l)
+		for _, f := range strings.Fields(string(b)) {
+			pid, _ := strconv.Atoi(f)
+			kids = append(kids, pid)
+		}
+	}
+	return kids
+}
+
+// awaitReady waits until the pool has a box ready.
+func awaitReady(t *testing.T, h *isolate.Host) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for h.PoolReady() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the pool built no box in 20 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func claimed(rep *api.Report) bool {
+	_, ok := rep.Sandbox.Stages["claim"]
+	return ok
+}
+
+// A run in a box built ahead reports what a one-shot run reports, limits
+// enforced alike; so does a run that found no box ready (a key never
+// warmed) and built its own.
+func TestPoolRunsLikeOneShot(t *testing.T) {
+	checkNothingLeft(t)
+	pooled := pooledHost(t, isolate.PoolConfig{Max: 2})
+	// Runs of keys never warmed, on a pool of their own (their misses
+	// make demand for their keys).
+	missing := pooledHost(t, isolate.PoolConfig{Max: 1})
+	oneShot := newHost(t)
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.txt")
+	if err := os.WriteFile(in, []byte("copied in\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name  string
+		spec  api.Spec
+		stdin string
+	}{
+		{"output and exit", api.Spec{Args: []string{"/bin/sh", "-c", "cat; echo err >&2; exit 3"}}, "from stdin"},
+		{"stderr to stdout", api.Spec{Args: []string{"/bin/sh", "-c", "echo a; echo b >&2"}, StderrToStdout: true}, ""},
+		{"not found", api.Spec{Args: []string{"/no/such/program"}}, ""},
+		{"signal", api.Spec{Args: []string{"/bin/sh", "-c", "kill -SEGV $$"}}, ""},
+		{"memory", api.Spec{Args: []string{"/bin/sh", "-c", `x=xxxxxxxxxxxxxxxx; while true; do x="$x$x"; done`}, MemoryBytes: 16 << 20}, ""},
+		{"cpu", api.Spec{Args: []string{"/bin/sh", "-c", "while :; do :; done"}, CPUTimeMs: 200}, ""},
+		{"pids", api.Spec{Args: []string{"/bin/sh", "-c", "for i in 1 2 3 4 5 6; do sleep 5 & done; wait"}, Pids: 3, WallTimeMs: 3000}, ""},
+		{"copy in", api.Spec{Args: []string{"/bin/cat", "/box/in.txt"}, CopyIn: []api.Copy{{From: in, To: "/box/in.txt"}}}, ""},
+		{"output beyond the box", api.Spec{Args: []string{"/bin/sh", "-c", "(sleep 0.2; echo late) & echo early"}}, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			run := func(h *isolate.Host, spec api.Spec) *api.Report {
+				var stdin interface{ Read([]byte) (int, error) }
+				if c.stdin != "" {
+					stdin = strings.NewReader(c.stdin)
+				}
+				rep, err := h.Run(context.Background(), &spec, isolate.IO{Stdin: stdin})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return rep
+			}
+			want := run(oneShot, c.spec)
+			awaitReady(t, pooled)
+			got := run(pooled, c.spec)
+			if !claimed(got) {
+				t.Errorf("the run did not claim a ready box: stages %v", got.Sandbox.Stages)
+			}
+			// Never warmed: no box ready for this tmp size.
+			fallback := c.spec
+			fallback.TmpSizeBytes = 32<<20 + int64(len(c.name))
+			fb := run(missing, fallback)
+			if claimed(fb) {
+				t.Errorf("a run of a key never warmed claimed a box")
+			}
+			for _, r := range []*api.Report{got, fb} {
+				if r.Status != want.Status || r.ExitCode != want.ExitCode || r.Signal != want.Signal || r.Limit != want.Limit ||
+					r.Stdout != want.Stdout || r.Stderr != want.Stderr || r.Message != want.Message || r.OOMKilled != want.OOMKilled {
+					t.Errorf("pooled %s exit %d sig %d limit %q out %q err %q msg %q oom %v\none-shot %s exit %d sig %d limit %q out %q err %q msg %q oom %v",
+						r.Status, r.ExitCode, r.Signal, r.Limit, r.Stdout, r.Stderr, r.Message, r.OOMKilled,
+						want.Status, want.ExitCode, want.Signal, want.Limit, want.Stdout, want.Stderr, want.Message, want.OOMKilled)
+				}
+			}
+			if c.name == "pids" && (got.PidsPeak != 3 || want.PidsPeak != 3) {
+				t.Errorf("pids peak %d pooled, %d one-shot; want the limit, 3", got.PidsPeak, want.PidsPeak)
+			}
+		})
+	}
+}
+
+// A box serves one command: the next run, claimed as well, sees nothing
+// the previous one left.
+func TestPoolNeverReusesABox(t *testing.T) {
+	checkNothingLeft(t)
+	h := pooledHost(t, isolate.PoolConfig{Max: 2})
+	for i := 0; i < 5; i++ {
+		awaitReady(t, h)
+		rep, err := h.Run(context.Background(), &api.Spec{Args: []string{"/bin/sh", "-c",
+			"ls /box /tmp; touch /box/mark /tmp/mark"}}, isolate.IO{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Status != api.StatusOK || !claimed(rep) {
+			t.Fatalf("run %d: %s %q, claimed %v, stderr %q", i, rep.Status, rep.Message, claimed(rep), rep.Stderr)
+		}
+		if strings.Contains(rep.Stdout, "mark") {
+			t.Errorf("run %d saw a used box: %q", i, rep.Stdout)
+		}
+	}
+}
+
+// StopPool tears down the waiting boxes and the claimed boxes still
+// ending in the background: nothing is left (pooledHost checks).
+func TestPoolStopLeavesNothing(t *testing.T) {
+	checkNothingLeft(t)
+	h := pooledHost(t, isolate.PoolConfig{Max: 3, Builders: 2})
+	awaitReady(t, h)
+	rep, err := h.Run(context.Background(), &api.Spec{Args: []string{"/bin/true"}}, isolate.IO{})
+	if err != nil || rep.Status != api.StatusOK {
+		t.Fatalf("%v %+v", err, rep)
+	}
+	awaitReady(t, h)
+	h.StopPool()
+	if n := h.PoolReady(); n != 0 {
+		t.Errorf("%d boxes ready after StopPool", n)
+	}
+	if err := leftBehind(h); err != nil {
+		t.Error(err)
+	}
+	// A run after the pool builds its own box.
+	rep, err = h.Run(context.Background(), &api.Spec{Args: []string{"/bin/true"}}, isolate.IO{})
+	if err != nil || rep.Status != api.StatusOK || claimed(rep) {
+		t.Fatalf("after StopPool: %v %+v", err, rep)
+	}
+}
+
+// A box killed while it waited is never handed out: the run takes
+// another or builds its own. (One that dies while it is being claimed
+// makes that run XX, "box init died during setup".)
+func TestPoolSkipsDeadBoxes(t *testing.T) {
+	checkNothingLeft(t)
+	h := pooledHost(t, isolate.PoolConfig{Max: 2})
+	awaitReady(t, h)
+	// No run is under way: every child is a waiting box's init.
+	killed := children()
+	for _, pid := range killed {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	// Dead (a zombie until the pool reaps it), not dying.
+	for _, pid := range killed {
+		for {
+			b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+			if i := strings.LastIndexByte(string(b), ')'); err != nil || (i > 0 && strings.HasPrefix(string(b[i+1:]), " Z")) {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	rep, err := h.Run(context.Background(), &api.Spec{Args: []string{"/bin/echo", "ok"}}, isolate.IO{})
+	if err != nil || rep.Status != api.StatusOK || rep.Stdout != "ok\n" {
+		t.Fatalf("after the waiting boxes were killed: %v %s %q %q", err, rep.Status, rep.Message, rep.Stdout)
+	}
+	awaitReady(t, h)
+	rep, err = h.Run(context.Background(), &api.Spec{Args: []string{"/bin/echo", "ok"}}, isolate.IO{})
+	if err != nil || rep.Status != api.StatusOK || !claimed(rep) {
+		t.Fatalf("the pool did not recover: %v %s %q", err, rep.Status, rep.Message)
+	}
+}
