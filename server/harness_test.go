@@ -26,6 +26,14 @@ import (
 
 func TestMain(m *testing.M) {
 	isolate.MaybeInit()
+	if os.Geteuid() == 0 {
+		// What services of other test binaries left when they were
+		// killed is not this suite's: sweep it as a starting service does.
+		if err := SweepWork(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
 	code := m.Run()
 	if code == 0 && os.Geteuid() == 0 {
 		if err := leftovers(); err != nil {

@@ -64,6 +64,15 @@ func newWorkDir(prefix string) (string, error) {
 	return os.MkdirTemp(root, prefix)
 }
 
+// RemoveWork removes this process's work directory, once its requests
+// are done (a service that stops; one that dies leaves it to SweepWork).
+func RemoveWork() error {
+	if processWork.dir == "" {
+		return nil
+	}
+	return isolate.RemoveTree(processWork.dir)
+}
+
 // SweepWork removes the work directories of services that are gone:
 // those whose lock no live process holds.
 func SweepWork() error {

@@ -214,6 +214,8 @@ func serve(args []string) error {
 	if err := server.SweepWork(); err != nil {
 		return err
 	}
+	// Once every request is done (Shutdown below has drained them).
+	defer server.RemoveWork()
 	// Boxes built ahead; the pool holds the image trees it builds from
 	// until it stops, after the last request.
 	if err := host.StartPool(isolate.PoolConfig{Max: o.pool}); err != nil {

@@ -220,12 +220,28 @@ func TestSIGKILLLeavesNothing(t *testing.T) {
 			t.Errorf("the killed service's box cgroup %s is still there", b)
 		}
 	}
-	if code, body := c2.post("/v1/run", `{"commands":[{"args":["/bin/true"]}]}`); code != 200 || !strings.Contains(body, `"status":"OK"`) {
+	// An inline copy_in goes through the service's work directory.
+	if code, body := c2.post("/v1/run", `{"commands":[{"args":["/bin/cat","in"],"copy_in":[{"path":"/box/in","text":"x"}]}]}`); code != 200 || !strings.Contains(body, `"status":"OK"`) {
 		t.Fatalf("after the restart: %d %s", code, body)
 	}
 	c2.cmd.Process.Signal(syscall.SIGTERM)
 	if err := c2.cmd.Wait(); err != nil {
 		t.Fatalf("SIGTERM: %v\n%s", err, c2.log)
+	}
+	// Neither the killed service's work directory (swept by the second)
+	// nor the stopped one's (removed as it stopped) is left; only live
+	// services' (other test binaries') are, locked.
+	ents, _ := os.ReadDir("/run/isolate/work")
+	for _, e := range ents {
+		d := filepath.Join("/run/isolate/work", e.Name())
+		fd, err := syscall.Open(d, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		if syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			t.Errorf("%s is left by a service that is gone", d)
+		}
+		syscall.Close(fd)
 	}
 	if _, err := os.Stat(c2.sock); !os.IsNotExist(err) {
 		t.Errorf("the socket outlived the service: %v", err)
