@@ -68,7 +68,7 @@ func joinAndRun(t *testing.T, b *Box, script string) {
 // own below this process's cgroups, <own>/isolate-test-PID/isolate: the
 // cmd tests' boxes, made meanwhile under <own>/isolate, do not share them,
 // so what a test finds there is its own doing.
-func testManager(t *testing.T) *Manager {
+func testManager(t testing.TB) *Manager {
 	t.Helper()
 	m, err := NewManager("")
 	if err != nil {
@@ -404,4 +404,38 @@ func TestSetLimitsAsCreate(t *testing.T) {
 	if n, err := growPastLimit(set); err != nil || n < 1 {
 		t.Errorf("OOMKills %d %v: the memory limit set at claim is not enforced", n, err)
 	}
+}
+
+// What a box built ahead pays at its claim for its command's limits:
+// SetLimits' own writes against containerd applying the same limits
+// (cgroup1.New on the box's existing directories, as Create uses it; v1
+// and hybrid hosts only). `go test -run '^$' -bench SetLimits ./cgroup`.
+func BenchmarkSetLimits(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root: creates real cgroups")
+	}
+	m := testManager(b)
+	box, err := m.Create(fmt.Sprintf("box-bench-%d", os.Getpid()), Limits{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer box.Destroy()
+	l := Limits{Memory: 64 << 20, Pids: 16, CPUs: 1}
+	b.Run("direct", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if err := box.SetLimits(l); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("containerd", func(b *testing.B) {
+		if !m.mode.usesV1() {
+			b.Skip("cgroup v2: Create makes the directory itself")
+		}
+		for i := 0; i < b.N; i++ {
+			if err := box.createV1(m, l); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

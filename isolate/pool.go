@@ -290,11 +290,7 @@ func (p *pool) evictFor(sl *poolSlot) bool {
 	b := victim.ready[0]
 	victim.ready = victim.ready[1:]
 	p.total--
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		b.s.teardown()
-	}()
+	p.goEnd(func() error { b.s.teardown(); return nil })
 	return true
 }
 
