@@ -27,7 +27,7 @@ func TestManyRequests(t *testing.T) {
 		n, _ = strconv.Atoi(v)
 	}
 	s := startService(t, func(c *Config) { c.Parallel = 4 })
-	mountsBefore := mountCount(t)
+	mountsBefore := mounts(t)
 	const clients = 4
 	var next, failed atomic.Int64
 	var warm int64
@@ -64,16 +64,17 @@ func TestManyRequests(t *testing.T) {
 	if end > warm+16<<20 {
 		t.Errorf("resident memory grew from %d KiB to %d KiB", warm>>10, end>>10)
 	}
-	// The count is the host's: another test binary running beside this
-	// one (go test ./...) mounts an image for a run now and then. A
-	// leak stays; theirs go within seconds.
-	m := mountCount(t)
-	for i := 0; i < 250 && m != mountsBefore; i++ {
+	// The mounts are the host's: another test binary running beside this
+	// one (go test ./...) mounts an image for a run now and then, and
+	// one it had before may be gone. A leak is a mount new since the
+	// start that stays; theirs go within seconds.
+	added := newMounts(t, mountsBefore)
+	for i := 0; i < 250 && len(added) > 0; i++ {
 		time.Sleep(20 * time.Millisecond)
-		m = mountCount(t)
+		added = newMounts(t, mountsBefore)
 	}
-	if m != mountsBefore {
-		t.Errorf("%d mounts before, %d after", mountsBefore, m)
+	if len(added) > 0 {
+		t.Errorf("mounts left: %s", strings.Join(added, "; "))
 	}
 	if r, w := s.queue.lengths(); r != 0 || w != 0 {
 		t.Errorf("queue: %d running, %d waiting", r, w)
@@ -97,10 +98,29 @@ func rss(t *testing.T) int64 {
 	return 0
 }
 
-func mountCount(t *testing.T) int {
+// mounts are this mount namespace's mounts, by mount id, each with its
+// line of mountinfo.
+func mounts(t *testing.T) map[string]string {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return bytes.Count(b, []byte("\n"))
+	m := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if id, _, ok := strings.Cut(line, " "); ok {
+			m[id] = line
+		}
+	}
+	return m
+}
+
+// newMounts are the mounts that were not in before.
+func newMounts(t *testing.T, before map[string]string) []string {
+	var added []string
+	for id, line := range mounts(t) {
+		if _, ok := before[id]; !ok {
+			added = append(added, line)
+		}
+	}
+	return added
 }
