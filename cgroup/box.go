@@ -36,16 +36,13 @@ type Box struct {
 	// dirs maps a v1 controller to its directory; on v2 the only key is "".
 	dirs map[string]string
 	// cpuUsage is kept open: the CPU limit is enforced by reading it often.
-	cpuUsage *os.File
+	cpuUsage ctlFile
 }
 
 // Create makes the cgroup of box name with limits l. A cgroup of that name
 // left over by a killed supervisor is removed first.
 func (m *Manager) Create(name string, l Limits) (*Box, error) {
-	b := &Box{mode: m.mode, name: name, dirs: map[string]string{}}
-	for c, parent := range m.parents {
-		b.dirs[c] = filepath.Join(parent, name)
-	}
+	b := m.box(name)
 	if b.exists() {
 		if err := b.removeDirs(); err != nil {
 			return nil, fmt.Errorf("remove stale cgroup of %s: %w", name, err)
@@ -78,9 +75,9 @@ func (m *Manager) Create(name string, l Limits) (*Box, error) {
 	if m.mode.usesV1() {
 		usage = filepath.Join(b.dirs["cpuacct"], "cpuacct.usage")
 	}
-	if b.cpuUsage, err = os.Open(usage); err != nil {
+	if b.cpuUsage, err = openCtl(usage, unix.O_RDONLY); err != nil {
 		b.Destroy()
-		return nil, fmt.Errorf("open %s: %w", usage, err)
+		return nil, err
 	}
 	return b, nil
 }
@@ -88,11 +85,16 @@ func (m *Manager) Create(name string, l Limits) (*Box, error) {
 // Remove deletes the cgroup of box name if it exists, killing what is left
 // in it. It is for leftovers of a supervisor that was killed.
 func (m *Manager) Remove(name string) error {
-	b := &Box{mode: m.mode, name: name, dirs: map[string]string{}}
+	return m.box(name).Destroy()
+}
+
+// box is the Box of name, nothing opened or created yet.
+func (m *Manager) box(name string) *Box {
+	b := &Box{mode: m.mode, name: name, dirs: map[string]string{}, cpuUsage: ctlFile{fd: -1}}
 	for c, parent := range m.parents {
 		b.dirs[c] = filepath.Join(parent, name)
 	}
-	return b.Destroy()
+	return b
 }
 
 func (b *Box) exists() bool {
@@ -200,24 +202,28 @@ func (b *Box) Mode() Mode { return b.mode }
 // which the program is forked (clone3 with CLONE_INTO_CGROUP).
 func (b *Box) PlacementFiles() ([]*os.File, error) {
 	if b.ForkInto() {
-		f, err := os.OpenFile(b.dirs[""], os.O_RDONLY|unix.O_DIRECTORY, 0)
+		f, err := openCtl(b.dirs[""], unix.O_RDONLY|unix.O_DIRECTORY)
 		if err != nil {
 			return nil, err
 		}
-		return []*os.File{f}, nil
+		return []*os.File{f.file()}, nil
 	}
 	var files []*os.File
 	for _, c := range v1Controllers {
-		f, err := os.OpenFile(filepath.Join(b.dirs[c], "tasks"), os.O_WRONLY, 0)
+		f, err := openCtl(filepath.Join(b.dirs[c], "tasks"), unix.O_WRONLY)
 		if err != nil {
-			for _, f := range files {
-				f.Close()
-			}
+			closeFiles(files)
 			return nil, err
 		}
-		files = append(files, f)
+		files = append(files, f.file())
 	}
 	return files, nil
+}
+
+func closeFiles(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
 }
 
 // ForkInto tells whether PlacementFiles is a directory to fork into (v2)
@@ -227,11 +233,10 @@ func (b *Box) ForkInto() bool { return !b.mode.usesV1() }
 // CPUUsage is the CPU time used so far by every task in the box.
 func (b *Box) CPUUsage() (time.Duration, error) {
 	var buf [512]byte
-	n, err := b.cpuUsage.ReadAt(buf[:], 0)
-	if err != nil && n == 0 {
+	data, err := b.cpuUsage.read(buf[:])
+	if err != nil {
 		return 0, err
 	}
-	data := buf[:n]
 	if b.mode.usesV1() {
 		ns, err := strconv.ParseInt(string(bytes.TrimSpace(data)), 10, 64)
 		return time.Duration(ns), err
@@ -265,7 +270,7 @@ func (b *Box) CPUSplit() (user, sys time.Duration, err error) {
 		s, err2 := readInt(filepath.Join(b.dirs["cpuacct"], "cpuacct.usage_sys"))
 		return time.Duration(u), time.Duration(s), errors.Join(err1, err2)
 	}
-	data, err := os.ReadFile(filepath.Join(b.dirs[""], "cpu.stat"))
+	data, err := readFile(filepath.Join(b.dirs[""], "cpu.stat"))
 	if err != nil {
 		return 0, 0, err
 	}
@@ -294,7 +299,7 @@ func (b *Box) MemoryUsage() (usage, refaults int64, err error) {
 	if usage, err = readInt(filepath.Join(dir, current)); err != nil {
 		return 0, 0, err
 	}
-	data, err := os.ReadFile(filepath.Join(dir, "memory.stat"))
+	data, err := readFile(filepath.Join(dir, "memory.stat"))
 	if err != nil {
 		return 0, 0, err
 	}
@@ -308,13 +313,13 @@ func (b *Box) MemoryUsage() (usage, refaults int64, err error) {
 // OOMKills is how many processes the kernel's OOM killer killed in the box.
 func (b *Box) OOMKills() (int64, error) {
 	if b.mode.usesV1() {
-		data, err := os.ReadFile(filepath.Join(b.dirs["memory"], "memory.oom_control"))
+		data, err := readFile(filepath.Join(b.dirs["memory"], "memory.oom_control"))
 		if err != nil {
 			return 0, err
 		}
 		return statField(data, "oom_kill")
 	}
-	data, err := os.ReadFile(filepath.Join(b.dirs[""], "memory.events"))
+	data, err := readFile(filepath.Join(b.dirs[""], "memory.events"))
 	if err != nil {
 		return 0, err
 	}
@@ -336,10 +341,7 @@ func (b *Box) PidsPeak() (int64, error) {
 // a directory the kernel still holds busy (a task is exiting) is retried
 // for a while.
 func (b *Box) Destroy() error {
-	if b.cpuUsage != nil {
-		b.cpuUsage.Close()
-		b.cpuUsage = nil
-	}
+	b.cpuUsage.close()
 	err := b.removeDirs()
 	for _, d := range b.dirs {
 		// Fails while another box is in it (EBUSY), or when another
@@ -382,7 +384,7 @@ func removeDir(dir string) error {
 
 // procs lists the pids in a cgroup directory.
 func procs(dir string) []int {
-	data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	data, err := readFile(filepath.Join(dir, "cgroup.procs"))
 	if err != nil {
 		return nil
 	}
@@ -396,7 +398,7 @@ func procs(dir string) []int {
 }
 
 func readInt(path string) (int64, error) {
-	data, err := os.ReadFile(path)
+	data, err := readFile(path)
 	if err != nil {
 		return 0, err
 	}

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func requireRoot(t *testing.T) {
@@ -21,7 +23,7 @@ func requireRoot(t *testing.T) {
 	}
 }
 
-func readFile(t *testing.T, path string) string {
+func readValue(t *testing.T, path string) string {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -149,13 +151,13 @@ func TestBoxLifecycle(t *testing.T) {
 		t.Errorf("box %q mode %s", b.Name(), b.Mode())
 	}
 	if m.Mode().usesV1() {
-		if got := readFile(t, filepath.Join(b.dirs["memory"], "memory.limit_in_bytes")); got != "67108864" {
+		if got := readValue(t, filepath.Join(b.dirs["memory"], "memory.limit_in_bytes")); got != "67108864" {
 			t.Errorf("memory.limit_in_bytes %s", got)
 		}
-		if got := readFile(t, filepath.Join(b.dirs["pids"], "pids.max")); got != "7" {
+		if got := readValue(t, filepath.Join(b.dirs["pids"], "pids.max")); got != "7" {
 			t.Errorf("pids.max %s, want exactly the limit", got)
 		}
-		if got := readFile(t, filepath.Join(b.dirs["cpu"], "cpu.cfs_quota_us")); got != "50000" {
+		if got := readValue(t, filepath.Join(b.dirs["cpu"], "cpu.cfs_quota_us")); got != "50000" {
 			t.Errorf("cpu.cfs_quota_us %s", got)
 		}
 	}
@@ -317,7 +319,7 @@ func TestV2PathsOnTheUnifiedMount(t *testing.T) {
 	}
 	defer b.Destroy()
 	joinAndRun(t, b, "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done")
-	b.cpuUsage, _ = os.Open(filepath.Join(b.dirs[""], "cpu.stat"))
+	b.cpuUsage, _ = openCtl(filepath.Join(b.dirs[""], "cpu.stat"), unix.O_RDONLY)
 	if used, err := b.CPUUsage(); err != nil || used <= 0 {
 		t.Errorf("v2 CPUUsage %v %v", used, err)
 	}
@@ -392,7 +394,7 @@ func TestSetLimitsAsCreate(t *testing.T) {
 			if os.IsNotExist(err) {
 				continue
 			}
-			if got := readFile(t, filepath.Join(set.dirs[ctl], n)); got != strings.TrimSpace(string(want)) {
+			if got := readValue(t, filepath.Join(set.dirs[ctl], n)); got != strings.TrimSpace(string(want)) {
 				t.Errorf("%s/%s: %s after SetLimits, %s after Create", ctl, n, got, want)
 			}
 			compared++
@@ -438,4 +440,32 @@ func BenchmarkSetLimits(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkAccountingReads reads what a run reads from its box's cgroup
+// once the program is gone (the supervisor's account).
+func BenchmarkAccountingReads(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root: creates real cgroups")
+	}
+	m := testManager(b)
+	box, err := m.Create(fmt.Sprintf("box-bench-%d", os.Getpid()), Limits{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer box.Destroy()
+	for i := 0; i < b.N; i++ {
+		if _, err := box.CPUUsage(); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := box.MemoryPeak(); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := box.OOMKills(); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := box.PidsPeak(); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -3,7 +3,7 @@ package cgroup
 import (
 	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"path/filepath"
 	"strconv"
 )
@@ -16,14 +16,16 @@ import (
 func (b *Box) SetLimits(l Limits) error {
 	var errs []error
 	write := func(ctl, file, value string) {
-		path := filepath.Join(b.dirs[ctl], file)
-		if err := os.WriteFile(path, []byte(value), 0); err != nil {
-			errs = append(errs, fmt.Errorf("set %s: %w", path, err))
+		if err := writeFile(filepath.Join(b.dirs[ctl], file), value); err != nil {
+			errs = append(errs, fmt.Errorf("set limit: %w", err))
 		}
 	}
-	exists := func(ctl, file string) bool {
-		_, err := os.Stat(filepath.Join(b.dirs[ctl], file))
-		return err == nil
+	// writeIfAny writes a file the kernel has only with swap accounting.
+	writeIfAny := func(ctl, file, value string) {
+		err := writeFile(filepath.Join(b.dirs[ctl], file), value)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("set limit: %w", err))
+		}
 	}
 	quota := strconv.FormatInt(int64(l.CPUs*cfsPeriod), 10)
 	mem := strconv.FormatInt(l.Memory, 10)
@@ -32,9 +34,7 @@ func (b *Box) SetLimits(l Limits) error {
 			// As Create: memory and memory+swap alike, so no swap. The
 			// memory limit first: memsw may never be below it.
 			write("memory", "memory.limit_in_bytes", mem)
-			if exists("memory", "memory.memsw.limit_in_bytes") {
-				write("memory", "memory.memsw.limit_in_bytes", mem)
-			}
+			writeIfAny("memory", "memory.memsw.limit_in_bytes", mem)
 		}
 		if l.Pids > 0 {
 			write("pids", "pids.max", strconv.FormatInt(l.Pids, 10))
@@ -47,9 +47,7 @@ func (b *Box) SetLimits(l Limits) error {
 	}
 	if l.Memory > 0 {
 		write("", "memory.max", mem)
-		if exists("", "memory.swap.max") {
-			write("", "memory.swap.max", "0")
-		}
+		writeIfAny("", "memory.swap.max", "0")
 	}
 	if l.Pids > 0 {
 		write("", "pids.max", strconv.FormatInt(l.Pids, 10))

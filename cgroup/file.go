@@ -1,0 +1,119 @@
+package cgroup
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// Cgroup control files are read and written with plain system calls: an
+// *os.File costs an fstat and, since kernfs files are pollable, an
+// epoll_ctl add and delete in Go's netpoller per open, each a few
+// microseconds on a run's critical path.
+
+// maxFileSize bounds what readFile reads: the largest file read whole is a
+// cgroup's cgroup.procs, a few bytes per task.
+const maxFileSize = 1 << 20
+
+// ctlFile is a control file kept open: reading it again at offset 0 reads
+// its current value, writing it sets a new one.
+type ctlFile struct {
+	fd   int
+	path string
+}
+
+// openCtl opens the control file at path (flags: unix.O_RDONLY or
+// unix.O_WRONLY).
+func openCtl(path string, flags int) (ctlFile, error) {
+	fd, err := retry(func() (int, error) { return unix.Open(path, flags|unix.O_CLOEXEC, 0) })
+	if err != nil {
+		return ctlFile{fd: -1}, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	return ctlFile{fd: fd, path: path}, nil
+}
+
+// read reads the file's value into buf, in one call: a value file is one
+// record, which the kernel returns whole to a buffer large enough.
+func (f ctlFile) read(buf []byte) ([]byte, error) {
+	n, err := retry(func() (int, error) { return unix.Pread(f.fd, buf, 0) })
+	if err != nil {
+		return nil, &fs.PathError{Op: "read", Path: f.path, Err: err}
+	}
+	if n == len(buf) {
+		return nil, fmt.Errorf("read %s: longer than %d bytes", f.path, len(buf))
+	}
+	return buf[:n], nil
+}
+
+// write sets the file's value.
+func (f ctlFile) write(value string) error {
+	if _, err := retry(func() (int, error) { return unix.Pwrite(f.fd, []byte(value), 0) }); err != nil {
+		return &fs.PathError{Op: "write", Path: f.path, Err: err}
+	}
+	return nil
+}
+
+// close closes the file; a file never opened (fd -1) is fine.
+func (f *ctlFile) close() {
+	if f.fd >= 0 {
+		unix.Close(f.fd)
+		f.fd = -1
+	}
+}
+
+// file hands the descriptor over as an *os.File (to pass to another
+// process). A blocking descriptor it did not open itself is one the os
+// package neither stats nor adds to the netpoller.
+func (f ctlFile) file() *os.File {
+	return os.NewFile(uintptr(f.fd), f.path)
+}
+
+// readFile reads the whole control file at path.
+func readFile(path string) ([]byte, error) {
+	f, err := openCtl(path, unix.O_RDONLY)
+	if err != nil {
+		return nil, err
+	}
+	defer f.close()
+	buf := make([]byte, 0, 512)
+	for {
+		if len(buf) == cap(buf) {
+			if len(buf) >= maxFileSize {
+				return nil, fmt.Errorf("read %s: longer than %d bytes", path, maxFileSize)
+			}
+			buf = append(buf, make([]byte, len(buf))...)[:len(buf)]
+		}
+		n, err := retry(func() (int, error) { return unix.Read(f.fd, buf[len(buf):cap(buf)]) })
+		if err != nil {
+			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+		}
+		if n == 0 {
+			return buf, nil
+		}
+		buf = buf[:len(buf)+n]
+	}
+}
+
+// writeFile writes value to the control file at path.
+func writeFile(path, value string) error {
+	f, err := openCtl(path, unix.O_WRONLY)
+	if err != nil {
+		return err
+	}
+	defer f.close()
+	return f.write(value)
+}
+
+// retry calls a system call again that a signal interrupted (a memory
+// limit below the usage reclaims, and gives up with EINTR on a signal,
+// such as the Go runtime's preemption).
+func retry(call func() (int, error)) (int, error) {
+	for {
+		n, err := call()
+		if err != unix.EINTR {
+			return n, err
+		}
+	}
+}
