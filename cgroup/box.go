@@ -35,8 +35,14 @@ type Box struct {
 	name string
 	// dirs maps a v1 controller to its directory; on v2 the only key is "".
 	dirs map[string]string
-	// cpuUsage is kept open: the CPU limit is enforced by reading it often.
-	cpuUsage ctlFile
+	// Kept open from Create to Destroy: cpuUsage is read often to enforce
+	// the CPU limit; the others are read once, at the run's end, which
+	// then pays no open or close (a pooled box is made long before).
+	cpuUsage, memoryPeak, oomEvents, pidsPeak ctlFile
+	// limits are the files SetLimits writes, kept open by Create for a
+	// box made without limits: one built ahead of its command, which sets
+	// them when it claims the box.
+	limits *limitFiles
 }
 
 // Create makes the cgroup of box name with limits l. A cgroup of that name
@@ -70,16 +76,32 @@ func (m *Manager) Create(name string, l Limits) (*Box, error) {
 		b.Destroy()
 		return nil, err
 	}
-	var err error
-	usage := filepath.Join(b.dirs[""], "cpu.stat")
-	if m.mode.usesV1() {
-		usage = filepath.Join(b.dirs["cpuacct"], "cpuacct.usage")
+	b.openAccounting()
+	if l == (Limits{}) {
+		b.limits = b.openLimitFiles()
 	}
-	if b.cpuUsage, err = openCtl(usage, unix.O_RDONLY); err != nil {
+	// The CPU limit needs cpuUsage from the start; the other files fail
+	// (a kernel without them) only when read.
+	if err := b.cpuUsage.err; err != nil {
 		b.Destroy()
 		return nil, err
 	}
 	return b, nil
+}
+
+// openAccounting opens the files a run reads to account for what it used.
+func (b *Box) openAccounting() {
+	mem, pids := b.dirs[""], b.dirs[""]
+	usage, peak, events := filepath.Join(mem, "cpu.stat"), "memory.peak", "memory.events"
+	if b.mode.usesV1() {
+		mem, pids = b.dirs["memory"], b.dirs["pids"]
+		usage = filepath.Join(b.dirs["cpuacct"], "cpuacct.usage")
+		peak, events = "memory.max_usage_in_bytes", "memory.oom_control"
+	}
+	b.cpuUsage = keepOpen(usage, unix.O_RDONLY)
+	b.memoryPeak = keepOpen(filepath.Join(mem, peak), unix.O_RDONLY)
+	b.oomEvents = keepOpen(filepath.Join(mem, events), unix.O_RDONLY)
+	b.pidsPeak = keepOpen(filepath.Join(pids, "pids.peak"), unix.O_RDONLY)
 }
 
 // Remove deletes the cgroup of box name if it exists, killing what is left
@@ -90,7 +112,7 @@ func (m *Manager) Remove(name string) error {
 
 // box is the Box of name, nothing opened or created yet.
 func (m *Manager) box(name string) *Box {
-	b := &Box{mode: m.mode, name: name, dirs: map[string]string{}, cpuUsage: ctlFile{fd: -1}}
+	b := &Box{mode: m.mode, name: name, dirs: map[string]string{}}
 	for c, parent := range m.parents {
 		b.dirs[c] = filepath.Join(parent, name)
 	}
@@ -281,10 +303,8 @@ func (b *Box) CPUSplit() (user, sys time.Duration, err error) {
 
 // MemoryPeak is the highest memory use of the box, in bytes.
 func (b *Box) MemoryPeak() (int64, error) {
-	if b.mode.usesV1() {
-		return readInt(filepath.Join(b.dirs["memory"], "memory.max_usage_in_bytes"))
-	}
-	return readInt(filepath.Join(b.dirs[""], "memory.peak"))
+	var buf [64]byte
+	return readValue(b.memoryPeak, buf[:])
 }
 
 // MemoryUsage is the box's charge now (page cache included) and how many
@@ -312,14 +332,8 @@ func (b *Box) MemoryUsage() (usage, refaults int64, err error) {
 
 // OOMKills is how many processes the kernel's OOM killer killed in the box.
 func (b *Box) OOMKills() (int64, error) {
-	if b.mode.usesV1() {
-		data, err := readFile(filepath.Join(b.dirs["memory"], "memory.oom_control"))
-		if err != nil {
-			return 0, err
-		}
-		return statField(data, "oom_kill")
-	}
-	data, err := readFile(filepath.Join(b.dirs[""], "memory.events"))
+	var buf [512]byte
+	data, err := b.oomEvents.read(buf[:])
 	if err != nil {
 		return 0, err
 	}
@@ -328,11 +342,8 @@ func (b *Box) OOMKills() (int64, error) {
 
 // PidsPeak is the highest number of tasks the box held at once.
 func (b *Box) PidsPeak() (int64, error) {
-	dir := b.dirs[""]
-	if b.mode.usesV1() {
-		dir = b.dirs["pids"]
-	}
-	return readInt(filepath.Join(dir, "pids.peak"))
+	var buf [64]byte
+	return readValue(b.pidsPeak, buf[:])
 }
 
 // Destroy kills what is left in the box and removes its cgroup
@@ -341,7 +352,13 @@ func (b *Box) PidsPeak() (int64, error) {
 // a directory the kernel still holds busy (a task is exiting) is retried
 // for a while.
 func (b *Box) Destroy() error {
-	b.cpuUsage.close()
+	for _, f := range []*ctlFile{&b.cpuUsage, &b.memoryPeak, &b.oomEvents, &b.pidsPeak} {
+		f.close()
+	}
+	if b.limits != nil {
+		b.limits.close()
+		b.limits = nil
+	}
 	err := b.removeDirs()
 	for _, d := range b.dirs {
 		// Fails while another box is in it (EBUSY), or when another
@@ -402,6 +419,20 @@ func readInt(path string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	return parseInt(data)
+}
+
+// readValue reads the single value of kept-open file f.
+func readValue(f ctlFile, buf []byte) (int64, error) {
+	data, err := f.read(buf)
+	if err != nil {
+		return 0, err
+	}
+	return parseInt(data)
+}
+
+// parseInt parses a cgroup file's single value; "max" is -1.
+func parseInt(data []byte) (int64, error) {
 	s := strings.TrimSpace(string(data))
 	if s == "max" {
 		return -1, nil

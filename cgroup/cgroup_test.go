@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 func requireRoot(t *testing.T) {
@@ -23,7 +21,7 @@ func requireRoot(t *testing.T) {
 	}
 }
 
-func readValue(t *testing.T, path string) string {
+func readTrimmed(t *testing.T, path string) string {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -151,13 +149,13 @@ func TestBoxLifecycle(t *testing.T) {
 		t.Errorf("box %q mode %s", b.Name(), b.Mode())
 	}
 	if m.Mode().usesV1() {
-		if got := readValue(t, filepath.Join(b.dirs["memory"], "memory.limit_in_bytes")); got != "67108864" {
+		if got := readTrimmed(t, filepath.Join(b.dirs["memory"], "memory.limit_in_bytes")); got != "67108864" {
 			t.Errorf("memory.limit_in_bytes %s", got)
 		}
-		if got := readValue(t, filepath.Join(b.dirs["pids"], "pids.max")); got != "7" {
+		if got := readTrimmed(t, filepath.Join(b.dirs["pids"], "pids.max")); got != "7" {
 			t.Errorf("pids.max %s, want exactly the limit", got)
 		}
-		if got := readValue(t, filepath.Join(b.dirs["cpu"], "cpu.cfs_quota_us")); got != "50000" {
+		if got := readTrimmed(t, filepath.Join(b.dirs["cpu"], "cpu.cfs_quota_us")); got != "50000" {
 			t.Errorf("cpu.cfs_quota_us %s", got)
 		}
 	}
@@ -319,7 +317,7 @@ func TestV2PathsOnTheUnifiedMount(t *testing.T) {
 	}
 	defer b.Destroy()
 	joinAndRun(t, b, "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done")
-	b.cpuUsage, _ = openCtl(filepath.Join(b.dirs[""], "cpu.stat"), unix.O_RDONLY)
+	b.openAccounting()
 	if used, err := b.CPUUsage(); err != nil || used <= 0 {
 		t.Errorf("v2 CPUUsage %v %v", used, err)
 	}
@@ -394,7 +392,7 @@ func TestSetLimitsAsCreate(t *testing.T) {
 			if os.IsNotExist(err) {
 				continue
 			}
-			if got := readValue(t, filepath.Join(set.dirs[ctl], n)); got != strings.TrimSpace(string(want)) {
+			if got := readTrimmed(t, filepath.Join(set.dirs[ctl], n)); got != strings.TrimSpace(string(want)) {
 				t.Errorf("%s/%s: %s after SetLimits, %s after Create", ctl, n, got, want)
 			}
 			compared++

@@ -1,6 +1,7 @@
 package cgroup
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -18,25 +19,51 @@ import (
 const maxFileSize = 1 << 20
 
 // ctlFile is a control file kept open: reading it again at offset 0 reads
-// its current value, writing it sets a new one.
+// its current value, writing it sets a new one. The zero ctlFile is not
+// open.
 type ctlFile struct {
+	path string // "" while not open
 	fd   int
-	path string
+	err  error // why it could not be opened (keepOpen), told when used
 }
+
+var errNotOpen = errors.New("cgroup file not open")
 
 // openCtl opens the control file at path (flags: unix.O_RDONLY or
 // unix.O_WRONLY).
 func openCtl(path string, flags int) (ctlFile, error) {
 	fd, err := retry(func() (int, error) { return unix.Open(path, flags|unix.O_CLOEXEC, 0) })
 	if err != nil {
-		return ctlFile{fd: -1}, &fs.PathError{Op: "open", Path: path, Err: err}
+		return ctlFile{}, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
-	return ctlFile{fd: fd, path: path}, nil
+	return ctlFile{path: path, fd: fd}, nil
+}
+
+// keepOpen opens the control file at path to use later, as openCtl; a
+// file that cannot be opened fails when used.
+func keepOpen(path string, flags int) ctlFile {
+	f, err := openCtl(path, flags)
+	f.err = err
+	return f
+}
+
+// usable is why f cannot be read or written, if it cannot.
+func (f ctlFile) usable() error {
+	if f.err != nil {
+		return f.err
+	}
+	if f.path == "" {
+		return errNotOpen
+	}
+	return nil
 }
 
 // read reads the file's value into buf, in one call: a value file is one
 // record, which the kernel returns whole to a buffer large enough.
 func (f ctlFile) read(buf []byte) ([]byte, error) {
+	if err := f.usable(); err != nil {
+		return nil, err
+	}
 	n, err := retry(func() (int, error) { return unix.Pread(f.fd, buf, 0) })
 	if err != nil {
 		return nil, &fs.PathError{Op: "read", Path: f.path, Err: err}
@@ -49,18 +76,21 @@ func (f ctlFile) read(buf []byte) ([]byte, error) {
 
 // write sets the file's value.
 func (f ctlFile) write(value string) error {
+	if err := f.usable(); err != nil {
+		return err
+	}
 	if _, err := retry(func() (int, error) { return unix.Pwrite(f.fd, []byte(value), 0) }); err != nil {
 		return &fs.PathError{Op: "write", Path: f.path, Err: err}
 	}
 	return nil
 }
 
-// close closes the file; a file never opened (fd -1) is fine.
+// close closes the file if it is open.
 func (f *ctlFile) close() {
-	if f.fd >= 0 {
+	if f.path != "" {
 		unix.Close(f.fd)
-		f.fd = -1
 	}
+	*f = ctlFile{}
 }
 
 // file hands the descriptor over as an *os.File (to pass to another

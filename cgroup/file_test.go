@@ -57,8 +57,21 @@ func TestControlFiles(t *testing.T) {
 	}
 	f.close()
 	f.close() // twice is fine
-	if _, err := f.read(buf[:]); !errors.Is(err, unix.EBADF) || !strings.Contains(err.Error(), value) {
-		t.Errorf("read after close: %v, want EBADF naming %s", err, value)
+	if _, err := f.read(buf[:]); err != errNotOpen {
+		t.Errorf("read after close: %v, want %v", err, errNotOpen)
+	}
+	// A file kept open from the start fails when used, as it failed to open.
+	kept := keepOpen(filepath.Join(dir, "memory.peak"), unix.O_RDONLY)
+	if _, err := kept.read(buf[:]); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("read of a file that failed to open: %v, want ErrNotExist", err)
+	}
+	if err := kept.write("1"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("write of a file that failed to open: %v, want ErrNotExist", err)
+	}
+	kept.close()
+	var zero ctlFile // not open: never stdin
+	if _, err := zero.read(buf[:]); err != errNotOpen {
+		t.Errorf("read of the zero ctlFile: %v, want %v", err, errNotOpen)
 	}
 }
 
