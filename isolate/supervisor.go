@@ -356,7 +356,7 @@ func (s *supervisor) startInit() error {
 	}
 	s.ctl = os.NewFile(uintptr(ctl[0]), "init-control")
 	ctlInit := os.NewFile(uintptr(ctl[1]), "init-control")
-	statusR, statusW, err := os.Pipe()
+	statusW, statusR, err := boxPipe(false)
 	if err != nil {
 		ctlInit.Close()
 		return err
@@ -770,7 +770,7 @@ func (s *supervisor) stdio() (stdin, stdout, stderr *os.File, err error) {
 	case *os.File:
 		stdin = in
 	default:
-		r, w, err := os.Pipe()
+		r, w, err := boxPipe(true)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("stdin pipe: %w", err)
 		}
@@ -786,7 +786,7 @@ func (s *supervisor) stdio() (stdin, stdout, stderr *os.File, err error) {
 		if f, ok := out.(*os.File); ok {
 			return f, nil, nil
 		}
-		r, w, err := os.Pipe()
+		w, r, err := boxPipe(false)
 		if err != nil {
 			return nil, nil, err
 		}
