@@ -754,16 +754,16 @@ func (s *supervisor) stdio() (stdin, stdout, stderr *os.File, err error) {
 	if s.ahead {
 		// A box built ahead has no streams yet: its command brings them
 		// (plan.stdio).
-		null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+		null, err := devNull(unix.O_RDWR)
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("open %s: %w", os.DevNull, err)
+			return nil, nil, nil, err
 		}
 		s.closers = append(s.closers, null)
 		return null, null, null, nil
 	}
 	switch in := s.io.Stdin.(type) {
 	case nil:
-		if stdin, err = os.Open(os.DevNull); err != nil {
+		if stdin, err = devNull(unix.O_RDONLY); err != nil {
 			return nil, nil, nil, fmt.Errorf("open stdin: %w", err)
 		}
 		s.closers = append(s.closers, stdin)

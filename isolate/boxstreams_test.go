@@ -45,3 +45,17 @@ func TestBoxPipe(t *testing.T) {
 		r.Close()
 	}
 }
+
+func TestDevNull(t *testing.T) {
+	f, err := devNull(unix.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if n, err := f.Write([]byte("gone")); n != 4 || err != nil {
+		t.Errorf("write = %d, %v", n, err)
+	}
+	if data, err := io.ReadAll(f); err != nil || len(data) != 0 {
+		t.Errorf("read = %q, %v", data, err)
+	}
+}

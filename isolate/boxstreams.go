@@ -31,3 +31,14 @@ func boxPipe(boxReads bool) (boxEnd, here *os.File, err error) {
 	}
 	return os.NewFile(uintptr(box), "|box"), os.NewFile(uintptr(ours), "|here"), nil
 }
+
+// devNull opens /dev/null for the program (flags: unix.O_RDONLY or
+// unix.O_RDWR). os.Open would try it in the poller first: four system
+// calls more, to learn that it cannot be polled.
+func devNull(flags int) (*os.File, error) {
+	fd, err := unix.Open(os.DevNull, flags|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: os.DevNull, Err: err}
+	}
+	return os.NewFile(uintptr(fd), os.DevNull), nil
+}
