@@ -65,7 +65,9 @@ type Recorder struct {
 func NewRecorder(listenerFD int) *Recorder {
 	r := &Recorder{limit: MaxAnswered, done: make(chan struct{}), counts: map[uint64]int{}}
 	if listenerFD >= 0 {
-		unix.SetNonblock(listenerFD, true)
+		// A listener has no other status flags to keep: one fcntl, not
+		// SetNonblock's two.
+		unix.FcntlInt(uintptr(listenerFD), unix.F_SETFL, unix.O_NONBLOCK)
 		r.file = os.NewFile(uintptr(listenerFD), "seccomp-listener")
 	}
 	return r
