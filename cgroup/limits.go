@@ -13,8 +13,9 @@ import (
 // SetLimits sets limits l on a box created without them (Create with zero
 // Limits): a box built ahead of its command gets its command's limits
 // when one claims it. A zero field leaves that limit as it is. It writes
-// the few files itself, in about half containerd's time for the same
-// limits (BenchmarkSetLimits).
+// the few files itself, through descriptors Create kept open for it:
+// ~10 µs against ~130 µs opening each file and ~150 µs for containerd
+// (BenchmarkSetLimits).
 func (b *Box) SetLimits(l Limits) error {
 	files := b.limits
 	if files == nil {
