@@ -42,9 +42,14 @@ var version = "dev"
 func main() {
 	isolate.MaybeInit()
 	// The constructor that dispatches init boots every process of this
-	// binary with one P (isolate/procs.c); a service runs many boxes at
-	// once and wants every CPU it may use.
-	runtime.GOMAXPROCS(usableCPUs())
+	// binary with one P (isolate/procs.c). The service's own Go code is a
+	// small part of a run (the boxes' processes and the kernel's work for
+	// them are the rest), and every further P adds idle threads that spin
+	// and wake: half the CPUs it may use, at least one. On the project's
+	// 2-CPU VMs one P instead of two gave a handed-over run 0.5 ms less
+	// latency and CPU, and two callers a little more throughput
+	// (docs/PERFORMANCE.md).
+	runtime.GOMAXPROCS(max(1, usableCPUs()/2))
 	run := serve
 	if len(os.Args) > 1 && os.Args[1] == "bench" {
 		run, os.Args = benchService, os.Args[1:]
