@@ -34,7 +34,8 @@ if [ "$mode" = profile ]; then
 		# As `make build` builds it, but with symbols for perf.
 		export PATH="$(./scripts/deps.sh):$PATH"
 		. scripts/cgo-env.sh
-		go build -tags urfave_cli_no_docs,netgo,osusergo -trimpath -o "$tmp/isolate" ./cmd/isolate
+		./scripts/build-init.sh
+		go build -tags urfave_cli_no_docs,netgo,osusergo,initbin -trimpath -o "$tmp/isolate" ./cmd/isolate
 		bin=$tmp/isolate
 	fi
 	hz=10000
