@@ -12,11 +12,11 @@ import (
 	"github.com/isolate-sandbox/isolate/isolate/initbin"
 )
 
-// A long-running process (this test binary is one) built with the small
-// init starts every box's init from it, a sealed memfd, not from its own
-// executable; the runs report what runs of an init re-executed from the
-// test binary report.
-func TestLongRunningHostStartsTheSmallInit(t *testing.T) {
+// A process built with the small init (this test binary, a long-running
+// one, with the initbin tag) starts every box's init from it, a sealed
+// memfd, not from its own executable; the runs report what runs of an
+// init re-executed from the test binary report.
+func TestBoxesStartTheSmallInit(t *testing.T) {
 	needRoot(t)
 	if initbin.Binary() == nil {
 		t.Skip("built without the initbin tag: boxes start from /proc/self/exe")
