@@ -39,3 +39,7 @@ func StartInitFromSelf(t testing.TB) {
 	smallInit = func() string { return selfExe }
 	t.Cleanup(func() { smallInit = saved })
 }
+
+// SmallInitRefused is how many inits started from /proc/self/exe because
+// the kernel refused the small init.
+func SmallInitRefused() int64 { return smallInitRefused.Load() }

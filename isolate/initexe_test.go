@@ -10,6 +10,7 @@ import (
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/isolate"
 	"github.com/isolate-sandbox/isolate/isolate/initbin"
+	"golang.org/x/sys/unix"
 )
 
 // A process built with the small init (this test binary, a long-running
@@ -24,20 +25,23 @@ func TestBoxesStartTheSmallInit(t *testing.T) {
 	checkNothingLeft(t)
 	h := pooledHost(t, isolate.PoolConfig{Max: 1})
 	awaitReady(t, h)
-	kids := children()
-	if len(kids) == 0 {
-		t.Fatal("a box is ready, yet this process has no child (its init)")
-	}
-	for _, pid := range kids {
-		exe, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
-		if err != nil {
-			t.Fatal(err)
+	checkInits := func() {
+		t.Helper()
+		kids := children()
+		if len(kids) == 0 {
+			t.Fatal("a box is ready, yet this process has no child (its init)")
 		}
-		if !strings.HasPrefix(exe, "/memfd:isolate-init") {
-			t.Errorf("init %d runs %s, not the small init", pid, exe)
+		for _, pid := range kids {
+			exe, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(exe, "/memfd:isolate-init") {
+				t.Fatalf("init %d runs %s, not the small init", pid, exe)
+			}
 		}
 	}
-
+	checkInits()
 	h.StopPool() // (nothing may start an init while the test swaps it below)
 
 	plain := newHost(t)
@@ -57,6 +61,27 @@ func TestBoxesStartTheSmallInit(t *testing.T) {
 	var small []*api.Report
 	for _, spec := range specs {
 		small = append(small, run(spec))
+	}
+	// Whatever descriptors init is handed: syscall.ForkExec moves them
+	// onto 0, 1, 2... in the child, its temporaries just above the highest
+	// (a busy service's can be any number). Stdin at each free number up
+	// to 200 puts those temporaries everywhere a memfd could be.
+	for fd := 3; fd <= 200; fd++ {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != unix.EBADF {
+			continue // taken
+		}
+		if err := unix.Dup3(0, fd, unix.O_CLOEXEC); err != nil {
+			t.Fatal(err)
+		}
+		stdin := os.NewFile(uintptr(fd), "stdin")
+		rep, err := plain.Run(context.Background(), &api.Spec{Args: []string{"/bin/true"}}, isolate.IO{Stdin: stdin})
+		stdin.Close()
+		if err != nil || rep.Status != api.StatusOK {
+			t.Fatalf("stdin at descriptor %d: %v %+v", fd, err, rep)
+		}
+		if n := isolate.SmallInitRefused(); n > 0 {
+			t.Fatalf("stdin at descriptor %d: %d inits fell back to /proc/self/exe", fd, n)
+		}
 	}
 	isolate.StartInitFromSelf(t)
 	for i, spec := range specs {
