@@ -35,17 +35,20 @@ type Box struct {
 	name string
 	// dirs maps a v1 controller to its directory; on v2 the only key is "".
 	dirs map[string]string
-	// cpuUsage is kept open: the CPU limit is enforced by reading it often.
-	cpuUsage *os.File
+	// Kept open from Create to Destroy: cpuUsage is read often to enforce
+	// the CPU limit; the others are read once, at the run's end, which
+	// then pays no open or close (a pooled box is made long before).
+	cpuUsage, memoryPeak, oomEvents, pidsPeak ctlFile
+	// limits are the files SetLimits writes, kept open by Create for a
+	// box made without limits: one built ahead of its command, which sets
+	// them when it claims the box.
+	limits *limitFiles
 }
 
 // Create makes the cgroup of box name with limits l. A cgroup of that name
 // left over by a killed supervisor is removed first.
 func (m *Manager) Create(name string, l Limits) (*Box, error) {
-	b := &Box{mode: m.mode, name: name, dirs: map[string]string{}}
-	for c, parent := range m.parents {
-		b.dirs[c] = filepath.Join(parent, name)
-	}
+	b := m.box(name)
 	if b.exists() {
 		if err := b.removeDirs(); err != nil {
 			return nil, fmt.Errorf("remove stale cgroup of %s: %w", name, err)
@@ -73,26 +76,47 @@ func (m *Manager) Create(name string, l Limits) (*Box, error) {
 		b.Destroy()
 		return nil, err
 	}
-	var err error
-	usage := filepath.Join(b.dirs[""], "cpu.stat")
-	if m.mode.usesV1() {
-		usage = filepath.Join(b.dirs["cpuacct"], "cpuacct.usage")
+	b.openAccounting()
+	if l == (Limits{}) {
+		b.limits = b.openLimitFiles()
 	}
-	if b.cpuUsage, err = os.Open(usage); err != nil {
+	// The CPU limit needs cpuUsage from the start; the other files fail
+	// (a kernel without them) only when read.
+	if err := b.cpuUsage.err; err != nil {
 		b.Destroy()
-		return nil, fmt.Errorf("open %s: %w", usage, err)
+		return nil, err
 	}
 	return b, nil
+}
+
+// openAccounting opens the files a run reads to account for what it used.
+func (b *Box) openAccounting() {
+	mem, pids := b.dirs[""], b.dirs[""]
+	usage, peak, events := filepath.Join(mem, "cpu.stat"), "memory.peak", "memory.events"
+	if b.mode.usesV1() {
+		mem, pids = b.dirs["memory"], b.dirs["pids"]
+		usage = filepath.Join(b.dirs["cpuacct"], "cpuacct.usage")
+		peak, events = "memory.max_usage_in_bytes", "memory.oom_control"
+	}
+	b.cpuUsage = keepOpen(usage, unix.O_RDONLY)
+	b.memoryPeak = keepOpen(filepath.Join(mem, peak), unix.O_RDONLY)
+	b.oomEvents = keepOpen(filepath.Join(mem, events), unix.O_RDONLY)
+	b.pidsPeak = keepOpen(filepath.Join(pids, "pids.peak"), unix.O_RDONLY)
 }
 
 // Remove deletes the cgroup of box name if it exists, killing what is left
 // in it. It is for leftovers of a supervisor that was killed.
 func (m *Manager) Remove(name string) error {
+	return m.box(name).Destroy()
+}
+
+// box is the Box of name, nothing opened or created yet.
+func (m *Manager) box(name string) *Box {
 	b := &Box{mode: m.mode, name: name, dirs: map[string]string{}}
 	for c, parent := range m.parents {
 		b.dirs[c] = filepath.Join(parent, name)
 	}
-	return b.Destroy()
+	return b
 }
 
 func (b *Box) exists() bool {
@@ -200,24 +224,28 @@ func (b *Box) Mode() Mode { return b.mode }
 // which the program is forked (clone3 with CLONE_INTO_CGROUP).
 func (b *Box) PlacementFiles() ([]*os.File, error) {
 	if b.ForkInto() {
-		f, err := os.OpenFile(b.dirs[""], os.O_RDONLY|unix.O_DIRECTORY, 0)
+		f, err := openCtl(b.dirs[""], unix.O_RDONLY|unix.O_DIRECTORY)
 		if err != nil {
 			return nil, err
 		}
-		return []*os.File{f}, nil
+		return []*os.File{f.file()}, nil
 	}
 	var files []*os.File
 	for _, c := range v1Controllers {
-		f, err := os.OpenFile(filepath.Join(b.dirs[c], "tasks"), os.O_WRONLY, 0)
+		f, err := openCtl(filepath.Join(b.dirs[c], "tasks"), unix.O_WRONLY)
 		if err != nil {
-			for _, f := range files {
-				f.Close()
-			}
+			closeFiles(files)
 			return nil, err
 		}
-		files = append(files, f)
+		files = append(files, f.file())
 	}
 	return files, nil
+}
+
+func closeFiles(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
 }
 
 // ForkInto tells whether PlacementFiles is a directory to fork into (v2)
@@ -227,11 +255,10 @@ func (b *Box) ForkInto() bool { return !b.mode.usesV1() }
 // CPUUsage is the CPU time used so far by every task in the box.
 func (b *Box) CPUUsage() (time.Duration, error) {
 	var buf [512]byte
-	n, err := b.cpuUsage.ReadAt(buf[:], 0)
-	if err != nil && n == 0 {
+	data, err := b.cpuUsage.read(buf[:])
+	if err != nil {
 		return 0, err
 	}
-	data := buf[:n]
 	if b.mode.usesV1() {
 		ns, err := strconv.ParseInt(string(bytes.TrimSpace(data)), 10, 64)
 		return time.Duration(ns), err
@@ -265,7 +292,7 @@ func (b *Box) CPUSplit() (user, sys time.Duration, err error) {
 		s, err2 := readInt(filepath.Join(b.dirs["cpuacct"], "cpuacct.usage_sys"))
 		return time.Duration(u), time.Duration(s), errors.Join(err1, err2)
 	}
-	data, err := os.ReadFile(filepath.Join(b.dirs[""], "cpu.stat"))
+	data, err := readFile(filepath.Join(b.dirs[""], "cpu.stat"))
 	if err != nil {
 		return 0, 0, err
 	}
@@ -276,10 +303,8 @@ func (b *Box) CPUSplit() (user, sys time.Duration, err error) {
 
 // MemoryPeak is the highest memory use of the box, in bytes.
 func (b *Box) MemoryPeak() (int64, error) {
-	if b.mode.usesV1() {
-		return readInt(filepath.Join(b.dirs["memory"], "memory.max_usage_in_bytes"))
-	}
-	return readInt(filepath.Join(b.dirs[""], "memory.peak"))
+	var buf [64]byte
+	return readValue(b.memoryPeak, buf[:])
 }
 
 // MemoryUsage is the box's charge now (page cache included) and how many
@@ -294,7 +319,7 @@ func (b *Box) MemoryUsage() (usage, refaults int64, err error) {
 	if usage, err = readInt(filepath.Join(dir, current)); err != nil {
 		return 0, 0, err
 	}
-	data, err := os.ReadFile(filepath.Join(dir, "memory.stat"))
+	data, err := readFile(filepath.Join(dir, "memory.stat"))
 	if err != nil {
 		return 0, 0, err
 	}
@@ -307,14 +332,8 @@ func (b *Box) MemoryUsage() (usage, refaults int64, err error) {
 
 // OOMKills is how many processes the kernel's OOM killer killed in the box.
 func (b *Box) OOMKills() (int64, error) {
-	if b.mode.usesV1() {
-		data, err := os.ReadFile(filepath.Join(b.dirs["memory"], "memory.oom_control"))
-		if err != nil {
-			return 0, err
-		}
-		return statField(data, "oom_kill")
-	}
-	data, err := os.ReadFile(filepath.Join(b.dirs[""], "memory.events"))
+	var buf [512]byte
+	data, err := b.oomEvents.read(buf[:])
 	if err != nil {
 		return 0, err
 	}
@@ -323,11 +342,8 @@ func (b *Box) OOMKills() (int64, error) {
 
 // PidsPeak is the highest number of tasks the box held at once.
 func (b *Box) PidsPeak() (int64, error) {
-	dir := b.dirs[""]
-	if b.mode.usesV1() {
-		dir = b.dirs["pids"]
-	}
-	return readInt(filepath.Join(dir, "pids.peak"))
+	var buf [64]byte
+	return readValue(b.pidsPeak, buf[:])
 }
 
 // Destroy kills what is left in the box and removes its cgroup
@@ -336,9 +352,12 @@ func (b *Box) PidsPeak() (int64, error) {
 // a directory the kernel still holds busy (a task is exiting) is retried
 // for a while.
 func (b *Box) Destroy() error {
-	if b.cpuUsage != nil {
-		b.cpuUsage.Close()
-		b.cpuUsage = nil
+	for _, f := range []*ctlFile{&b.cpuUsage, &b.memoryPeak, &b.oomEvents, &b.pidsPeak} {
+		f.close()
+	}
+	if b.limits != nil {
+		b.limits.close()
+		b.limits = nil
 	}
 	err := b.removeDirs()
 	for _, d := range b.dirs {
@@ -382,7 +401,7 @@ func removeDir(dir string) error {
 
 // procs lists the pids in a cgroup directory.
 func procs(dir string) []int {
-	data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	data, err := readFile(filepath.Join(dir, "cgroup.procs"))
 	if err != nil {
 		return nil
 	}
@@ -396,10 +415,24 @@ func procs(dir string) []int {
 }
 
 func readInt(path string) (int64, error) {
-	data, err := os.ReadFile(path)
+	data, err := readFile(path)
 	if err != nil {
 		return 0, err
 	}
+	return parseInt(data)
+}
+
+// readValue reads the single value of kept-open file f.
+func readValue(f ctlFile, buf []byte) (int64, error) {
+	data, err := f.read(buf)
+	if err != nil {
+		return 0, err
+	}
+	return parseInt(data)
+}
+
+// parseInt parses a cgroup file's single value; "max" is -1.
+func parseInt(data []byte) (int64, error) {
 	s := strings.TrimSpace(string(data))
 	if s == "max" {
 		return -1, nil

@@ -21,7 +21,7 @@ func requireRoot(t *testing.T) {
 	}
 }
 
-func readFile(t *testing.T, path string) string {
+func readTrimmed(t *testing.T, path string) string {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -149,13 +149,13 @@ func TestBoxLifecycle(t *testing.T) {
 		t.Errorf("box %q mode %s", b.Name(), b.Mode())
 	}
 	if m.Mode().usesV1() {
-		if got := readFile(t, filepath.Join(b.dirs["memory"], "memory.limit_in_bytes")); got != "67108864" {
+		if got := readTrimmed(t, filepath.Join(b.dirs["memory"], "memory.limit_in_bytes")); got != "67108864" {
 			t.Errorf("memory.limit_in_bytes %s", got)
 		}
-		if got := readFile(t, filepath.Join(b.dirs["pids"], "pids.max")); got != "7" {
+		if got := readTrimmed(t, filepath.Join(b.dirs["pids"], "pids.max")); got != "7" {
 			t.Errorf("pids.max %s, want exactly the limit", got)
 		}
-		if got := readFile(t, filepath.Join(b.dirs["cpu"], "cpu.cfs_quota_us")); got != "50000" {
+		if got := readTrimmed(t, filepath.Join(b.dirs["cpu"], "cpu.cfs_quota_us")); got != "50000" {
 			t.Errorf("cpu.cfs_quota_us %s", got)
 		}
 	}
@@ -317,7 +317,7 @@ func TestV2PathsOnTheUnifiedMount(t *testing.T) {
 	}
 	defer b.Destroy()
 	joinAndRun(t, b, "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done")
-	b.cpuUsage, _ = os.Open(filepath.Join(b.dirs[""], "cpu.stat"))
+	b.openAccounting()
 	if used, err := b.CPUUsage(); err != nil || used <= 0 {
 		t.Errorf("v2 CPUUsage %v %v", used, err)
 	}
@@ -392,7 +392,7 @@ func TestSetLimitsAsCreate(t *testing.T) {
 			if os.IsNotExist(err) {
 				continue
 			}
-			if got := readFile(t, filepath.Join(set.dirs[ctl], n)); got != strings.TrimSpace(string(want)) {
+			if got := readTrimmed(t, filepath.Join(set.dirs[ctl], n)); got != strings.TrimSpace(string(want)) {
 				t.Errorf("%s/%s: %s after SetLimits, %s after Create", ctl, n, got, want)
 			}
 			compared++
@@ -406,11 +406,9 @@ func TestSetLimitsAsCreate(t *testing.T) {
 	}
 }
 
-// What a box built ahead pays at its claim for its command's limits:
-// SetLimits' own writes against containerd applying the same limits
-// (cgroup1.New on the box's existing directories, as Create uses it; v1
-// and hybrid hosts only). `go test -run '^$' -bench SetLimits ./cgroup`.
-func BenchmarkSetLimits(b *testing.B) {
+// benchBox is a box made as the pool makes one, without limits; it goes
+// with the benchmark.
+func benchBox(b *testing.B) (*Manager, *Box) {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root: creates real cgroups")
 	}
@@ -419,7 +417,16 @@ func BenchmarkSetLimits(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer box.Destroy()
+	b.Cleanup(func() { box.Destroy() })
+	return m, box
+}
+
+// What a box built ahead pays at its claim for its command's limits:
+// SetLimits' own writes against containerd applying the same limits
+// (cgroup1.New on the box's existing directories, as Create uses it; v1
+// and hybrid hosts only). `go test -run '^$' -bench SetLimits ./cgroup`.
+func BenchmarkSetLimits(b *testing.B) {
+	m, box := benchBox(b)
 	l := Limits{Memory: 64 << 20, Pids: 16, CPUs: 1}
 	b.Run("direct", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
@@ -438,4 +445,24 @@ func BenchmarkSetLimits(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkAccountingReads reads what a run reads from its box's cgroup
+// once the program is gone (the supervisor's account).
+func BenchmarkAccountingReads(b *testing.B) {
+	_, box := benchBox(b)
+	for i := 0; i < b.N; i++ {
+		if _, err := box.CPUUsage(); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := box.MemoryPeak(); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := box.OOMKills(); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := box.PidsPeak(); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -106,9 +106,9 @@ func (m *Manager) ensureParents() error {
 // package created. The parent of dir must already offer them: we never
 // write to a cgroup we did not create.
 func enableV2Controllers(dir string) error {
-	have, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	have, err := readFile(filepath.Join(dir, "cgroup.controllers"))
 	if err != nil {
-		return fmt.Errorf("read %s/cgroup.controllers: %w", dir, err)
+		return err
 	}
 	avail := strings.Fields(string(have))
 	var missing []string
@@ -130,7 +130,7 @@ func enableV2Controllers(dir string) error {
 			strings.Join(missing, ","), filepath.Dir(dir))
 	}
 	ctl := "+" + strings.Join(v2Controllers, " +")
-	if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte(ctl), 0); err != nil {
+	if err := writeFile(filepath.Join(dir, "cgroup.subtree_control"), ctl); err != nil {
 		return fmt.Errorf("enable %q in %s: %w", ctl, dir, err)
 	}
 	return nil

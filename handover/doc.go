@@ -28,8 +28,7 @@
 //	service EXIT {code, signal}: the CLI exits with code, or dies of
 //	        signal.
 //
-// The caller is who the kernel says is at the other end (SO_PEERCRED, its
-// supplementary groups read from /proc through a pidfd of that very
-// process). The connection closing before EXIT means the caller died (or
+// The caller is who the kernel says is at the other end (SO_PEERCRED and
+// SO_PEERGROUPS, recorded when it connected). The connection closing before EXIT means the caller died (or
 // was killed): the run's context is cancelled and its box killed.
 package handover

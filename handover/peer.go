@@ -1,12 +1,9 @@
 package handover
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"net"
-	"os"
-	"strconv"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -19,58 +16,50 @@ type Peer struct {
 	Groups   []int
 }
 
-// peerOf asks the kernel who is at the other end of c. The supplementary
-// groups are not in SO_PEERCRED: they are read from /proc/PID/status, and
-// a pidfd of the peer itself (SO_PEERPIDFD) proves that PID was still the
-// peer, not a process that reused its number, after the read.
+// peerOf asks the kernel who is at the other end of c: the credentials
+// the caller had when it connected, uid, gid and pid (SO_PEERCRED) and
+// its supplementary groups (SO_PEERGROUPS, Linux 4.13), both recorded by
+// the kernel at connect, so no later change of the caller, and no
+// process that reused its PID, can stand in for it.
 func peerOf(c *net.UnixConn) (*Peer, error) {
 	raw, err := c.SyscallConn()
 	if err != nil {
 		return nil, err
 	}
 	var cred *unix.Ucred
-	pidfd := -1
+	var groups []int
 	var sockErr error
 	raw.Control(func(fd uintptr) {
-		cred, sockErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-		if sockErr == nil {
-			pidfd, sockErr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PEERPIDFD)
+		if cred, sockErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); sockErr == nil {
+			groups, sockErr = peerGroups(int(fd))
 		}
 	})
 	if sockErr != nil {
 		return nil, fmt.Errorf("the caller's credentials: %w", sockErr)
 	}
-	defer unix.Close(pidfd)
-	p := &Peer{PID: int(cred.Pid), UID: int(cred.Uid), GID: int(cred.Gid)}
-	status, err := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/status")
-	if err != nil {
-		return nil, fmt.Errorf("the caller's groups: %w", err)
-	}
-	if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {
-		return nil, errors.New("the caller's groups: the caller is gone")
-	}
-	if p.Groups, err = statusGroups(status); err != nil {
-		return nil, fmt.Errorf("the caller's groups: %w", err)
-	}
-	return p, nil
+	return &Peer{PID: int(cred.Pid), UID: int(cred.Uid), GID: int(cred.Gid), Groups: groups}, nil
 }
 
-// statusGroups reads the Groups line of a /proc/PID/status.
-func statusGroups(status []byte) ([]int, error) {
-	for _, line := range bytes.Split(status, []byte{'\n'}) {
-		rest, ok := bytes.CutPrefix(line, []byte("Groups:"))
-		if !ok {
+// peerGroups reads SO_PEERGROUPS, which x/sys/unix has no getter for: an
+// array of gid_t, whose size the kernel reports (ERANGE) when the buffer
+// is too small.
+func peerGroups(fd int) ([]int, error) {
+	buf := make([]uint32, 64)
+	for {
+		size := uint32(len(buf) * 4)
+		_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_PEERGROUPS,
+			uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&size)), 0)
+		if errno == unix.ERANGE && int(size/4) > len(buf) {
+			buf = make([]uint32, size/4)
 			continue
 		}
-		groups := []int{}
-		for _, f := range bytes.Fields(rest) {
-			g, err := strconv.Atoi(string(f))
-			if err != nil {
-				return nil, fmt.Errorf("bad group %q", f)
-			}
-			groups = append(groups, g)
+		if errno != 0 {
+			return nil, errno
+		}
+		groups := make([]int, size/4)
+		for i := range groups {
+			groups[i] = int(buf[i])
 		}
 		return groups, nil
 	}
-	return nil, errors.New("no Groups line")
 }

@@ -251,7 +251,7 @@ func (s *Server) decline(c *net.UnixConn, why string) {
 
 // readRequest reads one request and the descriptors attached to it.
 func readRequest(c *net.UnixConn) (*request, []*os.File, error) {
-	buf := make([]byte, 64<<10)
+	buf := make([]byte, 16<<10) // a request is a few KB; a longer one is read on below
 	oob := make([]byte, unix.CmsgSpace(nfds*4))
 	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
 	files, ferr := attachedFiles(oob[:oobn])

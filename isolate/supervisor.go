@@ -356,7 +356,7 @@ func (s *supervisor) startInit() error {
 	}
 	s.ctl = os.NewFile(uintptr(ctl[0]), "init-control")
 	ctlInit := os.NewFile(uintptr(ctl[1]), "init-control")
-	statusR, statusW, err := os.Pipe()
+	statusW, statusR, err := boxPipe(false)
 	if err != nil {
 		ctlInit.Close()
 		return err
@@ -471,8 +471,11 @@ func (s *supervisor) buildBox() error {
 // program runs (or could not be started).
 func (s *supervisor) startProgram(box *pendingBox, cmd *plan, files []*os.File) error {
 	m, err := box.start(cmd, files)
-	closeAll(s.placement)
-	s.placement = nil
+	if s.claimed == nil {
+		// (A claimed box's end closes them, off the run's path.)
+		closeAll(s.placement)
+		s.placement = nil
+	}
 	if err != nil {
 		return err
 	}
@@ -754,23 +757,23 @@ func (s *supervisor) stdio() (stdin, stdout, stderr *os.File, err error) {
 	if s.ahead {
 		// A box built ahead has no streams yet: its command brings them
 		// (plan.stdio).
-		null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+		null, err := devNull(unix.O_RDWR)
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("open %s: %w", os.DevNull, err)
+			return nil, nil, nil, err
 		}
 		s.closers = append(s.closers, null)
 		return null, null, null, nil
 	}
 	switch in := s.io.Stdin.(type) {
 	case nil:
-		if stdin, err = os.Open(os.DevNull); err != nil {
+		if stdin, err = devNull(unix.O_RDONLY); err != nil {
 			return nil, nil, nil, fmt.Errorf("open stdin: %w", err)
 		}
 		s.closers = append(s.closers, stdin)
 	case *os.File:
 		stdin = in
 	default:
-		r, w, err := os.Pipe()
+		r, w, err := boxPipe(true)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("stdin pipe: %w", err)
 		}
@@ -786,7 +789,7 @@ func (s *supervisor) stdio() (stdin, stdout, stderr *os.File, err error) {
 		if f, ok := out.(*os.File); ok {
 			return f, nil, nil
 		}
-		r, w, err := os.Pipe()
+		w, r, err := boxPipe(false)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -1068,7 +1071,6 @@ func (s *supervisor) account(m *initMessage, wall time.Duration) error {
 // box ends in the background, off the caller's path (pool.go).
 func (s *supervisor) teardown() {
 	closeAll(s.closers)
-	closeAll(s.placement)
 	if s.ownImage != nil {
 		s.ownImage.Close()
 	}
@@ -1082,6 +1084,7 @@ func (s *supervisor) teardown() {
 		s.host.pool.Load().endInBackground(s.detachBox())
 		return
 	}
+	closeAll(s.placement)
 	// Once init has reported the program's exit, it has reaped every
 	// process of the box: the cgroup goes while init ends.
 	if accounted {
@@ -1131,9 +1134,10 @@ func (s *supervisor) endInit() {
 // detachBox hands what is left of the box (init, its cgroup, the box id)
 // to the returned function, which ends it: the report no longer changes.
 func (s *supervisor) detachBox() func() error {
-	end := &supervisor{host: s.host, spec: s.spec, initLink: s.initLink, cg: s.cg, lock: s.lock, timer: newStageTimer(), report: &Report{}}
-	s.init, s.ctl, s.cg, s.lock = nil, nil, nil, nil
+	end := &supervisor{host: s.host, spec: s.spec, initLink: s.initLink, cg: s.cg, lock: s.lock, placement: s.placement, timer: newStageTimer(), report: &Report{}}
+	s.init, s.ctl, s.cg, s.lock, s.placement = nil, nil, nil, nil, nil
 	return func() error {
+		closeAll(end.placement)
 		var err error
 		if end.cg != nil {
 			err = end.cg.Destroy()

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	libseccomp "github.com/seccomp/libseccomp-golang"
 	"golang.org/x/sys/unix"
@@ -464,9 +465,14 @@ func TestRecorderStopIsIdempotentAndNeverNil(t *testing.T) {
 	}
 	defer unix.Close(fds[1])
 	r = NewRecorder(fds[0])
+	// Non-blocking, so in Go's poller: only such a file takes a deadline.
+	if err := r.file.SetReadDeadline(time.Time{}); err != nil {
+		t.Errorf("the listener is not in the poller: %v", err)
+	}
 	r.Start()
 	r.Stop()
 	r.Stop()
+	<-r.done // the listener closes behind Stop, before the loop ends
 	if _, err := unix.FcntlInt(uintptr(fds[0]), unix.F_GETFD, 0); err != unix.EBADF {
 		t.Fatalf("Stop did not close the listener: %v", err)
 	}

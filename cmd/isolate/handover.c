@@ -45,6 +45,15 @@
 
 static int starts_with(const char *s, const char *prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
 
+/* hex_byte writes b as two lowercase hex digits. (Not snprintf: on the
+ * project's VMs every code page a start touches costs a fault, ~10 us,
+ * and printf's machinery spans several.) */
+static void hex_byte(char *out, unsigned char b) {
+	static const char digits[] = "0123456789abcdef";
+	out[0] = digits[b >> 4];
+	out[1] = digits[b & 15];
+}
+
 /* is_run tells whether argv is a run: `run`, `exec`, or the ioi form (one
  * of its commands among the options before "--", as isIOIForm in ioi.go
  * decides) whose command is --run. */
@@ -110,7 +119,8 @@ static int build_id(char *out, size_t size) {
 			if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 && memcmp(name, "GNU", 4) == 0 &&
 			    2 * nh->n_descsz < size) {
 				for (unsigned j = 0; j < nh->n_descsz; j++)
-					snprintf(out + 2 * j, 3, "%02x", desc[j]);
+					hex_byte(out + 2 * j, desc[j]);
+				out[2 * nh->n_descsz] = 0;
 				return 0;
 			}
 			p = (const char *)desc + ((nh->n_descsz + 3) & ~3u);
@@ -141,14 +151,18 @@ static void cpus_hex(const cpu_set_t *set, char *out) {
 	while (n > 0 && b[n - 1] == 0)
 		n--;
 	for (size_t i = 0; i < n; i++)
-		snprintf(out + 2 * i, 3, "%02x", b[i]);
+		hex_byte(out + 2 * i, b[i]);
 	out[2 * n] = 0;
 }
 
-/* append adds a NUL-terminated string to the request being built. */
+/* The request being built: in a buffer on the stack (stack_buf) until it
+ * outgrows it, then on the heap. A request is a few kilobytes; the
+ * allocator's code and first pages would cost a start more faults than
+ * the request's own bytes. */
 struct buf {
 	char *p;
 	size_t len, cap;
+	char *stack_buf;
 };
 
 static int append(struct buf *b, const void *data, size_t n) {
@@ -156,9 +170,11 @@ static int append(struct buf *b, const void *data, size_t n) {
 		size_t cap = b->cap ? b->cap : 4096;
 		while (cap < b->len + n)
 			cap *= 2;
-		char *p = realloc(b->p, cap);
+		char *p = b->p == b->stack_buf ? malloc(cap) : realloc(b->p, cap);
 		if (!p)
 			return -1;
+		if (b->p == b->stack_buf)
+			memcpy(p, b->p, b->len);
 		b->p = p, b->cap = cap;
 	}
 	memcpy(b->p + b->len, data, n);
@@ -425,12 +441,15 @@ static void hand_over(int argc, char **argv, char **envp) {
 	sigprocmask(SIG_BLOCK, &block, &caller_mask);
 	char build[2 * 64 + 1], cwd[PATH_MAX], cpus[2 * sizeof(cpu_set_t) + 1], mask[8];
 	cpu_set_t cpu_set;
-	struct buf req = {0};
+	char stack_buf[16 << 10];
+	struct buf req = {.p = stack_buf, .cap = sizeof stack_buf, .stack_buf = stack_buf};
 	int dir = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	uint32_t ans[3];
 	mode_t m = umask(0); /* one thread: nothing else creates files now */
 	umask(m);
-	snprintf(mask, sizeof mask, "%04o", (unsigned)m);
+	for (int i = 3; i >= 0; i--, m >>= 3)
+		mask[i] = '0' + (m & 7);
+	mask[4] = 0;
 	if (caller_cpus(&cpu_set) == 0)
 		cpus_hex(&cpu_set, cpus);
 	else
@@ -440,14 +459,16 @@ static void hand_over(int argc, char **argv, char **envp) {
 	    read_full(sock, ans, sizeof ans) < 0 || ans[0] != HANDOVER_ACCEPTED) {
 		/* Declined (the reason follows; nobody needs it here), or no
 		 * answer: the service did nothing. */
-		free(req.p);
+		if (req.p != stack_buf)
+			free(req.p);
 		if (dir >= 0)
 			close(dir);
 		close(sock);
 		sigprocmask(SIG_SETMASK, &caller_mask, NULL);
 		return;
 	}
-	free(req.p);
+	if (req.p != stack_buf)
+		free(req.p);
 	close(dir);
 	/* This process stands for the run: it shows the caller's affinity, as
 	 * an in-process supervisor does once Go restored it. */
