@@ -2,7 +2,7 @@
 # (scripts/deps.sh: Debian packages, a new enough Go toolchain).
 SHELL := /bin/bash
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
-TAGS := urfave_cli_no_docs,netgo,osusergo
+TAGS := urfave_cli_no_docs,netgo,osusergo,initbin
 # A static binary on musl (scripts/cgo-env.sh): copy it to any host.
 # netgo/osusergo keep the C library's name services out of it,
 # urfave_cli_no_docs keeps the man-page generator (and its start-up cost)
@@ -16,8 +16,10 @@ all: build
 
 # The service is a binary of its own (`isolate serve` execs it from
 # beside isolate), so that the one-shot isolate links none of its
-# dependencies.
+# dependencies. Both embed the box's init as a small executable of its
+# own (tag initbin, isolate/initbin), built first.
 build:
+	@$(WITH_GO) ./scripts/build-init.sh
 	@$(WITH_GO) go build -tags $(TAGS) -trimpath -ldflags '$(LDFLAGS)' -o bin/isolate ./cmd/isolate
 	@$(WITH_GO) go build -tags $(TAGS) -trimpath -ldflags '$(LDFLAGS)' -o bin/isolate-serve ./cmd/isolate-serve
 	@echo "built bin/isolate bin/isolate-serve"
@@ -28,6 +30,7 @@ demo: build
 	./bin/isolate run -t 1 -m 64M -- /bin/sh -c 'echo "hello from $$(hostname) as uid $$(id -u)"'
 
 vet:
+	@$(WITH_GO) ./scripts/build-init.sh
 	@$(WITH_GO) go vet -tags $(TAGS) ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 

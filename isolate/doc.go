@@ -3,7 +3,8 @@
 //
 // The supervisor (the isolate command, in the host's namespaces, as root)
 // takes a box id and starts init: this same binary, re-executed with
-// InitArg, which clones PID 1 into new user, PID, mount, network, IPC and
+// InitArg (or the same C built alone: initexe.go),
+// which clones PID 1 into new user, PID, mount, network, IPC and
 // UTS namespaces and maps its user namespace, while the supervisor creates
 // the box's cgroup. PID 1 builds the box's file system from the supervisor's plan,
 // pivots into it and starts the program as an unprivileged user, inside the

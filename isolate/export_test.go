@@ -3,6 +3,7 @@ package isolate
 import (
 	"strconv"
 	"strings"
+	"testing"
 )
 
 // UnheldBoxCgroups lists the box cgroups no run holds (their box id's
@@ -30,3 +31,15 @@ func UnheldBoxCgroups(h *Host) ([]string, error) {
 	}
 	return left, nil
 }
+
+// StartInitFromSelf makes this process's boxes start their init from
+// /proc/self/exe, as builds without the small init do, until t ends.
+func StartInitFromSelf(t testing.TB) {
+	saved := smallInit
+	smallInit = func() string { return selfExe }
+	t.Cleanup(func() { smallInit = saved })
+}
+
+// SmallInitRefused is how many inits started from /proc/self/exe because
+// the kernel refused the small init.
+func SmallInitRefused() int64 { return smallInitRefused.Load() }

@@ -4,7 +4,8 @@
  * PID 1's control loop; init.h lists the others.
  *
  * It is this same binary, re-executed by the supervisor with
- * ISOLATE_INIT_ARG as argv[1]. It runs from an ELF constructor, before the
+ * ISOLATE_INIT_ARG as argv[1] (or these files built alone:
+ * isolate/initbin). It runs from an ELF constructor, before the
  * Go runtime starts, and never returns to Go: a box pays for no Go
  * start-up, and the program is forked from a process a few hundred
  * kilobytes large (its pre-exec footprint counts in the program's

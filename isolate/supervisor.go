@@ -418,7 +418,7 @@ func (s *supervisor) startInit() error {
 	}
 	s.timer.mark("spawn-prep")
 	argv := []string{"isolate-init", InitArg, strconv.FormatUint(uint64(flags), 10), idMaps(FirstUID + s.lock.id)}
-	pid, err := forkInit("/proc/self/exe", argv, attr)
+	pid, err := forkInitExe(argv, attr)
 	if err != nil {
 		return fmt.Errorf("start init: %w", err)
 	}

@@ -34,15 +34,17 @@ if [ "$mode" = profile ]; then
 		# As `make build` builds it, but with symbols for perf.
 		export PATH="$(./scripts/deps.sh):$PATH"
 		. scripts/cgo-env.sh
-		go build -tags urfave_cli_no_docs,netgo,osusergo -trimpath -o "$tmp/isolate" ./cmd/isolate
+		./scripts/build-init.sh
+		go build -tags urfave_cli_no_docs,netgo,osusergo,initbin -trimpath -o "$tmp/isolate" ./cmd/isolate
 		bin=$tmp/isolate
 	fi
 	hz=10000
 	perf record -q -e cpu-clock -F $hz -g -o "$tmp/perf.data" -- \
 		sh -c 'for i in $(seq '"$runs"'); do "$0" run -- /bin/true 2>/dev/null; done' "$bin" >/dev/null 2>&1
 	# Each sample is 1/hz s of CPU of one process: the supervisor (the
-	# binary's own name), init (re-executed as /proc/self/exe: "exe") or
-	# the program (true). The first matching part of its stack names it.
+	# binary's own name), init (the small init, exec'd as
+	# /proc/self/fd/N: "N"; or /proc/self/exe: "exe") or the program
+	# (true). The first matching part of its stack names it.
 	perf script -i "$tmp/perf.data" 2>/dev/null | awk -v hz=$hz -v runs="$runs" -v sup="$(basename "$bin" | cut -c1-15)" '
 	function part(  s) {
 		s = stack
@@ -73,7 +75,7 @@ if [ "$mode" = profile ]; then
 	}
 	/^[^ \t]/ { comm = $1; stack = ""; depth = 0; next }
 	/^$/ {
-		if (comm == sup) who = "supervisor"; else if (comm == "exe") who = "init"; else if (comm == "true") who = "program"; else { comm = ""; next }
+		if (comm == sup) who = "supervisor"; else if (comm == "exe" || comm ~ /^[0-9]+$/) who = "init"; else if (comm == "true") who = "program"; else { comm = ""; next }
 		n[who " | " part()]++; tot[who]++; all++; comm = ""; next
 	}
 	{ depth++; if (depth == 1) leaf = $2; stack = stack " " $2 }

@@ -7,11 +7,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$(./scripts/deps.sh):$PATH"
 . scripts/cgo-env.sh
-TAGS=urfave_cli_no_docs,netgo,osusergo
+# initbin: every box of a long-running process (the service, the pool and
+# server tests) starts the small init (isolate/initbin), built first.
+TAGS=urfave_cli_no_docs,netgo,osusergo,initbin
 RUNTIME_PKGS=github.com/isolate-sandbox/isolate/isolate,github.com/isolate-sandbox/isolate/cgroup,github.com/isolate-sandbox/isolate/seccomp,github.com/isolate-sandbox/isolate/rootfs
 MIN_COVERAGE=80
 
 [ "$(id -u)" = 0 ] || { echo "test: run as root (the tests use namespaces, cgroups, mounts)" >&2; exit 2; }
+
+echo "== the small init (scripts/build-init.sh)"
+./scripts/build-init.sh
 
 echo "== vet and format"
 go vet -tags "$TAGS" ./...

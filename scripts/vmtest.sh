@@ -105,8 +105,9 @@ mkdir -p "$root"/{bin,dev,proc,sys,tmp,run,newroot,usr/bin,vmtest/t}
 
 say "building isolate, the driver and the probe (static)"
 # A static isolate (libseccomp linked in), as `make build` makes it.
-(. scripts/cgo-env.sh && go build -tags urfave_cli_no_docs,netgo,osusergo -trimpath -o "$root/vmtest/isolate" ./cmd/isolate)
-(. scripts/cgo-env.sh && go build -tags urfave_cli_no_docs,netgo,osusergo -trimpath -o "$root/vmtest/isolate-serve" ./cmd/isolate-serve)
+./scripts/build-init.sh
+(. scripts/cgo-env.sh && go build -tags urfave_cli_no_docs,netgo,osusergo,initbin -trimpath -o "$root/vmtest/isolate" ./cmd/isolate)
+(. scripts/cgo-env.sh && go build -tags urfave_cli_no_docs,netgo,osusergo,initbin -trimpath -o "$root/vmtest/isolate-serve" ./cmd/isolate-serve)
 CGO_ENABLED=0 go build -trimpath -o "$root/vmtest/driver" ./scripts/vmtest/driver
 gcc -O1 -static -pthread -o "$root/vmtest/t/probe" internal/bench/testdata/probe.c
 
