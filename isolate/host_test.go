@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/isolate-sandbox/isolate/api"
@@ -97,18 +98,27 @@ func (c *cancelOnWrite) Write(p []byte) (int, error) {
 
 // Cancelling the context kills the program; the report is XX and says
 // why, with the cause for errors.Is.
+// The program's first output cancels the run: it is killed and accounted
+// for, however soon after its start the cancellation came (the supervisor
+// may not have seen init's "started" yet).
 func TestRunCancelled(t *testing.T) {
 	needRoot(t)
-	ctx, cancel := context.WithCancelCause(context.Background())
-	defer cancel(nil)
-	cause := errors.New("the caller gave up")
-	spec := &api.Spec{Args: []string{"/bin/sh", "-c", "echo started; exec sleep 600"}}
-	rep, err := newHost(t).Run(ctx, spec, isolate.IO{Stdout: &cancelOnWrite{cancel, cause}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep.Status != api.StatusXX || rep.Message != "interrupted: the caller gave up" || !errors.Is(rep.Cause, cause) {
-		t.Errorf("report %s %q cause %v", rep.Status, rep.Message, rep.Cause)
+	h := newHost(t)
+	for i := 0; i < 10; i++ {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cause := errors.New("the caller gave up")
+		spec := &api.Spec{Args: []string{"/bin/sh", "-c", "echo started; exec sleep 600"}}
+		rep, err := h.Run(ctx, spec, isolate.IO{Stdout: &cancelOnWrite{cancel, cause}})
+		cancel(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Status != api.StatusXX || rep.Message != "interrupted: the caller gave up" || !errors.Is(rep.Cause, cause) {
+			t.Errorf("report %s %q cause %v", rep.Status, rep.Message, rep.Cause)
+		}
+		if rep.Signal != int(syscall.SIGKILL) || rep.Stdout != "started\n" {
+			t.Errorf("run %d: the program was not accounted for: signal %d, stdout %q", i, rep.Signal, rep.Stdout)
+		}
 	}
 }
 

@@ -51,11 +51,19 @@ func (b *pendingBox) ready() (pid int, err error) {
 // start sends the command part, files attached (they are the
 // descriptors it names by index), and waits until the program runs:
 // init's "started", or "exited" for a program that could not be started.
+// Once the command is sent, the end of the run's context does not cut
+// that wait short: the program may be running already (its first output
+// may be what made the caller signal), and supervise ends and accounts
+// for it as for any interrupted run, whenever the signal came. Init
+// answers within milliseconds, or setupTimeout ends the wait.
 func (b *pendingBox) start(commandPart *plan, files []*os.File) (initMessage, error) {
+	if err := b.link.ctx.Err(); err != nil {
+		return initMessage{}, interruption(b.link.ctx)
+	}
 	if err := sendWithFiles(b.link.ctl, commandPart.buf, files); err != nil {
 		return initMessage{}, b.link.sendFailed("send the command to init", err)
 	}
-	return b.link.await(msgStarted)
+	return b.link.awaitMessage(msgStarted, nil)
 }
 
 // sendWithFiles writes buf to the stream socket sock, the descriptors of
@@ -97,6 +105,11 @@ func readMessages(r *os.File, out chan<- initMessage) {
 // msgExited does too). A failed step wraps a *StepError; init's death is an
 // error saying how it died.
 func (l *initLink) await(typ string) (initMessage, error) {
+	return l.awaitMessage(typ, l.ctx.Done())
+}
+
+// awaitMessage is await, cut short by done (nil: only by setupTimeout).
+func (l *initLink) awaitMessage(typ string, done <-chan struct{}) (initMessage, error) {
 	timeout := time.NewTimer(setupTimeout)
 	defer timeout.Stop()
 	select {
@@ -117,7 +130,7 @@ func (l *initLink) await(typ string) (initMessage, error) {
 		return m, fmt.Errorf("box setup: unexpected message %q from init", m.Type)
 	case <-timeout.C:
 		return initMessage{}, fmt.Errorf("box setup: init did not answer within %v", setupTimeout)
-	case <-l.ctx.Done():
+	case <-done:
 		return initMessage{}, interruption(l.ctx)
 	}
 }
