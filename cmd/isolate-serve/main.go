@@ -46,9 +46,9 @@ func main() {
 	// small part of a run (the boxes' processes and the kernel's work for
 	// them are the rest), and every further P adds idle threads that spin
 	// and wake: half the CPUs it may use, at least one. On the project's
-	// 2-CPU VMs one P instead of two gave a handed-over run 0.5 ms less
-	// latency and CPU, and two callers a little more throughput
-	// (docs/PERFORMANCE.md).
+	// 2-CPU VMs one P instead of two took 0.3-0.9 ms less CPU per run and
+	// gave as much throughput or more (scripts/ab-service.py,
+	// docs/PERFORMANCE.md).
 	runtime.GOMAXPROCS(max(1, usableCPUs()/2))
 	run := serve
 	if len(os.Args) > 1 && os.Args[1] == "bench" {
