@@ -46,7 +46,7 @@ func main() {
 	// small part of a run (the boxes' processes and the kernel's work for
 	// them are the rest), and every further P adds idle threads that spin
 	// and wake: half the CPUs it may use, at least one. On the project's
-	// 2-CPU VMs one P instead of two took 0.3-0.9 ms less CPU per run and
+	// 2-CPU VMs one P instead of two took up to 1.9 ms less CPU per run and
 	// gave as much throughput or more (scripts/ab-service.py,
 	// docs/PERFORMANCE.md).
 	runtime.GOMAXPROCS(max(1, usableCPUs()/2))
