@@ -44,8 +44,10 @@ class Service:
         self.cli = os.path.join(self.dir, "cli.sock")
         self.log = open(os.path.join(self.dir, "log"), "w")
         self.proc = subprocess.Popen(
-            [os.path.join(self.bindir, "isolate-serve"), "--socket", os.path.join(self.dir, "api.sock"),
-             "--cli-socket", self.cli, "--cli-binary", os.path.join(self.bindir, "isolate"),
+            [os.path.join(self.bindir, "isolate-serve"),
+             "--socket", os.path.join(self.dir, "api.sock"),
+             "--cli-socket", self.cli,
+             "--cli-binary", os.path.join(self.bindir, "isolate"),
              "--store", os.path.join(self.dir, "files")],
             stdout=self.log, stderr=self.log)
         for _ in range(200):
@@ -61,12 +63,13 @@ class Service:
         env = dict(os.environ, ISOLATE_SERVICE_SOCKET=self.cli)
         env.pop("ISOLATE_NO_SERVICE", None)
         start = time.perf_counter()
-        out = subprocess.run([os.path.join(self.bindir, "isolate"), "run", "--json", "--", "/bin/true"],
-                             env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        argv = [os.path.join(self.bindir, "isolate"), "run", "--json", "--", "/bin/true"]
+        out = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         took = time.perf_counter() - start
         report = json.loads(out.stdout)
         if report.get("status") != "OK" or report.get("sandbox", {}).get("via") != "service":
-            raise RuntimeError(f"{self.name}: a run did not go through the service: {out.stdout[:300]!r}")
+            raise RuntimeError(f"{self.name}: a run did not go through the service: "
+                               f"{out.stdout[:300]!r}")
         return took
 
     def stop(self):
@@ -129,7 +132,8 @@ def main():
         for r in range(a.blocks):
             for s in (services if r % 2 == 0 else services[::-1]):
                 med, rate, cpu = block(s, a.runs, a.callers)
-                print(f"{r + 1:>5} {s.name:>5} {med * 1e3:>10.2f} {rate:>8.1f} {cpu * 1e3:>11.2f}", flush=True)
+                print(f"{r + 1:>5} {s.name:>5} {med * 1e3:>10.2f} {rate:>8.1f} {cpu * 1e3:>11.2f}",
+                      flush=True)
     finally:
         for s in services:
             s.stop()
