@@ -11,13 +11,12 @@ import (
 // Peer is the process at the other end of a handover: the caller, as the
 // kernel knows it.
 type Peer struct {
-	PID      int // in the service's PID namespace
 	UID, GID int // effective, when it connected (SO_PEERCRED)
 	Groups   []int
 }
 
 // peerOf asks the kernel who is at the other end of c: the credentials
-// the caller had when it connected, uid, gid and pid (SO_PEERCRED) and
+// the caller had when it connected, uid and gid (SO_PEERCRED) and
 // its supplementary groups (SO_PEERGROUPS, Linux 4.13), both recorded by
 // the kernel at connect, so no later change of the caller, and no
 // process that reused its PID, can stand in for it.
@@ -37,7 +36,7 @@ func peerOf(c *net.UnixConn) (*Peer, error) {
 	if sockErr != nil {
 		return nil, fmt.Errorf("the caller's credentials: %w", sockErr)
 	}
-	return &Peer{PID: int(cred.Pid), UID: int(cred.Uid), GID: int(cred.Gid), Groups: groups}, nil
+	return &Peer{UID: int(cred.Uid), GID: int(cred.Gid), Groups: groups}, nil
 }
 
 // peerGroups reads SO_PEERGROUPS, which x/sys/unix has no getter for: an

@@ -184,6 +184,12 @@ static int append(struct buf *b, const void *data, size_t n) {
 
 static int append_str(struct buf *b, const char *s) { return append(b, s, strlen(s) + 1); }
 
+/* buf_free frees what append took from the heap, if anything. */
+static void buf_free(struct buf *b) {
+	if (b->p != b->stack_buf)
+		free(b->p);
+}
+
 /* build_request lays out header and body (doc.go of package handover). */
 static int build_request(struct buf *b, const char *build, const char *cwd, const char *cpus, const char *mask,
                          int argc, char **argv, char **envp) {
@@ -459,16 +465,14 @@ static void hand_over(int argc, char **argv, char **envp) {
 	    read_full(sock, ans, sizeof ans) < 0 || ans[0] != HANDOVER_ACCEPTED) {
 		/* Declined (the reason follows; nobody needs it here), or no
 		 * answer: the service did nothing. */
-		if (req.p != stack_buf)
-			free(req.p);
+		buf_free(&req);
 		if (dir >= 0)
 			close(dir);
 		close(sock);
 		sigprocmask(SIG_SETMASK, &caller_mask, NULL);
 		return;
 	}
-	if (req.p != stack_buf)
-		free(req.p);
+	buf_free(&req);
 	close(dir);
 	/* This process stands for the run: it shows the caller's affinity, as
 	 * an in-process supervisor does once Go restored it. */
