@@ -36,6 +36,8 @@ type Host struct {
 
 	// pool holds boxes built ahead (pool.go); nil: none.
 	pool atomic.Pointer[pool]
+
+	lastSweep atomic.Int64 // UnixNano of the last sweep (host_sweep.go)
 }
 
 // NewHost prepares the host with cfg; nil reads the configuration

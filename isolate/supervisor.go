@@ -315,7 +315,9 @@ func (s *supervisor) createCgroup() {
 			return
 		}
 		r.mode = mgr.Mode()
-		sweepStale(mgr, id)
+		if host.sweepDue(start) {
+			sweepStale(mgr, id)
+		}
 		if r.box, r.err = mgr.Create(cgroupName(id), limits); r.err != nil {
 			return
 		}
