@@ -1,6 +1,9 @@
 package isolate
 
-import "os"
+import (
+	"os"
+	"sync"
+)
 
 // capture reads one output stream of the program to its end: it keeps the
 // first limit bytes, reads and drops the rest (so the program never blocks
@@ -12,12 +15,18 @@ type capture struct {
 	done      chan struct{}
 }
 
+// chunks are the captures' read buffers, reused: a fresh 64 KiB per
+// stream per run was cleared memory and garbage on every run of a service.
+var chunks = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+
 func startCapture(r *os.File, limit int64, tee interface{ Write([]byte) (int, error) }) *capture {
 	c := &capture{limit: limit, done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
 		defer r.Close()
-		chunk := make([]byte, 64<<10)
+		buf := chunks.Get().(*[]byte)
+		defer chunks.Put(buf)
+		chunk := *buf
 		teeFailed := false
 		for {
 			n, err := r.Read(chunk)
