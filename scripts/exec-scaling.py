@@ -27,7 +27,8 @@ def loop(cpu, seconds, out):
         os.waitpid(pid, 0)
         n += 1
     after = os.times()
-    cpu_s = (after.children_user + after.children_system) - (before.children_user + before.children_system)
+    cpu_s = (after.children_user + after.children_system
+             - before.children_user - before.children_system)
     out.put((n, cpu_s))
 
 
@@ -52,8 +53,10 @@ def main():
     if len(mine) < 2:
         raise SystemExit("needs two CPUs")
     a, b = mine[0], mine[1]
-    print(f"bare exec of /bin/true, {args.seconds:g} s per case (runs/s of all loops; children's CPU ms per run)")
-    for name, cpus in (("one loop", [a]), ("two loops, two CPUs", [a, b]), ("two loops, one CPU", [a, a])):
+    print(f"bare exec of /bin/true, {args.seconds:g} s per case "
+          "(runs/s of all loops; children's CPU ms per run)")
+    cases = (("one loop", [a]), ("two loops, two CPUs", [a, b]), ("two loops, one CPU", [a, a]))
+    for name, cpus in cases:
         rate, cpu = measure(cpus, args.seconds)
         print(f"  {name:22s} {rate:8.0f} {cpu:8.2f}")
 
