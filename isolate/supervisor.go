@@ -472,6 +472,10 @@ func (s *supervisor) buildBox() error {
 // startProgram sends the command part with files and waits until the
 // program runs (or could not be started).
 func (s *supervisor) startProgram(box *pendingBox, cmd *plan, files []*os.File) error {
+	// The run's goroutines made ready meanwhile (output captures, init's
+	// reader) run to their first wait now: after the command they would
+	// hold this thread's CPU while init, woken onto it, waits.
+	runtime.Gosched()
 	m, err := box.start(cmd, files)
 	if s.claimed == nil {
 		// (A claimed box's end closes them, off the run's path.)
