@@ -1,0 +1,125 @@
+#!/bin/bash
+# The machine's own costs that bound a box's (docs/PERFORMANCE.md, "Session E"):
+#   wake-ups: two processes pinned to two CPUs ping-pong a byte through
+#     pipes, back to back and with the other CPU left idle 2 ms between
+#     trips (a halted CPU of a VM wakes through the hypervisor);
+#   namespaces: clone of a child that exits at once, 400 times, with each
+#     namespace a box makes; CPU of the whole machine from /proc/stat (the
+#     kernel's deferred cleanup included), per clone.
+# Root (the namespaces); two CPUs. Builds two small C programs in a temporary
+# directory with the project's C compiler (scripts/cgo-env.sh) and removes it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/cgo-env.sh
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+cat >"$work/wake.c" <<'EOF'
+#define _GNU_SOURCE
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/wait.h>
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e3 + t.tv_nsec / 1e6; }
+static void pin(int c) { cpu_set_t s; CPU_ZERO(&s); CPU_SET(c, &s); sched_setaffinity(0, sizeof s, &s); }
+static int cmp(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
+int main(int argc, char **argv) {
+	int self = atoi(argv[1]), other = atoi(argv[2]), gap_us = atoi(argv[3]);
+	int a[2], b[2];
+	char c = 0;
+	if (pipe(a) || pipe(b)) return 1;
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(a[1]); close(b[0]); pin(other);
+		while (read(a[0], &c, 1) == 1) if (write(b[1], &c, 1) != 1) break;
+		_exit(0);
+	}
+	close(a[0]); close(b[1]); pin(self);
+	enum { N = 400 };
+	double s[N];
+	for (int i = 0; i < N; i++) {
+		if (gap_us) usleep(gap_us);
+		double t = now();
+		if (write(a[1], &c, 1) != 1 || read(b[0], &c, 1) != 1) return 1;
+		s[i] = now() - t;
+	}
+	close(a[1]); waitpid(pid, NULL, 0);
+	qsort(s, N, sizeof s[0], cmp);
+	printf("  CPUs %d<->%d, %4d us apart: round trip median %.3f ms, p90 %.3f\n", self, other, gap_us, s[N / 2], s[N * 9 / 10]);
+	return 0;
+}
+EOF
+
+cat >"$work/ns.c" <<'EOF'
+#define _GNU_SOURCE
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+static unsigned long long busy_ticks(void) {
+	unsigned long long v[8] = {0};
+	FILE *f = fopen("/proc/stat", "r");
+	if (!f || fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) != 8) exit(1);
+	fclose(f);
+	return v[0] + v[1] + v[2] + v[5] + v[6]; /* user nice system irq softirq */
+}
+static int tmpfs_mounts;
+static char stack[1 << 16];
+static int child(void *arg) {
+	(void)arg;
+	for (int i = 0; i < tmpfs_mounts; i++)
+		if (mount("tmpfs", "/tmp", "tmpfs", 0, "size=1m")) return 1;
+	return 0;
+}
+int main(int argc, char **argv) {
+	int flags = (int)strtol(argv[1], NULL, 0);
+	tmpfs_mounts = atoi(argv[2]);
+	enum { N = 400 };
+	unsigned long long t0 = busy_ticks();
+	for (int i = 0; i < N; i++) {
+		pid_t p = clone(child, stack + sizeof stack, flags | SIGCHLD, NULL);
+		if (p < 0) { perror("clone"); return 1; }
+		int ws;
+		waitpid(p, &ws, 0);
+		if (!WIFEXITED(ws) || WEXITSTATUS(ws)) { fprintf(stderr, "child failed\n"); return 1; }
+	}
+	usleep(300000); /* the deferred cleanup (network namespaces) */
+	unsigned long long t1 = busy_ticks();
+	printf("%.3f\n", (t1 - t0) * 1000.0 / sysconf(_SC_CLK_TCK) / N);
+	return 0;
+}
+EOF
+
+$CC -O2 -static -o "$work/wake" "$work/wake.c"
+$CC -O2 -static -o "$work/ns" "$work/ns.c"
+cpus=($(python3 -c 'import os; print(*sorted(os.sched_getaffinity(0))[:2])'))
+echo "wake-ups (400 round trips each)"
+"$work/wake" "${cpus[0]}" "${cpus[0]}" 0
+"$work/wake" "${cpus[0]}" "${cpus[1]}" 0
+"$work/wake" "${cpus[0]}" "${cpus[0]}" 2000
+"$work/wake" "${cpus[0]}" "${cpus[1]}" 2000
+echo "namespaces: machine CPU ms per clone+exit (400 clones; median of 3 interleaved rounds; others' work counts too)"
+cases=("no new namespace:0:0" "network:0x40000000:0" "mount:0x20000:0" "mount + 4 tmpfs mounts:0x20000:4"
+	"user:0x10000000:0" "PID:0x20000000:0" "IPC:0x08000000:0" "UTS:0x04000000:0")
+for round in 1 2 3; do
+	for c in "${cases[@]}"; do
+		IFS=: read -r name flags mounts <<<"$c"
+		echo "$name:$("$work/ns" "$flags" "$mounts")"
+	done
+done | python3 -c '
+import statistics, sys
+runs = {}
+for line in sys.stdin:
+    name, v = line.rstrip().rsplit(":", 1)
+    runs.setdefault(name, []).append(float(v))
+base = statistics.median(runs["no new namespace"])
+for name, vs in runs.items():
+    m = statistics.median(vs)
+    extra = "" if name == "no new namespace" else f"  ({m - base:+.3f})"
+    print(f"  {name:28s} {m:6.3f}{extra}")
+'
