@@ -1,12 +1,14 @@
 #!/bin/bash
 # The machine's own costs that bound a box's (docs/PERFORMANCE.md, "Session E"):
+#   both CPUs at once: an arithmetic loop and a page-fault loop, alone and
+#     one on each CPU (what scripts/exec-scaling.py sees for execs);
 #   wake-ups: two processes pinned to two CPUs ping-pong a byte through
 #     pipes, back to back and with the other CPU left idle 2 ms between
 #     trips (a halted CPU of a VM wakes through the hypervisor);
 #   namespaces: clone of a child that exits at once, 400 times, with each
 #     namespace a box makes; CPU of the whole machine from /proc/stat (the
 #     kernel's deferred cleanup included), per clone.
-# Root (the namespaces); two CPUs. Builds two small C programs in a temporary
+# Root (the namespaces); two CPUs. Builds three small C programs in a temporary
 # directory with the project's C compiler (scripts/cgo-env.sh) and removes it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,6 +50,31 @@ int main(int argc, char **argv) {
 	close(a[1]); waitpid(pid, NULL, 0);
 	qsort(s, N, sizeof s[0], cmp);
 	printf("  CPUs %d<->%d, %4d us apart: round trip median %.3f ms, p90 %.3f\n", self, other, gap_us, s[N / 2], s[N * 9 / 10]);
+	return 0;
+}
+EOF
+
+cat >"$work/load.c" <<'EOF'
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <sys/mman.h>
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
+int main(int argc, char **argv) {
+	double t = now();
+	if (argc > 1 && strcmp(argv[1], "arith") == 0) {
+		volatile unsigned long x = 0;
+		for (unsigned long i = 0; i < 800000000UL; i++) x += i;
+	} else { /* 200 x 1024 page faults on fresh anonymous memory */
+		for (int r = 0; r < 200; r++) {
+			char *p = mmap(NULL, 4 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			if (p == MAP_FAILED) return 1;
+			for (int i = 0; i < (4 << 20); i += 4096) p[i] = 1;
+			munmap(p, 4 << 20);
+		}
+	}
+	printf("%.3f", now() - t);
 	return 0;
 }
 EOF
@@ -97,7 +124,16 @@ EOF
 
 $CC -O2 -static -o "$work/wake" "$work/wake.c"
 $CC -O2 -static -o "$work/ns" "$work/ns.c"
+$CC -O1 -static -o "$work/load" "$work/load.c"
 cpus=($(python3 -c 'import os; print(*sorted(os.sched_getaffinity(0))[:2])'))
+echo "both CPUs at once (seconds: alone; then one on each CPU at once)"
+for kind in arith faults; do
+	alone=$(taskset -c "${cpus[0]}" "$work/load" $kind)
+	taskset -c "${cpus[0]}" "$work/load" $kind >"$work/a" &
+	taskset -c "${cpus[1]}" "$work/load" $kind >"$work/b"
+	wait
+	printf '  %-7s %s; %s and %s\n' "$kind" "$alone" "$(cat "$work/a")" "$(cat "$work/b")"
+done
 echo "wake-ups (400 round trips each)"
 "$work/wake" "${cpus[0]}" "${cpus[0]}" 0
 "$work/wake" "${cpus[0]}" "${cpus[1]}" 0
