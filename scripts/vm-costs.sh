@@ -5,10 +5,13 @@
 #   wake-ups: two processes pinned to two CPUs ping-pong a byte through
 #     pipes, back to back and with the other CPU left idle 2 ms between
 #     trips (a halted CPU of a VM wakes through the hypervisor);
+#   an init forked against one executed: vfork + exec of isolate-init
+#     (scripts/build-init.sh) + exit, against fork + exit of a small static
+#     process, 500 each, CPU of this process and its children;
 #   namespaces: clone of a child that exits at once, 400 times, with each
 #     namespace a box makes; CPU of the whole machine from /proc/stat (the
 #     kernel's deferred cleanup included), per clone.
-# Root (the namespaces); two CPUs. Builds three small C programs in a temporary
+# Root (the namespaces); two CPUs. Builds four small C programs in a temporary
 # directory with the project's C compiler (scripts/cgo-env.sh) and removes it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -79,6 +82,47 @@ int main(int argc, char **argv) {
 }
 EOF
 
+cat >"$work/forkexec.c" <<'EOF'
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+static char data[300 << 10];
+static double cpu_ms(void) {
+	struct rusage s, c;
+	getrusage(RUSAGE_SELF, &s);
+	getrusage(RUSAGE_CHILDREN, &c);
+	return (s.ru_utime.tv_sec + s.ru_stime.tv_sec + c.ru_utime.tv_sec + c.ru_stime.tv_sec) * 1e3 +
+	       (s.ru_utime.tv_usec + s.ru_stime.tv_usec + c.ru_utime.tv_usec + c.ru_stime.tv_usec) / 1e3;
+}
+int main(int argc, char **argv) {
+	const char *init = argc > 1 ? argv[1] : NULL;
+	int null = open("/dev/null", O_WRONLY);
+	enum { N = 500 };
+	double t = cpu_ms();
+	for (int i = 0; i < N; i++) {
+		pid_t p;
+		if (init) {
+			if ((p = vfork()) == 0) {
+				dup2(null, 2);
+				execl(init, init, (char *)NULL);
+				_exit(127);
+			}
+		} else if ((p = fork()) == 0) {
+			for (int k = 0; k < 12; k++) /* a few pages written, as an init writes */
+				data[k * 4096] = 1;
+			_exit(0);
+		}
+		waitpid(p, NULL, 0);
+	}
+	printf("%.3f", (cpu_ms() - t) / N);
+	return 0;
+}
+EOF
+
 cat >"$work/ns.c" <<'EOF'
 #define _GNU_SOURCE
 #include <sched.h>
@@ -125,6 +169,7 @@ EOF
 $CC -O2 -static -o "$work/wake" "$work/wake.c"
 $CC -O2 -static -o "$work/ns" "$work/ns.c"
 $CC -O1 -static -o "$work/load" "$work/load.c"
+$CC -O2 -static -o "$work/forkexec" "$work/forkexec.c"
 cpus=($(python3 -c 'import os; print(*sorted(os.sched_getaffinity(0))[:2])'))
 echo "both CPUs at once (seconds: alone; then one on each CPU at once)"
 for kind in arith faults; do
@@ -134,6 +179,15 @@ for kind in arith faults; do
 	wait
 	printf '  %-7s %s; %s and %s\n' "$kind" "$alone" "$(cat "$work/a")" "$(cat "$work/b")"
 done
+if [ -x isolate/initbin/isolate-init ]; then
+	echo "an init executed against one forked (CPU ms each, 500 each, twice)"
+	for round in 1 2; do
+		printf '  vfork + exec of isolate-init + exit %s; fork + exit %s\n' \
+			"$("$work/forkexec" isolate/initbin/isolate-init)" "$("$work/forkexec")"
+	done
+else
+	echo "(no isolate/initbin/isolate-init: scripts/build-init.sh builds it)"
+fi
 echo "wake-ups (400 round trips each)"
 "$work/wake" "${cpus[0]}" "${cpus[0]}" 0
 "$work/wake" "${cpus[0]}" "${cpus[1]}" 0
