@@ -7,8 +7,9 @@ Runs loops of posix_spawn + waitpid of /bin/true for SECONDS: one loop
 alone, two loops on two different CPUs, two loops on one CPU. Prints the
 runs per second of all loops together and the children's CPU per run.
 docs/PERFORMANCE.md quotes it: on the project's 2-CPU VMs the second CPU
-makes every exec dearer (page-table work that the hypervisor serializes),
-which bounds what running boxes side by side can gain.
+makes every exec dearer (address-space work goes through the hypervisor,
+which by these figures serializes it), which bounds what running boxes
+side by side can gain.
 """
 import argparse
 import multiprocessing
