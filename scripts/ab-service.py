@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """A/B of two builds of the service, as docs/PERFORMANCE.md measures them.
 
-    scripts/ab-service.py OLD_DIR NEW_DIR [--blocks 4] [--runs 100] [--callers 1]
+    scripts/ab-service.py OLD_DIR NEW_DIR [--blocks 4] [--runs 100] [--callers 1] [--gap MS]
 
 Each DIR holds an `isolate` and an `isolate-serve` (`make build`'s bin/,
 copied aside). Both services start side by side on sockets of their own
 (--cli-socket taking their own isolate's runs); then, in alternating
 blocks whose order flips every round, each block hands RUNS
-`isolate run --json -- /bin/true` to one of them (20 ms apart with one
-caller, back to back with more) and reports the median latency from spawn
-to reap, the runs per second, and the service's CPU per run: utime,
+`isolate run --json -- /bin/true` to one of them (--gap ms apart with one
+caller, default 20, 0 for back to back; back to back with more) and
+reports the median latency from spawn to reap, the median setup_time of
+the reports, the runs per second, and the service's CPU per run: utime,
 stime, cutime and cstime of /proc/PID/stat, so the service with the boxes
 it reaped. Every run must say it went through the service (sandbox.via).
 Stops both services and removes their directories, whatever happens.
@@ -70,7 +71,7 @@ class Service:
         if report.get("status") != "OK" or report.get("sandbox", {}).get("via") != "service":
             raise RuntimeError(f"{self.name}: a run did not go through the service: "
                                f"{out.stdout[:300]!r}")
-        return took
+        return took, report["sandbox"]["setup_time"]
 
     def stop(self):
         if self.proc.poll() is None:
@@ -84,17 +85,19 @@ class Service:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def block(svc, runs, callers):
-    """One block: (median latency s, runs/s, CPU s per run)."""
-    times, errors = [], []
+def block(svc, runs, callers, gap):
+    """One block: (median latency s, median setup s, runs/s, CPU s per run)."""
+    times, setups, errors = [], [], []
     cpu0, t0 = service_cpu(svc.proc.pid), time.perf_counter()
 
     def caller(n):
         try:
             for _ in range(n):
-                times.append(svc.run_once())
-                if callers == 1:
-                    time.sleep(0.02)  # the pool refills between runs, as between a judge's tests
+                took, setup = svc.run_once()
+                times.append(took)
+                setups.append(setup)
+                if callers == 1 and gap > 0:
+                    time.sleep(gap)  # the pool refills between runs
         except Exception as e:  # reported below, after the other callers
             errors.append(e)
 
@@ -106,7 +109,7 @@ def block(svc, runs, callers):
     if errors:
         raise errors[0]
     wall, cpu = time.perf_counter() - t0, service_cpu(svc.proc.pid) - cpu0
-    return statistics.median(times), len(times) / wall, cpu / len(times)
+    return statistics.median(times), statistics.median(setups), len(times) / wall, cpu / len(times)
 
 
 def main():
@@ -116,9 +119,11 @@ def main():
     ap.add_argument("--blocks", type=int, default=4)
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--callers", type=int, default=1)
+    ap.add_argument("--gap", type=float, default=20, help="ms between one caller's runs")
     a = ap.parse_args()
-    if a.blocks < 1 or a.runs < a.callers or a.callers < 1:
-        sys.exit("ab-service: --blocks and --callers at least 1, --runs at least --callers")
+    if a.blocks < 1 or a.runs < a.callers or a.callers < 1 or not 0 <= a.gap < 60000:
+        sys.exit("ab-service: --blocks and --callers at least 1, --runs at least --callers, "
+                 "--gap from 0 to 60000")
     services = []
     try:
         for name, bindir in (("old", a.old), ("new", a.new)):
@@ -126,14 +131,16 @@ def main():
         for s in services:  # warm: the pool, the page cache
             for _ in range(10):
                 s.run_once()
+        spacing = f"{a.gap:g} ms apart" if a.callers == 1 and a.gap > 0 else "back to back"
         print(f"{a.blocks} rounds of {a.runs} handed-over `isolate run -- /bin/true` per build, "
-              f"{a.callers} caller(s), order flipped each round")
-        print(f"{'round':>5} {'build':>5} {'median ms':>10} {'runs/s':>8} {'CPU ms/run':>11}")
+              f"{a.callers} caller(s), runs {spacing}, order flipped each round")
+        print(f"{'round':>5} {'build':>5} {'median ms':>10} {'setup ms':>9} {'runs/s':>8} "
+              f"{'CPU ms/run':>11}")
         for r in range(a.blocks):
             for s in (services if r % 2 == 0 else services[::-1]):
-                med, rate, cpu = block(s, a.runs, a.callers)
-                print(f"{r + 1:>5} {s.name:>5} {med * 1e3:>10.2f} {rate:>8.1f} {cpu * 1e3:>11.2f}",
-                      flush=True)
+                med, setup, rate, cpu = block(s, a.runs, a.callers, a.gap / 1e3)
+                print(f"{r + 1:>5} {s.name:>5} {med * 1e3:>10.2f} {setup * 1e3:>9.2f} "
+                      f"{rate:>8.1f} {cpu * 1e3:>11.2f}", flush=True)
     finally:
         for s in services:
             s.stop()
