@@ -32,6 +32,9 @@ type Invocation struct {
 	Caller  *Peer
 	// Signals are the signals the CLI got during the run, in order.
 	Signals <-chan syscall.Signal
+	// HungUp is closed once the CLI, told its exit, has closed the
+	// connection (or died): work left after the run may start then.
+	HungUp <-chan struct{}
 }
 
 // Exit is how the CLI ends: exit with Code, or die of Signal if not 0.
@@ -56,6 +59,10 @@ const (
 // ErrCallerGone is the cause of a run's context when the caller's
 // connection closed before its exit.
 var ErrCallerGone = errors.New("the caller is gone")
+
+// hangUpWait bounds how long a connection stays open after the exit was
+// sent, for the CLI to exit and close its end.
+const hangUpWait = time.Second
 
 // requestTimeout bounds how long a client may take to send its request:
 // the CLI sends it at once.
@@ -210,11 +217,15 @@ func (s *Server) handle(c *net.UnixConn) {
 	ctx, cancel := context.WithCancelCause(s.ctx)
 	defer cancel(nil)
 	sigs := make(chan syscall.Signal, 8)
-	go relaySignals(ctx, c, sigs, cancel)
+	hungUp := make(chan struct{})
+	go func() {
+		relaySignals(ctx, c, sigs, cancel)
+		close(hungUp)
+	}()
 	exit := s.run(ctx, &Invocation{
 		Args: req.args, Env: req.env, Dir: req.dir, DirFile: files[3],
 		Stdin: files[0], Stdout: files[1], Stderr: files[2],
-		Caller: peer, Signals: sigs,
+		Caller: peer, Signals: sigs, HungUp: hungUp,
 	})
 	gone := context.Cause(ctx) == ErrCallerGone // before the caller, told, hangs up
 	if _, err := c.Write(answer(tagExit, int32(exit.Code), int32(exit.Signal))); err != nil || gone {
@@ -222,6 +233,9 @@ func (s *Server) handle(c *net.UnixConn) {
 		return
 	}
 	s.tell(OutcomeCompleted)
+	// Told its exit, the CLI exits: its end of the connection closes.
+	c.SetReadDeadline(time.Now().Add(hangUpWait))
+	<-hungUp
 }
 
 // relaySignals passes the signal bytes the client sends on to sigs, and

@@ -5,7 +5,8 @@ package isolate
 // box id held, cgroup made (no limits yet), namespaces and file system
 // built, init said "ready". A run whose box part matches a ready box
 // claims it, sets its limits, sends its command and streams; it is never
-// used again, and ends in the background once the run has its report.
+// used again, and ends in the background once the run has its report and,
+// when the front end says so (EndAfter), once the caller has its answer.
 // A run with no ready box builds its own (the one-shot path): it never
 // waits on a build.
 
@@ -207,7 +208,7 @@ func (p *pool) claim(pr *Prepared) *builtBox {
 		}
 		// Killed while it waited (by the OOM killer, by an operator):
 		// never handed out.
-		p.goEnd(func() error { b.s.teardown(); return nil })
+		p.goEnd(func() error { b.s.teardown(); return nil }, nil)
 	}
 	p.fill()
 	return nil
@@ -290,7 +291,7 @@ func (p *pool) evictFor(sl *poolSlot) bool {
 	b := victim.ready[0]
 	victim.ready = victim.ready[1:]
 	p.total--
-	p.goEnd(func() error { b.s.teardown(); return nil })
+	p.goEnd(func() error { b.s.teardown(); return nil }, nil)
 	return true
 }
 
@@ -418,14 +419,38 @@ func (p *pool) janitor() {
 	}
 }
 
-// endInBackground runs end, the end of a claimed box, in the background
-// (nil-safe: with no pool, or a stopped one, at once). StopPool waits for
-// it.
-func (p *pool) endInBackground(end func() error) {
+// callerWait bounds how long a claimed box's end waits for its caller
+// (EndAfter): the front ends close the channel within milliseconds.
+const callerWait = time.Second
+
+type endAfterKey struct{}
+
+// EndAfter returns a context for runs whose front end closes answered once
+// the caller has what it waited for (the CLI that handed its run over has
+// exited, the HTTP answer is sent). A box the pool built ahead then ends
+// after that, not while the caller still waits: a box's end (its init
+// exiting, the kernel dropping its namespaces and mounts, the cgroup
+// removed, a new box built in its place) is a few milliseconds of CPU,
+// and it took the CPUs from the caller's last steps.
+func EndAfter(ctx context.Context, answered <-chan struct{}) context.Context {
+	return context.WithValue(ctx, endAfterKey{}, answered)
+}
+
+// endAfter is the channel EndAfter gave ctx, or nil.
+func endAfter(ctx context.Context) <-chan struct{} {
+	ch, _ := ctx.Value(endAfterKey{}).(<-chan struct{})
+	return ch
+}
+
+// endInBackground runs end, the end of a claimed box, in the background,
+// once after is closed (nil: at once; see EndAfter), the pool stops, or
+// callerWait has passed. Nil-safe: with no pool, or a stopped one, end
+// runs at once. StopPool waits for it.
+func (p *pool) endInBackground(end func() error, after <-chan struct{}) {
 	if p != nil {
 		p.mu.Lock()
 		if !p.stopped {
-			p.goEnd(end)
+			p.goEnd(end, after)
 			p.mu.Unlock()
 			return
 		}
@@ -434,12 +459,22 @@ func (p *pool) endInBackground(end func() error) {
 	reportEnd(end())
 }
 
-// goEnd runs end in the background, then resumes building (p.mu held,
-// the pool not stopped: StopPool waits for it).
-func (p *pool) goEnd(end func() error) {
+// goEnd runs end in the background once after is closed (as
+// endInBackground), then resumes building (p.mu held, the pool not
+// stopped: StopPool waits for it).
+func (p *pool) goEnd(end func() error, after <-chan struct{}) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
+		if after != nil {
+			wait := time.NewTimer(callerWait)
+			select {
+			case <-after:
+			case <-p.stop:
+			case <-wait.C:
+			}
+			wait.Stop()
+		}
 		reportEnd(end())
 		p.mu.Lock()
 		p.fill()

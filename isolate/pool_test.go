@@ -238,3 +238,79 @@ func TestPoolSkipsDeadBoxes(t *testing.T) {
 		t.Fatalf("the pool did not recover: %v %s %q", err, rep.Status, rep.Message)
 	}
 }
+
+// running tells whether process pid exists and has not exited (a zombie
+// has).
+func running(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	i := strings.LastIndexByte(string(b), ')')
+	return err == nil && i > 0 && !strings.HasPrefix(string(b[i+1:]), " Z")
+}
+
+// A claimed box whose run's context carries EndAfter is kept (its init
+// waits) until the channel closes, then ends; a channel never closed
+// holds it at most a second, and StopPool does not wait for it.
+func TestPoolEndsAfterTheCaller(t *testing.T) {
+	checkNothingLeft(t)
+	run := func(t *testing.T, h *isolate.Host, answered chan struct{}) []int {
+		t.Helper()
+		awaitReady(t, h)
+		// With Max 1 the claimed box is replaced only once it has
+		// ended: until then the children are its init.
+		rep, err := h.Run(isolate.EndAfter(context.Background(), answered), &api.Spec{Args: []string{"/bin/true"}}, isolate.IO{})
+		if err != nil || rep.Status != api.StatusOK || !claimed(rep) {
+			t.Fatalf("%v %+v", err, rep)
+		}
+		box := children()
+		if len(box) == 0 {
+			t.Fatal("the claimed box ended before its caller had its answer")
+		}
+		return box
+	}
+	gone := func(t *testing.T, box []int) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			left := 0
+			for _, pid := range box {
+				if running(pid) {
+					left++
+				}
+			}
+			if left == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the claimed box's init %v did not end", box)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	t.Run("answered", func(t *testing.T) {
+		h := pooledHost(t, isolate.PoolConfig{Max: 1})
+		answered := make(chan struct{})
+		box := run(t, h, answered)
+		// Without EndAfter init exits by itself at once; held, it is
+		// still there a while later.
+		time.Sleep(100 * time.Millisecond)
+		for _, pid := range box {
+			if !running(pid) {
+				t.Fatalf("init %d ended before the caller had its answer", pid)
+			}
+		}
+		close(answered)
+		gone(t, box)
+	})
+	t.Run("never answered", func(t *testing.T) {
+		h := pooledHost(t, isolate.PoolConfig{Max: 1})
+		gone(t, run(t, h, make(chan struct{})))
+	})
+	t.Run("pool stopped", func(t *testing.T) {
+		h := pooledHost(t, isolate.PoolConfig{Max: 1})
+		run(t, h, make(chan struct{}))
+		h.StopPool()
+		if err := leftBehind(h); err != nil {
+			t.Error(err)
+		}
+	})
+}

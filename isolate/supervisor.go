@@ -738,7 +738,9 @@ func (s *supervisor) commandPlan() *plan {
 	if sp.StderrToStdout {
 		p.stderrToStdout()
 	}
-	if len(sp.CopyOut) > 0 {
+	// Init keeps the box for copy-out, or while its end waits for the
+	// caller (EndAfter): its exit is most of that end.
+	if len(sp.CopyOut) > 0 || (s.claimed != nil && endAfter(s.ctx) != nil) {
 		p.hold()
 	}
 	return p
@@ -1087,7 +1089,7 @@ func (s *supervisor) teardown() {
 		}
 		s.collect()
 		s.timer.mark("collect")
-		s.host.pool.Load().endInBackground(s.detachBox())
+		s.host.pool.Load().endInBackground(s.detachBox(), endAfter(s.ctx))
 		return
 	}
 	closeAll(s.placement)

@@ -187,7 +187,19 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, n int) (ctx conte
 		writeError(w, statusOf(err), err)
 		return nil, nil, false
 	}
-	return ctx, func() { s.queue.release(n); cancel(); s.inflight.Done() }, true
+	// The request's boxes end once its answer is sent (isolate.EndAfter):
+	// done sends what the answer still buffers first.
+	answered := make(chan struct{})
+	end := func() {
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+		close(answered)
+		s.queue.release(n)
+		cancel()
+		s.inflight.Done()
+	}
+	return isolate.EndAfter(ctx, answered), end, true
 }
 
 // requestContext is the request's context (cancelled when its client goes

@@ -85,7 +85,8 @@ func listenCLI(o *options, gid int, host *isolate.Host) (*cliService, error) {
 // the caller's rights.
 func runHandedOver(host *isolate.Host) handover.Runner {
 	return func(ctx context.Context, inv *handover.Invocation) handover.Exit {
-		x := cmdline.Main(ctx, &cmdline.Invocation{
+		// The box ends once the CLI has exited, off its last steps.
+		x := cmdline.Main(isolate.EndAfter(ctx, inv.HungUp), &cmdline.Invocation{
 			Args: inv.Args, Env: inv.Env, Dir: callerDir(inv),
 			Stdin: inv.Stdin, Stdout: inv.Stdout, Stderr: inv.Stderr,
 			Caller:  &isolate.Cred{UID: inv.Caller.UID, GID: inv.Caller.GID, Groups: inv.Caller.Groups},
