@@ -6,11 +6,13 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -250,11 +252,16 @@ func writeError(w http.ResponseWriter, code int, err error) {
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
+	// With its length known the answer goes out whole at the request's
+	// end (admit's flush), not chunked with its last chunk after it.
+	var body bytes.Buffer
+	enc := json.NewEncoder(&body)
 	enc.SetEscapeHTML(false)
 	enc.Encode(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(body.Len()))
+	w.WriteHeader(code)
+	w.Write(body.Bytes())
 }
 
 // statusOf is the HTTP status of a request's error: the client's mistake
