@@ -33,7 +33,8 @@ type Invocation struct {
 	// Signals are the signals the CLI got during the run, in order.
 	Signals <-chan syscall.Signal
 	// HungUp is closed once the CLI, told its exit, has closed the
-	// connection (or died): work left after the run may start then.
+	// connection (or died; at most hangUpWait after the exit was sent):
+	// work left after the run may start then.
 	HungUp <-chan struct{}
 }
 

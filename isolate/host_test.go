@@ -97,10 +97,10 @@ func (c *cancelOnWrite) Write(p []byte) (int, error) {
 }
 
 // Cancelling the context kills the program; the report is XX and says
-// why, with the cause for errors.Is.
-// The program's first output cancels the run: it is killed and accounted
-// for, however soon after its start the cancellation came (the supervisor
-// may not have seen init's "started" yet).
+// why, with the cause for errors.Is. Here the program's first output
+// cancels the run: it is killed and accounted for, however soon after its
+// start the cancellation came (the supervisor may not have seen init's
+// "started" yet).
 func TestRunCancelled(t *testing.T) {
 	needRoot(t)
 	h := newHost(t)

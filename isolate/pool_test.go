@@ -72,6 +72,14 @@ func children() []int {
 	return kids
 }
 
+// running tells whether process pid exists and has not exited (a zombie
+// has).
+func running(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	i := strings.LastIndexByte(string(b), ')')
+	return err == nil && i > 0 && !strings.HasPrefix(string(b[i+1:]), " Z")
+}
+
 // awaitReady waits until the pool has a box ready.
 func awaitReady(t *testing.T, h *isolate.Host) {
 	t.Helper()
@@ -220,11 +228,7 @@ func TestPoolSkipsDeadBoxes(t *testing.T) {
 	}
 	// Dead (a zombie until the pool reaps it), not dying.
 	for _, pid := range killed {
-		for {
-			b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-			if i := strings.LastIndexByte(string(b), ')'); err != nil || (i > 0 && strings.HasPrefix(string(b[i+1:]), " Z")) {
-				break
-			}
+		for running(pid) {
 			time.Sleep(time.Millisecond)
 		}
 	}
@@ -237,14 +241,6 @@ func TestPoolSkipsDeadBoxes(t *testing.T) {
 	if err != nil || rep.Status != api.StatusOK || !claimed(rep) {
 		t.Fatalf("the pool did not recover: %v %s %q", err, rep.Status, rep.Message)
 	}
-}
-
-// running tells whether process pid exists and has not exited (a zombie
-// has).
-func running(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	i := strings.LastIndexByte(string(b), ')')
-	return err == nil && i > 0 && !strings.HasPrefix(string(b[i+1:]), " Z")
 }
 
 // A claimed box whose run's context carries EndAfter is kept (its init
