@@ -269,3 +269,34 @@ func TestFlags(t *testing.T) {
 		t.Fatalf("%+v %v", caps, err)
 	}
 }
+
+// The service's threads sleep with timerSlack; its boxes' programs with
+// the kernel's default, as in-process runs' do.
+func TestTimerSlack(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: starts sandboxes")
+	}
+	c := startChild(t, t.TempDir())
+	defer func() {
+		c.cmd.Process.Signal(syscall.SIGTERM)
+		c.cmd.Wait()
+	}()
+	code, body := c.post("/v1/run", `{"commands":[{"args":["/bin/cat","/proc/self/timerslack_ns"]}]}`)
+	if code != 200 || !strings.Contains(body, `"stdout":"50000\n"`) {
+		t.Errorf("the program's timer slack: %d %s", code, body)
+	}
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", c.cmd.Process.Pid))
+	if err != nil || len(tasks) < 2 {
+		t.Fatalf("the service's threads: %v %v", tasks, err)
+	}
+	want := strconv.FormatInt(int64(timerSlack), 10)
+	for _, task := range tasks {
+		b, err := os.ReadFile("/proc/" + task.Name() + "/timerslack_ns")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.TrimSpace(string(b)); got != want {
+			t.Errorf("thread %s of the service: timer slack %s ns, want %s", task.Name(), got, want)
+		}
+	}
+}
