@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "init.h"
+#include "procs.h"
 
 int init_box_host_pid;
 
@@ -262,8 +263,7 @@ static int run_init(unsigned long flags, const char *maps) {
 	 * whatever umask the caller had. */
 	umask(022);
 	/* The program's timed sleeps get the kernel's default slack, as a
-	 * process started from a shell has, whatever slack the supervisor
-	 * runs with (the service relaxes its own: cmd/isolate-serve). */
+	 * process started from a shell has, not the supervisor's (procs.h). */
 	prctl(PR_SET_TIMERSLACK, 50000, 0, 0, 0);
 	/* Nothing the supervisor passed may reach the program by accident. */
 	syscall(SYS_close_range, 3, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */);
@@ -292,8 +292,6 @@ static int run_init(unsigned long flags, const char *maps) {
 	return WIFEXITED(ws) ? WEXITSTATUS(ws) : 1;
 }
 
-void isolate_narrow_cpus(void);
-
 #ifdef __GLIBC__
 __attribute__((constructor)) static void isolate_init_entry(int argc, char **argv, char **envp) {
 	(void)envp;
@@ -308,5 +306,7 @@ __attribute__((constructor)) static void isolate_init_entry(void) {
 #endif
 	if (argc >= 4 && strcmp(argv[1], ISOLATE_INIT_ARG) == 0)
 		_exit(run_init(strtoul(argv[2], NULL, 10), argv[3]));
-	isolate_narrow_cpus(); /* the supervisor (or a test): see procs.c */
+	/* The supervisor (or a test): see procs.h. */
+	isolate_narrow_cpus();
+	isolate_relax_timers();
 }

@@ -20,6 +20,9 @@
  */
 #define _GNU_SOURCE
 #include <sched.h>
+#include <sys/prctl.h>
+
+#include "procs.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,3 +46,7 @@ void isolate_narrow_cpus(void) {
 	if (sched_setaffinity(0, sizeof one, &one) == 0)
 		isolate_cpus_narrowed = 1;
 }
+
+/* Called by init.c's constructor too: every thread the Go runtime starts
+ * inherits the slack (procs.h). */
+void isolate_relax_timers(void) { prctl(PR_SET_TIMERSLACK, ISOLATE_TIMER_SLACK_NS, 0, 0, 0); }

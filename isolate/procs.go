@@ -2,6 +2,7 @@ package isolate
 
 // #define _GNU_SOURCE
 // #include <sched.h>
+// #include "procs.h"
 // extern cpu_set_t isolate_caller_cpus;
 // extern int isolate_cpus_narrowed;
 import "C"
@@ -10,10 +11,15 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
+
+// TimerSlack is how late the kernel may end the timed sleeps of this
+// process's threads (procs.h); programs in boxes keep the kernel's default.
+const TimerSlack = time.Duration(C.ISOLATE_TIMER_SLACK_NS)
 
 // RestoreCPUs gives every thread of this process back the caller's CPU
 // affinity, which procs.c narrowed to one CPU so that the Go runtime boots

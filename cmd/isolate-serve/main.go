@@ -177,7 +177,6 @@ func serve(args []string) error {
 	if os.Geteuid() != 0 {
 		return errors.New("must run as root (box setup needs namespaces, cgroups and mounts)")
 	}
-	relaxTimerSlack()
 	caps, err := o.caps.parse()
 	if err != nil {
 		return err

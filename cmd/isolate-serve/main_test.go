@@ -270,8 +270,8 @@ func TestFlags(t *testing.T) {
 	}
 }
 
-// The service's threads sleep with timerSlack; its boxes' programs with
-// the kernel's default, as in-process runs' do.
+// The service's threads sleep with isolate.TimerSlack; its boxes'
+// programs with the kernel's default.
 func TestTimerSlack(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: starts sandboxes")
@@ -289,7 +289,7 @@ func TestTimerSlack(t *testing.T) {
 	if err != nil || len(tasks) < 2 {
 		t.Fatalf("the service's threads: %v %v", tasks, err)
 	}
-	want := strconv.FormatInt(int64(timerSlack), 10)
+	want := strconv.FormatInt(int64(isolate.TimerSlack), 10)
 	for _, task := range tasks {
 		b, err := os.ReadFile("/proc/" + task.Name() + "/timerslack_ns")
 		if err != nil {

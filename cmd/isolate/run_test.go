@@ -82,6 +82,16 @@ func TestReportHasEveryContractField(t *testing.T) {
 	}
 }
 
+// The program sleeps with the kernel's default timer slack, not the
+// supervisor's (isolate.TimerSlack), on either path.
+func TestProgramTimerSlack(t *testing.T) {
+	needRoot(t)
+	res := isolateCmd(t, "", "run", "--", "/bin/cat", "/proc/self/timerslack_ns")
+	if res.Code != 0 || res.Stdout != "50000\n" {
+		t.Fatalf("exit %d, timer slack %q: %s", res.Code, res.Stdout, res.Stderr)
+	}
+}
+
 func TestExitStatusAndStatuses(t *testing.T) {
 	needRoot(t)
 	rep, code := box(t, nil, "exit", "0")
