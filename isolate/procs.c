@@ -20,11 +20,11 @@
  */
 #define _GNU_SOURCE
 #include <sched.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/prctl.h>
 
 #include "procs.h"
-#include <stdlib.h>
-#include <string.h>
 
 cpu_set_t isolate_caller_cpus;
 int isolate_cpus_narrowed;
