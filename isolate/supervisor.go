@@ -892,7 +892,17 @@ func (s *supervisor) supervise() error {
 				return fmt.Errorf("box init failed: %w", m.stepError())
 			}
 		case <-wall.C:
-			s.kill(LimitWall)
+			// A supervisor that got no CPU for a while (a loaded host) can
+			// find both limits run out at once: the CPU limit is the one the
+			// program hit, whichever timer it reads first.
+			limit := LimitWall
+			if sp.CPUTime > 0 {
+				s.cg.SyncCPU()
+				if used, err := s.cg.CPUUsage(); err == nil && used >= cpuBudget {
+					limit = LimitCPU
+				}
+			}
+			s.kill(limit)
 			grace = time.After(killGrace)
 		case <-cpuCheck:
 			used, err := s.cg.CPUUsage()

@@ -250,7 +250,10 @@ func TestExecEndlessLoopIsTO(t *testing.T) {
 	for i, c := range langCases {
 		t.Run(c.lang, func(t *testing.T) {
 			needImage(t, c.lang)
-			rep, code := execSource(t, c.file, c.loop, "", "--lang", c.lang, "--box-id", strconv.Itoa(execFirstBox+30+i), "--time", "0.5")
+			// The wall limit is far off: on a loaded host (CI runs packages
+			// in parallel) the loop may get less than a quarter of a CPU,
+			// and the default 2 s would end it first.
+			rep, code := execSource(t, c.file, c.loop, "", "--lang", c.lang, "--box-id", strconv.Itoa(execFirstBox+30+i), "--time", "0.5", "--wall-time", "20")
 			if rep.Status != isolate.StatusTO || code != 1 {
 				t.Fatalf("status %s, exit %d, want TO and 1: %+v", rep.Status, code, rep.Last())
 			}
