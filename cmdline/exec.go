@@ -15,10 +15,12 @@ import (
 	"github.com/isolate-sandbox/isolate/judge"
 )
 
+const execUsage = "compile (if the language compiles) and run one source file"
+
 func (iv *invocation) execCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "exec",
-		Usage:     "compile (if the language compiles) and run one source file",
+		Usage:     execUsage,
 		ArgsUsage: "--lang LANG [options] SOURCE [-- ARG...]",
 		Flags:     iv.runFlags(),
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
