@@ -100,6 +100,10 @@ extern struct program init_prog;
 /* init_add_fd appends fd to a grown array; -1 (ENOMEM) if it cannot. */
 int init_add_fd(int **fds, size_t *n, size_t *cap, int fd);
 
+/* init_drop_bounding_set empties PID 1's capability bounding set, for
+ * the program's process to inherit (init_proc.c). */
+void init_drop_bounding_set(void);
+
 /* init_start_program starts the program (clone3, CLONE_VM|CLONE_VFORK):
  * its pid, or -1 with errno. If it could not be started, *start_step
  * names the step that failed and *start_err is its errno. */
