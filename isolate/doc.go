@@ -28,8 +28,12 @@
 //
 //	box part      records: hostname, loopback, sysctl, then rootfs.Plan's
 //	              file system (private, mount, setattr, mkdir, touch,
-//	              symlink, write, remount-ro, pivot); BOX_END{announce}.
-//	              PID 1 carries each out as it arrives.
+//	              symlink, write, remount-ro, pivot); for a box built
+//	              ahead, PREPARE{listener wanted, BPF}: once the box is
+//	              built, the program's process starts with that filter
+//	              loaded and waits for a command that has it (others get
+//	              a process of their own); BOX_END{announce}. PID 1
+//	              carries each out as it arrives.
 //	command part  records: argv, env, dir, cred, rlimit..., seccomp{listener
 //	              fd, BPF}, stderr-to-stdout, hold, cgroup / cgroup-fork{index
 //	              of a descriptor sent with this part}; END. PID 1 then

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 
@@ -103,6 +104,13 @@ int init_add_fd(int **fds, size_t *n, size_t *cap, int fd);
 /* init_drop_bounding_set empties PID 1's capability bounding set, for
  * the program's process to inherit (init_proc.c). */
 void init_drop_bounding_set(void);
+
+/* A pool's box starts its program's process before the command, with the
+ * filter its commands normally get loaded (init_proc.c):
+ * init_prepare_filter records the filter (PREPARE), init_prepare_program
+ * starts the process once the box is built. */
+void init_prepare_filter(const struct op *op);
+void init_prepare_program(const sigset_t *oldmask);
 
 /* init_start_program starts the program (clone3, CLONE_VM|CLONE_VFORK):
  * its pid, or -1 with errno. If it could not be started, *start_step

@@ -105,6 +105,7 @@ static int run_box(void) {
 	while (!init_box_op(&op, &announce))
 		read_op(&plan, &op);
 	init_drop_bounding_set();
+	init_prepare_program(&oldmask);
 	if (announce) {
 		/* A pool's box: built ahead, it waits for its command. */
 		init_put("{\"type\":\"" ISOLATE_MSG_READY "\"");

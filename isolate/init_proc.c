@@ -17,6 +17,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -250,20 +251,48 @@ static pid_t spawn_program(struct child_start *c) {
 	return init_clone_run(&args, child_stack, sizeof child_stack, child_entry, c);
 }
 
-/* start_child runs in the program's process: it becomes the program. It
- * may share PID 1's memory (spawn_program), so it changes nothing there
- * but errno: plain system calls, no C library state. */
-static void start_child(int pipe_fd, const sigset_t *oldmask) {
+/* The descriptors the program's process starts from: the command's
+ * streams (-1: init's own) and cgroup files, as numbered in its own
+ * descriptor table. */
+struct start_fds {
+	int stdio[3];
+	const int *cgroup;
+	size_t ncgroup;
+};
+
+/* load_filter loads the run's syscall filter, with a listener when the
+ * supervisor records what it refuses: the listener's descriptor, else -1. */
+static int load_filter(int pipe_fd, const char *filter, uint32_t len, int listen) {
+	struct sock_fprog fp = {.len = len / 8, .filter = (struct sock_filter *)filter};
+	int fd = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, listen ? SECCOMP_FILTER_FLAG_NEW_LISTENER : 0, &fp);
+	if (fd < 0)
+		child_fail(pipe_fd, CS_SECCOMP, errno);
+	return listen ? fd : -1;
+}
+
+/* start_before_command is what starting the program needs nothing of the
+ * command for. */
+static void start_before_command(int pipe_fd, const sigset_t *oldmask) {
 	sigprocmask(SIG_SETMASK, oldmask, NULL);
 	/* No core dumps, whatever the caller's limit: a crash must not hand
 	 * the program's memory to the host's core_pattern handler. */
 	struct rlimit nocore = {0, 0};
 	if (syscall(SYS_prlimit64, 0, RLIMIT_CORE, &nocore, NULL) < 0)
 		child_fail(pipe_fd, CS_RLIMIT, errno);
+	if (setsid() < 0)
+		child_fail(pipe_fd, CS_SESSION, errno);
+}
+
+/* start_command runs in the program's process and makes it the program,
+ * from the command's descriptors on. listener >= 0: the filter is loaded
+ * already (a prepared process), with that listener to hand over. It may
+ * share PID 1's memory, so it changes nothing there but errno: plain
+ * system calls, no C library state. */
+static void start_command(int pipe_fd, const struct start_fds *f, int loaded, int listener) {
 	/* Into the box's cgroups before the program's first instruction; init
 	 * itself stays out, so nothing of the sandbox is charged to the box. */
-	for (size_t i = 0; i < prog.ncgroup; i++)
-		if (write(prog.cgroup_fds[i], "0", 1) != 1)
+	for (size_t i = 0; i < f->ncgroup; i++)
+		if (write(f->cgroup[i], "0", 1) != 1)
 			child_fail(pipe_fd, CS_CGROUP, errno);
 	for (int res = 0; res < RLIM_NLIMITS; res++) {
 		if (!prog.has_rlimit[res])
@@ -272,10 +301,8 @@ static void start_child(int pipe_fd, const sigset_t *oldmask) {
 		if (syscall(SYS_prlimit64, 0, res, &rl, NULL) < 0)
 			child_fail(pipe_fd, CS_RLIMIT, errno);
 	}
-	if (setsid() < 0)
-		child_fail(pipe_fd, CS_SESSION, errno);
 	for (int k = 0; k < 3; k++)
-		if (prog.stdio[k] >= 0 && dup2(prog.stdio[k], k) < 0)
+		if (f->stdio[k] >= 0 && dup2(f->stdio[k], k) < 0)
 			child_fail(pipe_fd, CS_STDIO, errno);
 	if (prog.stderr_to_stdout && dup2(1, 2) < 0)
 		child_fail(pipe_fd, CS_STDIO, errno);
@@ -292,20 +319,204 @@ static void start_child(int pipe_fd, const sigset_t *oldmask) {
 		child_fail(pipe_fd, CS_NNP, errno);
 	/* Everything beyond 0, 1 and 2 closes at exec (the error pipe too). */
 	syscall(SYS_close_range, 3, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */);
-	if (prog.filter) {
-		struct sock_fprog fp = {.len = prog.filter_len / 8, .filter = (struct sock_filter *)prog.filter};
-		unsigned flags = prog.notify_sock >= 0 ? SECCOMP_FILTER_FLAG_NEW_LISTENER : 0;
-		int fd = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &fp);
-		if (fd < 0)
+	if (!loaded && prog.filter)
+		listener = load_filter(pipe_fd, prog.filter, prog.filter_len, prog.notify_sock >= 0);
+	if (listener >= 0) {
+		if (send_fd(prog.notify_sock, listener) < 0)
 			child_fail(pipe_fd, CS_SECCOMP, errno);
-		if (prog.notify_sock >= 0) {
-			if (send_fd(prog.notify_sock, fd) < 0)
-				child_fail(pipe_fd, CS_SECCOMP, errno);
-			close(fd);
-		}
+		close(listener);
 	}
 	exec_path(prog.argv[0]);
 	child_fail(pipe_fd, CS_EXEC, errno);
+}
+
+/* start_child runs in a program's process started for its command. */
+static void start_child(int pipe_fd, const sigset_t *oldmask) {
+	start_before_command(pipe_fd, oldmask);
+	struct start_fds f = {{prog.stdio[0], prog.stdio[1], prog.stdio[2]}, prog.cgroup_fds, prog.ncgroup};
+	start_command(pipe_fd, &f, 0, -1);
+}
+
+/* ---- a program's process prepared with the box ---------------------- */
+
+/* A pool's box (PREPARE) starts its program's process as soon as it is
+ * built: the process does what needs nothing of the command, loads the
+ * filter the box's commands normally get (the most costly step), and waits
+ * for the command. A command with that filter then only hands it its
+ * descriptors, through a socket (the process has its own descriptor
+ * table, copied when the box was built); one with another filter gets a
+ * process of its own, as every run without a pool does. */
+#define PREPARED_MAX_FDS 16
+static struct {
+	char *filter;
+	uint32_t filter_len;
+	int listen;      /* loaded with a listener */
+	pid_t pid;       /* 0: none waits */
+	int sock;        /* init's end of the socket the command's descriptors go through */
+	int child_sock;  /* the process's end */
+	int errpipe;     /* read end of its error pipe */
+	int errpipe_w;   /* its write end (the process's copy; PID 1 closed its own) */
+	const sigset_t *oldmask;
+} prepared = {.sock = -1, .errpipe = -1};
+
+/* discard_prepared ends a waiting process the command cannot use. */
+static void discard_prepared(void) {
+	if (prepared.pid > 0) {
+		kill(prepared.pid, SIGKILL);
+		while (waitpid(prepared.pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		prepared.pid = 0;
+	}
+	if (prepared.sock >= 0)
+		close(prepared.sock), close(prepared.errpipe);
+	prepared.sock = prepared.errpipe = -1;
+}
+
+/* (The record's bytes are the plan reader's, which the command part may
+ * move: the filter is copied.) */
+void init_prepare_filter(const struct op *op) {
+	uint32_t len = op->len[0];
+	if (len % sizeof(struct sock_filter) || len / sizeof(struct sock_filter) > BPF_MAXINSNS)
+		init_fail_op(op, NULL, EINVAL);
+	free(prepared.filter);
+	if (!(prepared.filter = malloc(len ? len : 1)))
+		init_fail_op(op, NULL, ENOMEM);
+	memcpy(prepared.filter, op->strs[0], len);
+	prepared.filter_len = len;
+	prepared.listen = op->ints[0] != 0;
+}
+
+/* What the prepared process tells PID 1 once it waits (or failed). */
+struct prepared_status {
+	int step, err;
+};
+
+static void prepared_entry(void *arg) {
+	(void)arg;
+	int pipe_fd = prepared.errpipe_w, sock = prepared.child_sock;
+	struct prepared_status st = {0, 0};
+	start_before_command(pipe_fd, prepared.oldmask);
+	int listener = load_filter(pipe_fd, prepared.filter, prepared.filter_len, prepared.listen);
+	if (write(sock, &st, sizeof st) != sizeof st)
+		_exit(127);
+	/* The command: which of the streams it brings, then its descriptors. */
+	int have[4];
+	union {
+		char buf[CMSG_SPACE(PREPARED_MAX_FDS * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = {.iov_base = have, .iov_len = sizeof have};
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+	ssize_t n;
+	while ((n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+		;
+	if (n != sizeof have)
+		_exit(127); /* PID 1 gave up on it */
+	int fds[PREPARED_MAX_FDS];
+	size_t nfds = 0;
+	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+	if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+		nfds = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		memcpy(fds, CMSG_DATA(c), nfds * sizeof(int));
+	}
+	struct start_fds f = {{-1, -1, -1}, NULL, 0};
+	size_t next = 0;
+	for (int k = 0; k < 3; k++)
+		if (have[k] && next < nfds)
+			f.stdio[k] = fds[next++];
+	f.cgroup = fds + next;
+	f.ncgroup = nfds - next;
+	if ((size_t)have[3] != f.ncgroup)
+		child_fail(pipe_fd, CS_STDIO, EBADF);
+	start_command(pipe_fd, &f, 1, listener);
+}
+
+void init_prepare_program(const sigset_t *oldmask) {
+#if defined(__x86_64__)
+	/* Only with clone3, where init_clone_run shares PID 1's memory: the
+	 * process reads its command there. (clone3 without arguments fails
+	 * with EINVAL where it exists.) */
+	if (!prepared.filter || (syscall(SYS_clone3, NULL, 0) < 0 && errno == ENOSYS))
+		return;
+#else
+	(void)oldmask;
+	return;
+#endif
+	int sv[2], errpipe[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+		init_fail("prepare the program's process: socketpair", errno);
+	if (pipe2(errpipe, O_CLOEXEC) < 0)
+		init_fail("prepare the program's process: pipe", errno);
+	prepared.sock = sv[0], prepared.child_sock = sv[1];
+	prepared.errpipe = errpipe[0], prepared.errpipe_w = errpipe[1];
+	prepared.oldmask = oldmask;
+	/* Not CLONE_VFORK: PID 1 goes on while the process waits. It shares
+	 * PID 1's memory (init_clone_run) but runs on its own stack, and
+	 * touches nothing of PID 1's but errno, only while PID 1 waits for
+	 * it (below, and in init_start_program). */
+	struct clone3_args args = {.exit_signal = SIGCHLD};
+	long pid = init_clone_run(&args, child_stack, sizeof child_stack, prepared_entry, NULL);
+	close(sv[1]);
+	close(errpipe[1]);
+	struct prepared_status st;
+	ssize_t n;
+	if (pid < 0)
+		init_fail("prepare the program's process: clone", errno);
+	prepared.pid = pid;
+	while ((n = read(sv[0], &st, sizeof st)) < 0 && errno == EINTR)
+		;
+	if (n != sizeof st)
+		/* It failed: the command gets a process of its own, which
+		 * reports the failure as usual. */
+		discard_prepared();
+}
+
+/* prepared_fits tells whether the waiting process has the command's
+ * filter. */
+static int prepared_fits(void) {
+	return prepared.pid > 0 && prog.filter && prog.filter_len == prepared.filter_len &&
+	       memcmp(prog.filter, prepared.filter, prepared.filter_len) == 0 &&
+	       (prog.notify_sock >= 0) == prepared.listen;
+}
+
+/* start_prepared hands the command's descriptors to the waiting process:
+ * it goes on to the program. Its error pipe's read end, or -1. */
+static int start_prepared(void) {
+	if (prog.cgroup_dir >= 0) {
+		/* v2: it was born before the command; it joins by writing. */
+		int fd = openat(prog.cgroup_dir, "cgroup.procs", O_WRONLY | O_CLOEXEC);
+		if (fd < 0 || init_add_fd(&prog.cgroup_fds, &prog.ncgroup, &prog.capcgroup, fd) < 0)
+			return -1;
+	}
+	int fds[PREPARED_MAX_FDS], have[4] = {0, 0, 0, (int)prog.ncgroup};
+	size_t n = 0;
+	for (int k = 0; k < 3; k++)
+		if (prog.stdio[k] >= 0)
+			have[k] = 1, fds[n++] = prog.stdio[k];
+	if (n + prog.ncgroup > PREPARED_MAX_FDS)
+		return -1;
+	for (size_t i = 0; i < prog.ncgroup; i++)
+		fds[n++] = prog.cgroup_fds[i];
+	union {
+		char buf[CMSG_SPACE(PREPARED_MAX_FDS * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = {.iov_base = have, .iov_len = sizeof have};
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+	if (n > 0) {
+		msg.msg_control = u.buf;
+		msg.msg_controllen = CMSG_SPACE(n * sizeof(int));
+		struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(n * sizeof(int));
+		memcpy(CMSG_DATA(c), fds, n * sizeof(int));
+	}
+	if (sendmsg(prepared.sock, &msg, MSG_NOSIGNAL) != sizeof have)
+		return -1;
+	close(prepared.sock);
+	prepared.sock = -1;
+	return prepared.errpipe;
 }
 
 /* init_drop_bounding_set empties PID 1's capability bounding set once the
@@ -325,15 +536,23 @@ void init_drop_bounding_set(void) {
 
 pid_t init_start_program(const void *oldmask, const char **start_step, int *start_err) {
 	*start_step = NULL;
-	int errpipe[2];
-	if (pipe2(errpipe, O_CLOEXEC) < 0)
-		init_fail("create pipe", errno);
-	/* (The pipe's read end is close-on-exec: the program never holds it.) */
-	struct child_start cs = {.pipe_fd = errpipe[1], .oldmask = oldmask};
-	pid_t pid = spawn_program(&cs);
-	if (pid < 0)
-		init_fail("start the program", errno);
-	close(errpipe[1]);
+	pid_t pid;
+	int errfd = prepared_fits() ? start_prepared() : -1;
+	if (errfd >= 0) {
+		pid = prepared.pid;
+	} else {
+		discard_prepared();
+		int errpipe[2];
+		if (pipe2(errpipe, O_CLOEXEC) < 0)
+			init_fail("create pipe", errno);
+		/* (The pipe's read end is close-on-exec: the program never holds it.) */
+		struct child_start cs = {.pipe_fd = errpipe[1], .oldmask = oldmask};
+		pid = spawn_program(&cs);
+		if (pid < 0)
+			init_fail("start the program", errno);
+		close(errpipe[1]);
+		errfd = errpipe[0];
+	}
 	/* The program has its streams: PID 1 holds no copy, so that a
 	 * captured stream ends when the box's processes are gone. */
 	for (int k = 0; k < 3; k++)
@@ -346,9 +565,9 @@ pid_t init_start_program(const void *oldmask, const char **start_step, int *star
 		}
 	int msg[2];
 	ssize_t n;
-	while ((n = read(errpipe[0], msg, sizeof msg)) < 0 && errno == EINTR)
+	while ((n = read(errfd, msg, sizeof msg)) < 0 && errno == EINTR)
 		;
-	close(errpipe[0]);
+	close(errfd);
 	if (prog.notify_sock >= 0)
 		close(prog.notify_sock);
 	if (n == sizeof msg) {

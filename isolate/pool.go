@@ -329,15 +329,19 @@ func (p *pool) build(sl *poolSlot) {
 
 // buildBox builds a box of sl's key up to init's "ready".
 func (p *pool) buildBox(sl *poolSlot) (*builtBox, error) {
+	spec := Defaults()
+	policy, err := p.h.policy(policyName(&spec))
+	if err != nil {
+		return nil, fmt.Errorf("compile seccomp policy: %w", err)
+	}
 	if err := p.holdTree(sl); err != nil {
 		return nil, err
 	}
-	spec := Defaults()
 	spec.ImageDir, spec.TmpSize, spec.HostNet = sl.key.imageDir, sl.key.tmpSize, sl.key.hostNet
-	s := &supervisor{initLink: initLink{ctx: context.Background()}, host: p.h, spec: &spec, timer: newStageTimer(), ahead: true,
-		report: &Report{BoxID: -1, BlockedSyscalls: []seccomp.Blocked{}}}
+	s := &supervisor{initLink: initLink{ctx: context.Background()}, host: p.h, spec: &spec, policy: policy,
+		timer: newStageTimer(), ahead: true, report: &Report{BoxID: -1, BlockedSyscalls: []seccomp.Blocked{}}}
 	var box *pendingBox
-	err := s.lockBox()
+	err = s.lockBox()
 	if err == nil {
 		s.createCgroup()
 		if err = s.startInit(); err == nil {

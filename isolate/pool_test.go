@@ -310,3 +310,55 @@ func TestPoolEndsAfterTheCaller(t *testing.T) {
 		}
 	})
 }
+
+// A box built ahead starts its program's process with the box, filter
+// loaded (init_proc.c): a command with the default policy runs in that
+// process, born before the command, and its refused syscalls are still
+// recorded; a command with another policy gets a process of its own,
+// under its own policy.
+func TestPoolPreparedProcess(t *testing.T) {
+	checkNothingLeft(t)
+	h := pooledHost(t, isolate.PoolConfig{Max: 2})
+	// The program's age (its start, in clock ticks since boot, against
+	// the uptime), its filter, and a syscall the default policy refuses.
+	script := `set -- $(cat /proc/$$/stat); echo "${22} $(cut -d' ' -f1 /proc/uptime) $(grep '^Seccomp:' /proc/$$/status)"; unshare -U true 2>/dev/null`
+	age := func(t *testing.T, rep *api.Report) (float64, string) {
+		t.Helper()
+		var ticks, uptime float64
+		var seccomp string
+		if _, err := fmt.Sscanf(rep.Stdout, "%f %f Seccomp: %s", &ticks, &uptime, &seccomp); err != nil {
+			t.Fatalf("%v in %q (%s %q)", err, rep.Stdout, rep.Status, rep.Stderr)
+		}
+		return uptime - ticks/100, seccomp // USER_HZ: 100 on Linux
+	}
+	const idle = 500 * time.Millisecond
+	for _, c := range []struct {
+		policy   string
+		prepared bool
+		seccomp  string
+		blocked  bool
+	}{{"default", true, "2", true}, {"none", false, "0", false}} {
+		t.Run(c.policy, func(t *testing.T) {
+			awaitReady(t, h)
+			time.Sleep(idle) // the box's process waits meanwhile
+			rep, err := h.Run(context.Background(), &api.Spec{Args: []string{"/bin/sh", "-c", script}, Seccomp: c.policy}, isolate.IO{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !claimed(rep) {
+				t.Fatalf("the run did not claim a ready box: stages %v", rep.Sandbox.Stages)
+			}
+			old, seccomp := age(t, rep)
+			if prepared := old >= idle.Seconds(); prepared != c.prepared {
+				t.Errorf("the program's process was %.2f s old: prepared %v, want %v", old, prepared, c.prepared)
+			}
+			if seccomp != c.seccomp {
+				t.Errorf("Seccomp: %s, want %s", seccomp, c.seccomp)
+			}
+			blocked := len(rep.BlockedSyscalls) > 0 && rep.BlockedSyscalls[0].Name == "unshare"
+			if blocked != c.blocked {
+				t.Errorf("blocked syscalls %v, want unshare recorded: %v", rep.BlockedSyscalls, c.blocked)
+			}
+		})
+	}
+}

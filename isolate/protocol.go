@@ -105,6 +105,13 @@ func (p *plan) fs(ops []rootfs.Op) {
 	}
 }
 
+// prepare has a box built ahead start its program's process with the box,
+// filter (BPF) loaded, listener or not: a command with that filter and
+// listener then skips those steps (init_proc.c).
+func (p *plan) prepare(filter []byte, listen bool) {
+	p.op(C.ISOLATE_OP_PREPARE, "prepare the program's process", []uint64{flag(listen)}, string(filter))
+}
+
 // boxEnd closes the box part. With announce, init says msgReady once the
 // box is built (a caller that fills the box before its command).
 func (p *plan) boxEnd(announce bool) {

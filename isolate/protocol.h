@@ -62,6 +62,7 @@ enum {
 	X(WRITE, "write", 1, 2)           /* mode; path, content */                                                  \
 	X(REMOUNT_RO, "remount-ro", 0, 1) /* path */                                                                 \
 	X(PIVOT, "pivot", 0, 1)           /* new root */                                                             \
+	X(PREPARE, "prepare", 1, 1)       /* listener wanted (1/0); the BPF program its commands normally load */    \
 	X(BOX_END, "box-end", 1, 0)       /* 1: say "ready" and wait; the box part ends */                           \
 	/* --- the command part --- */                                                                               \
 	X(ARGV, "argv", 0, ISOLATE_ANY)   /* the program's arguments */                                              \

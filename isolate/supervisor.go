@@ -698,6 +698,11 @@ func (s *supervisor) boxPlan(announce bool) (*plan, error) {
 		return nil, fmt.Errorf("plan the box file system: %w", err)
 	}
 	p.fs(ops)
+	if s.ahead && s.policy != nil && s.policy.Filter != nil {
+		// The filter the pool expects its boxes' commands to have (the
+		// default): a command with another one gets a fresh process.
+		p.prepare(s.policy.Filter, s.policy.Notify)
+	}
 	p.boxEnd(announce)
 	return p, nil
 }
