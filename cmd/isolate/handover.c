@@ -155,87 +155,77 @@ static void cpus_hex(const cpu_set_t *set, char *out) {
 	out[2 * n] = 0;
 }
 
-/* The request being built: in a buffer on the stack (stack_buf) until it
- * outgrows it, then on the heap. A request is a few kilobytes; the
- * allocator's code and first pages would cost a start more faults than
- * the request's own bytes. */
-struct buf {
-	char *p;
-	size_t len, cap;
-	char *stack_buf;
-};
+/* The request goes out as it lies in memory, gathered (sendmsg's iovecs):
+ * a header, the strings the CLI makes (build id, directory, CPUs, umask),
+ * then argv and environ. The kernel laid argv's and environ's strings end
+ * to end on the stack, NUL-terminated, which is the body's own format:
+ * one iovec covers them all. Copying them into a buffer made the
+ * constructor's frame three pages deep, and on the project's VMs every
+ * new stack page is a fault of 20-30 us. */
+#define REQUEST_IOVS 6
 
-static int append(struct buf *b, const void *data, size_t n) {
-	if (b->len + n > b->cap) {
-		size_t cap = b->cap ? b->cap : 4096;
-		while (cap < b->len + n)
-			cap *= 2;
-		char *p = b->p == b->stack_buf ? malloc(cap) : realloc(b->p, cap);
-		if (!p)
-			return -1;
-		if (b->p == b->stack_buf)
-			memcpy(p, b->p, b->len);
-		b->p = p, b->cap = cap;
+/* strings_end returns the end of v's n strings if they lie end to end
+ * from p, else NULL (something rearranged them: the run goes in-process,
+ * as without a service). */
+static const char *strings_end(char *const *v, size_t n, const char *p) {
+	for (size_t i = 0; i < n; i++) {
+		if (!p || v[i] != p)
+			return NULL;
+		p += strlen(p) + 1;
 	}
-	memcpy(b->p + b->len, data, n);
-	b->len += n;
-	return 0;
+	return p;
 }
 
-static int append_str(struct buf *b, const char *s) { return append(b, s, strlen(s) + 1); }
-
-/* buf_free frees what append took from the heap, if anything. */
-static void buf_free(struct buf *b) {
-	if (b->p != b->stack_buf)
-		free(b->p);
-}
-
-/* build_request lays out header and body (doc.go of package handover). */
-static int build_request(struct buf *b, const char *build, const char *cwd, const char *cpus, const char *mask,
-                         int argc, char **argv, char **envp) {
+/* send_request sends the request (doc.go of package handover), fds 0, 1,
+ * 2 and cwd attached to its first byte. */
+static int send_request(int sock, const char *build, const char *cwd, const char *cpus, const char *mask, int argc,
+                        char **argv, char **envp, int dir) {
 	uint32_t head[4] = {HANDOVER_MAGIC, 0, (uint32_t)argc, 0};
 	for (char **e = envp; *e; e++)
 		head[3]++;
-	if (append(b, head, sizeof head) < 0 || append_str(b, build) < 0 || append_str(b, cwd) < 0 ||
-	    append_str(b, cpus) < 0 || append_str(b, mask) < 0)
+	struct iovec iov[REQUEST_IOVS];
+	size_t niov = 0;
+	iov[niov++] = (struct iovec){head, sizeof head};
+	const char *meta[] = {build, cwd, cpus, mask};
+	for (size_t i = 0; i < 4; i++)
+		iov[niov++] = (struct iovec){(void *)meta[i], strlen(meta[i]) + 1};
+	const char *args_end = strings_end(argv, argc, argv[0]); /* (argc >= 2: is_run) */
+	const char *env_end = args_end ? strings_end(envp, head[3], args_end) : NULL;
+	if (!env_end)
 		return -1;
-	for (int i = 0; i < argc; i++)
-		if (append_str(b, argv[i]) < 0)
-			return -1;
-	for (char **e = envp; *e; e++)
-		if (append_str(b, *e) < 0)
-			return -1;
-	if (b->len - 8 > HANDOVER_MAX_BODY)
-		return -1;
-	uint32_t body = (uint32_t)(b->len - 8);
-	memcpy(b->p + 4, &body, sizeof body);
-	return 0;
-}
-
-/* send_request sends the request, fds 0, 1, 2 and cwd attached. */
-static int send_request(int sock, const struct buf *b, int cwd) {
-	int fds[HANDOVER_NFDS] = {0, 1, 2, cwd};
+	iov[niov++] = (struct iovec){argv[0], (size_t)(env_end - argv[0])};
+	size_t total = 0;
+	for (size_t i = 0; i < niov; i++)
+		total += iov[i].iov_len;
+	head[1] = (uint32_t)(total - 8);
+	int fds[HANDOVER_NFDS] = {0, 1, 2, dir};
 	union {
 		char buf[CMSG_SPACE(sizeof fds)];
 		struct cmsghdr align;
 	} u;
-	struct iovec iov = {.iov_base = b->p, .iov_len = b->len};
-	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+	struct msghdr msg = {.msg_iov = iov, .msg_iovlen = niov, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
 	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
 	c->cmsg_level = SOL_SOCKET;
 	c->cmsg_type = SCM_RIGHTS;
 	c->cmsg_len = CMSG_LEN(sizeof fds);
 	memcpy(CMSG_DATA(c), fds, sizeof fds);
-	ssize_t n;
-	while ((n = sendmsg(sock, &msg, MSG_NOSIGNAL)) < 0 && errno == EINTR)
-		;
-	if (n < 0)
-		return -1;
-	for (size_t off = n; off < b->len; off += n)
-		while ((n = send(sock, b->p + off, b->len - off, MSG_NOSIGNAL)) <= 0)
-			if (n == 0 || errno != EINTR)
-				return -1;
-	return 0;
+	int rc = total - 8 > HANDOVER_MAX_BODY ? -1 : 0;
+	/* A stream socket may take part of it: go on from where it stopped. */
+	while (rc == 0 && msg.msg_iovlen > 0) {
+		ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			rc = -1;
+			break;
+		}
+		msg.msg_control = NULL, msg.msg_controllen = 0;
+		while (msg.msg_iovlen > 0 && (size_t)n >= msg.msg_iov->iov_len)
+			n -= msg.msg_iov->iov_len, msg.msg_iov++, msg.msg_iovlen--;
+		if (msg.msg_iovlen > 0)
+			msg.msg_iov->iov_base = (char *)msg.msg_iov->iov_base + n, msg.msg_iov->iov_len -= n;
+	}
+	return rc;
 }
 
 /* read_full reads n bytes; 0 on success, -1 on EOF or error. */
@@ -447,8 +437,6 @@ static void hand_over(int argc, char **argv, char **envp) {
 	sigprocmask(SIG_BLOCK, &block, &caller_mask);
 	char build[2 * 64 + 1], cwd[PATH_MAX], cpus[2 * sizeof(cpu_set_t) + 1], mask[8];
 	cpu_set_t cpu_set;
-	char stack_buf[16 << 10];
-	struct buf req = {.p = stack_buf, .cap = sizeof stack_buf, .stack_buf = stack_buf};
 	int dir = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	uint32_t ans[3];
 	mode_t m = umask(0); /* one thread: nothing else creates files now */
@@ -461,18 +449,16 @@ static void hand_over(int argc, char **argv, char **envp) {
 	else
 		strcpy(cpus, "?");
 	if (dir < 0 || !getcwd(cwd, sizeof cwd) || build_id(build, sizeof build) < 0 ||
-	    build_request(&req, build, cwd, cpus, mask, argc, argv, envp) < 0 || send_request(sock, &req, dir) < 0 ||
-	    read_full(sock, ans, sizeof ans) < 0 || ans[0] != HANDOVER_ACCEPTED) {
+	    send_request(sock, build, cwd, cpus, mask, argc, argv, envp, dir) < 0 || read_full(sock, ans, sizeof ans) < 0 ||
+	    ans[0] != HANDOVER_ACCEPTED) {
 		/* Declined (the reason follows; nobody needs it here), or no
 		 * answer: the service did nothing. */
-		buf_free(&req);
 		if (dir >= 0)
 			close(dir);
 		close(sock);
 		sigprocmask(SIG_SETMASK, &caller_mask, NULL);
 		return;
 	}
-	buf_free(&req);
 	close(dir);
 	/* This process stands for the run: it shows the caller's affinity, as
 	 * an in-process supervisor does once Go restored it. */
