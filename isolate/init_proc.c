@@ -3,7 +3,8 @@
  * what to run and how (arguments, environment, credentials, limits,
  * cgroup, syscall filter), then clones the program's process, which joins
  * the cgroup, sets its limits, drops to the box user, loads the filter and
- * executes the program.
+ * executes the program. In a box built ahead that process may already
+ * wait, filter loaded (a prepared process, below).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -270,8 +271,8 @@ static int load_filter(int pipe_fd, const char *filter, uint32_t len, int listen
 	return listen ? fd : -1;
 }
 
-/* start_before_command is what starting the program needs nothing of the
- * command for. */
+/* start_before_command takes the steps of the program's start that need
+ * nothing of the command. */
 static void start_before_command(int pipe_fd, const sigset_t *oldmask) {
 	sigprocmask(SIG_SETMASK, oldmask, NULL);
 	/* No core dumps, whatever the caller's limit: a crash must not hand
@@ -284,10 +285,10 @@ static void start_before_command(int pipe_fd, const sigset_t *oldmask) {
 }
 
 /* start_command runs in the program's process and makes it the program,
- * from the command's descriptors on. listener >= 0: the filter is loaded
- * already (a prepared process), with that listener to hand over. It may
- * share PID 1's memory, so it changes nothing there but errno: plain
- * system calls, no C library state. */
+ * from the command's descriptors on. loaded: the filter is loaded already
+ * (a prepared process), listener being its listener to hand over (-1:
+ * none). It may share PID 1's memory, so it changes nothing there but
+ * errno: plain system calls, no C library state. */
 static void start_command(int pipe_fd, const struct start_fds *f, int loaded, int listener) {
 	/* Into the box's cgroups before the program's first instruction; init
 	 * itself stays out, so nothing of the sandbox is charged to the box. */
