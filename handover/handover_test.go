@@ -195,6 +195,33 @@ func TestHandoverCarriesTheInvocation(t *testing.T) {
 	}
 }
 
+// A request far larger than the socket's buffer (an environment of 1.2
+// MB, which the CLI sends straight from where the kernel laid it out)
+// arrives whole.
+func TestLargeRequest(t *testing.T) {
+	sock := startServer(t, isolateBuild, echoRunner, nil)
+	cmd := cli(sock, t.TempDir(), "run", "--", "/bin/true")
+	var want []string
+	for i := 0; i < 12; i++ {
+		want = append(want, fmt.Sprintf("BIG%d=%s", i, strings.Repeat(string(rune('a'+i)), 100<<10)))
+	}
+	cmd.Env = append(cmd.Env, want...)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	if code, sig := exitOf(t, cmd.Run()); code != 3 || sig != 0 {
+		t.Fatalf("exit %d signal %v, want 3 (the runner's)", code, sig)
+	}
+	var got seen
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("stdout of %d bytes: %v", out.Len(), err)
+	}
+	for _, kv := range want {
+		if !slicesContain(got.Env, kv) {
+			t.Fatalf("%.8s... (%d bytes) did not arrive whole", kv, len(kv))
+		}
+	}
+}
+
 func slicesContain(s []string, v string) bool {
 	for _, x := range s {
 		if x == v {

@@ -209,23 +209,22 @@ static int send_request(int sock, const char *build, const char *cwd, const char
 	c->cmsg_type = SCM_RIGHTS;
 	c->cmsg_len = CMSG_LEN(sizeof fds);
 	memcpy(CMSG_DATA(c), fds, sizeof fds);
-	int rc = total - 8 > HANDOVER_MAX_BODY ? -1 : 0;
+	if (total - 8 > HANDOVER_MAX_BODY)
+		return -1;
 	/* A stream socket may take part of it: go on from where it stopped. */
-	while (rc == 0 && msg.msg_iovlen > 0) {
+	while (msg.msg_iovlen > 0) {
 		ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL);
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n <= 0) {
-			rc = -1;
-			break;
-		}
+		if (n <= 0)
+			return -1;
 		msg.msg_control = NULL, msg.msg_controllen = 0;
 		while (msg.msg_iovlen > 0 && (size_t)n >= msg.msg_iov->iov_len)
 			n -= msg.msg_iov->iov_len, msg.msg_iov++, msg.msg_iovlen--;
 		if (msg.msg_iovlen > 0)
 			msg.msg_iov->iov_base = (char *)msg.msg_iov->iov_base + n, msg.msg_iov->iov_len -= n;
 	}
-	return rc;
+	return 0;
 }
 
 /* read_full reads n bytes; 0 on success, -1 on EOF or error. */
