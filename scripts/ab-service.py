@@ -13,6 +13,8 @@ reports the median latency from spawn to reap, the median setup_time of
 the reports, the runs per second, and the service's CPU per run: utime,
 stime, cutime and cstime of /proc/PID/stat, so the service with the boxes
 it reaped. Every run must say it went through the service (sandbox.via).
+With --stages it ends with each build's medians, over all its runs, of
+the reports' stages (sandbox.stages) and of the box's cpu_time.
 Stops both services and removes their directories, whatever happens.
 """
 import argparse
@@ -43,6 +45,7 @@ class Service:
         self.name, self.bindir = name, os.path.abspath(bindir)
         self.dir = tempfile.mkdtemp(prefix=f"ab-service-{name}-")
         self.cli = os.path.join(self.dir, "cli.sock")
+        self.reports = []  # of the counted runs (block)
         self.log = open(os.path.join(self.dir, "log"), "w")
         self.proc = subprocess.Popen(
             [os.path.join(self.bindir, "isolate-serve"),
@@ -71,6 +74,7 @@ class Service:
         if report.get("status") != "OK" or report.get("sandbox", {}).get("via") != "service":
             raise RuntimeError(f"{self.name}: a run did not go through the service: "
                                f"{out.stdout[:300]!r}")
+        self.reports.append(report)
         return took, report["sandbox"]["setup_time"]
 
     def stop(self):
@@ -112,6 +116,19 @@ def block(svc, runs, callers, gap):
     return statistics.median(times), statistics.median(setups), len(times) / wall, cpu / len(times)
 
 
+def print_stages(services):
+    """Each build's medians (ms) of its reports' stages and box CPU."""
+    def values(svc, key):
+        if key == "cpu_time":
+            return [r["cpu_time"] for r in svc.reports]
+        return [r["sandbox"]["stages"][key] for r in svc.reports if key in r["sandbox"].get("stages", {})]
+    keys = sorted({k for svc in services for r in svc.reports for k in r["sandbox"].get("stages", {})})
+    print(f"{'stage (median ms)':>18}" + "".join(f"{svc.name:>9}" for svc in services))
+    for key in keys + ["cpu_time"]:
+        cells = [values(svc, key) for svc in services]
+        print(f"{key:>18}" + "".join(f"{statistics.median(c) * 1e3:>9.3f}" if c else f"{'-':>9}" for c in cells))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("old")
@@ -120,6 +137,7 @@ def main():
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--callers", type=int, default=1)
     ap.add_argument("--gap", type=float, default=20, help="ms between one caller's runs")
+    ap.add_argument("--stages", action="store_true", help="end with the medians of the reports' stages")
     a = ap.parse_args()
     if a.blocks < 1 or a.runs < a.callers or a.callers < 1 or not 0 <= a.gap < 60000:
         sys.exit("ab-service: --blocks and --callers at least 1, --runs at least --callers, "
@@ -131,6 +149,7 @@ def main():
         for s in services:  # warm: the pool, the page cache
             for _ in range(10):
                 s.run_once()
+            s.reports.clear()
         spacing = f"{a.gap:g} ms apart" if a.callers == 1 and a.gap > 0 else "back to back"
         print(f"{a.blocks} rounds of {a.runs} handed-over `isolate run -- /bin/true` per build, "
               f"{a.callers} caller(s), runs {spacing}, order flipped each round")
@@ -141,6 +160,8 @@ def main():
                 med, setup, rate, cpu = block(s, a.runs, a.callers, a.gap / 1e3)
                 print(f"{r + 1:>5} {s.name:>5} {med * 1e3:>10.2f} {setup * 1e3:>9.2f} "
                       f"{rate:>8.1f} {cpu * 1e3:>11.2f}", flush=True)
+        if a.stages:
+            print_stages(services)
     finally:
         for s in services:
             s.stop()
