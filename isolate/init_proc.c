@@ -167,6 +167,7 @@ static void exec_path(const char *file) {
 struct child_start {
 	int pipe_fd;
 	const sigset_t *oldmask;
+	int sock; /* a prepared process's end of its socket (below) */
 };
 
 static void start_child(int pipe_fd, const sigset_t *oldmask);
@@ -229,6 +230,14 @@ long init_clone_run(struct clone3_args *args, char *stack, size_t size, void (*f
 /* The stack of the program's process until its execve. */
 static char child_stack[64 << 10] __attribute__((aligned(16)));
 
+/* join_by_procs_file has the program's process write itself into the v2
+ * cgroup's cgroup.procs, as into v1's tasks files, when it cannot be born
+ * there: 0, or -1 with errno. */
+static int join_by_procs_file(void) {
+	int fd = openat(prog.cgroup_dir, "cgroup.procs", O_WRONLY | O_CLOEXEC);
+	return fd < 0 || init_add_fd(&prog.cgroup_fds, &prog.ncgroup, &prog.capcgroup, fd) < 0 ? -1 : 0;
+}
+
 /* spawn_program starts the program's process, which runs start_child. On
  * cgroup v2 it is born in the box's cgroup (CLONE_INTO_CGROUP: no
  * migration, no thread-group lock); on v1 it writes itself into each tasks
@@ -245,8 +254,7 @@ static pid_t spawn_program(struct child_start *c) {
 	long pid = init_clone_run(&args, child_stack, sizeof child_stack, child_entry, c);
 	if (pid >= 0 || prog.cgroup_dir < 0 || (errno != EINVAL && errno != E2BIG))
 		return pid;
-	int fd = openat(prog.cgroup_dir, "cgroup.procs", O_WRONLY | O_CLOEXEC);
-	if (fd < 0 || init_add_fd(&prog.cgroup_fds, &prog.ncgroup, &prog.capcgroup, fd) < 0)
+	if (join_by_procs_file() < 0)
 		return -1;
 	args.flags &= ~CLONE_INTO_CGROUP;
 	return init_clone_run(&args, child_stack, sizeof child_stack, child_entry, c);
@@ -354,10 +362,7 @@ static struct {
 	int listen;      /* loaded with a listener */
 	pid_t pid;       /* 0: none waits */
 	int sock;        /* init's end of the socket the command's descriptors go through */
-	int child_sock;  /* the process's end */
 	int errpipe;     /* read end of its error pipe */
-	int errpipe_w;   /* its write end (the process's copy; PID 1 closed its own) */
-	const sigset_t *oldmask;
 } prepared = {.sock = -1, .errpipe = -1};
 
 /* discard_prepared ends a waiting process the command cannot use. */
@@ -393,10 +398,10 @@ struct prepared_status {
 };
 
 static void prepared_entry(void *arg) {
-	(void)arg;
-	int pipe_fd = prepared.errpipe_w, sock = prepared.child_sock;
+	const struct child_start *start = arg;
+	int pipe_fd = start->pipe_fd, sock = start->sock;
 	struct prepared_status st = {0, 0};
-	start_before_command(pipe_fd, prepared.oldmask);
+	start_before_command(pipe_fd, start->oldmask);
 	int listener = load_filter(pipe_fd, prepared.filter, prepared.filter_len, prepared.listen);
 	if (write(sock, &st, sizeof st) != sizeof st)
 		_exit(127);
@@ -448,15 +453,15 @@ void init_prepare_program(const sigset_t *oldmask) {
 		init_fail("prepare the program's process: socketpair", errno);
 	if (pipe2(errpipe, O_CLOEXEC) < 0)
 		init_fail("prepare the program's process: pipe", errno);
-	prepared.sock = sv[0], prepared.child_sock = sv[1];
-	prepared.errpipe = errpipe[0], prepared.errpipe_w = errpipe[1];
-	prepared.oldmask = oldmask;
+	prepared.sock = sv[0], prepared.errpipe = errpipe[0];
+	/* (cs lives until the process said it waits, past its last use.) */
+	struct child_start cs = {.pipe_fd = errpipe[1], .oldmask = oldmask, .sock = sv[1]};
 	/* Not CLONE_VFORK: PID 1 goes on while the process waits. It shares
 	 * PID 1's memory (init_clone_run) but runs on its own stack, and
 	 * touches nothing of PID 1's but errno, only while PID 1 waits for
 	 * it (below, and in init_start_program). */
 	struct clone3_args args = {.exit_signal = SIGCHLD};
-	long pid = init_clone_run(&args, child_stack, sizeof child_stack, prepared_entry, NULL);
+	long pid = init_clone_run(&args, child_stack, sizeof child_stack, prepared_entry, &cs);
 	close(sv[1]);
 	close(errpipe[1]);
 	struct prepared_status st;
@@ -483,12 +488,9 @@ static int prepared_fits(void) {
 /* start_prepared hands the command's descriptors to the waiting process:
  * it goes on to the program. Its error pipe's read end, or -1. */
 static int start_prepared(void) {
-	if (prog.cgroup_dir >= 0) {
-		/* v2: it was born before the command; it joins by writing. */
-		int fd = openat(prog.cgroup_dir, "cgroup.procs", O_WRONLY | O_CLOEXEC);
-		if (fd < 0 || init_add_fd(&prog.cgroup_fds, &prog.ncgroup, &prog.capcgroup, fd) < 0)
-			return -1;
-	}
+	/* v2: it was born before the command. */
+	if (prog.cgroup_dir >= 0 && join_by_procs_file() < 0)
+		return -1;
 	int fds[PREPARED_MAX_FDS], have[4] = {0, 0, 0, (int)prog.ncgroup};
 	size_t n = 0;
 	for (int k = 0; k < 3; k++)
@@ -547,7 +549,7 @@ pid_t init_start_program(const void *oldmask, const char **start_step, int *star
 		if (pipe2(errpipe, O_CLOEXEC) < 0)
 			init_fail("create pipe", errno);
 		/* (The pipe's read end is close-on-exec: the program never holds it.) */
-		struct child_start cs = {.pipe_fd = errpipe[1], .oldmask = oldmask};
+		struct child_start cs = {.pipe_fd = errpipe[1], .oldmask = oldmask, .sock = -1};
 		pid = spawn_program(&cs);
 		if (pid < 0)
 			init_fail("start the program", errno);
