@@ -52,7 +52,12 @@
 //	ready    {pid}: the box is built (only when BOX_END asked): the
 //	         supervisor may fill it through /proc/pid/root, then sends
 //	         the command part.
-//	started  {pid, stages}: the program runs.
+//	started  {pid, stages, exec_ns}: the program runs since exec_ns
+//	         (CLOCK_MONOTONIC). Init tells it up to 10 ms late, in one
+//	         write with exited if the program ends sooner, so that the
+//	         supervisor is not woken while a short program runs; the
+//	         limits and setup_time count from exec_ns. With a seccomp
+//	         recorder, at once.
 //	exited   {pid, ws, wall_ns, utime_ns, stime_ns, maxrss_kb, nvcsw,
 //	         nivcsw}: the program and everything it left are gone; with
 //	         {exec_err, step, errno} if it could not be started (ws is

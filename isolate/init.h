@@ -50,7 +50,8 @@ int init_read_op(struct plan_reader *r, struct op *op);
 void init_put(const char *s);
 void init_put_str(const char *key, const char *s);
 void init_put_num(const char *key, long long v);
-void init_flush(void);
+void init_flush(void); /* ends the message and sends what is put */
+void init_send(void);  /* sends what is put: whole messages, ended */
 
 /* init_fail reports a failed step and ends init. */
 void init_fail(const char *step, int err) __attribute__((noreturn));

@@ -208,6 +208,10 @@ void init_put_num(const char *key, long long v) {
 
 void init_flush(void) {
 	init_put("\n");
+	init_send();
+}
+
+void init_send(void) {
 	size_t off = 0;
 	while (off < outlen) {
 		ssize_t n = write(ISOLATE_FD_STATUS, out + off, outlen - off);

@@ -166,8 +166,11 @@ type initMessage struct {
 	Type string `json:"type"`
 	// ready, started, exited: the box's PID 1 in the host's PID namespace.
 	Pid int `json:"pid,omitempty"`
-	// started: init's own timers (ns), for the stage breakdown.
+	// started: init's own timers (ns), for the stage breakdown, and when
+	// the program's execve returned (CLOCK_MONOTONIC, ns): init tells
+	// the start late (init_main.c).
 	Stages map[string]int64 `json:"stages,omitempty"`
+	ExecNs int64            `json:"exec_ns,omitempty"`
 	// exited
 	WaitStatus uint32 `json:"ws,omitempty"`
 	WallNs     int64  `json:"wall_ns,omitempty"`

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -247,6 +248,38 @@ func TestStepError(t *testing.T) {
 		}
 		if err.Error() != tt.want {
 			t.Errorf("got %q, want %q", err.Error(), tt.want)
+		}
+	}
+}
+
+// TestExecTime: init tells a program's start late, with the execve's
+// time on CLOCK_MONOTONIC; the supervisor places it on Go's clock, never
+// before the command was sent nor after now.
+func TestExecTime(t *testing.T) {
+	mono := func() int64 {
+		var ts unix.Timespec
+		if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+			t.Fatal(err)
+		}
+		return ts.Nano()
+	}
+	sent := time.Now().Add(-20 * time.Millisecond)
+
+	// 5 ms ago: at least 5 ms before now, after the command was sent.
+	at := execTime(&initMessage{ExecNs: mono() - int64(5*time.Millisecond)}, sent)
+	if !at.Before(time.Now().Add(-5*time.Millisecond)) || at.Before(sent) {
+		t.Errorf("execve 5 ms ago: placed %v before now, command sent %v before now", time.Since(at), time.Since(sent))
+	}
+	// Before the command was sent (no such execve): when it was sent.
+	if at := execTime(&initMessage{ExecNs: mono() - int64(time.Second)}, sent); !at.Equal(sent) {
+		t.Errorf("execve before the command: placed %v before now, want the command's %v", time.Since(at), time.Since(sent))
+	}
+	// In the future, or not told (a program that could not start): now.
+	for _, ns := range []int64{mono() + int64(time.Second), 0} {
+		before := time.Now()
+		at := execTime(&initMessage{ExecNs: ns}, sent)
+		if at.Before(before) || at.After(time.Now()) {
+			t.Errorf("exec_ns %d: placed %v from now, want now", ns, time.Until(at))
 		}
 	}
 }

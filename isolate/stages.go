@@ -16,11 +16,14 @@ func newStageTimer() stageTimer {
 }
 
 // mark ends the stage called name.
-func (t *stageTimer) mark(name string) {
-	now := time.Now()
-	t.stages[name] += now.Sub(t.last).Seconds()
-	t.last = now
-}
+func (t *stageTimer) mark(name string) { t.markAt(name, time.Now()) }
 
-// since0 is the time since the run began, in seconds.
-func (t *stageTimer) since0() float64 { return time.Since(t.start).Seconds() }
+// markAt ends the stage called name at a moment already past (not
+// before the last stage's end).
+func (t *stageTimer) markAt(name string, at time.Time) {
+	if at.Before(t.last) {
+		at = t.last
+	}
+	t.stages[name] += at.Sub(t.last).Seconds()
+	t.last = at
+}

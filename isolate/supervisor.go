@@ -57,6 +57,7 @@ type supervisor struct {
 	ownImage   *os.File          // the run's own image mount, until the box is planned
 	cgroupDone chan cgroupResult // createCgroup's result, until awaitCgroup takes it
 	notStarted *initMessage      // init's "exited" for a program that could not be started
+	execAt     time.Time         // when the program's execve returned (or its start failed)
 	boxPid     int               // the box's PID 1, in the host's PID namespace
 	notify     *os.File          // socket on which the program sends its seccomp listener
 	rec        *seccomp.Recorder
@@ -97,8 +98,8 @@ func run(ctx context.Context, p *Prepared, stdio IO) *Report {
 		}
 	}
 	if err == nil {
-		s.timer.mark("start")
-		s.report.Sandbox.SetupTime = s.timer.since0() + p.checkTook.Seconds()
+		s.timer.markAt("start", s.execAt)
+		s.report.Sandbox.SetupTime = s.execAt.Sub(s.timer.start).Seconds() + p.checkTook.Seconds()
 		err = s.supervise()
 	}
 	teardownStart := time.Now()
@@ -476,7 +477,9 @@ func (s *supervisor) startProgram(box *pendingBox, cmd *plan, files []*os.File) 
 	// reader) run to their first wait now: after the command they would
 	// hold this thread's CPU while init, woken onto it, waits.
 	runtime.Gosched()
+	sent := time.Now()
 	m, err := box.start(cmd, files)
+	s.execAt = execTime(&m, sent)
 	if s.claimed == nil {
 		// (A claimed box's end closes them, off the run's path.)
 		closeAll(s.placement)
@@ -507,6 +510,26 @@ func (s *supervisor) startProgram(box *pendingBox, cmd *plan, files []*os.File) 
 		s.rec.Start()
 	}
 	return nil
+}
+
+// execTime is when init saw the program's execve return: m says so on
+// the host's CLOCK_MONOTONIC, which Go's clock reads too but does not
+// show. Init tells a start late; without a time (a program that could not
+// be started), now. Never before the command was sent.
+func execTime(m *initMessage, sent time.Time) time.Time {
+	now := time.Now()
+	var ts unix.Timespec
+	if m.ExecNs <= 0 || unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) != nil {
+		return now
+	}
+	at := now.Add(-time.Duration(ts.Nano() - m.ExecNs))
+	if at.Before(sent) {
+		return sent
+	}
+	if at.After(now) {
+		return now
+	}
+	return at
 }
 
 // mountImage mounts the run's squashfs image, or takes the one the caller
@@ -857,8 +880,9 @@ func (s *supervisor) fill() error {
 // then collects what it used.
 func (s *supervisor) supervise() error {
 	sp := s.spec
-	start := time.Now()
-	wall := time.NewTimer(sp.effectiveWall())
+	// The limits count from the execve, which init tells late.
+	start := s.execAt
+	wall := time.NewTimer(sp.effectiveWall() - time.Since(start))
 	defer wall.Stop()
 	var cpuCheck <-chan time.Time
 	cpuBudget := sp.CPUTime + sp.ExtraTime
@@ -868,7 +892,7 @@ func (s *supervisor) supervise() error {
 	}
 	var cpuTimer *time.Timer
 	if sp.CPUTime > 0 {
-		cpuTimer = time.NewTimer(time.Duration(float64(cpuBudget) / cpus))
+		cpuTimer = time.NewTimer(time.Duration(float64(cpuBudget)/cpus) - time.Since(start))
 		defer cpuTimer.Stop()
 		cpuCheck = cpuTimer.C
 	}
