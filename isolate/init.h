@@ -102,6 +102,15 @@ extern struct program init_prog;
 /* init_add_fd appends fd to a grown array; -1 (ENOMEM) if it cannot. */
 int init_add_fd(int **fds, size_t *n, size_t *cap, int fd);
 
+/* Memory for init (init_io.c): zeroed, from a static arena in a box's
+ * init (init_arena_on), else from malloc; init_free ignores the arena's. */
+extern int init_arena_on;
+void *init_alloc(size_t n);
+void init_free(void *p);
+/* init_arena_warm touches the arena's next n bytes, so that what a box
+ * built ahead takes for its command is mapped while it waits for it. */
+void init_arena_warm(size_t n);
+
 /* init_drop_bounding_set empties PID 1's capability bounding set, for
  * the program's process to inherit (init_proc.c). */
 void init_drop_bounding_set(void);
