@@ -1,7 +1,8 @@
 // Package handover is the service's end of the one-shot CLI's handover:
 // a run of `isolate run`, `isolate exec` or the ioi form's `--run` that
-// the CLI's ELF constructor (cmd/isolate/handover.c) hands, before its Go
-// runtime starts, to a running service, which runs it in its own Go
+// the CLI (cmd/isolate/handover.c: from the binary's entry point, before
+// the C library and the Go runtime start; off x86-64 from an ELF
+// constructor) hands to a running service, which runs it in its own Go
 // process with the caller's descriptors and rights. It is transport only:
 // what a handed-over invocation does is the Runner's.
 //

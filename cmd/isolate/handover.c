@@ -3,56 +3,131 @@
  * Go runtime starts (package handover holds the service's end and the
  * protocol, ../../handover/protocol.h).
  *
- * This constructor runs in every start of the isolate binary. When the
- * command line is a run (`run`, `exec`, or the ioi form with `--run`), the
- * caller did not opt out (ISOLATE_NO_SERVICE) and sets no ISOLATE_
- * variable that only an in-process run honours, it connects to the
- * service's CLI socket and hands it argv, environ, the working directory
- * and fds 0, 1, 2. If anything of that fails, or the service declines,
- * it returns and the Go program runs the invocation itself, as if no
- * service existed: nothing has happened yet. Once the service accepted,
- * the run is the service's: this process relays the signals it gets and
- * ends as the service says, and never starts Go.
+ * It runs in every start of the isolate binary, first thing: from the
+ * binary's entry point (isolateentry, before the C library sets itself
+ * up) where the link made that the entry (handover.go, x86-64), else from
+ * an ELF constructor. When the command line is a run (`run`, `exec`, or
+ * the ioi form with `--run`), the caller did not opt out
+ * (ISOLATE_NO_SERVICE) and sets no ISOLATE_ variable that only an
+ * in-process run honours, it connects to the service's CLI socket and
+ * hands it argv, environ, the working directory and fds 0, 1, 2. If
+ * anything of that fails, or the service declines, it returns and the Go
+ * program runs the invocation itself, as if no service existed: nothing
+ * has happened yet. Once the service accepted, the run is the service's:
+ * this process relays the signals it gets and ends as the service says,
+ * and never starts Go.
+ *
+ * Why before the C library: on the project's VMs each page a process
+ * touches first costs a fault of 20-60 us, and the C library's start-up
+ * touches eight pages of its own (its code at the far end of the text,
+ * its data, its TLS) that a handed-over run never needs. So this file
+ * uses none of it: raw system calls (sys below: no errno, which lives in
+ * the TLS the C library has not set up yet), its own string functions,
+ * and no stack protector (its canary lives there too).
  *
  * With no service, the cost is a few string compares, a socket and a
  * failed connect: microseconds.
  */
 #define _GNU_SOURCE
 #include <elf.h>
-#include <errno.h>
+#include <errno.h> /* its constants only: errno itself is the C library's */
 #include <fcntl.h>
 #include <limits.h>
 #include <link.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/auxv.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "protocol.h"
 
+/* Nor may the compiler call the C library's memset or memcpy for a loop
+ * of this file's (their pages would fault all the same). */
+#pragma GCC optimize("no-tree-loop-distribute-patterns")
+
 #define DEFAULT_SOCKET "/run/isolate/cli.sock"
 #define SERVICE_ENDED "the service ended during the run"
 #define DECISION_TIMEOUT_S 10
 
-static int starts_with(const char *s, const char *prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
+/* ---- system calls and strings, without the C library ---------------- */
 
-/* hex_byte writes b as two lowercase hex digits. (Not snprintf: on the
- * project's VMs every code page a start touches costs a fault, ~10 us,
- * and printf's machinery spans several.) */
+#if defined(__x86_64__)
+/* sys makes a system call: its result, or -errno. */
+static long sys(long n, long a, long b, long c, long d, long e) {
+	register long r10 __asm__("r10") = d, r8 __asm__("r8") = e;
+	long ret;
+	__asm__ volatile("syscall"
+	                 : "=a"(ret)
+	                 : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8)
+	                 : "rcx", "r11", "memory");
+	return ret;
+}
+#else
+/* Elsewhere only the constructor runs this file, the C library up. */
+static long sys(long n, long a, long b, long c, long d, long e) {
+	long r = syscall(n, a, b, c, d, e);
+	return r < 0 ? -errno : r;
+}
+#endif
+#define sys0(n) sys(n, 0, 0, 0, 0, 0)
+#define sys1(n, a) sys(n, (long)(a), 0, 0, 0, 0)
+#define sys2(n, a, b) sys(n, (long)(a), (long)(b), 0, 0, 0)
+#define sys3(n, a, b, c) sys(n, (long)(a), (long)(b), (long)(c), 0, 0)
+#define sys4(n, a, b, c, d) sys(n, (long)(a), (long)(b), (long)(c), (long)(d), 0)
+
+static __attribute__((noreturn)) void sys_exit(int code) {
+	for (;;)
+		sys1(SYS_exit_group, code);
+}
+
+static size_t str_len(const char *s) {
+	size_t n = 0;
+	while (s[n])
+		n++;
+	return n;
+}
+
+static int str_eq(const char *a, const char *b) {
+	while (*a && *a == *b)
+		a++, b++;
+	return *a == *b;
+}
+
+static int starts_with(const char *s, const char *prefix) {
+	while (*prefix)
+		if (*s++ != *prefix++)
+			return 0;
+	return 1;
+}
+
+static void copy(void *dst, const void *src, size_t n) {
+	char *d = dst;
+	const char *s = src;
+	while (n--)
+		*d++ = *s++;
+}
+
+/* hex_byte writes b as two lowercase hex digits. */
 static void hex_byte(char *out, unsigned char b) {
 	static const char digits[] = "0123456789abcdef";
 	out[0] = digits[b >> 4];
 	out[1] = digits[b & 15];
 }
+
+/* Signal masks as the kernel takes them (rt_sigprocmask, signalfd4). */
+typedef unsigned long ksigset;
+#define KSIGSET_SIZE sizeof(ksigset)
+#define KSIG(s) (1UL << ((s)-1))
+
+/* ---- the decision ---------------------------------------------------- */
 
 /* is_run tells whether argv is a run: `run`, `exec`, or the ioi form (one
  * of its commands among the options before "--", as isIOIForm in ioi.go
@@ -60,16 +135,15 @@ static void hex_byte(char *out, unsigned char b) {
 static int is_run(int argc, char **argv) {
 	if (argc < 2)
 		return 0;
-	if (strcmp(argv[1], "run") == 0 || strcmp(argv[1], "exec") == 0)
+	if (str_eq(argv[1], "run") || str_eq(argv[1], "exec"))
 		return 1;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
-		if (strcmp(a, "--") == 0)
+		if (str_eq(a, "--"))
 			return 0;
-		if (strcmp(a, "--run") == 0)
+		if (str_eq(a, "--run"))
 			return 1;
-		if (strcmp(a, "--init") == 0 || strcmp(a, "--cleanup") == 0 || strcmp(a, "--version") == 0 ||
-		    strcmp(a, "--print-cg-root") == 0)
+		if (str_eq(a, "--init") || str_eq(a, "--cleanup") || str_eq(a, "--version") || str_eq(a, "--print-cg-root"))
 			return 0;
 	}
 	return 0;
@@ -96,12 +170,24 @@ static const char *service_socket(char **envp) {
 	return *sock ? sock : NULL;
 }
 
+/* aux_value is the value of type in the auxiliary vector, which the
+ * kernel put after environ's terminating NULL; 0 if absent. */
+static unsigned long aux_value(char **envp, unsigned long type) {
+	char **e = envp;
+	while (*e)
+		e++;
+	for (const unsigned long *a = (const unsigned long *)(e + 1); a[0] != AT_NULL; a += 2)
+		if (a[0] == type)
+			return a[1];
+	return 0;
+}
+
 /* build_id is this binary's GNU build id in hex, read from its own
  * program headers in memory (no file is read): the service takes runs
  * only from the isolate binary it was built with. */
-static int build_id(char *out, size_t size) {
-	const ElfW(Phdr) *ph = (const ElfW(Phdr) *)getauxval(AT_PHDR);
-	size_t n = getauxval(AT_PHNUM);
+static int build_id(char **envp, char *out, size_t size) {
+	const ElfW(Phdr) *ph = (const ElfW(Phdr) *)aux_value(envp, AT_PHDR);
+	size_t n = aux_value(envp, AT_PHNUM);
 	uintptr_t base = 0;
 	if (!ph)
 		return -1;
@@ -116,7 +202,7 @@ static int build_id(char *out, size_t size) {
 			const ElfW(Nhdr) *nh = (const ElfW(Nhdr) *)p;
 			const char *name = p + sizeof *nh;
 			const unsigned char *desc = (const unsigned char *)name + ((nh->n_namesz + 3) & ~3u);
-			if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 && memcmp(name, "GNU", 4) == 0 &&
+			if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 && str_eq(name, "GNU") &&
 			    2 * nh->n_descsz < size) {
 				for (unsigned j = 0; j < nh->n_descsz; j++)
 					hex_byte(out + 2 * j, desc[j]);
@@ -131,16 +217,23 @@ static int build_id(char *out, size_t size) {
 
 /* The caller's CPU affinity as the isolate package's constructor
  * (isolate/procs.c) may have narrowed it already for the Go runtime's
- * boot, and the mask it kept. */
+ * boot, and the mask it kept. Not from the entry point (early), which
+ * runs before it, and where even reading its flag would fault a page in. */
 extern cpu_set_t isolate_caller_cpus;
 extern int isolate_cpus_narrowed;
 
-static int caller_cpus(cpu_set_t *set) {
-	if (isolate_cpus_narrowed) {
+static int caller_cpus(cpu_set_t *set, int early) {
+	if (!early && isolate_cpus_narrowed) {
 		*set = isolate_caller_cpus;
 		return 0;
 	}
-	return sched_getaffinity(0, sizeof *set, set);
+	long n = sys3(SYS_sched_getaffinity, 0, sizeof *set, set);
+	if (n < 0)
+		return -1;
+	/* The kernel fills only its own mask's bytes. */
+	for (size_t i = n; i < sizeof *set; i++)
+		((char *)set)[i] = 0;
+	return 0;
 }
 
 /* cpus_hex is a CPU mask as a request carries it: its bytes in hex,
@@ -155,13 +248,23 @@ static void cpus_hex(const cpu_set_t *set, char *out) {
 	out[2 * n] = 0;
 }
 
+/* working_dir puts the working directory's path in buf. A path longer
+ * than buf is read on a stack of its own (long_working_dir), so that the
+ * usual frame stays within the stack page the kernel already touched. */
+static __attribute__((noinline)) int long_working_dir(int (*send)(void *, const char *), void *arg) {
+	char buf[PATH_MAX];
+	if (sys2(SYS_getcwd, buf, sizeof buf) <= 0 || buf[0] != '/')
+		return -1;
+	return send(arg, buf);
+}
+
+/* ---- the request ------------------------------------------------------ */
+
 /* The request goes out as it lies in memory, gathered (sendmsg's iovecs):
  * a header, the strings the CLI makes (build id, directory, CPUs, umask),
  * then argv and environ. The kernel laid argv's and environ's strings end
  * to end on the stack, NUL-terminated, which is the body's own format:
- * one iovec covers them all. Copying them into a buffer made the
- * constructor's frame three pages deep, and on the project's VMs every
- * new stack page is a fault of 20-30 us. */
+ * one iovec covers them all. */
 #define REQUEST_IOVS 6
 
 /* strings_end returns the end of v's n strings if they lie end to end
@@ -171,34 +274,42 @@ static const char *strings_end(char *const *v, size_t n, const char *p) {
 	for (size_t i = 0; i < n; i++) {
 		if (!p || v[i] != p)
 			return NULL;
-		p += strlen(p) + 1;
+		p += str_len(p) + 1;
 	}
 	return p;
 }
 
+struct request {
+	int sock, argc, dir;
+	char **argv, **envp;
+	const char *build, *cpus, *mask;
+};
+
 /* send_request sends the request (doc.go of package handover), fds 0, 1,
- * 2 and cwd attached to its first byte. */
-static int send_request(int sock, const char *build, const char *cwd, const char *cpus, const char *mask, int argc,
-                        char **argv, char **envp, int dir) {
-	uint32_t head[4] = {HANDOVER_MAGIC, 0, (uint32_t)argc, 0};
-	for (char **e = envp; *e; e++)
+ * 2 and the directory attached to its first byte. */
+static int send_request(void *arg, const char *cwd) {
+	const struct request *r = arg;
+	uint32_t head[4] = {HANDOVER_MAGIC, 0, (uint32_t)r->argc, 0};
+	for (char **e = r->envp; *e; e++)
 		head[3]++;
 	struct iovec iov[REQUEST_IOVS];
 	size_t niov = 0;
 	iov[niov++] = (struct iovec){head, sizeof head};
-	const char *meta[] = {build, cwd, cpus, mask};
+	const char *meta[] = {r->build, cwd, r->cpus, r->mask};
 	for (size_t i = 0; i < 4; i++)
-		iov[niov++] = (struct iovec){(void *)meta[i], strlen(meta[i]) + 1};
-	const char *args_end = strings_end(argv, argc, argv[0]); /* (argc >= 2: is_run) */
-	const char *env_end = args_end ? strings_end(envp, head[3], args_end) : NULL;
+		iov[niov++] = (struct iovec){(void *)meta[i], str_len(meta[i]) + 1};
+	const char *args_end = strings_end(r->argv, r->argc, r->argv[0]); /* (argc >= 2: is_run) */
+	const char *env_end = args_end ? strings_end(r->envp, head[3], args_end) : NULL;
 	if (!env_end)
 		return -1;
-	iov[niov++] = (struct iovec){argv[0], (size_t)(env_end - argv[0])};
+	iov[niov++] = (struct iovec){r->argv[0], (size_t)(env_end - r->argv[0])};
 	size_t total = 0;
 	for (size_t i = 0; i < niov; i++)
 		total += iov[i].iov_len;
 	head[1] = (uint32_t)(total - 8);
-	int fds[HANDOVER_NFDS] = {0, 1, 2, dir};
+	if (total - 8 > HANDOVER_MAX_BODY)
+		return -1;
+	int fds[HANDOVER_NFDS] = {0, 1, 2, r->dir};
 	union {
 		char buf[CMSG_SPACE(sizeof fds)];
 		struct cmsghdr align;
@@ -208,13 +319,11 @@ static int send_request(int sock, const char *build, const char *cwd, const char
 	c->cmsg_level = SOL_SOCKET;
 	c->cmsg_type = SCM_RIGHTS;
 	c->cmsg_len = CMSG_LEN(sizeof fds);
-	memcpy(CMSG_DATA(c), fds, sizeof fds);
-	if (total - 8 > HANDOVER_MAX_BODY)
-		return -1;
+	copy(CMSG_DATA(c), fds, sizeof fds);
 	/* A stream socket may take part of it: go on from where it stopped. */
 	while (msg.msg_iovlen > 0) {
-		ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL);
-		if (n < 0 && errno == EINTR)
+		long n = sys3(SYS_sendmsg, r->sock, &msg, MSG_NOSIGNAL);
+		if (n == -EINTR)
 			continue;
 		if (n <= 0)
 			return -1;
@@ -230,8 +339,8 @@ static int send_request(int sock, const char *build, const char *cwd, const char
 /* read_full reads n bytes; 0 on success, -1 on EOF or error. */
 static int read_full(int fd, void *p, size_t n) {
 	for (size_t off = 0; off < n;) {
-		ssize_t r = read(fd, (char *)p + off, n - off);
-		if (r < 0 && errno == EINTR)
+		long r = sys3(SYS_read, fd, (char *)p + off, n - off);
+		if (r == -EINTR)
 			continue;
 		if (r <= 0)
 			return -1;
@@ -240,27 +349,31 @@ static int read_full(int fd, void *p, size_t n) {
 	return 0;
 }
 
-/* The signals a run relays, as the in-process CLI catches them
- * (signals.go), and the pipe their handler writes them to. */
-static const int relayed[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGABRT};
-static int sig_pipe[2];
+/* ---- the run, once the service took it -------------------------------- */
 
-static void on_signal(int sig) {
-	int saved = errno;
-	unsigned char b = sig;
-	(void)write(sig_pipe[1], &b, 1);
-	errno = saved;
+/* The signals a run relays, as the in-process CLI catches them
+ * (signals.go). */
+#define RELAYED (KSIG(SIGTERM) | KSIG(SIGINT) | KSIG(SIGHUP) | KSIG(SIGQUIT) | KSIG(SIGABRT))
+
+/* The kernel's struct sigaction (rt_sigaction): only SIG_DFL and SIG_IGN
+ * are set here, which need no restorer. */
+struct ksigaction {
+	unsigned long handler, flags, restorer;
+	ksigset mask;
+};
+
+static void set_disposition(int sig, unsigned long handler) {
+	struct ksigaction sa = {.handler = handler};
+	sys4(SYS_rt_sigaction, sig, &sa, NULL, KSIGSET_SIZE);
 }
 
 /* die_of ends this process by sig, as its default action does. */
-static void die_of(int sig) {
-	signal(sig, SIG_DFL);
-	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, sig);
-	sigprocmask(SIG_UNBLOCK, &set, NULL);
-	raise(sig);
-	_exit(128 + sig);
+static __attribute__((noreturn)) void die_of(int sig) {
+	set_disposition(sig, (unsigned long)SIG_DFL);
+	ksigset set = KSIG(sig);
+	sys4(SYS_rt_sigprocmask, SIG_UNBLOCK, &set, NULL, KSIGSET_SIZE);
+	sys2(SYS_kill, sys0(SYS_getpid), sig);
+	sys_exit(128 + sig);
 }
 
 /* The ioi form's options that take the next argument when given without
@@ -270,31 +383,40 @@ static const char *const ioi_long_args[] = {"as-uid", "as-gid", "box-id", "chdir
                                             "fsize",  "env",    "extra-time", "mem", "meta", "quota", "stack",
                                             "open-files", "stderr", "stdin", "stdout", "time", "wall-time", NULL};
 
+static int has_char(const char *s, char c) {
+	for (; *s; s++)
+		if (*s == c)
+			return 1;
+	return 0;
+}
+
 /* ioi_meta returns the meta file (-M) of an ioi command line, or NULL. */
 static const char *ioi_meta(int argc, char **argv) {
 	const char *meta = NULL;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
-		if (strcmp(a, "--") == 0)
+		if (str_eq(a, "--"))
 			break;
 		if (starts_with(a, "--")) {
-			const char *eq = strchr(a, '=');
-			size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+			const char *eq = a + 2;
+			while (*eq && *eq != '=')
+				eq++;
+			size_t len = (size_t)(eq - a - 2);
 			int takes = 0;
 			for (const char *const *l = ioi_long_args; *l; l++)
-				if (strlen(*l) == len && strncmp(a + 2, *l, len) == 0)
+				if (str_len(*l) == len && starts_with(a + 2, *l))
 					takes = 1;
-			const char *val = eq ? eq + 1 : (takes && i + 1 < argc ? argv[i + 1] : NULL);
-			if (takes && !eq)
+			const char *val = *eq ? eq + 1 : (takes && i + 1 < argc ? argv[i + 1] : NULL);
+			if (takes && !*eq)
 				i++;
-			if (len == 4 && strncmp(a + 2, "meta", 4) == 0)
+			if (len == 4 && starts_with(a + 2, "meta"))
 				meta = val;
 			continue;
 		}
 		if (a[0] != '-' || a[1] == 0)
 			continue;
 		for (const char *c = a + 1; *c; c++) {
-			if (!strchr(ioi_short_args, *c) && *c != 'p')
+			if (!has_char(ioi_short_args, *c) && *c != 'p')
 				continue;
 			const char *val = c[1] ? c + 1 : NULL;
 			if (!val && *c != 'p' && i + 1 < argc)
@@ -311,18 +433,18 @@ static const char *ioi_meta(int argc, char **argv) {
  * report on standard output. */
 static int wants_json(int argc, char **argv) {
 	for (int i = 2; i < argc; i++) {
-		if (strcmp(argv[i], "--") == 0)
+		if (str_eq(argv[i], "--"))
 			break;
-		if (strcmp(argv[i], "--json") == 0 || strcmp(argv[i], "-json") == 0 || strcmp(argv[i], "--json=true") == 0)
+		if (str_eq(argv[i], "--json") || str_eq(argv[i], "-json") || str_eq(argv[i], "--json=true"))
 			return 1;
 	}
 	return 0;
 }
 
 static void write_all(int fd, const char *s) {
-	for (size_t n = strlen(s); n > 0;) {
-		ssize_t w = write(fd, s, n);
-		if (w < 0 && errno == EINTR)
+	for (size_t n = str_len(s); n > 0;) {
+		long w = sys3(SYS_write, fd, s, n);
+		if (w == -EINTR)
 			continue;
 		if (w <= 0)
 			return;
@@ -332,56 +454,57 @@ static void write_all(int fd, const char *s) {
 
 /* service_ended reports a run the service never finished (it stopped or
  * died): status XX in every form the caller asked for, exit status 2. */
-static void service_ended(int argc, char **argv) {
+static __attribute__((noreturn)) void service_ended(int argc, char **argv) {
 	write_all(2, "isolate: " SERVICE_ENDED "\n");
-	if (strcmp(argv[1], "run") == 0 || strcmp(argv[1], "exec") == 0) {
+	if (str_eq(argv[1], "run") || str_eq(argv[1], "exec")) {
 		if (wants_json(argc, argv))
 			write_all(1, "{\"status\":\"XX\",\"message\":\"" SERVICE_ENDED "\"}\n");
-		_exit(2);
+		sys_exit(2);
 	}
 	const char *meta = ioi_meta(argc, argv);
 	if (meta) {
-		int fd = strcmp(meta, "-") == 0 ? 1 : open(meta, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		long fd = str_eq(meta, "-") ? 1
+		                            : sys4(SYS_openat, AT_FDCWD, meta, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 		if (fd >= 0)
 			write_all(fd, "status:XX\nmessage:" SERVICE_ENDED "\n");
 	}
-	_exit(2);
+	sys_exit(2);
 }
 
-/* relay forwards signals to the service and waits for the exit. */
-static void relay(int sock, int argc, char **argv) {
-	if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+/* relay forwards the relayed signals to the service and waits for the
+ * exit. They stay blocked, as they have been since before the request:
+ * a signalfd reads them, what came while the service decided included
+ * (a handler would write to a pipe from a page of its own, and the C
+ * library's sigaction touches two more). SIGPIPE is ignored: a write to a
+ * closed stream fails rather than killing the CLI silently. */
+static __attribute__((noreturn)) void relay(int sock, int argc, char **argv) {
+	ksigset set = RELAYED;
+	long sfd = sys4(SYS_signalfd4, -1, &set, KSIGSET_SIZE, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (sfd < 0)
 		service_ended(argc, argv);
-	struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESTART};
-	sigemptyset(&sa.sa_mask);
-	for (size_t i = 0; i < sizeof relayed / sizeof relayed[0]; i++)
-		sigaction(relayed[i], &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
-	/* What came while the service was deciding is relayed now (and
-	 * what the caller blocked too, as an in-process run catches it). */
-	sigset_t set;
-	sigemptyset(&set);
-	for (size_t i = 0; i < sizeof relayed / sizeof relayed[0]; i++)
-		sigaddset(&set, relayed[i]);
-	sigprocmask(SIG_UNBLOCK, &set, NULL);
+	set_disposition(SIGPIPE, (unsigned long)SIG_IGN);
 	char ans[12];
 	size_t got = 0;
 	for (;;) {
-		struct pollfd p[2] = {{.fd = sock, .events = POLLIN}, {.fd = sig_pipe[0], .events = POLLIN}};
-		if (poll(p, 2, -1) < 0) {
-			if (errno == EINTR)
-				continue;
+		struct pollfd p[2] = {{.fd = sock, .events = POLLIN}, {.fd = (int)sfd, .events = POLLIN}};
+		long r = sys3(SYS_poll, p, 2, -1);
+		if (r == -EINTR)
+			continue;
+		if (r < 0)
 			service_ended(argc, argv);
-		}
 		if (p[1].revents & POLLIN) {
-			unsigned char sigs[16];
-			ssize_t n = read(sig_pipe[0], sigs, sizeof sigs);
-			if (n > 0)
-				send(sock, sigs, n, MSG_NOSIGNAL);
+			struct signalfd_siginfo si[4];
+			long n = sys3(SYS_read, sfd, si, sizeof si);
+			unsigned char sigs[4];
+			size_t k = 0;
+			for (long i = 0; i < n / (long)sizeof si[0]; i++)
+				sigs[k++] = (unsigned char)si[i].ssi_signo;
+			if (k > 0)
+				sys(SYS_sendto, sock, (long)sigs, k, MSG_NOSIGNAL, 0);
 		}
 		if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-			ssize_t n = read(sock, ans + got, sizeof ans - got);
-			if (n < 0 && errno == EINTR)
+			long n = sys3(SYS_read, sock, ans + got, sizeof ans - got);
+			if (n == -EINTR)
 				continue;
 			if (n <= 0)
 				service_ended(argc, argv);
@@ -390,81 +513,125 @@ static void relay(int sock, int argc, char **argv) {
 				continue;
 			uint32_t tag;
 			int32_t code, sig;
-			memcpy(&tag, ans, 4);
-			memcpy(&code, ans + 4, 4);
-			memcpy(&sig, ans + 8, 4);
+			copy(&tag, ans, 4);
+			copy(&code, ans + 4, 4);
+			copy(&sig, ans + 8, 4);
 			if (tag != HANDOVER_EXIT)
 				service_ended(argc, argv);
 			if (sig > 0 && sig < NSIG)
 				die_of(sig);
-			_exit(code);
+			sys_exit(code);
 		}
 	}
 }
 
 /* hand_over hands the run to the service and ends this process there,
  * or returns (having changed nothing) for the run to go in-process. */
-static void hand_over(int argc, char **argv, char **envp) {
+static void hand_over(int argc, char **argv, char **envp, int early) {
 	const char *path = service_socket(envp);
-	struct sockaddr_un addr = {.sun_family = AF_UNIX};
-	if (!path || strlen(path) >= sizeof addr.sun_path)
+	struct sockaddr_un addr;
+	size_t plen = path ? str_len(path) : 0;
+	if (!path || plen >= sizeof addr.sun_path)
 		return;
 	/* A closed standard descriptor cannot be handed over. */
 	for (int fd = 0; fd < 3; fd++)
-		if (fcntl(fd, F_GETFD) < 0)
+		if (sys2(SYS_fcntl, fd, F_GETFD) < 0)
 			return;
-	strcpy(addr.sun_path, path);
-	int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	addr.sun_family = AF_UNIX;
+	copy(addr.sun_path, path, plen + 1);
+	long sock = sys3(SYS_socket, AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (sock < 0)
 		return;
-	if (connect(sock, (struct sockaddr *)&addr, sizeof addr) < 0) {
-		close(sock);
+	if (sys3(SYS_connect, sock, &addr, offsetof(struct sockaddr_un, sun_path) + plen + 1) < 0) {
+		sys1(SYS_close, sock);
 		return;
 	}
 	/* A service that hangs before it answers (it answers in
 	 * microseconds) is given up on: the run goes in-process. */
 	struct timeval deciding = {.tv_sec = DECISION_TIMEOUT_S};
-	setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &deciding, sizeof deciding);
-	setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &deciding, sizeof deciding);
+	sys(SYS_setsockopt, sock, SOL_SOCKET, SO_RCVTIMEO, (long)&deciding, sizeof deciding);
+	sys(SYS_setsockopt, sock, SOL_SOCKET, SO_SNDTIMEO, (long)&deciding, sizeof deciding);
 	/* The signals the run relays wait while the service decides: once it
 	 * accepted, they are relayed; if it declines, they take their default
 	 * action, as they do before an in-process run catches them. */
-	sigset_t block, caller_mask;
-	sigemptyset(&block);
-	for (size_t i = 0; i < sizeof relayed / sizeof relayed[0]; i++)
-		sigaddset(&block, relayed[i]);
-	sigprocmask(SIG_BLOCK, &block, &caller_mask);
-	char build[2 * 64 + 1], cwd[PATH_MAX], cpus[2 * sizeof(cpu_set_t) + 1], mask[8];
+	ksigset block = RELAYED, caller_mask = 0;
+	sys4(SYS_rt_sigprocmask, SIG_BLOCK, &block, &caller_mask, KSIGSET_SIZE);
+	char build[2 * 64 + 1], cpus[2 * sizeof(cpu_set_t) + 1], mask[8], cwd[256];
 	cpu_set_t cpu_set;
-	int dir = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	long dir = sys4(SYS_openat, AT_FDCWD, ".", O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
 	uint32_t ans[3];
-	mode_t m = umask(0); /* one thread: nothing else creates files now */
-	umask(m);
+	long m = sys1(SYS_umask, 0); /* one thread: nothing else creates files now */
+	sys1(SYS_umask, m);
 	for (int i = 3; i >= 0; i--, m >>= 3)
 		mask[i] = '0' + (m & 7);
 	mask[4] = 0;
-	if (caller_cpus(&cpu_set) == 0)
+	if (caller_cpus(&cpu_set, early) == 0)
 		cpus_hex(&cpu_set, cpus);
 	else
-		strcpy(cpus, "?");
-	if (dir < 0 || !getcwd(cwd, sizeof cwd) || build_id(build, sizeof build) < 0 ||
-	    send_request(sock, build, cwd, cpus, mask, argc, argv, envp, dir) < 0 || read_full(sock, ans, sizeof ans) < 0 ||
-	    ans[0] != HANDOVER_ACCEPTED) {
+		cpus[0] = '?', cpus[1] = 0;
+	struct request req = {.sock = (int)sock, .argc = argc, .dir = (int)dir, .argv = argv, .envp = envp,
+	                      .build = build, .cpus = cpus, .mask = mask};
+	int sent = -1;
+	if (dir >= 0 && build_id(envp, build, sizeof build) == 0) {
+		long n = sys2(SYS_getcwd, cwd, sizeof cwd);
+		if (n > 0 && cwd[0] == '/') /* (not "(unreachable)...", as getcwd(3) refuses) */
+			sent = send_request(&req, cwd);
+		else if (n == -ERANGE)
+			sent = long_working_dir(send_request, &req);
+	}
+	if (sent < 0 || read_full(sock, ans, sizeof ans) < 0 || ans[0] != HANDOVER_ACCEPTED) {
 		/* Declined (the reason follows; nobody needs it here), or no
 		 * answer: the service did nothing. */
 		if (dir >= 0)
-			close(dir);
-		close(sock);
-		sigprocmask(SIG_SETMASK, &caller_mask, NULL);
+			sys1(SYS_close, dir);
+		sys1(SYS_close, sock);
+		sys4(SYS_rt_sigprocmask, SIG_SETMASK, &caller_mask, NULL, KSIGSET_SIZE);
 		return;
 	}
-	close(dir);
+	sys1(SYS_close, dir);
 	/* This process stands for the run: it shows the caller's affinity, as
 	 * an in-process supervisor does once Go restored it. */
-	if (isolate_cpus_narrowed)
-		sched_setaffinity(0, sizeof cpu_set, &cpu_set);
-	relay(sock, argc, argv);
+	if (!early && isolate_cpus_narrowed)
+		sys3(SYS_sched_setaffinity, 0, sizeof cpu_set, &cpu_set);
+	relay((int)sock, argc, argv);
 }
+
+/* handover_tried: the entry point decided already (and the run stays
+ * in-process); the constructor does not ask the service again. */
+static int handover_tried;
+
+static void handover(int argc, char **argv, char **envp, int early) {
+	/* Only the isolate command hands over, not its test binary. */
+	size_t n = argc > 0 ? str_len(argv[0]) : 0;
+	int test = n >= 5 && str_eq(argv[0] + n - 5, ".test");
+	if (!test && is_run(argc, argv))
+		hand_over(argc, argv, envp, early); /* returns if the run stays in-process */
+	handover_tried = 1;
+}
+
+#if defined(__x86_64__)
+/* isolateentry is the binary's entry point (handover.go links it so): it
+ * runs handover on the stack the kernel made (argc, argv, environ), then
+ * starts the C library (_start) on that same stack, as the kernel would
+ * have. rbx is callee-saved: it keeps the stack pointer across the call;
+ * rdx is zero again for _start, as the kernel leaves it. */
+void isolate_entry_c(long *sp) { handover((int)sp[0], (char **)(sp + 1), (char **)(sp + 2 + sp[0]), 1); }
+
+__asm__(".text\n"
+        ".globl isolateentry\n"
+        ".type isolateentry, @function\n"
+        "isolateentry:\n"
+        "	xor %ebp, %ebp\n"
+        "	mov %rsp, %rbx\n"
+        "	mov %rsp, %rdi\n"
+        "	and $-16, %rsp\n"
+        "	call isolate_entry_c\n"
+        "	mov %rbx, %rsp\n"
+        "	xor %ebx, %ebx\n"
+        "	xor %edx, %edx\n"
+        "	jmp _start\n"
+        ".size isolateentry, .-isolateentry\n");
+#endif
 
 #ifdef __GLIBC__
 __attribute__((constructor)) static void isolate_handover_entry(int argc, char **argv, char **envp) {
@@ -477,12 +644,6 @@ __attribute__((constructor)) static void isolate_handover_entry(void) {
 	char **argv, **envp;
 	isolate_start_args(&argc, &argv, &envp);
 #endif
-	/* Only the isolate command hands over, not its test binary. */
-	if (argc < 2)
-		return;
-	size_t n = strlen(argv[0]);
-	if (n >= 5 && strcmp(argv[0] + n - 5, ".test") == 0)
-		return;
-	if (is_run(argc, argv))
-		hand_over(argc, argv, envp);
+	if (!handover_tried)
+		handover((int)argc, argv, envp, 0);
 }
