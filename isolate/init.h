@@ -96,6 +96,7 @@ struct program {
 	int stdio[3]; /* received descriptors for the program's fd 0, 1, 2; -1: init's own */
 	int stderr_to_stdout;
 	int hold; /* keep the box after the program until the supervisor is done (--copy-out) */
+	int tell_start; /* tell the program's start at once (init_main.c) */
 };
 extern struct program init_prog;
 

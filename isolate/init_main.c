@@ -132,7 +132,7 @@ static int run_box(void) {
 	int64_t start = init_now_ns();
 	const char *start_step;
 	int start_err;
-	int recorded = init_prog.notify_sock >= 0;
+	int at_once = init_prog.notify_sock >= 0 || init_prog.tell_start;
 	pid_t pid = init_start_program(&oldmask, &start_step, &start_err);
 	struct rusage ru;
 	int ws;
@@ -152,10 +152,11 @@ static int run_box(void) {
 	init_put_num("exec_ns", exec_ns);
 	init_put("}\n");
 	/* The start is told late (STARTED_DELAY_NS), but not to a seccomp
-	 * recorder, which takes its listener once it knows of it. */
+	 * recorder, which takes its listener once it knows of it, nor when the
+	 * supervisor asks (a limit too short to wait). */
 	int64_t tell_start_at = exec_ns + STARTED_DELAY_NS;
 	int start_told = 0;
-	if (recorded) {
+	if (at_once) {
 		init_send();
 		start_told = 1;
 	}

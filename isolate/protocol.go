@@ -158,6 +158,8 @@ func (p *plan) stderrToStdout() { p.op(C.ISOLATE_OP_STDERR_TO_STDOUT, "stderr to
 
 func (p *plan) hold() { p.op(C.ISOLATE_OP_HOLD, "keep the box for copy-out", nil) }
 
+func (p *plan) tellStart() { p.op(C.ISOLATE_OP_TELL_START, "tell the start at once", nil) }
+
 // end closes the command part: init starts the program.
 func (p *plan) end() { p.op(C.ISOLATE_OP_END, "end", nil) }
 

@@ -76,6 +76,7 @@ enum {
 	X(STDERR_TO_STDOUT, "stderr-to-stdout", 0, 0)                                                                \
 	X(STDIO, "stdio", 3, 0)           /* received descriptors for the program's fd 0, 1, 2 (-1: keep init's) */ \
 	X(HOLD, "hold", 0, 0)             /* keep the box after the program until the supervisor closes fd 3 */     \
+	X(TELL_START, "tell-start", 0, 0) /* tell the program's start at once, not up to 10 ms late */              \
 	X(END, "end", 0, 0)               /* the command part ends: start the program */
 
 #define ISOLATE_OP_ENUM(name, text, ints, strs) ISOLATE_OP_##name,

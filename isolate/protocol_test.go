@@ -113,6 +113,7 @@ func TestProtocolOps(t *testing.T) {
 		{"stdio", func(p *plan) { p.stdio(1, 2, -1) }, `stdio step="standard streams" 1 2 ` + maxU64},
 		{"stderr-to-stdout", func(p *plan) { p.stderrToStdout() }, `stderr-to-stdout step="stderr to stdout"`},
 		{"hold", func(p *plan) { p.hold() }, `hold step="keep the box for copy-out"`},
+		{"tell-start", func(p *plan) { p.tellStart() }, `tell-start step="tell the start at once"`},
 		{"end", func(p *plan) { p.end() }, `end step="end"`},
 	}
 	covered := map[string]bool{}

@@ -771,7 +771,32 @@ func (s *supervisor) commandPlan() *plan {
 	if len(sp.CopyOut) > 0 || (s.claimed != nil && endAfter(s.ctx) != nil) {
 		p.hold()
 	}
+	// Init tells a program's start up to 10 ms late (init_main.c), and
+	// the limits count from it once told: a limit that short could be
+	// overrun by the wait.
+	if sp.effectiveWall() < shortLimit || (sp.CPUTime > 0 && s.cpuTimeToLimit() < shortLimit) {
+		p.tellStart()
+	}
 	return p
+}
+
+// shortLimit is a wall time or CPU budget under which init tells the
+// program's start at once: ten times its delay.
+const shortLimit = 100 * time.Millisecond
+
+// cpusUsable is how many CPUs the program may keep busy at once.
+func (s *supervisor) cpusUsable() float64 {
+	cpus := float64(NumCPU())
+	if s.spec.CPUs > 0 && s.spec.CPUs < cpus {
+		cpus = s.spec.CPUs
+	}
+	return cpus
+}
+
+// cpuTimeToLimit is the least wall time in which the program can spend
+// its CPU budget: every CPU it may use busy.
+func (s *supervisor) cpuTimeToLimit() time.Duration {
+	return time.Duration(float64(s.spec.CPUTime+s.spec.ExtraTime) / s.cpusUsable())
 }
 
 // placeInCgroup ends the command part: the program joins the box's
@@ -886,13 +911,10 @@ func (s *supervisor) supervise() error {
 	defer wall.Stop()
 	var cpuCheck <-chan time.Time
 	cpuBudget := sp.CPUTime + sp.ExtraTime
-	cpus := float64(NumCPU())
-	if sp.CPUs > 0 && sp.CPUs < cpus {
-		cpus = sp.CPUs
-	}
+	cpus := s.cpusUsable()
 	var cpuTimer *time.Timer
 	if sp.CPUTime > 0 {
-		cpuTimer = time.NewTimer(time.Duration(float64(cpuBudget)/cpus) - time.Since(start))
+		cpuTimer = time.NewTimer(s.cpuTimeToLimit() - time.Since(start))
 		defer cpuTimer.Stop()
 		cpuCheck = cpuTimer.C
 	}
