@@ -5,6 +5,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"time"
 	"unsafe"
 
 	libseccomp "github.com/seccomp/libseccomp-golang"
@@ -85,6 +86,9 @@ func (r *Recorder) Start() {
 
 func (r *Recorder) loop() {
 	defer close(r.done)
+	// The loop closes the listener whichever way it ends (Stop, the cap,
+	// every task gone): once done is closed, so is the descriptor.
+	defer r.file.Close()
 	rc, err := r.file.SyscallConn()
 	if err != nil {
 		return
@@ -111,17 +115,11 @@ func (r *Recorder) loop() {
 			}
 		})
 		if err != nil {
-			return // Stop closed the listener
+			return // Stop's deadline woke the loop
 		}
 	}
-	r.mu.Lock()
-	capped := r.capped
-	r.mu.Unlock()
-	if capped {
-		// Closing the listener makes the kernel fail further refused
-		// calls fast (ENOSYS) instead of waiting for an answer.
-		r.file.Close()
-	}
+	// Past the cap, the closed listener makes the kernel fail further
+	// refused calls fast (ENOSYS) instead of waiting for an answer.
 }
 
 // answer takes one notification, refuses the call with EPERM and counts
@@ -177,11 +175,16 @@ func (r *Recorder) Capped() bool {
 // of them. It may be called more than once; the result is never nil.
 func (r *Recorder) Stop() []Blocked {
 	r.stopOnce.Do(func() {
-		if r.file != nil {
-			// Closing waits until the loop has left its wait, a hand-off
-			// between goroutines (~0.2 ms on a busy host): not on the
-			// caller's path, which needs only the counts.
-			go r.file.Close()
+		switch {
+		case r.started:
+			// An expired deadline wakes the loop, which closes the
+			// listener itself. Closing it here would wait until the loop
+			// had left its wait, a hand-off between goroutines (~0.2 ms
+			// on a busy host), on the caller's path, which needs only
+			// the counts.
+			r.file.SetReadDeadline(time.Unix(0, 1))
+		case r.file != nil:
+			r.file.Close()
 		}
 		r.mu.Lock()
 		defer r.mu.Unlock()

@@ -472,7 +472,7 @@ func TestRecorderStopIsIdempotentAndNeverNil(t *testing.T) {
 	r.Start()
 	r.Stop()
 	r.Stop()
-	<-r.done // the listener closes behind Stop, before the loop ends
+	<-r.done // the loop closes the listener before it ends
 	if _, err := unix.FcntlInt(uintptr(fds[0]), unix.F_GETFD, 0); err != unix.EBADF {
 		t.Fatalf("Stop did not close the listener: %v", err)
 	}
