@@ -11,8 +11,8 @@ blocks whose order flips every round, each block hands RUNS
 caller, default 20, 0 for back to back; back to back with more) and
 reports the median latency from spawn to reap, the median setup_time of
 the reports, the runs per second, and the service's CPU per run: utime,
-stime, cutime and cstime of /proc/PID/stat, so the service with the boxes
-it reaped. Every run must say it went through the service (sandbox.via).
+stime, cutime and cstime of /proc/PID/stat and of its live children, so
+the service with its boxes, those built ahead included. Every run must say it went through the service (sandbox.via).
 With --stages it ends with each build's medians, over all its runs, of
 the reports' stages (sandbox.stages) and of the box's cpu_time.
 Stops both services and removes their directories, whatever happens.
@@ -32,12 +32,31 @@ import time
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def service_cpu(pid):
-    """Seconds of CPU of pid and the children it reaped."""
+def proc_cpu(pid):
+    """Seconds of CPU of pid and of the children it reaped."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     # fields[0] is the state (field 3): utime..cstime are fields 14-17.
     return sum(int(x) for x in fields[11:15]) / TICK
+
+
+def service_cpu(pid):
+    """Seconds of CPU of pid with its children, reaped or not: counted at
+    both ends of a block, a live child's CPU counts once (a box built
+    ahead is alive at a block's end, reaped in the next)."""
+    total = proc_cpu(pid)
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                kids = f.read().split()
+        except FileNotFoundError:
+            continue
+        for kid in kids:
+            try:
+                total += proc_cpu(kid)
+            except (FileNotFoundError, ProcessLookupError):
+                pass  # reaped meanwhile: counted in pid's cutime
+    return total
 
 
 class Service:
