@@ -4,7 +4,9 @@ package main
 // session. Latency of /bin/true, rounds interleaved (bare exec, a request
 // over one keep-alive connection on the unix socket, one-shot `isolate
 // run`, bwrap); then throughput with 1, 2 and 4 concurrent clients, the
-// service against one-shot `isolate run`. A benchmark, not a test.
+// service against one-shot `isolate run`, in alternating rounds (the
+// machine's speed drifts within minutes: one block of each compares
+// badly). A benchmark, not a test.
 
 import (
 	"context"
@@ -39,6 +41,7 @@ func benchService(args []string) error {
 	fs := flag.NewFlagSet("isolate serve bench", flag.ContinueOnError)
 	rounds := fs.Int("rounds", 200, "interleaved latency rounds")
 	seconds := fs.Float64("seconds", 5, "length of each throughput measurement")
+	tputRounds := fs.Int("throughput-rounds", 3, "alternating rounds of the service's and one-shot's throughput per number of clients")
 	isolateBin := fs.String("isolate", "", "the one-shot isolate binary (default: beside this one)")
 	poolMax := fs.Int("pool", -1, "boxes built ahead, at most (default 2 x the service's parallel; 0: none)")
 	if err := fs.Parse(args); err != nil {
@@ -127,15 +130,38 @@ func benchService(args []string) error {
 
 	latencyClient.printStages()
 
-	fmt.Printf("throughput of /bin/true, %.0f s each (runs/s; CPU ms per run: the service process with its\n", *seconds)
-	fmt.Printf("boxes and clients, or the one-shot processes with theirs):\n")
+	fmt.Printf("throughput of /bin/true, %d alternating rounds of %.0f s each, order flipped each round\n", *tputRounds, *seconds)
+	fmt.Printf("(medians; runs/s; CPU ms per run: the service process with its boxes and clients, or the\n")
+	fmt.Printf("one-shot processes with theirs; ratio: of the medians, with the rounds' own in brackets):\n")
 	fmt.Printf("  %-8s %10s %8s %12s %8s %8s\n", "clients", "service", "CPU", "one-shot", "CPU", "ratio")
 	for _, clients := range []int{1, 2, 4} {
-		api, apiCPU := throughput(clients, *seconds, func() func() error { return newAPIClient(sock).post })
-		one, oneCPU := throughput(clients, *seconds, func() func() error {
-			return func() error { return spawn([]string{*isolateBin, "run", "--", "/bin/true"}) }
-		})
-		fmt.Printf("  %-8d %10.1f %8.2f %12.1f %8.2f %8.2f\n", clients, api, apiCPU, one, oneCPU, api/one)
+		var api, apiCPU, one, oneCPU, ratios []float64
+		for r := 0; r < *tputRounds; r++ {
+			measureAPI := func() {
+				n, cpu := throughput(clients, *seconds, func() func() error { return newAPIClient(sock).post })
+				api, apiCPU = append(api, n), append(apiCPU, cpu)
+			}
+			measureOne := func() {
+				n, cpu := throughput(clients, *seconds, func() func() error {
+					return func() error { return spawn([]string{*isolateBin, "run", "--", "/bin/true"}) }
+				})
+				one, oneCPU = append(one, n), append(oneCPU, cpu)
+			}
+			if r%2 == 0 {
+				measureAPI()
+				measureOne()
+			} else {
+				measureOne()
+				measureAPI()
+			}
+			ratios = append(ratios, api[r]/one[r])
+		}
+		each := make([]string, len(ratios))
+		for i, x := range ratios {
+			each[i] = fmt.Sprintf("%.2f", x)
+		}
+		fmt.Printf("  %-8d %10.1f %8.2f %12.1f %8.2f %8.2f  [%s]\n", clients, median(api), median(apiCPU),
+			median(one), median(oneCPU), median(api)/median(one), strings.Join(each, " "))
 	}
 	return nil
 }
@@ -310,6 +336,18 @@ func percentile(d []time.Duration, p int) time.Duration {
 		return 0
 	}
 	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+func median(x []float64) float64 {
+	s := append([]float64(nil), x...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
