@@ -12,7 +12,8 @@ caller, default 20, 0 for back to back; back to back with more) and
 reports the median latency from spawn to reap, the median setup_time of
 the reports, the runs per second, and the service's CPU per run: utime,
 stime, cutime and cstime of /proc/PID/stat and of its live children, so
-the service with its boxes, those built ahead included. Every run must say it went through the service (sandbox.via).
+the service with its boxes, those built ahead included. Every run must
+say it went through the service (sandbox.via).
 With --stages it ends with each build's medians, over all its runs, of
 the reports' stages (sandbox.stages) and of the box's cpu_time.
 Stops both services and removes their directories, whatever happens.
