@@ -87,7 +87,9 @@ func (r *Recorder) Start() {
 func (r *Recorder) loop() {
 	defer close(r.done)
 	// The loop closes the listener whichever way it ends (Stop, the cap,
-	// every task gone): once done is closed, so is the descriptor.
+	// every task gone): once done is closed, so is the descriptor. Past
+	// the cap, the closed listener makes the kernel fail further refused
+	// calls fast (ENOSYS) instead of waiting for an answer.
 	defer r.file.Close()
 	rc, err := r.file.SyscallConn()
 	if err != nil {
@@ -118,8 +120,6 @@ func (r *Recorder) loop() {
 			return // Stop's deadline woke the loop
 		}
 	}
-	// Past the cap, the closed listener makes the kernel fail further
-	// refused calls fast (ENOSYS) instead of waiting for an answer.
 }
 
 // answer takes one notification, refuses the call with EPERM and counts
