@@ -159,6 +159,9 @@ static void exec_path(const char *file) {
 	errno = err;
 }
 
+#ifndef SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV
+#define SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (1UL << 5)
+#endif
 #ifndef CLONE_INTO_CGROUP
 #define CLONE_INTO_CGROUP 0x200000000ULL
 #endif
@@ -276,7 +279,14 @@ struct start_fds {
  * supervisor records what it refuses: the listener's descriptor, else -1. */
 static int load_filter(int pipe_fd, const char *filter, uint32_t len, int listen) {
 	struct sock_fprog fp = {.len = len / 8, .filter = (struct sock_filter *)filter};
-	int fd = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, listen ? SECCOMP_FILTER_FLAG_NEW_LISTENER : 0, &fp);
+	/* With a listener, a refused call the supervisor has received waits
+	 * killably (Linux 5.19): a signal arriving as the answer goes out would
+	 * otherwise restart the call, notified and counted a second time
+	 * (seccomp.Install says the same). */
+	unsigned long flags = listen ? SECCOMP_FILTER_FLAG_NEW_LISTENER | SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV : 0;
+	int fd = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &fp);
+	if (fd < 0 && errno == EINVAL && listen)
+		fd = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &fp);
 	if (fd < 0)
 		child_fail(pipe_fd, CS_SECCOMP, errno);
 	return listen ? fd : -1;

@@ -22,7 +22,12 @@ import (
 //
 // When notify is true the filter is loaded with
 // SECCOMP_FILTER_FLAG_NEW_LISTENER and the listener's descriptor (close-on-
-// exec) is returned; otherwise -1. Hand it to a Recorder and close this
+// exec) is returned; otherwise -1. With it goes
+// SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV where the kernel has it (5.19):
+// a refused call the Recorder has received can then be interrupted only by
+// a fatal signal. Otherwise a signal arriving as the answer goes out makes
+// the kernel drop the answer and restart the call, which is notified and
+// answered again: counted twice, and the cap reached a call early. Hand it to a Recorder and close this
 // copy: the kernel detaches a listener only when its last descriptor is
 // closed, which is what makes the Recorder's cap work.
 func Install(filter []byte, notify bool) (listenerFD int, err error) {
@@ -51,9 +56,14 @@ func Install(filter []byte, notify bool) (listenerFD int, err error) {
 	prog := unix.SockFprog{Len: uint16(n), Filter: &insns[0]}
 	var flags uintptr
 	if notify {
-		flags |= unix.SECCOMP_FILTER_FLAG_NEW_LISTENER
+		flags |= unix.SECCOMP_FILTER_FLAG_NEW_LISTENER | unix.SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV
 	}
 	r, _, errno := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, uintptr(unsafe.Pointer(&prog)))
+	if errno == unix.EINVAL && notify {
+		// Before Linux 5.19: no killable wait.
+		flags &^= unix.SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV
+		r, _, errno = unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, uintptr(unsafe.Pointer(&prog)))
+	}
 	runtime.KeepAlive(insns)
 	if errno != 0 {
 		return -1, fmt.Errorf("seccomp: SECCOMP_SET_MODE_FILTER: %w", errno)
