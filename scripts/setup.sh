@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "setup: run as root (sudo $0)" >&2; exit 2; }
-export PATH="$(./scripts/deps.sh make):$PATH"
+# bubblewrap: the baseline `isolate bench` compares against.
+export PATH="$(./scripts/deps.sh make bubblewrap):$PATH"
 make build
 ./bin/isolate check
 echo
