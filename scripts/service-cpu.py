@@ -8,8 +8,8 @@ SOCKET from CLIENTS threads (one keep-alive connection each) for SECONDS,
 and prints the runs per second and, per run, the user and system time of
 the service process PID itself and of the children it reaped (its boxes'
 inits, with everything they reaped), from /proc/PID/stat before and
-after. The clients' own CPU is not in it. docs/PERFORMANCE.md (session J)
-gives figures from it.
+after, and the minor page faults of each. The clients' own CPU is not in
+it. docs/PERFORMANCE.md (sessions J and K) gives figures from it.
 """
 import argparse
 import http.client
@@ -32,10 +32,11 @@ class UnixConnection(http.client.HTTPConnection):
 
 
 def times(pid):
-    """utime, stime, cutime, cstime of pid, in clock ticks."""
+    """utime, stime, cutime, cstime of pid, in clock ticks, then its
+    minor faults and its reaped children's."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return [int(x) for x in fields[11:15]]
+    return [int(x) for x in fields[11:15]] + [int(fields[7]), int(fields[8])]
 
 
 def main():
@@ -72,9 +73,11 @@ def main():
     if errors:
         raise errors[0]
     n = max(runs[0], 1)
-    ms = [(b - a) * 1000 / os.sysconf("SC_CLK_TCK") / n for a, b in zip(before, after)]
+    ms = [(b - a) * 1000 / os.sysconf("SC_CLK_TCK") / n for a, b in zip(before[:4], after[:4])]
+    faults = [(b - a) / n for a, b in zip(before[4:], after[4:])]
     print(f"{args.clients} client(s): {runs[0] / took:.1f} runs/s; ms per run: service user {ms[0]:.2f} "
-          f"system {ms[1]:.2f}; its boxes user {ms[2]:.2f} system {ms[3]:.2f}; total {sum(ms):.2f}")
+          f"system {ms[1]:.2f}; its boxes user {ms[2]:.2f} system {ms[3]:.2f}; total {sum(ms):.2f}; "
+          f"minor faults per run: service {faults[0]:.0f}, boxes {faults[1]:.0f}")
 
 
 if __name__ == "__main__":
