@@ -22,14 +22,16 @@ import (
 //
 // When notify is true the filter is loaded with
 // SECCOMP_FILTER_FLAG_NEW_LISTENER and the listener's descriptor (close-on-
-// exec) is returned; otherwise -1. With it goes
-// SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV where the kernel has it (5.19):
-// a refused call the Recorder has received can then be interrupted only by
-// a fatal signal. Otherwise a signal arriving as the answer goes out makes
-// the kernel drop the answer and restart the call, which is notified and
-// answered again: counted twice, and the cap reached a call early. Hand it to a Recorder and close this
+// exec) is returned; otherwise -1. Hand it to a Recorder and close this
 // copy: the kernel detaches a listener only when its last descriptor is
 // closed, which is what makes the Recorder's cap work.
+//
+// With the listener goes SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV where the
+// kernel has it (5.19): a refused call the Recorder has received can then
+// be interrupted only by a fatal signal. Otherwise a signal arriving as the
+// answer goes out makes the kernel drop the answer and restart the call,
+// which is notified and answered again: counted twice, and the cap reached
+// a call early.
 func Install(filter []byte, notify bool) (listenerFD int, err error) {
 	n := len(filter) / 8
 	if n == 0 || len(filter)%8 != 0 {
