@@ -95,6 +95,9 @@ func TestMain(m *testing.M) {
 		if builtServeDir != "" {
 			os.RemoveAll(builtServeDir)
 		}
+		if probeDir != "" { // the probe's build (probe), made on first use
+			os.RemoveAll(probeDir)
+		}
 		if leaks := findLeaks(); len(leaks) > 0 {
 			fmt.Fprintln(os.Stderr, "LEAKED after the test suite:\n  "+strings.Join(leaks, "\n  "))
 			if code == 0 {
