@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -34,6 +35,32 @@ import (
 )
 
 var devNull, _ = os.OpenFile(os.DevNull, os.O_RDWR, 0)
+
+// undoStack is what the bench made, undone last first, once: at its end
+// or from the signal that ends it, whichever comes first.
+type undoStack struct {
+	mu   sync.Mutex
+	fns  []func()
+	done bool
+}
+
+func (u *undoStack) push(f func()) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.fns = append(u.fns, f)
+}
+
+func (u *undoStack) run() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.done {
+		return
+	}
+	u.done = true
+	for i := len(u.fns) - 1; i >= 0; i-- {
+		u.fns[i]()
+	}
+}
 
 const benchRequest = `{"commands":[{"args":["/bin/true"]}]}`
 
@@ -57,16 +84,28 @@ func benchService(args []string) error {
 	if _, err := os.Stat(*isolateBin); err != nil {
 		return fmt.Errorf("the one-shot isolate: %v (--isolate PATH)", err)
 	}
+	// What the bench makes goes when it ends, also when a signal ends it
+	// (Ctrl-C, or its output's reader gone, as in `| head`).
+	var undo undoStack
+	defer undo.run()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
+	defer signal.Stop(sigs)
+	go func() {
+		sig := <-sigs
+		undo.run()
+		os.Exit(128 + int(sig.(syscall.Signal)))
+	}()
 	dir, err := os.MkdirTemp("", "isolate-bench-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	undo.push(func() { os.RemoveAll(dir) })
 	store, err := filestore.Open(filepath.Join(dir, "files"), 1<<20, time.Hour)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
+	undo.push(func() { store.Close() })
 	host, err := isolate.NewHost(nil)
 	if err != nil {
 		return err
@@ -79,7 +118,7 @@ func benchService(args []string) error {
 	if err := host.StartPool(isolate.PoolConfig{Max: *poolMax}); err != nil {
 		return err
 	}
-	defer host.StopPool()
+	undo.push(host.StopPool)
 	srv := server.New(server.Config{Runner: hostRunner{host}, Store: store, Parallel: parallel, Queue: 64, Version: version})
 	sock := filepath.Join(dir, "api.sock")
 	l, err := server.ListenUnix(sock, -1)
@@ -87,7 +126,7 @@ func benchService(args []string) error {
 		return err
 	}
 	go srv.Serve(l)
-	defer srv.Shutdown(time.Second)
+	undo.push(func() { srv.Shutdown(time.Second) })
 
 	latencyClient := newAPIClient(sock)
 	variants := []struct {
