@@ -129,8 +129,9 @@ func main() {
 		System.gc();
 	}
 }`)
-		run(t, "", jt[0], "-d", dir, src)
-		run(t, "java ok 42", jt[1], "-Xmx256m", "-cp", dir, "T")
+		// No perf data: the JVM would leave /tmp/hsperfdata_root on the host.
+		run(t, "", jt[0], "-J-XX:-UsePerfData", "-d", dir, src)
+		run(t, "java ok 42", jt[1], "-XX:-UsePerfData", "-Xmx256m", "-cp", dir, "T")
 	})
 	t.Run("Python", func(t *testing.T) {
 		py := tool(t, "python3")[0]
