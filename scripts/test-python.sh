@@ -13,8 +13,11 @@ export ISOLATE_BIN="${ISOLATE_BIN:-$REPO/bin/isolate}"
 cd clients/python
 # Coverage data outside the tree: nothing of a test run lands in the repository.
 export COVERAGE_FILE="${TMPDIR:-/tmp}/isolate-python-coverage.$$"
-trap 'rm -f "$COVERAGE_FILE"' EXIT
+# The tests' own directories too (pytest keeps its last three runs' in
+# /tmp/pytest-of-USER otherwise).
+BASETEMP=$(mktemp -d "${TMPDIR:-/tmp}/isolate-python-tests.XXXXXX")
+trap 'rm -f "$COVERAGE_FILE"; rm -rf "$BASETEMP"' EXIT
 $PY -m flake8 src tests
 $PY -m mypy src
-PYTHONPATH=src $PY -m pytest -q -p no:cacheprovider --cov=isolate_sandbox --cov-report=term-missing \
-	--cov-fail-under=90 tests
+PYTHONPATH=src $PY -m pytest -q -p no:cacheprovider --basetemp="$BASETEMP/t" --cov=isolate_sandbox \
+	--cov-report=term-missing --cov-fail-under=90 tests
