@@ -51,7 +51,7 @@ class UnixConnection(http.client.HTTPConnection):
 
 
 def field(rest, name):
-    m = re.search(name + r"=(\S+)", rest)
+    m = re.search(r"(?<!\w)" + name + r"=(\S+)", rest)
     return m.group(1) if m else None
 
 
