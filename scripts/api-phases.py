@@ -23,31 +23,23 @@ and prints the same execve-to-exit figure for those runs. The box's init is the 
 docs/PERFORMANCE.md (session K) gives figures from it.
 """
 import argparse
-import http.client
 import json
 import os
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
+# The Python client's own connection over a unix socket.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients", "python", "src"))
+from isolate_sandbox.service_transport import UnixHTTPConnection  # noqa: E402
+
 EVENTS = ["sched:sched_switch", "sched:sched_waking", "sched:sched_process_exec", "sched:sched_process_exit"]
 # perf script -F comm,tid,time,event,trace: "comm tid time: sched:event: fields".
 LINE = re.compile(r"\s*(.+?)\s+(\d+)\s+([\d.]+):\s+sched:(\w+):(.*)")
-
-
-class UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path):
-        super().__init__("isolate")
-        self.path = path
-
-    def connect(self):
-        self.sock = socket.socket(socket.AF_UNIX)
-        self.sock.connect(self.path)
 
 
 def field(rest, name):
@@ -110,7 +102,7 @@ def main():
     if os.geteuid() != 0:
         sys.exit("api-phases: needs root (perf record -a)")
     body = json.dumps({"commands": [{"args": [args.program]}]}).encode()
-    conn = UnixConnection(args.socket)
+    conn = UnixHTTPConnection(args.socket)
 
     def post():
         conn.request("POST", "/v1/run", body, {"Content-Type": "application/json"})
