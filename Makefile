@@ -39,9 +39,9 @@ vet:
 test:
 	@$(WITH_GO) ./scripts/test.sh
 
-# Benchmarks (issue 6), not tests: scripts/bench.sh hands BENCH_FLAGS to
-# `isolate bench` (e.g. --precision, --json); BENCH_FLAGS=--doc rewrites the
-# tables of docs/PERFORMANCE.md.
+# Benchmarks, not tests: scripts/bench.sh hands BENCH_FLAGS to
+# `isolate bench` (e.g. --precision, --json, --handover, --service);
+# docs/PERFORMANCE.md says what each measures.
 bench: build
 	./scripts/bench.sh $(BENCH_FLAGS)
 

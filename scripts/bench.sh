@@ -1,12 +1,11 @@
 #!/bin/bash
-# Benchmarks of isolate (issue 6): what a run costs against a bare exec,
-# bwrap and unshare, where its time goes, how it scales on two CPUs, and
-# how precise its limits and accounting are.
+# Benchmarks of isolate: what a run costs against a bare exec, bwrap and
+# unshare, where its time goes, how it scales on two CPUs, and how precise
+# its limits and accounting are (docs/PERFORMANCE.md). The bench installs
+# nothing (scripts/setup.sh installs bubblewrap, its baseline; without it
+# that variant is skipped).
 #
 #   scripts/bench.sh [isolate bench options]   print the results (make bench)
-#   scripts/bench.sh --doc [options]           measure everything, precision
-#                                              included, and rewrite the
-#                                              tables of docs/PERFORMANCE.md
 #   scripts/bench.sh --profile [RUNS]          CPU profile (perf) of RUNS
 #                                              `isolate run -- /bin/true`,
 #                                              in ms of CPU per run and part
@@ -20,7 +19,6 @@ cd "$(dirname "$0")/.."
 bin=${ISOLATE_BIN:-bin/isolate}
 
 case "${1:-}" in
---doc) mode=doc; shift ;;
 --profile) mode=profile; shift ;;
 *) mode=print ;;
 esac
@@ -29,7 +27,7 @@ if [ "$mode" = profile ]; then
 	runs=${1:-200}
 	tmp=$(mktemp -d)
 	trap 'rm -rf "$tmp"' EXIT
-	command -v perf >/dev/null || ./scripts/deps.sh linux-perf >/dev/null
+	command -v perf >/dev/null || { echo "bench.sh: --profile needs perf (apt-get install linux-perf)" >&2; exit 2; }
 	if [ -z "${ISOLATE_BIN:-}" ]; then
 		# As `make build` builds it, but with symbols for perf.
 		export PATH="$(./scripts/deps.sh):$PATH"
@@ -96,26 +94,4 @@ if [ ! -x "$bin" ]; then
 	make build
 fi
 
-if [ "$mode" = print ]; then
-	exec "$bin" bench "$@"
-fi
-
-doc=docs/PERFORMANCE.md
-begin='<!-- bench:begin -->'
-end='<!-- bench:end -->'
-if ! grep -qF "$begin" "$doc" || ! grep -qF "$end" "$doc"; then
-	echo "bench.sh: $doc lacks the $begin / $end markers" >&2
-	exit 2
-fi
-tables=$(mktemp)
-trap 'rm -f "$tables" "$doc.new"' EXIT
-"$bin" bench --precision --markdown "$@" >"$tables"
-# Only what lies between the markers is generated; the prose around it
-# stays as written.
-awk -v tables="$tables" -v begin="$begin" -v end="$end" '
-	index($0, begin) { print; print ""; while ((getline line < tables) > 0) print line; print ""; skip = 1; next }
-	index($0, end)   { skip = 0 }
-	!skip            { print }
-' "$doc" >"$doc.new"
-mv "$doc.new" "$doc"
-echo "bench.sh: rewrote the tables of $doc"
+exec "$bin" bench "$@"

@@ -23,7 +23,7 @@ type Result struct {
 	Targets    []targetResult    `json:"targets"`
 }
 
-// targetResult is one of issue 6's targets against its measured value.
+// targetResult is one of the bench's targets against its measured value.
 type targetResult struct {
 	Name   string  `json:"name"`
 	Value  float64 `json:"value"`
@@ -86,7 +86,7 @@ func (r *benchRunner) bench(rounds int, precision bool, precRuns int) (*Result, 
 	return res, nil
 }
 
-// targets checks issue 6's targets against the results.
+// targets checks the one-shot run's targets against the results.
 func targets(res *Result) []targetResult {
 	var ts []targetResult
 	for _, v := range res.Latency {

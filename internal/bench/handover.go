@@ -1,8 +1,8 @@
 package bench
 
-// `isolate bench --handover` (issue 17): one-shot `isolate run` handed to
+// `isolate bench --handover`: one-shot `isolate run` handed to
 // a running service by the binary's constructor, against the same run
-// in-process, a bare exec and bwrap, interleaved in one session; then the
+// in-process, a bare exec and bwrap, interleaved in one run of the bench; then the
 // throughput of one and two concurrent callers both ways.
 
 import (
@@ -70,7 +70,7 @@ func RunHandover(c HandoverConfig) (*HandoverResult, error) {
 		{name: VarService, argv: viaSvc.isolateArgs(nil, "/bin/true"), run: viaSvc.viaTrue("service")},
 	}
 	skipped := map[string]string{}
-	if bwrap, err := ensureBwrap(); err != nil {
+	if bwrap, err := findBwrap(); err != nil {
 		skipped[VarBwrap] = err.Error()
 	} else {
 		vs = append(vs, variant{name: VarBwrap, argv: BwrapArgs(bwrap)})

@@ -19,7 +19,7 @@ import (
 //go:embed testdata/probe.c
 var probeSource []byte
 
-// Targets of issue 6, §3.
+// The precision targets isolate holds itself to.
 const (
 	targetOvershootMs = 20.0 // CPU time at kill, past the limit
 	targetCPUErrPct   = 2.0  // cpu_time against the program's own rusage

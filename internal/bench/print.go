@@ -89,7 +89,7 @@ func PrintText(w io.Writer, res *Result) {
 			fmt.Fprintf(w, "    %-32s %8.2f %8.2f %8.2f %8.2f\n", r.Label, r.Ms.Min, r.Ms.Median, r.Ms.P90, r.Ms.Max)
 		}
 	}
-	fmt.Fprintln(w, "\ntargets (issue 6)")
+	fmt.Fprintln(w, "\ntargets")
 	for _, t := range res.Targets {
 		mark := "met   "
 		if !t.Met {
@@ -180,7 +180,7 @@ func PrintMarkdown(w io.Writer, res *Result) {
 			fmt.Fprintf(w, "| wall-limit overshoot: `wall_time` − limit (ms) | %s | %.2f | %.2f | %.2f | %.2f | |\n", r.Label, r.Ms.Min, r.Ms.Median, r.Ms.P90, r.Ms.Max)
 		}
 	}
-	fmt.Fprint(w, "\n### Targets (issue 6)\n\n")
+	fmt.Fprint(w, "\n### Targets\n\n")
 	fmt.Fprintln(w, "| target | measured | wanted | |")
 	fmt.Fprintln(w, "|---|---:|---|---|")
 	for _, t := range res.Targets {

@@ -67,7 +67,7 @@ func (r *benchRunner) variants() (vs []variant, skipped map[string]string) {
 		variant{name: VarIsolate, argv: r.isolateArgs(nil, "/bin/true"), isolate: true},
 		variant{name: varNoSeccomp, argv: r.isolateArgs([]string{"--seccomp", "none"}, "/bin/true")},
 	)
-	if bwrap, err := ensureBwrap(); err != nil {
+	if bwrap, err := findBwrap(); err != nil {
 		skipped[VarBwrap] = err.Error()
 	} else {
 		vs = append(vs, variant{name: VarBwrap, argv: BwrapArgs(bwrap)})
@@ -108,36 +108,15 @@ func BwrapArgs(bwrap string) []string {
 	return append(args, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--", "/bin/true")
 }
 
-// ensureBwrap finds bwrap, installing Debian's bubblewrap with apt-get
-// when it is missing (apt-get reads the machine's own mirror
-// configuration).
-func ensureBwrap() (string, error) {
-	if p, err := exec.LookPath("bwrap"); err == nil {
-		return p, nil
+// findBwrap finds bwrap. The bench installs nothing: without bwrap its
+// variant is skipped, saying which package has it (scripts/setup.sh
+// installs it).
+func findBwrap() (string, error) {
+	p, err := exec.LookPath("bwrap")
+	if err != nil {
+		return "", errors.New("bwrap not found (apt-get install bubblewrap)")
 	}
-	if _, err := exec.LookPath("apt-get"); err != nil {
-		return "", errors.New("bwrap not found and no apt-get to install bubblewrap")
-	}
-	fmt.Fprintln(os.Stderr, "isolate bench: installing bubblewrap (apt-get install bubblewrap)")
-	install := func() error {
-		cmd := exec.Command("apt-get", "install", "-y", "-q", "--no-install-recommends", "bubblewrap")
-		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("apt-get install bubblewrap: %v: %s", err, lastLine(out))
-		}
-		return nil
-	}
-	if err := install(); err != nil {
-		// The package lists may be missing or stale: refresh them once.
-		if out, uerr := exec.Command("apt-get", "update", "-q").CombinedOutput(); uerr != nil {
-			return "", fmt.Errorf("apt-get update: %v: %s", uerr, lastLine(out))
-		}
-		if err := install(); err != nil {
-			return "", err
-		}
-	}
-	return exec.LookPath("bwrap")
+	return p, nil
 }
 
 func lastLine(b []byte) string {
