@@ -1,11 +1,13 @@
 #!/bin/bash
-# The test command: vet, build a coverage-instrumented isolate, run every
+# The test command: go.mod tidy, vet, build a coverage-instrumented isolate, run every
 # test as root against the real kernel, report statement coverage of the
 # runtime packages (isolate, cgroup, seccomp, rootfs), which must stay at
 # or above 80 %.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PATH="$(./scripts/deps.sh):$PATH"
+# bubblewrap: the baseline the bench tests compare against (isolate
+# bench itself installs nothing).
+export PATH="$(./scripts/deps.sh bubblewrap):$PATH"
 . scripts/cgo-env.sh
 # initbin: every box of a long-running process (the service, the pool and
 # server tests) starts the small init (isolate/initbin), built first.
@@ -14,6 +16,9 @@ RUNTIME_PKGS=github.com/isolate-sandbox/isolate/isolate,github.com/isolate-sandb
 MIN_COVERAGE=80
 
 [ "$(id -u)" = 0 ] || { echo "test: run as root (the tests use namespaces, cgroups, mounts)" >&2; exit 2; }
+
+echo "== go.mod and go.sum tidy"
+go mod tidy -diff || { echo "go.mod or go.sum is not tidy: run go mod tidy" >&2; exit 1; }
 
 echo "== the small init (scripts/build-init.sh)"
 ./scripts/build-init.sh
