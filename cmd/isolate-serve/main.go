@@ -50,11 +50,7 @@ func main() {
 	// gave as much throughput or more (scripts/ab-service.py,
 	// docs/PERFORMANCE.md).
 	runtime.GOMAXPROCS(max(1, usableCPUs()/2))
-	run := serve
-	if len(os.Args) > 1 && os.Args[1] == "bench" {
-		run, os.Args = benchService, os.Args[1:]
-	}
-	if err := run(os.Args[1:]); err != nil {
+	if err := serve(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "isolate serve: "+err.Error())
 		os.Exit(2)
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 
 	"github.com/urfave/cli/v2"
 
@@ -28,8 +27,9 @@ func benchCommand() *cli.Command {
 			&cli.BoolFlag{Name: "precision", Usage: "also measure limit overshoot and accounting error (about a minute)"},
 			&cli.IntFlag{Name: "precision-runs", Value: 10, Usage: "runs `N` per precision benchmark"},
 			&cli.BoolFlag{Name: "handover", Usage: "measure isolate run handed to a service of its own against in-process, a bare exec and bwrap (--runs rounds)"},
-			&cli.StringFlag{Name: "serve-binary", Usage: "with --handover, the isolate-serve `PATH` to start (default: beside isolate)"},
-			&cli.BoolFlag{Name: "service", Usage: "measure the service instead (isolate-serve bench: API latency and throughput, --runs rounds)"},
+			&cli.BoolFlag{Name: "service", Usage: "measure the service instead: a service of its own, its API's latency (--runs rounds) and throughput against one-shot isolate run"},
+			&cli.Float64Flag{Name: "seconds", Value: 5, Usage: "with --service, `S` seconds per throughput measurement"},
+			&cli.StringFlag{Name: "serve-binary", Usage: "with --handover or --service, the isolate-serve `PATH` to start (default: beside isolate)"},
 		},
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageErr(err) },
 		Action: func(c *cli.Context) error {
@@ -49,13 +49,14 @@ func benchCommand() *cli.Command {
 			if err := requireRoot(); err != nil {
 				return err
 			}
-			if c.Bool("handover") {
-				return benchHandover(c, runs)
+			if secs := c.Float64("seconds"); !(secs > 0) {
+				return usageErr(fmt.Errorf("--seconds %v: must be more than 0", secs))
 			}
-			if c.Bool("service") {
-				// The service's benchmark links the service: it is
-				// isolate-serve's, as `isolate serve` is.
-				return execServe("bench", []string{"bench", "--rounds", strconv.Itoa(runs)})
+			if c.Bool("handover") && c.Bool("service") {
+				return usageErr(errors.New("--handover and --service exclude each other"))
+			}
+			if c.Bool("handover") || c.Bool("service") {
+				return benchWithService(c, runs)
 			}
 			// The isolate binary itself, started as a user would start it.
 			res, err := bench.Run(bench.Config{Bin: "/proc/self/exe", Version: cmdline.Version, Rounds: runs, Precision: c.Bool("precision"), PrecisionRuns: precRuns})
@@ -77,9 +78,10 @@ func benchCommand() *cli.Command {
 	}
 }
 
-// benchHandover measures `isolate run` through a service the bench starts
-// (the service checks the binary it takes runs from: this one, by path).
-func benchHandover(c *cli.Context, runs int) error {
+// benchWithService measures through a service the bench starts: the
+// one-shot CLI handed over to it (--handover; the service checks the
+// binary it takes runs from: this one, by path), or its API (--service).
+func benchWithService(c *cli.Context, runs int) error {
 	self, err := os.Executable()
 	if err != nil {
 		return failure("bench: " + err.Error())
@@ -88,15 +90,27 @@ func benchHandover(c *cli.Context, runs int) error {
 	if serve == "" {
 		serve = filepath.Join(filepath.Dir(self), serveBinary)
 	}
+	if c.Bool("service") {
+		res, err := bench.RunService(bench.ServiceConfig{Bin: self, ServeBin: serve, Version: cmdline.Version, Rounds: runs, Seconds: c.Float64("seconds"), ThroughputRounds: 3})
+		if err != nil {
+			return failure("bench: " + err.Error())
+		}
+		return jsonOr(c, res, func() { bench.PrintService(os.Stdout, res) })
+	}
 	res, err := bench.RunHandover(bench.HandoverConfig{Bin: self, ServeBin: serve, Version: cmdline.Version, Rounds: runs, PerBlock: max(runs/2, 20)})
 	if err != nil {
 		return failure("bench: " + err.Error())
 	}
+	return jsonOr(c, res, func() { bench.PrintHandover(os.Stdout, res, c.Bool("markdown")) })
+}
+
+// jsonOr prints res as JSON with --json, else as print prints it.
+func jsonOr(c *cli.Context, res any, print func()) error {
 	if c.Bool("json") {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(res)
 	}
-	bench.PrintHandover(os.Stdout, res, c.Bool("markdown"))
+	print()
 	return nil
 }

@@ -154,6 +154,8 @@ func TestBenchBadInput(t *testing.T) {
 		{"bench", "--precision-runs", "-1"},
 		{"bench", "--json", "--markdown"},
 		{"bench", "extra"},
+		{"bench", "--seconds", "0"},
+		{"bench", "--handover", "--service"},
 		{"bench", "--no-such-flag"},
 	} {
 		res := isolateCmd(t, "", args...)
@@ -179,6 +181,59 @@ func TestBenchHandover(t *testing.T) {
 	for _, want := range []string{bench.VarBare, bench.VarInProcess, bench.VarService, bench.VarBwrap, "throughput", "targets", "2 callers"} {
 		if !strings.Contains(res.Stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, res.Stdout)
+		}
+	}
+}
+
+// The service bench starts a service of its own and measures its API
+// against the one-shot CLI; every request it counts must have answered
+// 200 with status OK.
+func TestBenchService(t *testing.T) {
+	needRoot(t)
+	serve, err := serveBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := isolateCmd(t, "", "bench", "--service", "--runs", "2", "--seconds", "0.2", "--json", "--serve-binary", serve)
+	if res.Code != 0 {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", res.Code, res.Stdout, res.Stderr)
+	}
+	var got struct {
+		Latency []struct {
+			Name    string  `json:"name"`
+			Median  float64 `json:"median_ms"`
+			Skipped string  `json:"skipped"`
+		} `json:"latency"`
+		Runs       int `json:"api_runs"`
+		Throughput []struct {
+			Clients int     `json:"clients"`
+			Service float64 `json:"service_runs_per_s"`
+			OneShot float64 `json:"one_shot_runs_per_s"`
+		} `json:"throughput"`
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), &got); err != nil {
+		t.Fatalf("%v: %s", err, res.Stdout)
+	}
+	ran := map[string]float64{}
+	for _, v := range got.Latency {
+		if v.Skipped == "" {
+			ran[v.Name] = v.Median
+		}
+	}
+	for _, name := range []string{bench.VarBare, bench.VarAPI, bench.VarOneShot} {
+		if ran[name] <= 0 {
+			t.Errorf("latency of %q: %v (%+v)", name, ran[name], got.Latency)
+		}
+	}
+	if got.Runs < 2 {
+		t.Errorf("the API answered %d timed requests, want 2 or more", got.Runs)
+	}
+	if len(got.Throughput) != 3 {
+		t.Fatalf("throughput rows: %+v, want 1, 2 and 4 clients", got.Throughput)
+	}
+	for _, r := range got.Throughput {
+		if r.Service <= 0 || r.OneShot <= 0 {
+			t.Errorf("%d clients: service %v, one-shot %v runs/s", r.Clients, r.Service, r.OneShot)
 		}
 	}
 }
