@@ -6,6 +6,7 @@ require (
 	github.com/containerd/cgroups/v3 v3.1.3
 	github.com/opencontainers/runc v1.5.2
 	github.com/opencontainers/runtime-spec v1.3.0
+	github.com/prometheus/client_golang v1.23.2
 	github.com/seccomp/libseccomp-golang v0.12.0
 	github.com/urfave/cli/v2 v2.27.7
 	golang.org/x/net v0.55.0
@@ -27,7 +28,6 @@ require (
 	github.com/moby/sys/userns v0.2.1 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/opencontainers/cgroups v0.1.0 // indirect
-	github.com/prometheus/client_golang v1.23.2 // indirect
 	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/prometheus/common v0.66.1 // indirect
 	github.com/prometheus/procfs v0.16.1 // indirect
