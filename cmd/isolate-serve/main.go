@@ -45,10 +45,9 @@ func main() {
 	// binary with one P (isolate/procs.c). The service's own Go code is a
 	// small part of a run (the boxes' processes and the kernel's work for
 	// them are the rest), and every further P adds idle threads that spin
-	// and wake: half the CPUs it may use, at least one. On the project's
-	// 2-CPU VMs one P instead of two took up to 1.9 ms less CPU per run and
-	// gave as much throughput or more (scripts/ab-service.py,
-	// docs/PERFORMANCE.md).
+	// and wake: half the CPUs it may use, at least one. On 2 CPUs, one P
+	// instead of two took up to 1.9 ms less CPU per run and gave as much
+	// throughput or more (interleaved A/B runs of both builds).
 	runtime.GOMAXPROCS(max(1, usableCPUs()/2))
 	if err := serve(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "isolate serve: "+err.Error())
