@@ -23,7 +23,7 @@ func benchCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "runs", Value: 200, Usage: "interleaved rounds `N` (each runs every variant once)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the results as JSON"},
-			&cli.BoolFlag{Name: "markdown", Usage: "print the results as the tables of docs/PERFORMANCE.md"},
+			&cli.BoolFlag{Name: "markdown", Usage: "print the results as markdown tables"},
 			&cli.BoolFlag{Name: "precision", Usage: "also measure limit overshoot and accounting error (about a minute)"},
 			&cli.IntFlag{Name: "precision-runs", Value: 10, Usage: "runs `N` per precision benchmark"},
 			&cli.BoolFlag{Name: "handover", Usage: "measure isolate run handed to a service of its own against in-process, a bare exec and bwrap (--runs rounds)"},

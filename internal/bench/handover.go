@@ -252,7 +252,7 @@ func (s *service) stop() {
 }
 
 // PrintHandover writes the handover bench's results: as markdown tables
-// (docs/PERFORMANCE.md's format) or for a person at a terminal.
+// or for a person at a terminal.
 func PrintHandover(w io.Writer, res *HandoverResult, markdown bool) {
 	m := res.Machine
 	row := func(cells ...string) {
