@@ -45,9 +45,9 @@ test:
 bench: build
 	./scripts/bench.sh $(BENCH_FLAGS)
 
-# The cgroup v2 path, proven in a VM: our machines are hybrid (v1
-# controllers), most users' hosts are pure v2. Boots a stock Debian kernel
-# under qemu with only cgroup2 and runs the cgroup checks there.
+# The cgroup v2 path, proven in a VM whatever the host's cgroup mode
+# (most users' hosts are pure v2). Boots a stock Debian kernel under qemu
+# with only cgroup2 and runs the cgroup checks there.
 vmtest:
 	./scripts/vmtest.sh
 

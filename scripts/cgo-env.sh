@@ -1,8 +1,8 @@
 # Sourced by every script that builds isolate: cgo compiles and links
 # against musl, statically. glibc probes the CPU with cpuid at every
-# start-up, a VM exit each, about 0.5 ms per process on our VMs; isolate
-# starts twice per run (the supervisor, then the box's init), so the
-# binary carries musl instead (see docs/PERFORMANCE.md).
+# start-up, a VM exit each, about 0.5 ms per process on a KVM guest;
+# isolate starts twice per run (the supervisor, then the box's init), so
+# the binary carries musl instead (see docs/DESIGN.md).
 #
 # musl-gcc sees only musl's headers: build/musl/include adds the kernel's
 # (linux-libc-dev) and libseccomp's, build/musl/lib holds libseccomp.a
