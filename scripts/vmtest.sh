@@ -1,6 +1,6 @@
 #!/bin/bash
-# vmtest: proves isolate's cgroup v2 path on a real kernel. Our machines are
-# hybrid (v1 controllers), so the host tests never reach memory.max,
+# vmtest: proves isolate's cgroup v2 path on a real kernel. On a hybrid host
+# (v1 controllers, as CI's) the host tests never reach memory.max,
 # memory.peak, memory.events, pids.max, cpu.max, cpu.stat or the program's
 # placement through the v2 cgroup.procs; this boots a stock Debian kernel
 # under qemu with only cgroup2 mounted and runs scripts/vmtest/driver there
