@@ -55,14 +55,20 @@ type ServiceResult struct {
 	Through  []serviceTput  `json:"throughput"`
 }
 
+// serviceLat is the latency of one way of running /bin/true.
 type serviceLat struct {
-	Name     string  `json:"name"`
-	Median   float64 `json:"median_ms"`
-	P99      float64 `json:"p99_ms"`
-	XBare    float64 `json:"ratio_to_bare"`
-	Skipped  string  `json:"skipped,omitempty"`
-	samples  []float64
-	runEvery func() error
+	Name    string  `json:"name"`
+	Median  float64 `json:"median_ms"`
+	P99     float64 `json:"p99_ms"`
+	XBare   float64 `json:"ratio_to_bare"`
+	Skipped string  `json:"skipped,omitempty"`
+}
+
+// timedWay is one way of running /bin/true and its samples (ms).
+type timedWay struct {
+	name    string
+	run     func() error
+	samples []float64
 }
 
 type serviceStage struct {
@@ -101,23 +107,24 @@ func RunService(c ServiceConfig) (*ServiceResult, error) {
 	defer client.close()
 	env := oneShotEnv()
 	oneShot := func() error { _, err := timed([]string{c.Bin, "run", "--", "/bin/true"}, env, nil); return err }
-	vs := []*serviceLat{
-		{Name: VarBare, runEvery: func() error { _, err := timed([]string{"/bin/true"}, nil, nil); return err }},
-		{Name: VarAPI, runEvery: client.post},
-		{Name: VarOneShot, runEvery: oneShot},
+	vs := []*timedWay{
+		{name: VarBare, run: func() error { _, err := timed([]string{"/bin/true"}, nil, nil); return err }},
+		{name: VarAPI, run: client.post},
+		{name: VarOneShot, run: oneShot},
 	}
+	var skipped []serviceLat
 	if bwrap, err := findBwrap(); err != nil {
-		res.Latency = append(res.Latency, serviceLat{Name: VarBwrap, Skipped: err.Error()})
+		skipped = append(skipped, serviceLat{Name: VarBwrap, Skipped: err.Error()})
 	} else {
-		vs = append(vs, &serviceLat{Name: VarBwrap, runEvery: func() error { _, err := timed(BwrapArgs(bwrap), nil, nil); return err }})
+		vs = append(vs, &timedWay{name: VarBwrap, run: func() error { _, err := timed(BwrapArgs(bwrap), nil, nil); return err }})
 	}
 	progress("%d interleaved rounds of %d variants", c.Rounds, len(vs))
 	for round := -warmupRounds; round < c.Rounds; round++ {
 		for i := range vs {
 			v := vs[(i+round+warmupRounds)%len(vs)] // rotate who goes first
 			start := time.Now()
-			if err := v.runEvery(); err != nil {
-				return nil, fmt.Errorf("%s: %v", v.Name, err)
+			if err := v.run(); err != nil {
+				return nil, fmt.Errorf("%s: %v", v.name, err)
 			}
 			if round >= 0 {
 				v.samples = append(v.samples, ms(time.Since(start)))
@@ -125,13 +132,12 @@ func RunService(c ServiceConfig) (*ServiceResult, error) {
 		}
 	}
 	bare := median(vs[0].samples)
-	var lat []serviceLat
 	for _, v := range vs {
 		s := append([]float64(nil), v.samples...)
 		sort.Float64s(s)
-		lat = append(lat, serviceLat{Name: v.Name, Median: median(s), P99: quantile(s, 0.99), XBare: ratio(median(s), bare)})
+		res.Latency = append(res.Latency, serviceLat{Name: v.name, Median: median(s), P99: quantile(s, 0.99), XBare: ratio(median(s), bare)})
 	}
-	res.Latency = append(lat, res.Latency...)
+	res.Latency = append(res.Latency, skipped...)
 	res.Stages, res.Claimed, res.Runs = client.stages()
 
 	progress("throughput: %d alternating rounds of %.0f s, 1, 2 and 4 clients", c.ThroughputRounds, c.Seconds)
