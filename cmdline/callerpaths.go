@@ -73,7 +73,7 @@ func (iv *invocation) profilePath(profile string) string {
 // seccomp profile given as a path, copy-in sources. The runtime opens
 // them with the service's rights; the caller gains nothing by it.
 func (iv *invocation) checkCallerPaths(spec *api.Spec, sources ...string) error {
-	if iv.Caller == nil {
+	if iv.cred == nil {
 		return nil
 	}
 	type use struct {
@@ -96,7 +96,7 @@ func (iv *invocation) checkCallerPaths(spec *api.Spec, sources ...string) error 
 	for _, s := range sources {
 		uses = append(uses, use{"exec: source", s, false})
 	}
-	return isolate.AsCaller(iv.Caller, func() error {
+	return isolate.AsCaller(iv.cred, func() error {
 		for _, u := range uses {
 			fd, err := unix.Open(u.path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 			if err == nil {
@@ -107,7 +107,7 @@ func (iv *invocation) checkCallerPaths(spec *api.Spec, sources ...string) error 
 				}
 			}
 			if err != nil {
-				return fmt.Errorf("%s %s: %v (as uid %d)", u.what, u.path, err, iv.Caller.UID)
+				return fmt.Errorf("%s %s: %v (as uid %d)", u.what, u.path, err, iv.cred.UID)
 			}
 		}
 		return nil

@@ -236,7 +236,7 @@ func (iv *invocation) stdioFromFlags(ctx context.Context, wall time.Duration) (s
 			// gives its children, cannot be opened again.
 			stdio.Stdin = iv.Stdin
 		} else {
-			f, err := isolate.OpenStdin(ctx, iv.Caller, iv.hostPath(v.stdin), wall)
+			f, err := isolate.OpenStdin(ctx, iv.cred, iv.hostPath(v.stdin), wall)
 			if err != nil {
 				return stdio, close, err
 			}
@@ -253,14 +253,14 @@ func (iv *invocation) stdioFromFlags(ctx context.Context, wall time.Duration) (s
 		if o.path == "" {
 			continue
 		}
-		if err := isolate.AsCaller(iv.Caller, func() error { return isolate.CheckOutput(o.path) }); err != nil {
+		if err := isolate.AsCaller(iv.cred, func() error { return isolate.CheckOutput(o.path) }); err != nil {
 			return stdio, close, err
 		}
 	}
 	for _, o := range outputs {
 		switch {
 		case o.path != "":
-			f, err := isolate.CreateOutput(iv.Caller, o.path)
+			f, err := isolate.CreateOutput(iv.cred, o.path)
 			if err != nil {
 				return stdio, close, err
 			}
@@ -299,7 +299,7 @@ func (iv *invocation) runAndReport(spec *api.Spec) error {
 		return usageErr(flagError(err))
 	}
 	defer prep.Close()
-	prep.SetCaller(iv.Caller)
+	prep.SetCaller(iv.cred)
 	return iv.withRunIO(wallLimit(spec), func(ctx context.Context, stdio isolate.IO) (api.Status, error) {
 		rep, err := prep.Run(ctx, stdio)
 		if err != nil {
@@ -324,6 +324,15 @@ func (iv *invocation) withRunIO(wall time.Duration, run func(context.Context, is
 	defer closeFiles()
 	if err != nil {
 		return usageErr(err)
+	}
+	if iv.Admit != nil && iv.Caller.Capped() {
+		// A run slot of the service's, as an API request of one command
+		// takes (--parallel, --queue).
+		release, err := iv.Admit(ctx)
+		if err != nil {
+			return Failure(err.Error())
+		}
+		defer release()
 	}
 	status, err := run(ctx, stdio)
 	switch {

@@ -59,7 +59,7 @@ func TestTCPToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusBadRequest {
+	if resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("binds over TCP: %d", resp.StatusCode)
 	}
 }

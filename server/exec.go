@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/isolate-sandbox/isolate/api"
+	"github.com/isolate-sandbox/isolate/caller"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
@@ -73,7 +74,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Server) validateExec(req *ExecRequest, caller Caller) error {
+func (s *Server) validateExec(req *ExecRequest, who caller.Caller) error {
 	if req.Lang == "" {
 		return &api.FieldError{Field: "lang", Msg: "no language given"}
 	}
@@ -89,10 +90,7 @@ func (s *Server) validateExec(req *ExecRequest, caller Caller) error {
 	if err := spec.Validate(); err != nil {
 		return err
 	}
-	if err := s.cfg.Caps.apply(&req.Spec, ""); err != nil {
-		return err
-	}
-	if err := hostPaths(&req.Spec, caller, ""); err != nil {
+	if err := s.cfg.Policy.Check(who, &req.Spec, ""); err != nil {
 		return err
 	}
 	return req.Stdin.check("stdin")
