@@ -52,7 +52,7 @@ type Invocation struct {
 	// Admit, when set, waits for one of the service's run slots for a
 	// capped caller (Caller.Capped) and returns its release.
 	Admit func(ctx context.Context) (release func(), err error)
-	Host   *isolate.Host // nil: isolate.NewHost(nil) for each run
+	Host  *isolate.Host // nil: isolate.NewHost(nil) for each run
 	// Signals are the signals relayed for the caller; nil: this
 	// process's own are caught (from the moment a run begins).
 	Signals <-chan syscall.Signal
@@ -99,7 +99,7 @@ func usageErr(err error) error { return UsageError(err) }
 type invocation struct {
 	*Invocation
 	values  runValues
-	cred    *isolate.Cred // Caller's credentials; nil: this process's
+	cred    *isolate.Cred   // Caller's credentials; nil: this process's
 	signals *relayedSignals // nil: this process's own
 	ctx     context.Context
 	// resolved maps each relative host path resolved from Dir back to
