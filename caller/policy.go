@@ -95,10 +95,14 @@ func isPath(image string) bool {
 // put: root may, any other caller only its own.
 func (c Caller) MayUseStore(owner string) bool { return c.Root() || owner == c.StoreOwner() }
 
-// StoreOwner is who the file store says owns what c stores: its uid, or
-// the token's callers together.
+// StoreOwner is who the file store says owns what c stores: "" for root
+// (the operator, bound by the store's quota only), its uid, or the
+// token's callers together.
 func (c Caller) StoreOwner() string {
-	if c.Via == TCP {
+	switch {
+	case c.Root():
+		return ""
+	case c.Via == TCP:
 		return "tcp"
 	}
 	return fmt.Sprintf("uid:%d", c.UID)

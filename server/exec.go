@@ -23,7 +23,8 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	if err := s.validateExec(&req, callerOf(r)); err != nil {
+	who := callerOf(r)
+	if err := s.validateExec(&req, who); err != nil {
 		writeError(w, statusOf(err), err)
 		return
 	}
@@ -41,7 +42,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	case in.Base64 != nil:
 		stdio.Stdin = bytes.NewReader(*in.Base64)
 	default:
-		f, _, err := s.store.Open(in.File)
+		f, _, err := s.store.Open(in.File, who.MayUseStore)
 		if err != nil {
 			writeError(w, statusOf(storeErr("stdin.file", err)), storeErr("stdin.file", err))
 			return

@@ -101,7 +101,7 @@ func benchService(args []string) error {
 		return err
 	}
 	undo.push(func() { os.RemoveAll(dir) })
-	store, err := filestore.Open(filepath.Join(dir, "files"), 1<<20, time.Hour)
+	store, err := filestore.Open(filepath.Join(dir, "files"), 1<<20, 0, time.Hour)
 	if err != nil {
 		return err
 	}

@@ -257,7 +257,13 @@ func serve(args []string) error {
 	if err := host.SweepStale(); err != nil {
 		fmt.Fprintln(os.Stderr, "isolate serve: warning: "+err.Error())
 	}
-	store, err := filestore.Open(o.storeDir, quota, ttl)
+	var callerQuota int64
+	if o.storeCallerQuota != "" {
+		if callerQuota, err = api.ParseSize(o.storeCallerQuota); err != nil || callerQuota <= 0 {
+			return fmt.Errorf("--store-caller-quota %s: a size above 0 is needed", o.storeCallerQuota)
+		}
+	}
+	store, err := filestore.Open(o.storeDir, quota, callerQuota, ttl)
 	if err != nil {
 		return err
 	}
