@@ -67,14 +67,19 @@ func (iv *invocation) profilePath(profile string) string {
 	return iv.path(profile)
 }
 
-// checkCallerPaths refuses, for a caller other than this process, a host
-// path of spec (and sources, exec's source files) that the caller cannot
-// open itself: bind sources (writable ones also written), an image or a
-// seccomp profile given as a path, copy-in sources. The runtime opens
-// them with the service's rights; the caller gains nothing by it.
+// checkCallerPaths checks spec, for a caller other than this process,
+// against the service's policy (which also applies its caps), then
+// refuses a host path of spec (and sources, exec's source files) that the
+// caller cannot open itself: bind sources (writable ones also written),
+// an image or a seccomp profile given as a path, copy-in sources. The
+// runtime opens them with the service's rights; the caller gains nothing
+// by it.
 func (iv *invocation) checkCallerPaths(spec *api.Spec, sources ...string) error {
-	if iv.cred == nil {
+	if iv.Caller == nil {
 		return nil
+	}
+	if err := iv.Policy.Check(*iv.Caller, spec, ""); err != nil {
+		return flagError(err)
 	}
 	type use struct {
 		what, path string
