@@ -415,3 +415,18 @@ func TestHostPaths(t *testing.T) {
 		t.Errorf("lookupEnv(C) found one")
 	}
 }
+
+// TestBoxIDIsDecimal: --box-id 0x10 (or 010, 0b10, +5) is a usage error,
+// never box 16.
+func TestBoxIDIsDecimal(t *testing.T) {
+	needRoot(t)
+	for _, id := range []string{"0x10", "010x", "0b10", "+5", "-1", "1e3", " 7"} {
+		o := mainWith(t, &Invocation{Args: []string{"isolate", "run", "--box-id", id, "--", "/bin/true"}, Dir: "/"}, "")
+		if o.Exit.Code != 2 || !strings.HasPrefix(o.Stderr, "isolate: --box-id ") || strings.Count(o.Stderr, "\n") != 1 {
+			t.Errorf("--box-id %q: %+v, want a usage error", id, o)
+		}
+	}
+	if id, err := ParseBoxID("016"); err != nil || id != 16 {
+		t.Errorf("016: %d %v, want 16 (decimal)", id, err)
+	}
+}
