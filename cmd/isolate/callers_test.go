@@ -41,6 +41,8 @@ const (
 	memberUID     = 65534
 	otherUID      = 65533
 	boundaryBox   = 944 // root's persistent box
+	// optInGroup is a group memberUID is in and otherUID is not.
+	optInGroup = 64125
 )
 
 // boundaryCase is one capability asked one way. Outcomes: "ok", "403
@@ -149,10 +151,14 @@ func newBoundary(t *testing.T) *boundary {
 	return b
 }
 
-// member is the credential of a socket-group member (uid memberUID, or
-// another).
+// member is the credential of a socket-group member: memberUID (also in
+// optInGroup) or otherUID.
 func member(uid int) *syscall.Credential {
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{boundaryGroup}}
+	groups := []uint32{boundaryGroup}
+	if uid == memberUID {
+		groups = append(groups, optInGroup)
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: groups}
 }
 
 // expand fills a case's %[1]s (shared directory), %[2]s (root's) and
@@ -413,6 +419,43 @@ func handoverTakesASlot(t *testing.T, b *boundary) {
 	conn.Close() // the API's client goes: its box is killed, its slot freed
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("the member's handover after the slot was freed: %v %s", err, errb.String())
+	}
+}
+
+// TestCallerOptInGroups: --net-host-group and --seccomp-none-group (a
+// comma list, or repeated) let their members who are not root ask net:
+// host and seccomp: none, over the API and through the handover; other
+// members of the socket's group are still refused.
+func TestCallerOptInGroups(t *testing.T) {
+	needRoot(t)
+	b := &boundary{shared: shareDir(t), secret: t.TempDir(), token: "opt-in-token-0123456789"}
+	os.Chmod(b.shared, 0o777)
+	g := strconv.Itoa(optInGroup)
+	b.svc = ownService(t, "--socket-group", strconv.Itoa(boundaryGroup), "--net-host-group", "64999,"+g, "--seccomp-none-group", g)
+	for _, c := range []struct {
+		body, field string
+		cli         []string
+	}{{`"net": "host"`, "net", []string{"--net", "host"}}, {`"seccomp": "none"`, "seccomp", []string{"--seccomp", "none"}}} {
+		req := `{"commands": [{"args": ["/bin/true"], ` + c.body + `}]}`
+		if code, answer := b.apiAsMember(t, memberUID, "POST", "/v1/run", req); code != 200 {
+			t.Errorf("%s, a member of the group, over the API: %d %s", c.body, code, answer)
+		}
+		code, answer := b.apiAsMember(t, otherUID, "POST", "/v1/run", req)
+		var e struct{ Field string }
+		if json.Unmarshal([]byte(answer), &e); code != 403 || e.Field != "commands[0]."+c.field {
+			t.Errorf("%s, not in the group, over the API: %d %s, want 403 naming %s", c.body, code, answer, c.field)
+		}
+		if got := b.handover(t, memberHandover, c.cli); got != "ok" {
+			t.Errorf("%q, a member of the group, through the handover: %s", c.cli, got)
+		}
+		cmd := exec.Command(isolateBin, append(append([]string{"run"}, c.cli...), "--", "/bin/echo", "ran")...)
+		cmd.Env = handoverEnv(b.svc.cliSock)
+		cmd.Dir = b.shared
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: member(otherUID)}
+		out, _ := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != 2 || !strings.HasPrefix(string(out), "isolate: "+c.cli[0]+" ") || strings.Contains(string(out), "ran") {
+			t.Errorf("%q, not in the group, through the handover: exit %d %q", c.cli, code, out)
+		}
 	}
 }
 
