@@ -326,7 +326,7 @@ func (iv *invocation) withRunIO(wall time.Duration, run func(context.Context, is
 	if err != nil {
 		return usageErr(err)
 	}
-	if iv.Admit != nil && iv.Caller.Capped() {
+	if iv.Admit != nil && iv.Caller != nil && iv.Caller.Capped() {
 		// A run slot of the service's, as an API request of one command
 		// takes (--parallel, --queue).
 		release, err := iv.Admit(ctx)
