@@ -67,14 +67,19 @@ func (iv *invocation) profilePath(profile string) string {
 	return iv.path(profile)
 }
 
-// checkCallerPaths refuses, for a caller other than this process, a host
-// path of spec (and sources, exec's source files) that the caller cannot
-// open itself: bind sources (writable ones also written), an image or a
-// seccomp profile given as a path, copy-in sources. The runtime opens
-// them with the service's rights; the caller gains nothing by it.
+// checkCallerPaths checks spec, for a caller other than this process,
+// against the service's policy (which also applies its caps), then
+// refuses a host path of spec (and sources, exec's source files) that the
+// caller cannot open itself: bind sources (writable ones also written),
+// an image or a seccomp profile given as a path, copy-in sources. The
+// runtime opens them with the service's rights; the caller gains nothing
+// by it.
 func (iv *invocation) checkCallerPaths(spec *api.Spec, sources ...string) error {
 	if iv.Caller == nil {
 		return nil
+	}
+	if err := iv.Policy.Check(*iv.Caller, spec, ""); err != nil {
+		return flagError(err)
 	}
 	type use struct {
 		what, path string
@@ -96,7 +101,7 @@ func (iv *invocation) checkCallerPaths(spec *api.Spec, sources ...string) error 
 	for _, s := range sources {
 		uses = append(uses, use{"exec: source", s, false})
 	}
-	return isolate.AsCaller(iv.Caller, func() error {
+	return isolate.AsCaller(iv.cred, func() error {
 		for _, u := range uses {
 			fd, err := unix.Open(u.path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 			if err == nil {
@@ -107,7 +112,7 @@ func (iv *invocation) checkCallerPaths(spec *api.Spec, sources ...string) error 
 				}
 			}
 			if err != nil {
-				return fmt.Errorf("%s %s: %v (as uid %d)", u.what, u.path, err, iv.Caller.UID)
+				return fmt.Errorf("%s %s: %v (as uid %d)", u.what, u.path, err, iv.cred.UID)
 			}
 		}
 		return nil

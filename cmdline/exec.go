@@ -89,7 +89,7 @@ func (iv *invocation) execJobFromFlags(c *cli.Context) (job *judge.Job, wall tim
 	if err != nil {
 		return nil, 0, err
 	}
-	job.SetCaller(iv.Caller)
+	job.SetCaller(iv.cred)
 	return job, wallLimit(req), nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"syscall"
 
+	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/ioi"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
@@ -41,8 +42,17 @@ func (iv *invocation) runIOI(args []string) int {
 		return exitOK
 	}
 	// Persistent boxes are root's: through the service too, only root's.
-	if (iv.Caller == nil && os.Geteuid() != 0) || (iv.Caller != nil && iv.Caller.UID != 0) {
+	if iv.Caller == nil && os.Geteuid() != 0 {
 		return ioiUsage(errors.New("must be started as root"))
+	}
+	if iv.Caller != nil {
+		id := o.BoxID()
+		var fe *api.FieldError
+		if err := iv.Policy.Check(*iv.Caller, &api.Spec{BoxID: &id}, ""); errors.As(err, &fe) {
+			return ioiUsage(fmt.Errorf("-b %d: %s", id, fe.Msg))
+		} else if err != nil {
+			return ioiUsage(err)
+		}
 	}
 	syscall.Umask(0o022)
 	cfg, err := isolate.LoadConfig()

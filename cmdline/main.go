@@ -18,6 +18,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/isolate-sandbox/isolate/caller"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
@@ -42,10 +43,16 @@ type Invocation struct {
 	// resolves from it. "": this process's.
 	Dir                   string
 	Stdin, Stdout, Stderr *os.File // the caller's standard descriptors
-	// Caller is whose rights every host path is opened with; nil: this
-	// process's own (and boxes need it to be root).
-	Caller *isolate.Cred
-	Host   *isolate.Host // nil: isolate.NewHost(nil) for each run
+	// Caller is who gave the command line, through the service: whose
+	// rights every host path is opened with, checked against Policy. nil:
+	// this process's own user, in-process (and boxes need it to be root).
+	Caller *caller.Caller
+	// Policy is the service's: what Caller may ask, and its caps.
+	Policy *caller.Policy
+	// Admit, when set, waits for one of the service's run slots for a
+	// capped caller (Caller.Capped) and returns its release.
+	Admit func(ctx context.Context) (release func(), err error)
+	Host  *isolate.Host // nil: isolate.NewHost(nil) for each run
 	// Signals are the signals relayed for the caller; nil: this
 	// process's own are caught (from the moment a run begins).
 	Signals <-chan syscall.Signal
@@ -92,6 +99,7 @@ func usageErr(err error) error { return UsageError(err) }
 type invocation struct {
 	*Invocation
 	values  runValues
+	cred    *isolate.Cred   // Caller's credentials; nil: this process's
 	signals *relayedSignals // nil: this process's own
 	ctx     context.Context
 	// resolved maps each relative host path resolved from Dir back to
@@ -103,6 +111,9 @@ type invocation struct {
 // Main runs one command line and says how it ends.
 func Main(ctx context.Context, inv *Invocation) Exit {
 	iv := &invocation{Invocation: inv, ctx: ctx}
+	if c := inv.Caller; c != nil {
+		iv.cred = &isolate.Cred{UID: c.UID, GID: c.GID, Groups: c.Groups}
+	}
 	if inv.Signals != nil {
 		iv.signals = relaySignals(inv.Signals)
 		defer iv.signals.stop()

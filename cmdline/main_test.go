@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/isolate-sandbox/isolate/caller"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
@@ -205,7 +206,7 @@ func TestOutputSameAsBinary(t *testing.T) {
 }
 
 // nobody is the unprivileged caller.
-var nobody = &isolate.Cred{UID: 65534, GID: 65534}
+var nobody = &caller.Caller{Via: caller.Handover, UID: 65534, GID: 65534}
 
 // TestCallerRights: a caller other than root gets nothing it could not
 // open itself: each refusal is exit 2 with one line, before anything ran.
@@ -278,7 +279,7 @@ func TestCallerRights(t *testing.T) {
 func TestIOIFormIsRoots(t *testing.T) {
 	needRoot(t)
 	o := mainWith(t, &Invocation{Args: []string{"isolate", "-b", "761", "--run", "--", "/bin/true"}, Dir: "/", Caller: nobody, Via: "service"}, "")
-	if o.Exit.Code != 2 || o.Stderr != "isolate: must be started as root\n" {
+	if o.Exit.Code != 2 || !strings.HasPrefix(o.Stderr, "isolate: -b 761: choosing a box id needs root") || strings.Count(o.Stderr, "\n") != 1 {
 		t.Errorf("ioi form as nobody: %+v", o)
 	}
 }
@@ -412,5 +413,20 @@ func TestHostPaths(t *testing.T) {
 	}
 	if _, ok := iv.lookupEnv("C"); ok {
 		t.Errorf("lookupEnv(C) found one")
+	}
+}
+
+// TestBoxIDIsDecimal: --box-id 0x10 (or 010, 0b10, +5) is a usage error,
+// never box 16.
+func TestBoxIDIsDecimal(t *testing.T) {
+	needRoot(t)
+	for _, id := range []string{"0x10", "010x", "0b10", "+5", "-1", "1e3", " 7"} {
+		o := mainWith(t, &Invocation{Args: []string{"isolate", "run", "--box-id", id, "--", "/bin/true"}, Dir: "/"}, "")
+		if o.Exit.Code != 2 || !strings.HasPrefix(o.Stderr, "isolate: --box-id ") || strings.Count(o.Stderr, "\n") != 1 {
+			t.Errorf("--box-id %q: %+v, want a usage error", id, o)
+		}
+	}
+	if id, err := ParseBoxID("016"); err != nil || id != 16 {
+		t.Errorf("016: %d %v, want 16 (decimal)", id, err)
 	}
 }

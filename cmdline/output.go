@@ -71,7 +71,7 @@ func (iv *invocation) checkOutputs(paths ...string) error {
 // followed, a regular file only.
 func (iv *invocation) openOutput(path string, flags int) (*os.File, error) {
 	var fd int
-	err := isolate.AsCaller(iv.Caller, func() (err error) {
+	err := isolate.AsCaller(iv.cred, func() (err error) {
 		fd, err = unix.Open(iv.hostPath(path), unix.O_WRONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|flags, 0o644)
 		return err
 	})

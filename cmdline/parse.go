@@ -1,11 +1,23 @@
 package cmdline
 
 import (
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/isolate-sandbox/isolate/api"
 )
+
+// ParseBoxID reads a box id: decimal digits only (urfave/cli's integers
+// also take 0x10, 010 and 0b10, which would name another box than the
+// one the user meant).
+func ParseBoxID(s string) (int, error) {
+	if s == "" || len(s) > 10 || strings.Trim(s, "0123456789") != "" {
+		return 0, errors.New("must be a decimal number, 0 or more")
+	}
+	return strconv.Atoi(s)
+}
 
 // parseBind reads HOST:BOX[:ro|rw].
 func parseBind(s string) (api.Bind, error) {

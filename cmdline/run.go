@@ -19,20 +19,19 @@ import (
 // a regexp on each call, which cost about half a millisecond per run.
 // Each invocation has its own.
 type runValues struct {
-	boxID                                               int
-	image, lang, time, wallTime, extraTime, mem, pids   string
-	cpus, fsize, tmpSize, openFiles, stack, outputLimit string
-	net, stdin, stdout, stderr, chdir, seccomp          string
-	report, meta                                        string
-	bind, copyIn, copyOut, env                          cli.StringSlice
-	stream, json                                        bool
+	boxID, image, lang, time, wallTime, extraTime, mem, pids string
+	cpus, fsize, tmpSize, openFiles, stack, outputLimit      string
+	net, stdin, stdout, stderr, chdir, seccomp               string
+	report, meta                                             string
+	bind, copyIn, copyOut, env                               cli.StringSlice
+	stream, json                                             bool
 }
 
 // runFlags are the options of `run` (and of `exec`).
 func (iv *invocation) runFlags() []cli.Flag {
 	v := &iv.values
 	return cachedNames([]cli.Flag{
-		&cli.IntFlag{Name: "box-id", Aliases: []string{"b"}, Value: -1, Usage: "box `N` (default: a free one)", Destination: &v.boxID},
+		&cli.StringFlag{Name: "box-id", Aliases: []string{"b"}, Usage: "box `N` (default: a free one)", Destination: &v.boxID},
 		&cli.StringFlag{Name: "image", Value: "host", Usage: "root file system: host, an image name, a directory or a squashfs file", Destination: &v.image},
 		&cli.StringFlag{Name: "lang", Usage: "the language `LANG`'s image and environment (isolate langs)", Destination: &v.lang},
 		&cli.StringFlag{Name: "time", Aliases: []string{"t"}, Usage: "CPU time limit `DUR` of the whole program", Destination: &v.time},
@@ -90,10 +89,12 @@ func (iv *invocation) runCommand() *cli.Command {
 func (iv *invocation) specFromFlags(c *cli.Context) (*api.Spec, error) {
 	v := &iv.values
 	s := &api.Spec{Lang: v.lang, Cwd: v.chdir, Seccomp: iv.profilePath(v.seccomp), Net: v.net}
-	if v.boxID < -1 {
-		return nil, fmt.Errorf("--box-id %d: must be 0 or more", v.boxID)
-	} else if v.boxID >= 0 {
-		s.BoxID = &v.boxID
+	if c.IsSet("box-id") {
+		id, err := ParseBoxID(v.boxID)
+		if err != nil {
+			return nil, fmt.Errorf("--box-id %q: %v", v.boxID, err)
+		}
+		s.BoxID = &id
 	}
 	if c.IsSet("image") || v.lang == "" {
 		s.Image = iv.imagePath(v.image)
@@ -236,7 +237,7 @@ func (iv *invocation) stdioFromFlags(ctx context.Context, wall time.Duration) (s
 			// gives its children, cannot be opened again.
 			stdio.Stdin = iv.Stdin
 		} else {
-			f, err := isolate.OpenStdin(ctx, iv.Caller, iv.hostPath(v.stdin), wall)
+			f, err := isolate.OpenStdin(ctx, iv.cred, iv.hostPath(v.stdin), wall)
 			if err != nil {
 				return stdio, close, err
 			}
@@ -253,14 +254,14 @@ func (iv *invocation) stdioFromFlags(ctx context.Context, wall time.Duration) (s
 		if o.path == "" {
 			continue
 		}
-		if err := isolate.AsCaller(iv.Caller, func() error { return isolate.CheckOutput(o.path) }); err != nil {
+		if err := isolate.AsCaller(iv.cred, func() error { return isolate.CheckOutput(o.path) }); err != nil {
 			return stdio, close, err
 		}
 	}
 	for _, o := range outputs {
 		switch {
 		case o.path != "":
-			f, err := isolate.CreateOutput(iv.Caller, o.path)
+			f, err := isolate.CreateOutput(iv.cred, o.path)
 			if err != nil {
 				return stdio, close, err
 			}
@@ -299,7 +300,7 @@ func (iv *invocation) runAndReport(spec *api.Spec) error {
 		return usageErr(flagError(err))
 	}
 	defer prep.Close()
-	prep.SetCaller(iv.Caller)
+	prep.SetCaller(iv.cred)
 	return iv.withRunIO(wallLimit(spec), func(ctx context.Context, stdio isolate.IO) (api.Status, error) {
 		rep, err := prep.Run(ctx, stdio)
 		if err != nil {
@@ -324,6 +325,15 @@ func (iv *invocation) withRunIO(wall time.Duration, run func(context.Context, is
 	defer closeFiles()
 	if err != nil {
 		return usageErr(err)
+	}
+	if iv.Admit != nil && iv.Caller != nil && iv.Caller.Capped() {
+		// A run slot of the service's, as an API request of one command
+		// takes (--parallel, --queue).
+		release, err := iv.Admit(ctx)
+		if err != nil {
+			return Failure(err.Error())
+		}
+		defer release()
 	}
 	status, err := run(ctx, stdio)
 	switch {

@@ -39,14 +39,19 @@ type Store struct {
 	ttl   time.Duration // each file's life from its creation
 	now   func() time.Time
 
-	mu    sync.Mutex
-	files map[string]*entry
-	used  int64 // bytes of files held and of uploads under way
-	stop  chan struct{}
-	done  chan struct{}
+	// callerQuota bounds the bytes of each owner but the operator ("").
+	callerQuota int64
+
+	mu     sync.Mutex
+	files  map[string]*entry
+	used   int64            // bytes of files held and of uploads under way
+	usedBy map[string]int64 // the same, per owner
+	stop   chan struct{}
+	done   chan struct{}
 }
 
 type entry struct {
+	owner   string // who put it ("": the operator, root)
 	size    int64
 	expires time.Time
 }
@@ -58,15 +63,25 @@ type Info struct {
 	Expires time.Time `json:"expires"`
 }
 
+// marker is the file a store's directory holds from its creation on: a
+// directory without it is not a store, and its contents are not ours to
+// remove.
+const marker = ".isolate-store"
+
 // Open makes the store at root, a directory only root may enter. What a
 // previous service left there is removed: ids live in memory only, so no
-// one can ask for those files again.
-func Open(root string, quota int64, ttl time.Duration) (*Store, error) {
-	if quota <= 0 || ttl <= 0 {
+// one can ask for those files again. A directory that exists, is not
+// empty and was not made by a store is refused: its files are not ours.
+// Each owner but the operator may hold callerQuota bytes (0: quota/4).
+func Open(root string, quota, callerQuota int64, ttl time.Duration) (*Store, error) {
+	if quota <= 0 || ttl <= 0 || callerQuota < 0 {
 		return nil, errors.New("file store: quota and time to live must be positive")
 	}
-	if err := os.MkdirAll(root, 0o700); err != nil {
-		return nil, fmt.Errorf("file store: %w", err)
+	if callerQuota == 0 {
+		callerQuota = max(quota/4, 1)
+	}
+	if err := claim(root); err != nil {
+		return nil, err
 	}
 	if err := os.Chmod(root, 0o700); err != nil {
 		return nil, fmt.Errorf("file store: %w", err)
@@ -74,10 +89,34 @@ func Open(root string, quota int64, ttl time.Duration) (*Store, error) {
 	if err := sweep(root); err != nil {
 		return nil, err
 	}
-	s := &Store{root: root, quota: quota, ttl: ttl, now: time.Now, files: map[string]*entry{},
-		stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Store{root: root, quota: quota, callerQuota: callerQuota, ttl: ttl, now: time.Now, files: map[string]*entry{},
+		usedBy: map[string]int64{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go s.janitor()
 	return s, nil
+}
+
+// claim makes root a store's directory: created with its marker, or
+// found with it, or found empty (the marker is added).
+func claim(root string) error {
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return fmt.Errorf("file store: %w", err)
+	}
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return fmt.Errorf("file store: %w", err)
+	}
+	owned := len(ents) == 0
+	for _, e := range ents {
+		owned = owned || e.Name() == marker
+	}
+	if !owned {
+		return fmt.Errorf("file store %s: the directory holds files and no %s: it is not a store this service made (give an empty or new directory)", root, marker)
+	}
+	f, err := os.OpenFile(filepath.Join(root, marker), os.O_WRONLY|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("file store: %w", err)
+	}
+	return f.Close()
 }
 
 // sweep removes every file a previous service left in root.
@@ -87,6 +126,9 @@ func sweep(root string) error {
 		return fmt.Errorf("file store: %w", err)
 	}
 	for _, e := range ents {
+		if e.Name() == marker {
+			continue
+		}
 		if err := os.RemoveAll(filepath.Join(root, e.Name())); err != nil {
 			return fmt.Errorf("file store: %w", err)
 		}
@@ -126,6 +168,10 @@ func (s *Store) expire() {
 func (s *Store) removeLocked(id string, e *entry) {
 	delete(s.files, id)
 	s.used -= e.size
+	s.usedBy[e.owner] -= e.size
+	if s.usedBy[e.owner] == 0 {
+		delete(s.usedBy, e.owner)
+	}
 	os.Remove(s.path(id))
 }
 
@@ -143,10 +189,11 @@ func (s *Store) Close() error {
 	return sweep(s.root)
 }
 
-// Put stores what r yields, at most max bytes (0: up to the quota), and
-// returns its id. Bytes count against the quota as they arrive, so
-// concurrent uploads cannot overrun it together.
-func (s *Store) Put(r io.Reader, max int64) (Info, error) {
+// Put stores what r yields for owner ("": the operator), at most max
+// bytes (0: up to the quota), and returns its id. Bytes count against
+// the quota and the owner's as they arrive, so concurrent uploads cannot
+// overrun them together.
+func (s *Store) Put(owner string, r io.Reader, max int64) (Info, error) {
 	id, err := newID()
 	if err != nil {
 		return Info{}, err
@@ -159,7 +206,7 @@ func (s *Store) Put(r io.Reader, max int64) (Info, error) {
 	fail := func(err error) (Info, error) {
 		f.Close()
 		os.Remove(f.Name())
-		s.release(size)
+		s.release(owner, size)
 		return Info{}, err
 	}
 	buf := make([]byte, 64<<10)
@@ -169,8 +216,8 @@ func (s *Store) Put(r io.Reader, max int64) (Info, error) {
 			if max > 0 && size+int64(n) > max {
 				return fail(&TooLargeError{Max: max})
 			}
-			if !s.reserve(int64(n)) {
-				return fail(&QuotaError{Quota: s.quota})
+			if quota, ok := s.reserve(owner, int64(n)); !ok {
+				return fail(&QuotaError{Quota: quota})
 			}
 			size += int64(n)
 			if _, err := f.Write(buf[:n]); err != nil {
@@ -187,7 +234,7 @@ func (s *Store) Put(r io.Reader, max int64) (Info, error) {
 	if err := f.Close(); err != nil {
 		return fail(fmt.Errorf("file store: %w", err))
 	}
-	e := &entry{size: size, expires: s.now().Add(s.ttl)}
+	e := &entry{owner: owner, size: size, expires: s.now().Add(s.ttl)}
 	s.mu.Lock()
 	s.files[id] = e
 	s.mu.Unlock()
@@ -199,28 +246,36 @@ type TooLargeError struct{ Max int64 }
 
 func (e *TooLargeError) Error() string { return fmt.Sprintf("larger than %d bytes", e.Max) }
 
-func (s *Store) reserve(n int64) bool {
+// reserve counts n more bytes of owner's, or says which quota they
+// would exceed.
+func (s *Store) reserve(owner string, n int64) (quota int64, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.used+n > s.quota {
-		return false
+		return s.quota, false
+	}
+	if owner != "" && s.usedBy[owner]+n > s.callerQuota {
+		return s.callerQuota, false
 	}
 	s.used += n
-	return true
+	s.usedBy[owner] += n
+	return 0, true
 }
 
-func (s *Store) release(n int64) {
+func (s *Store) release(owner string, n int64) {
 	s.mu.Lock()
 	s.used -= n
+	s.usedBy[owner] -= n
 	s.mu.Unlock()
 }
 
-// Open opens the file id for reading.
-func (s *Store) Open(id string) (*os.File, Info, error) {
+// Open opens the file id for reading, if may allows its owner: a file of
+// an owner may refuses is not found, as one that never was.
+func (s *Store) Open(id string, may func(owner string) bool) (*os.File, Info, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock() // held so that the file cannot expire between the check and the open
 	e, ok := s.files[id]
-	if !ok || !validID(id) || !s.now().Before(e.expires) {
+	if !ok || !validID(id) || !s.now().Before(e.expires) || !may(e.owner) {
 		return nil, Info{}, ErrNotFound
 	}
 	f, err := os.OpenFile(s.path(id), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
@@ -230,12 +285,13 @@ func (s *Store) Open(id string) (*os.File, Info, error) {
 	return f, Info{ID: id, Size: e.size, Expires: e.expires}, nil
 }
 
-// Delete removes the file id.
-func (s *Store) Delete(id string) error {
+// Delete removes the file id, if may allows its owner (else it is not
+// found).
+func (s *Store) Delete(id string, may func(owner string) bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.files[id]
-	if !ok {
+	if !ok || !may(e.owner) {
 		return ErrNotFound
 	}
 	s.removeLocked(id, e)

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/isolate-sandbox/isolate/caller"
 )
 
 // DefaultSocket is where the service listens for handovers by default.
@@ -29,7 +31,7 @@ type Invocation struct {
 	Stdin   *os.File
 	Stdout  *os.File
 	Stderr  *os.File
-	Caller  *Peer
+	Caller  caller.Caller // who the kernel says is at the other end
 	// Signals are the signals the CLI got during the run, in order.
 	Signals <-chan syscall.Signal
 	// HungUp is closed once the CLI, told its exit, has closed the
@@ -182,7 +184,11 @@ func (s *Server) handle(c *net.UnixConn) {
 		s.tell(OutcomeBadRequest)
 		return
 	}
-	peer, err := peerOf(c)
+	var peer caller.Caller
+	raw, err := c.SyscallConn()
+	if err == nil {
+		raw.Control(func(fd uintptr) { peer, err = caller.FromSocket(int(fd), caller.Handover) })
+	}
 	if err != nil {
 		s.decline(c, err.Error())
 		s.tell(OutcomeBadRequest)

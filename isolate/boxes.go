@@ -2,6 +2,8 @@ package isolate
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -41,8 +43,9 @@ func tryLockBox(id int) (*boxLock, bool, error) {
 	return &boxLock{id: id, lock: l}, true, nil
 }
 
-// lockBox takes box id, or the first free one below numBoxes when id < 0.
-func lockBox(id, numBoxes int) (*boxLock, error) {
+// lockBox takes box id, or the first free one below numBoxes when id < 0
+// that is not reserved (nil: none is).
+func lockBox(id, numBoxes int, reserved func(int) bool) (*boxLock, error) {
 	if id >= 0 {
 		l, ok, err := tryLockBox(id)
 		if err != nil {
@@ -54,6 +57,9 @@ func lockBox(id, numBoxes int) (*boxLock, error) {
 		return l, nil
 	}
 	for i := 0; i < numBoxes; i++ {
+		if reserved != nil && reserved(i) {
+			continue
+		}
 		l, ok, err := tryLockBox(i)
 		if err != nil {
 			return nil, fmt.Errorf("lock box %d: %w", i, err)
@@ -63,6 +69,17 @@ func lockBox(id, numBoxes int) (*boxLock, error) {
 		}
 	}
 	return nil, fmt.Errorf("all %d boxes are in use", numBoxes)
+}
+
+// persistentIn tells, for a free id, whether `isolate init` made box id
+// under root: a free id is never one of those, so that no run (a box the
+// pool builds ahead, a run of a caller who is not root, who may not choose
+// ids) holds the id a persistent box's runs need.
+func persistentIn(root string) func(int) bool {
+	return func(id int) bool {
+		fi, err := os.Lstat(filepath.Join(BoxPath(root, id), "box"))
+		return err == nil && fi.IsDir()
+	}
 }
 
 // cgroupName is the name of box id's cgroup.

@@ -43,3 +43,10 @@ func StartInitFromSelf(t testing.TB) {
 // SmallInitRefused is how many inits started from /proc/self/exe because
 // the kernel refused the small init.
 func SmallInitRefused() int64 { return smallInitRefused.Load() }
+
+// Pooled tells whether a prepared run may take a box the pool built
+// ahead.
+func Pooled(p *Prepared) bool {
+	_, ok := p.key()
+	return ok
+}

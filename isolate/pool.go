@@ -165,11 +165,15 @@ func (h *Host) StopPool() {
 }
 
 // key is the pool key of a prepared run, or false for a run whose box
-// must be its own: binds, a persistent or given box, a mounted image.
+// must be its own: binds, a persistent or given box, a mounted image, an
+// image directory given by path (a box built ahead would hold what the
+// directory held then: only host and built images, whose trees do not
+// change under a held name, are pooled).
 func (p *Prepared) key() (poolKey, bool) {
 	sp := p.spec
 	if sp.BoxID >= 0 || sp.BoxDir != "" || sp.BoxMount != nil || len(sp.Binds) > 0 ||
-		sp.ImageFile != "" || sp.ImageMount != nil || sp.ImageDir == "" {
+		sp.ImageFile != "" || sp.ImageMount != nil || sp.ImageDir == "" ||
+		(sp.ImageTree == nil && sp.ImageDir != "/") {
 		return poolKey{}, false
 	}
 	return poolKey{imageDir: sp.ImageDir, tmpSize: sp.TmpSize, hostNet: sp.HostNet}, true

@@ -362,3 +362,23 @@ func TestPoolPreparedProcess(t *testing.T) {
 		})
 	}
 }
+
+// Only host and built images are built ahead: a box of an image
+// directory given by path would hold what the directory held when the
+// box was built, not what it holds when the run asks.
+func TestPoolTakesNoImageDirectory(t *testing.T) {
+	h := newHost(t)
+	for _, c := range []struct {
+		image  string
+		pooled bool
+	}{{"host", true}, {"/", true}, {t.TempDir(), false}} {
+		p, err := h.Prepare(&api.Spec{Args: []string{"/bin/true"}, Image: c.image})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := isolate.Pooled(p); got != c.pooled {
+			t.Errorf("image %s: pooled %v, want %v", c.image, got, c.pooled)
+		}
+		p.Close()
+	}
+}

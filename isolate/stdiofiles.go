@@ -29,7 +29,13 @@ func OpenStdin(ctx context.Context, caller *Cred, path string, wall time.Duratio
 			return os.NewFile(0, path), nil
 		}
 	}
-	fi, err := os.Stat(path)
+	// Looked at with the caller's rights: whether a path the caller
+	// cannot reach exists is none of its business.
+	var fi os.FileInfo
+	err := AsCaller(caller, func() (err error) {
+		fi, err = os.Stat(path)
+		return err
+	})
 	if err != nil {
 		return nil, usagef("--stdin %s: %v", path, errors.Unwrap(err))
 	} else if fi.IsDir() {

@@ -279,7 +279,7 @@ func dirOf(p string) string {
 // lockBox takes a box id.
 func (s *supervisor) lockBox() error {
 	var err error
-	if s.lock, err = lockBox(s.spec.BoxID, s.host.numBoxes()); err != nil {
+	if s.lock, err = lockBox(s.spec.BoxID, s.host.numBoxes(), persistentIn(s.host.Config.BoxRoot)); err != nil {
 		return err
 	}
 	s.report.BoxID = s.lock.id

@@ -3,6 +3,7 @@ package rootfs
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -243,7 +244,7 @@ func (p *planner) etc(l *Layout) error {
 		{"nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n"},
 	}
 	if l.HostNet {
-		if data, err := os.ReadFile(filepath.Join(l.Image, "etc", "resolv.conf")); err == nil {
+		if data, err := readInImage(l.Image, "etc/resolv.conf"); err == nil {
 			files = append(files, struct{ name, content string }{"resolv.conf", string(data)})
 		}
 	}
@@ -251,12 +252,56 @@ func (p *planner) etc(l *Layout) error {
 		p.add(WriteFile{Step: "write /etc/" + f.name, Path: p.in("etc/" + f.name), Mode: fileMode, Content: f.content})
 	}
 	for _, name := range imageEtc {
-		src := filepath.Join(l.Image, "etc", name)
-		if fi, err := os.Stat(src); err == nil {
-			p.bind(filepath.Join(l.source(), "etc", name), "/etc/"+name, fi.IsDir(), false, true)
+		// Bound by path: only an entry reached without a symlink, so that
+		// no link in the image names a file of the host.
+		if st, err := statInImage(l.Image, "etc/"+name); err == nil {
+			p.bind(filepath.Join(l.source(), "etc", name), "/etc/"+name, st.Mode&unix.S_IFMT == unix.S_IFDIR, false, true)
 		}
 	}
 	return nil
+}
+
+// maxImageFile bounds what is read of an image's own file (resolv.conf).
+const maxImageFile = 64 << 10
+
+// readInImage reads the regular file rel of the image directory image,
+// its symlinks resolved inside the image (RESOLVE_IN_ROOT: a link to
+// /etc/shadow names the image's, never the host's), at most
+// maxImageFile bytes.
+func readInImage(image, rel string) ([]byte, error) {
+	fd, err := openInImage(image, rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, unix.RESOLVE_IN_ROOT|unix.RESOLVE_NO_MAGICLINKS)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), filepath.Join(image, rel))
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", f.Name())
+	}
+	return io.ReadAll(io.LimitReader(f, maxImageFile))
+}
+
+// statInImage looks at rel of the image directory image, reached without
+// any symlink (RESOLVE_NO_SYMLINKS, RESOLVE_BENEATH).
+func statInImage(image, rel string) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	fd, err := openInImage(image, rel, unix.O_PATH, unix.RESOLVE_NO_SYMLINKS|unix.RESOLVE_BENEATH)
+	if err != nil {
+		return st, err
+	}
+	defer unix.Close(fd)
+	return st, unix.Fstat(fd, &st)
+}
+
+// openInImage opens rel below the image directory with openat2's resolve
+// flags.
+func openInImage(image, rel string, flags int, resolve uint64) (int, error) {
+	root, err := unix.Open(image, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(root)
+	return unix.Openat2(root, rel, &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Resolve: resolve})
 }
 
 // dev builds a minimal /dev: a few host device nodes bound in, the usual

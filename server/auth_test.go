@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"net"
 	"net/http"
 	"os"
@@ -59,7 +60,7 @@ func TestTCPToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusBadRequest {
+	if resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("binds over TCP: %d", resp.StatusCode)
 	}
 }
@@ -89,5 +90,42 @@ func TestReadToken(t *testing.T) {
 	}
 	if _, err := ReadToken(filepath.Join(dir, "absent")); err == nil {
 		t.Error("absent token file accepted")
+	}
+}
+
+// A TCP caller gets the policy's answers: 403 naming the field for what
+// it may not ask, 400 for output it would have the service hold without
+// bound.
+func TestTCPCallerPolicy(t *testing.T) {
+	s := startService(t, func(c *Config) { c.Token = "policy-token" })
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(l)
+	for _, c := range []struct {
+		path, body string
+		code       int
+		field      string
+	}{
+		{"/v1/run", `{"commands":[{"args":["/bin/true"],"net":"host"}]}`, http.StatusForbidden, "commands[0].net"},
+		{"/v1/run", `{"commands":[{"args":["/bin/true"],"seccomp":"none"}]}`, http.StatusForbidden, "commands[0].seccomp"},
+		{"/v1/run", `{"commands":[{"args":["/bin/true"],"seccomp":"profile.json"}]}`, http.StatusForbidden, "commands[0].seccomp"},
+		{"/v1/run", `{"commands":[{"args":["/bin/true"],"box_id":3}]}`, http.StatusForbidden, "commands[0].box_id"},
+		{"/v1/run", `{"commands":[{"args":["/bin/true"],"output_limit_bytes":-1}]}`, http.StatusBadRequest, "commands[0].output_limit_bytes"},
+		{"/v1/exec", `{"lang":"python","source":"print(1)","net":"host"}`, http.StatusForbidden, "net"},
+	} {
+		req, _ := http.NewRequest("POST", "http://"+l.Addr().String()+c.path, strings.NewReader(c.body))
+		req.Header.Set("Authorization", "Bearer policy-token")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e struct{ Error, Field string }
+		json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != c.code || e.Field != c.field || e.Error == "" {
+			t.Errorf("%s: %d %+v, want %d naming %s", c.body, resp.StatusCode, e, c.code, c.field)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/isolate-sandbox/isolate/api"
+	"github.com/isolate-sandbox/isolate/caller"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
@@ -22,7 +23,8 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	if err := s.validateExec(&req, callerOf(r)); err != nil {
+	who := callerOf(r)
+	if err := s.validateExec(&req, who); err != nil {
 		writeError(w, statusOf(err), err)
 		return
 	}
@@ -40,7 +42,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	case in.Base64 != nil:
 		stdio.Stdin = bytes.NewReader(*in.Base64)
 	default:
-		f, _, err := s.store.Open(in.File)
+		f, _, err := s.store.Open(in.File, who.MayUseStore)
 		if err != nil {
 			writeError(w, statusOf(storeErr("stdin.file", err)), storeErr("stdin.file", err))
 			return
@@ -73,7 +75,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Server) validateExec(req *ExecRequest, caller Caller) error {
+func (s *Server) validateExec(req *ExecRequest, who caller.Caller) error {
 	if req.Lang == "" {
 		return &api.FieldError{Field: "lang", Msg: "no language given"}
 	}
@@ -89,10 +91,7 @@ func (s *Server) validateExec(req *ExecRequest, caller Caller) error {
 	if err := spec.Validate(); err != nil {
 		return err
 	}
-	if err := s.cfg.Caps.apply(&req.Spec, ""); err != nil {
-		return err
-	}
-	if err := hostPaths(&req.Spec, caller, ""); err != nil {
+	if err := s.cfg.Policy.Check(who, &req.Spec, ""); err != nil {
 		return err
 	}
 	return req.Stdin.check("stdin")

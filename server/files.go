@@ -21,7 +21,7 @@ func (s *Server) handleFilePut(w http.ResponseWriter, r *http.Request) {
 		}
 		max = n
 	}
-	info, err := s.store.Put(r.Body, max)
+	info, err := s.store.Put(callerOf(r).StoreOwner(), r.Body, max)
 	var qe *filestore.QuotaError
 	var te *filestore.TooLargeError
 	switch {
@@ -36,9 +36,10 @@ func (s *Server) handleFilePut(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// GET /v1/files/{id}: the file's bytes.
+// GET /v1/files/{id}: the file's bytes, to its owner or root (to anyone
+// else, as if there were no such file).
 func (s *Server) handleFileGet(w http.ResponseWriter, r *http.Request) {
-	f, info, err := s.store.Open(r.PathValue("id"))
+	f, info, err := s.store.Open(r.PathValue("id"), callerOf(r).MayUseStore)
 	if err != nil {
 		writeStoreError(w, err)
 		return
@@ -51,7 +52,7 @@ func (s *Server) handleFileGet(w http.ResponseWriter, r *http.Request) {
 
 // DELETE /v1/files/{id}.
 func (s *Server) handleFileDelete(w http.ResponseWriter, r *http.Request) {
-	if err := s.store.Delete(r.PathValue("id")); err != nil {
+	if err := s.store.Delete(r.PathValue("id"), callerOf(r).MayUseStore); err != nil {
 		writeStoreError(w, err)
 		return
 	}

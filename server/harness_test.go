@@ -115,7 +115,7 @@ func startService(t *testing.T, adjust func(*Config)) *service {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	os.Chmod(dir, 0o755)
-	store, err := filestore.Open(filepath.Join(dir, "files"), 1<<20, time.Hour)
+	store, err := filestore.Open(filepath.Join(dir, "files"), 1<<20, 0, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

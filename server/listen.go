@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/isolate-sandbox/isolate/caller"
 )
 
 // DefaultSocket is where the service listens by default.
@@ -67,41 +69,29 @@ func dirOf(p string) string {
 	return "."
 }
 
-// Caller is who sent a request. Over the unix socket the kernel says
-// (SO_PEERCRED); over TCP nobody does, and the caller has a token only.
-type Caller struct {
-	UID, GID int
-	PID      int
-	Local    bool // connected over the unix socket: UID and GID are the kernel's
-}
-
-// Root is a caller with root's rights on the host: only it may name host
-// paths (binds, image or seccomp profile paths, box ids).
-func (c Caller) Root() bool { return c.Local && c.UID == 0 }
-
 type callerKey struct{}
 
-// connContext records the peer's credentials of each connection.
+// connContext records who is at the other end of each connection: on the
+// unix socket, the kernel says; over TCP nobody does.
 func connContext(ctx context.Context, c net.Conn) context.Context {
-	caller := Caller{UID: -1, GID: -1, PID: -1}
+	who := caller.Unknown
 	if uc, ok := c.(*net.UnixConn); ok {
 		if raw, err := uc.SyscallConn(); err == nil {
 			raw.Control(func(fd uintptr) {
-				cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-				if err == nil {
-					caller = Caller{UID: int(cred.Uid), GID: int(cred.Gid), PID: int(cred.Pid), Local: true}
+				if cl, err := caller.FromSocket(int(fd), caller.API); err == nil {
+					who = cl
 				}
 			})
 		}
 	}
-	return context.WithValue(ctx, callerKey{}, caller)
+	return context.WithValue(ctx, callerKey{}, who)
 }
 
-func callerOf(r *http.Request) Caller {
-	if c, ok := r.Context().Value(callerKey{}).(Caller); ok {
+func callerOf(r *http.Request) caller.Caller {
+	if c, ok := r.Context().Value(callerKey{}).(caller.Caller); ok {
 		return c
 	}
-	return Caller{UID: -1, GID: -1, PID: -1}
+	return caller.Unknown
 }
 
 // ReadToken reads a bearer token from path: a file only its owner may

@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/isolate-sandbox/isolate/api"
+	"github.com/isolate-sandbox/isolate/caller"
 	"github.com/isolate-sandbox/isolate/filestore"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
@@ -25,7 +26,8 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	if err := s.validate(&req, callerOf(r)); err != nil {
+	who := callerOf(r)
+	if err := s.validate(&req, who); err != nil {
 		writeError(w, statusOf(err), err)
 		return
 	}
@@ -39,7 +41,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	if wantsStream(r) {
 		ev = newEvents(w)
 	}
-	resp, err := s.run(ctx, &req, ev)
+	resp, err := s.run(ctx, &req, who, ev)
 	if err != nil {
 		if ev != nil && ev.started() {
 			ev.fail(err)
@@ -60,6 +62,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 type task struct {
 	s    *Server
 	req  *RunRequest
+	who  caller.Caller // whose files of the store it may read, and whose it makes
 	ev   *events
 	dir  string // the request's work directory, made when needed
 	io   []isolate.IO
@@ -69,8 +72,8 @@ type task struct {
 }
 
 // run runs every command of req together and returns their results.
-func (s *Server) run(ctx context.Context, req *RunRequest, ev *events) (*RunResponse, error) {
-	t := &task{s: s, req: req, ev: ev, io: make([]isolate.IO, len(req.Commands)), own: make([][]*os.File, len(req.Commands))}
+func (s *Server) run(ctx context.Context, req *RunRequest, who caller.Caller, ev *events) (*RunResponse, error) {
+	t := &task{s: s, req: req, who: who, ev: ev, io: make([]isolate.IO, len(req.Commands)), own: make([][]*os.File, len(req.Commands))}
 	defer t.cleanup()
 	if err := t.prepare(); err != nil {
 		return nil, err
@@ -161,7 +164,7 @@ func (t *task) stdin(i int, c *Command) error {
 	case in.Base64 != nil:
 		t.io[i].Stdin = bytes.NewReader(*in.Base64)
 	default:
-		f, _, err := t.s.store.Open(in.File)
+		f, _, err := t.s.store.Open(in.File, t.who.MayUseStore)
 		if err != nil {
 			return storeErr(fmt.Sprintf("commands[%d].stdin.file", i), err)
 		}
@@ -215,7 +218,7 @@ func (t *task) copyIn(i int, c *Command) error {
 			_, err = f.Write(*ci.Base64)
 		default:
 			var sf *os.File
-			sf, _, err = t.s.store.Open(ci.File)
+			sf, _, err = t.s.store.Open(ci.File, t.who.MayUseStore)
 			if err != nil {
 				f.Close()
 				return storeErr(fmt.Sprintf("commands[%d].copy_in[%d].file", i, j), err)
@@ -329,7 +332,7 @@ func (t *task) takeOut(src string, co CopyOut) CopyOutResult {
 	}
 	res.Size = st.Size()
 	if co.Store {
-		info, err := t.s.store.Put(f, 0)
+		info, err := t.s.store.Put(t.who.StoreOwner(), f, 0)
 		if err != nil {
 			res.Error = err.Error()
 			return res

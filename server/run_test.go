@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/isolate-sandbox/isolate/caller"
 )
 
 func TestRunTrue(t *testing.T) {
@@ -116,7 +118,7 @@ func TestRunStreamsAndFiles(t *testing.T) {
 }
 
 func TestBadRequests(t *testing.T) {
-	s := startService(t, func(c *Config) { c.Caps = Caps{MemoryBytes: 256 << 20, CPUTimeMs: 5000} })
+	s := startService(t, func(c *Config) { c.Policy.Caps = caller.Caps{MemoryBytes: 256 << 20, CPUTimeMs: 5000} })
 	for _, tc := range []struct {
 		body, field string
 	}{

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/isolate-sandbox/isolate/api"
+	"github.com/isolate-sandbox/isolate/caller"
 	"github.com/isolate-sandbox/isolate/filestore"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
@@ -57,7 +58,8 @@ type Config struct {
 	Version  string
 	Parallel int // commands at once
 	Queue    int // requests waiting beyond Parallel; more get 429
-	Caps     Caps
+	// Policy is what callers who are not root may ask, and the caps.
+	Policy caller.Policy
 	// Health fills what only the host knows (cgroup mode, images).
 	Health func() Health
 	// Token, when set, is required as a bearer token on every request
@@ -204,6 +206,22 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, n int) (ctx conte
 	return isolate.EndAfter(ctx, answered), end, true
 }
 
+// Slot waits for one of the service's run slots, as a request of one
+// command does (--parallel, then --queue), for a front end outside HTTP
+// (the CLI's handover); release gives it back.
+func (s *Server) Slot(ctx context.Context) (release func(), err error) {
+	if s.draining.Load() {
+		return nil, errors.New("the service is stopping")
+	}
+	if err := s.queue.acquire(ctx, 1); err != nil {
+		if errors.Is(err, errQueueFull) {
+			return nil, errors.New("the service is busy: every run slot is taken and its queue is full (--parallel, --queue); try again")
+		}
+		return nil, err
+	}
+	return func() { s.queue.release(1) }, nil
+}
+
 // requestContext is the request's context (cancelled when its client goes
 // away), also cancelled when the service stops.
 func (s *Server) requestContext(r *http.Request) (context.Context, context.CancelFunc) {
@@ -264,12 +282,15 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Write(body.Bytes())
 }
 
-// statusOf is the HTTP status of a request's error: the client's mistake
-// (400), or the service's (500).
+// statusOf is the HTTP status of a request's error: what this caller may
+// not ask (403), the client's mistake (400), or the service's (500).
 func statusOf(err error) int {
 	var fe *api.FieldError
 	var ue *api.UsageError
+	var refused *caller.Refusal
 	switch {
+	case errors.As(err, &refused):
+		return http.StatusForbidden
 	case errors.As(err, &fe), errors.As(err, &ue):
 		return http.StatusBadRequest
 	case errors.Is(err, errQueueFull):

@@ -3,76 +3,14 @@ package server
 import (
 	"fmt"
 	"path"
-	"strings"
 
 	"github.com/isolate-sandbox/isolate/api"
+	"github.com/isolate-sandbox/isolate/caller"
 )
-
-// Caps are the service's maxima for what a request may ask (0: no cap).
-// A request beyond one is a 400 naming the field; a request that leaves
-// a capped limit at its default gets the cap when the default is larger
-// (or none).
-type Caps struct {
-	CPUTimeMs        int64
-	WallTimeMs       int64
-	MemoryBytes      int64
-	Pids             int64
-	TmpSizeBytes     int64
-	FileSizeBytes    int64
-	OutputLimitBytes int64
-	Commands         int // commands in one request (also bounded by --parallel)
-}
-
-// capped lists each capped field: its name, the cap, and the field.
-func (c Caps) fields(s *api.Spec) []struct {
-	name string
-	max  int64
-	v    *int64
-} {
-	return []struct {
-		name string
-		max  int64
-		v    *int64
-	}{
-		{"cpu_time_ms", c.CPUTimeMs, &s.CPUTimeMs},
-		{"wall_time_ms", c.WallTimeMs, &s.WallTimeMs},
-		{"memory_bytes", c.MemoryBytes, &s.MemoryBytes},
-		{"pids", c.Pids, &s.Pids},
-		{"tmp_size_bytes", c.TmpSizeBytes, &s.TmpSizeBytes},
-		{"file_size_bytes", c.FileSizeBytes, &s.FileSizeBytes},
-		{"output_limit_bytes", c.OutputLimitBytes, &s.OutputLimitBytes},
-	}
-}
-
-// apply checks s against the caps and sets capped defaults; prefix is the
-// spec's path in the request.
-func (c Caps) apply(s *api.Spec, prefix string) error {
-	withDefaults := s.WithDefaults()
-	eff := c.fields(&withDefaults)
-	for i, f := range c.fields(s) {
-		if f.max <= 0 {
-			continue
-		}
-		v := *eff[i].v
-		if v != api.Unlimited && v != 0 && v <= f.max {
-			continue
-		}
-		if *f.v == 0 { // the default is beyond the cap (or none): the cap
-			*f.v = f.max
-			continue
-		}
-		shown := fmt.Sprint(v)
-		if v == api.Unlimited {
-			shown = "unlimited"
-		}
-		return &api.FieldError{Field: prefix + f.name, Msg: fmt.Sprintf("%s is beyond this service's maximum %d", shown, f.max)}
-	}
-	return nil
-}
 
 // validate checks a run request as a whole: each command's spec, what the
 // caller may ask, its streams and files, and the pipes between them.
-func (s *Server) validate(req *RunRequest, caller Caller) error {
+func (s *Server) validate(req *RunRequest, who caller.Caller) error {
 	bad := func(field, format string, a ...any) error {
 		return &api.FieldError{Field: field, Msg: fmt.Sprintf(format, a...)}
 	}
@@ -81,8 +19,8 @@ func (s *Server) validate(req *RunRequest, caller Caller) error {
 		return bad("commands", "no command given")
 	}
 	maxCmds := s.cfg.Parallel
-	if s.cfg.Caps.Commands > 0 {
-		maxCmds = min(maxCmds, s.cfg.Caps.Commands)
+	if s.cfg.Policy.Caps.Commands > 0 {
+		maxCmds = min(maxCmds, s.cfg.Policy.Caps.Commands)
 	}
 	if n > maxCmds {
 		return bad("commands", "%d commands: this service runs at most %d at once", n, maxCmds)
@@ -96,10 +34,7 @@ func (s *Server) validate(req *RunRequest, caller Caller) error {
 			}
 			return err
 		}
-		if err := s.cfg.Caps.apply(&c.Spec, p+"."); err != nil {
-			return err
-		}
-		if err := hostPaths(&c.Spec, caller, p); err != nil {
+		if err := s.cfg.Policy.Check(who, &c.Spec, p+"."); err != nil {
 			return err
 		}
 		if err := c.Stdin.check(p + ".stdin"); err != nil {
@@ -133,31 +68,6 @@ func (s *Server) validate(req *RunRequest, caller Caller) error {
 		}
 	}
 	return checkPipes(req)
-}
-
-// hostPaths refuses host paths to a caller without root's rights on the
-// host: the service would open them with its own.
-func hostPaths(s *api.Spec, caller Caller, prefix string) error {
-	if caller.Root() {
-		return nil
-	}
-	refuse := func(field, what string) error {
-		if prefix != "" {
-			field = prefix + "." + field
-		}
-		return &api.FieldError{Field: field, Msg: what + " needs a root caller on the unix socket (the service opens no host path on another caller's behalf)"}
-	}
-	switch {
-	case len(s.Binds) > 0:
-		return refuse("binds", "binding host paths")
-	case strings.Contains(s.Image, "/"):
-		return refuse("image", "an image given as a host path")
-	case strings.Contains(s.Seccomp, "/"):
-		return refuse("seccomp", "a seccomp profile given as a host path")
-	case s.BoxID != nil:
-		return refuse("box_id", "choosing a box id")
-	}
-	return nil
 }
 
 // boxFile checks a path inside the box that a file is copied to or from.

@@ -8,6 +8,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
+	"github.com/isolate-sandbox/isolate/caller"
 	"github.com/isolate-sandbox/isolate/cmdline"
 	"github.com/isolate-sandbox/isolate/handover"
 	"github.com/isolate-sandbox/isolate/isolate"
@@ -26,6 +28,9 @@ import (
 type cliService struct {
 	*handover.Server
 	handovers *prometheus.CounterVec
+	listener  *net.UnixListener
+	// slot waits for one of the API's run slots (set before serve).
+	slot func(context.Context) (func(), error)
 }
 
 // startCLI listens on the CLI socket (o.cliSocket; "none": nil) for
@@ -34,11 +39,11 @@ type cliService struct {
 // socket another service holds or no isolate binary to take runs from
 // leave the service without handovers, with a warning (the CLI then runs
 // in-process, as without a service); a path or binary given is required.
-func startCLI(o *options, gid int, host *isolate.Host) (*cliService, error) {
+func startCLI(o *options, gid int, host *isolate.Host, policy *caller.Policy) (*cliService, error) {
 	if o.cliSocket == "none" {
 		return nil, nil
 	}
-	cs, err := listenCLI(o, gid, host)
+	cs, err := listenCLI(o, gid, host, policy)
 	if err != nil && o.cliSocket == handover.DefaultSocket && o.cliBinary == "" {
 		fmt.Fprintln(os.Stderr, "isolate serve: warning: no CLI handovers: "+err.Error())
 		return nil, nil
@@ -46,7 +51,7 @@ func startCLI(o *options, gid int, host *isolate.Host) (*cliService, error) {
 	return cs, err
 }
 
-func listenCLI(o *options, gid int, host *isolate.Host) (*cliService, error) {
+func listenCLI(o *options, gid int, host *isolate.Host, policy *caller.Policy) (*cliService, error) {
 	bin := o.cliBinary
 	if bin == "" {
 		self, err := os.Executable()
@@ -65,31 +70,43 @@ func listenCLI(o *options, gid int, host *isolate.Host) (*cliService, error) {
 	for _, o := range []string{handover.OutcomeCompleted, handover.OutcomeCallerGone, handover.OutcomeDeclined, handover.OutcomeBadRequest} {
 		cs.handovers.WithLabelValues(o)
 	}
-	cs.Server = handover.NewServer(build, runHandedOver(host), func(outcome string) {
+	cs.Server = handover.NewServer(build, cs.runHandedOver(host, policy), func(outcome string) {
 		cs.handovers.WithLabelValues(outcome).Inc()
 	})
 	l, err := server.ListenUnix(o.cliSocket, gid)
 	if err != nil {
 		return nil, fmt.Errorf("--cli-socket: %v", err)
 	}
+	cs.listener = l
 	fmt.Fprintf(os.Stderr, "isolate serve: taking the isolate CLI's runs on %s\n", o.cliSocket)
-	go func() {
-		if err := cs.Serve(l); err != nil {
-			fmt.Fprintln(os.Stderr, "isolate serve: --cli-socket: "+err.Error())
-		}
-	}()
 	return cs, nil
 }
 
+// serve takes handovers, whose capped runs wait for slot.
+func (cs *cliService) serve(slot func(context.Context) (func(), error)) {
+	if cs == nil {
+		return
+	}
+	cs.slot = slot
+	go func() {
+		if err := cs.Serve(cs.listener); err != nil {
+			fmt.Fprintln(os.Stderr, "isolate serve: --cli-socket: "+err.Error())
+		}
+	}()
+}
+
 // runHandedOver runs a handed-over command line as the CLI would, with
-// the caller's rights.
-func runHandedOver(host *isolate.Host) handover.Runner {
+// the caller's rights, under the service's policy and run slots.
+func (cs *cliService) runHandedOver(host *isolate.Host, policy *caller.Policy) handover.Runner {
 	return func(ctx context.Context, inv *handover.Invocation) handover.Exit {
+		who := inv.Caller
 		// The box ends once the CLI has exited, off its last steps.
 		x := cmdline.Main(isolate.EndAfter(ctx, inv.HungUp), &cmdline.Invocation{
 			Args: inv.Args, Env: inv.Env, Dir: callerDir(inv),
 			Stdin: inv.Stdin, Stdout: inv.Stdout, Stderr: inv.Stderr,
-			Caller:  &isolate.Cred{UID: inv.Caller.UID, GID: inv.Caller.GID, Groups: inv.Caller.Groups},
+			Caller:  &who,
+			Policy:  policy,
+			Admit:   cs.slot,
 			Host:    host,
 			Signals: inv.Signals,
 			Via:     "service",

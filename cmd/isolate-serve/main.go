@@ -22,12 +22,14 @@ import (
 	"os/user"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/isolate-sandbox/isolate/api"
+	"github.com/isolate-sandbox/isolate/caller"
 	"github.com/isolate-sandbox/isolate/cgroup"
 	"github.com/isolate-sandbox/isolate/filestore"
 	"github.com/isolate-sandbox/isolate/handover"
@@ -66,6 +68,38 @@ type options struct {
 	storeDir             string
 	storeQuota, storeTTL string
 	caps                 capFlags
+	storeCallerQuota     string
+	netHostGroups        groupList
+	seccompNoneGroups    groupList
+}
+
+// groupList is a repeatable flag of groups, each a name or a gid, also
+// given as a comma-separated list.
+type groupList []string
+
+func (g *groupList) String() string { return strings.Join(*g, ",") }
+
+func (g *groupList) Set(v string) error {
+	for _, name := range strings.Split(v, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			return errors.New("an empty group name")
+		}
+		*g = append(*g, name)
+	}
+	return nil
+}
+
+// gids looks up each group of the flag named flag.
+func (g groupList) gids(flag string) ([]int, error) {
+	var ids []int
+	for _, name := range g {
+		id, err := lookupGroup(flag, name)
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
 }
 
 type capFlags struct{ time, wall, mem, pids, tmp, fsize, output string }
@@ -86,6 +120,9 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.storeDir, "store", filestore.DefaultRoot, "directory of the file store (root-only)")
 	fs.StringVar(&o.storeQuota, "store-quota", "256M", "bytes the file store may hold")
 	fs.StringVar(&o.storeTTL, "store-ttl", "1h", "how long a stored file lives")
+	fs.StringVar(&o.storeCallerQuota, "store-caller-quota", "", "bytes of the file store one caller who is not root may hold (default a quarter of --store-quota)")
+	fs.Var(&o.netHostGroups, "net-host-group", "a group (name or gid; repeatable, or a comma list) whose members who are not root may ask net: host (default: root only)")
+	fs.Var(&o.seccompNoneGroups, "seccomp-none-group", "a group (name or gid; repeatable, or a comma list) whose members who are not root may ask seccomp: none (default: root only)")
 	fs.StringVar(&o.caps.time, "max-time", "", "largest cpu_time_ms a request may ask (DUR)")
 	fs.StringVar(&o.caps.wall, "max-wall-time", "", "largest wall_time_ms (DUR)")
 	fs.StringVar(&o.caps.mem, "max-mem", "", "largest memory_bytes (SIZE)")
@@ -115,8 +152,8 @@ func parseFlags(args []string) (*options, error) {
 }
 
 // caps reads the --max-* flags.
-func (c capFlags) parse() (server.Caps, error) {
-	var caps server.Caps
+func (c capFlags) parse() (caller.Caps, error) {
+	var caps caller.Caps
 	dur := func(flag, v string, ms *int64) error {
 		if v == "" {
 			return nil
@@ -150,7 +187,9 @@ func (c capFlags) parse() (server.Caps, error) {
 	)
 }
 
-func lookupGroup(g string) (int, error) {
+// lookupGroup is the gid of group g (a name or a number) of the flag
+// named flag; "": -1.
+func lookupGroup(flag, g string) (int, error) {
 	if g == "" {
 		return -1, nil
 	}
@@ -159,7 +198,7 @@ func lookupGroup(g string) (int, error) {
 	}
 	gr, err := user.LookupGroup(g)
 	if err != nil {
-		return 0, fmt.Errorf("--socket-group: %v", err)
+		return 0, fmt.Errorf("%s: %v", flag, err)
 	}
 	return strconv.Atoi(gr.Gid)
 }
@@ -184,8 +223,15 @@ func serve(args []string) error {
 	if err != nil || ttl <= 0 {
 		return fmt.Errorf("--store-ttl %s: a duration above 0 is needed", o.storeTTL)
 	}
-	gid, err := lookupGroup(o.socketGroup)
+	gid, err := lookupGroup("--socket-group", o.socketGroup)
 	if err != nil {
+		return err
+	}
+	policy := &caller.Policy{Caps: caps}
+	if policy.NetHostGroups, err = o.netHostGroups.gids("--net-host-group"); err != nil {
+		return err
+	}
+	if policy.SeccompNoneGroups, err = o.seccompNoneGroups.gids("--seccomp-none-group"); err != nil {
 		return err
 	}
 	var token string
@@ -206,7 +252,13 @@ func serve(args []string) error {
 	if err := host.SweepStale(); err != nil {
 		fmt.Fprintln(os.Stderr, "isolate serve: warning: "+err.Error())
 	}
-	store, err := filestore.Open(o.storeDir, quota, ttl)
+	var callerQuota int64
+	if o.storeCallerQuota != "" {
+		if callerQuota, err = api.ParseSize(o.storeCallerQuota); err != nil || callerQuota <= 0 {
+			return fmt.Errorf("--store-caller-quota %s: a size above 0 is needed", o.storeCallerQuota)
+		}
+	}
+	store, err := filestore.Open(o.storeDir, quota, callerQuota, ttl)
 	if err != nil {
 		return err
 	}
@@ -223,7 +275,7 @@ func serve(args []string) error {
 	}
 	defer host.StopPool()
 
-	cli, err := startCLI(o, gid, host)
+	cli, err := startCLI(o, gid, host, policy)
 	if err != nil {
 		return err
 	}
@@ -234,11 +286,12 @@ func serve(args []string) error {
 		Version:  version,
 		Parallel: o.parallel,
 		Queue:    o.queue,
-		Caps:     caps,
+		Policy:   *policy,
 		Health:   health,
 		Token:    token,
 		Metrics:  cli.metrics(),
 	})
+	cli.serve(srv.Slot)
 	ul, err := server.ListenUnix(o.socket, gid)
 	if err != nil {
 		return err

@@ -11,12 +11,13 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/isolate-sandbox/isolate/api"
+	"github.com/isolate-sandbox/isolate/cmdline"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
 func boxFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.IntFlag{Name: "box-id", Aliases: []string{"b"}, Value: -1, Usage: "box `N`"},
+		&cli.StringFlag{Name: "box-id", Aliases: []string{"b"}, Usage: "box `N`"},
 		&cli.BoolFlag{Name: "wait", Usage: "wait while another isolate uses the box instead of failing"},
 	}
 }
@@ -81,9 +82,12 @@ func boxCommandSetup(c *cli.Context) (*isolate.Config, int, error) {
 	if c.Args().Len() > 0 {
 		return nil, 0, usageErr(fmt.Errorf("%s takes no arguments (got %q)", c.Command.Name, c.Args().First()))
 	}
-	id := c.Int("box-id")
 	if !c.IsSet("box-id") {
 		return nil, 0, usageErr(errors.New("--box-id N is required"))
+	}
+	id, err := cmdline.ParseBoxID(c.String("box-id"))
+	if err != nil {
+		return nil, 0, usageErr(fmt.Errorf("--box-id %q: %v", c.String("box-id"), err))
 	}
 	cfg, err := isolate.LoadConfig()
 	if err != nil {
