@@ -252,7 +252,7 @@ func TestLongWorkingDirectory(t *testing.T) {
 // library starts: a handed-over CLI touches five pages or so (its code,
 // its strings, its program headers, the stack the kernel made), where the
 // C library's start-up alone touches eight more, each a page fault of
-// 20-60 us on the project's VMs. Counted here while the run is the
+// 20-60 us on a guest without hardware-assisted paging. Counted here while the run is the
 // service's (/proc/PID/stat's minflt): from the constructor it was 14.
 func TestHandoverBeforeTheCLibrary(t *testing.T) {
 	if runtime.GOARCH != "amd64" {

@@ -9,7 +9,7 @@
  * in ns (the kernel's default is 50 us). While any goroutine runs, the Go
  * runtime's monitor thread (sysmon) sleeps 20 us at a time, and after each
  * sleep takes the P from a goroutine in a system call, which wakes
- * another thread to run the rest. On the project's 2-CPU VMs, where a
+ * another thread to run the rest. On a 2-CPU VM, where a
  * wake-up costs ~40 us of CPU, that was 43-60 sleeps in a one-shot
  * `isolate run` and a fifth of the service's own CPU. With 1 ms, the
  * supervisor's timers (limits, which already wait at millisecond

@@ -114,7 +114,7 @@ func verdict(t *testing.T, prog []bpf.RawInstruction, arch uint32, name string, 
 	return r
 }
 
-// neverAllowed is issue 3's list: refused whatever the arguments.
+// neverAllowed is SECURITY.md's never-allowed list: refused whatever the arguments.
 var neverAllowed = []string{
 	"ptrace", "process_vm_readv", "process_vm_writev",
 	"mount", "umount2", "fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree", "mount_setattr",

@@ -220,7 +220,7 @@ func mustCompile(t testing.TB, policy string) *Program {
 // that a broken filter let through still creates nothing.
 const sighandNoVM = unix.CLONE_SIGHAND
 
-// refusedProbes are the never-allowed calls of issue 3, with arguments the
+// refusedProbes are the never-allowed calls of SECURITY.md, with arguments the
 // kernel would reject anyway.
 var refusedProbes = []probe{
 	{"ptrace", [6]uint64{unix.PTRACE_ATTACH, 1}},

@@ -17,7 +17,7 @@
  * this process relays the signals it gets and ends as the service says,
  * and never starts Go.
  *
- * Why before the C library: on the project's VMs each page a process
+ * Why before the C library: on a KVM guest without hardware-assisted paging each page a process
  * touches first costs a fault of 20-60 us, and the C library's start-up
  * touches eight pages of its own (its code at the far end of the text,
  * its data, its TLS) that a handed-over run never needs. So this file

@@ -1,6 +1,6 @@
 package main
 
-// The seccomp layer through the real binary (issue 3): refused syscalls
+// The seccomp layer through the real binary: refused syscalls
 // are named in blocked_syscalls, int $0x80 cannot bypass the policy,
 // profiles work and broken ones are usage errors, /proc shows the mode, and
 // real Go and Java programs run untouched under the default policy.
@@ -19,7 +19,7 @@ import (
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
-// neverAllowed are issue 3's never-allowed calls as C expressions, with
+// neverAllowed are the never-allowed calls (SECURITY.md) as C expressions, with
 // arguments the kernel would reject anyway (the program has no privilege
 // either: only blocked_syscalls proves the filter refused them).
 var neverAllowed = []struct{ name, call string }{
