@@ -17,7 +17,7 @@ const (
 	MaxDuration = time.Duration(maxMs) * time.Millisecond
 )
 
-// The parsers read the values of command-line options (CONTRACT.md: SIZE,
+// The parsers read the values of command-line options (docs/REFERENCE.md: SIZE,
 // DUR, counts). Each accepts exactly a finite, non-negative number in
 // range: no NaN, no infinities, no exponents, signs or trailing junk, no
 // empty string. "0" and "unlimited" turn a limit off.

@@ -81,7 +81,7 @@ type Copy struct {
 // BaseEnv is the environment every program starts from.
 var BaseEnv = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/box", "LANG=C.UTF-8"}
 
-// The contract's defaults (CONTRACT.md, options of run).
+// The documented defaults (docs/REFERENCE.md, options of run).
 const (
 	DefaultMemoryBytes      = 512 << 20
 	DefaultPids             = 64

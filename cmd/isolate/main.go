@@ -4,7 +4,7 @@
 //go:debug updatemaxprocs=0
 
 // Command isolate runs untrusted programs in a sandbox: see
-// ../shared/CONTRACT.md for the commands, options, report and exit status.
+// docs/REFERENCE.md for the commands, options, report and exit status.
 // The command line of run, exec and the ioi form is package cmdline's
 // (the service runs it for callers too); the other commands are here.
 package main
