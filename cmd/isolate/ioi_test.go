@@ -473,19 +473,30 @@ func TestIOIFIFOs(t *testing.T) {
 }
 
 // TestIOISignals: SIGTERM, SIGINT, SIGHUP or SIGQUIT sent to isolate
-// mid-run ends the run as ioi/isolate ends it (meta exitsig, status SG,
-// message Interrupted, exit 1); SIGABRT as its fatal signals (status XX,
-// exit 2); in the native form the report says which signal. Either way
-// no Go stack trace, at most one line on stderr, nothing left behind.
+// mid-run ends the run as ioi/isolate's SIGNAL_INTERRUPT ends it (meta
+// exitsig, status SG, message Interrupted, exit 1, "Interrupted" on
+// stderr); SIGILL, SIGABRT, SIGFPE, SIGSEGV or SIGBUS (sent by kill(2), as
+// judges send them) as its SIGNAL_FATAL (status XX, "Sandbox keeper
+// received fatal signal N" on stderr without a prefix, exit 2). Either
+// way the meta file has the program's figures and killed:1, box/ is the
+// caller's again, the box's cgroups and processes are gone, and no Go
+// stack trace reaches stderr. In the native form the report says which
+// signal.
 func TestIOISignals(t *testing.T) {
 	ioiBoxRoot(t)
-	ioiBox(t, 338)
+	boxDir := filepath.Join(ioiBox(t, 338), "box")
 	dir := t.TempDir()
-	for _, c := range []struct {
+	type sigCase struct {
 		sig    syscall.Signal
 		native bool
-	}{{syscall.SIGTERM, false}, {syscall.SIGINT, false}, {syscall.SIGHUP, false}, {syscall.SIGQUIT, false}, {syscall.SIGABRT, false},
-		{syscall.SIGTERM, true}, {syscall.SIGABRT, true}} {
+	}
+	var cases []sigCase
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
+		syscall.SIGILL, syscall.SIGABRT, syscall.SIGFPE, syscall.SIGSEGV, syscall.SIGBUS} {
+		cases = append(cases, sigCase{sig, false})
+	}
+	cases = append(cases, sigCase{syscall.SIGTERM, true}, sigCase{syscall.SIGABRT, true}, sigCase{syscall.SIGSEGV, true})
+	for _, c := range cases {
 		meta := filepath.Join(dir, "meta")
 		args := []string{"-b", "338", "-M", meta, "-p2", "--run", "--", "/bin/sh", "-c", "sleep 60"}
 		if c.native {
@@ -519,6 +530,8 @@ func TestIOISignals(t *testing.T) {
 			m[k] = v
 		}
 		name := fmt.Sprintf("%v (native %v)", c.sig, c.native)
+		stderr := strings.TrimSpace(errb.String())
+		fatal := c.sig == syscall.SIGILL || c.sig == syscall.SIGABRT || c.sig == syscall.SIGFPE || c.sig == syscall.SIGSEGV || c.sig == syscall.SIGBUS
 		switch {
 		case c.native:
 			var rep isolate.Report
@@ -526,20 +539,99 @@ func TestIOISignals(t *testing.T) {
 				!strings.Contains(rep.Message, fmt.Sprintf("signal %d", int(c.sig))) || code == 0 {
 				t.Errorf("%s: exit %d, report %+v (%v)", name, code, rep, err)
 			}
-		case c.sig == syscall.SIGABRT:
-			if code != 2 || m["status"] != "XX" {
-				t.Errorf("%s: exit %d meta %v, want exit 2 and status XX", name, code, m)
+		case fatal:
+			want := fmt.Sprintf("Sandbox keeper received fatal signal %d", int(c.sig))
+			if code != 2 || m["status"] != "XX" || m["message"] != want || stderr != want || m["exitsig"] != "" {
+				t.Errorf("%s: exit %d meta %v stderr %q, want exit 2, XX, %q", name, code, m, stderr, want)
 			}
 		default:
-			if code != 1 || m["status"] != "SG" || m["exitsig"] != strconv.Itoa(int(c.sig)) || m["message"] != "Interrupted" {
-				t.Errorf("%s: exit %d meta %v, want exit 1, SG, exitsig %d, Interrupted", name, code, m, int(c.sig))
+			if code != 1 || m["status"] != "SG" || m["exitsig"] != strconv.Itoa(int(c.sig)) || m["message"] != "Interrupted" || stderr != "Interrupted" {
+				t.Errorf("%s: exit %d meta %v stderr %q, want exit 1, SG, exitsig %d, Interrupted", name, code, m, stderr, int(c.sig))
 			}
 		}
-		if lines := strings.Split(strings.TrimSpace(errb.String()), "\n"); len(lines) > 1 || strings.Contains(errb.String(), "goroutine") {
-			t.Errorf("%s: stderr has %d lines:\n%s", name, len(lines), errb.String())
+		if !c.native {
+			// The program ran: the meta file has its figures.
+			for _, key := range []string{"killed", "time", "time-wall", "max-rss", "csw-voluntary", "csw-forced", "cg-mem"} {
+				if m[key] == "" {
+					t.Errorf("%s: meta lacks %s: %v", name, key, m)
+				}
+			}
+			if m["killed"] != "1" {
+				t.Errorf("%s: killed:%s", name, m["killed"])
+			}
+			if fi, err := os.Stat(boxDir); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 0 || fi.Mode().Perm() != 0o700 {
+				t.Errorf("%s: box/ not handed back: %v %v", name, fi.Mode(), err)
+			}
+		}
+		if lines := strings.Split(stderr, "\n"); len(lines) > 1 || strings.Contains(stderr, "goroutine") {
+			t.Errorf("%s: stderr has %d lines:\n%s", name, len(lines), stderr)
 		}
 		if left := boxLeftovers(id); len(left) > 0 {
 			t.Errorf("%s: left behind: %v", name, left)
 		}
+	}
+}
+
+// TestIOICleanupAfterSIGKILL: isolate killed with SIGKILL mid-run can
+// clean up nothing; `--cleanup` then removes the box and its cgroups
+// (every controller's box-N), and no process of the box remains.
+func TestIOICleanupAfterSIGKILL(t *testing.T) {
+	ioiBoxRoot(t)
+	dir := ioiBox(t, 337)
+	cmd := exec.Command(isolateBin, "-b", "337", "--cg", "-p2", "--run", "--", "/bin/sh", "-c", "sleep 60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; len(boxProcesses(337, "sleep")) == 0; i++ {
+		if i == 1000 {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatal("the program never started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	// --wait: through the service, the service still ends the run the
+	// killed client stood for, holding the box until then.
+	if res := isolateCmd(t, "", "-b", "337", "--wait", "--cleanup"); res.Code != 0 {
+		t.Fatalf("--cleanup: exit %d: %s", res.Code, res.Stderr)
+	}
+	if left := boxLeftovers(337); len(left) > 0 {
+		t.Errorf("left after SIGKILL and --cleanup: %v", left)
+	}
+	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+		t.Errorf("%s after --cleanup: %v", dir, err)
+	}
+}
+
+// TestIOIHandBackClosesBox: a program that opens box/ and its /tmp (a tmp
+// rule's directory) to everyone leaves neither open: after the run box/
+// is the caller's with mode 0700 and the tmp directory 0700 again, so no
+// local user can plant a link there for root to follow later.
+func TestIOIHandBackClosesBox(t *testing.T) {
+	ioiBoxRoot(t)
+	dir := ioiBox(t, 334)
+	res := isolateCmd(t, "", "-b", "334", "-p", "--run", "--", "/bin/sh", "-c", "mkdir /box/d && chmod 0777 /box /box/d /tmp")
+	if res.Code != 0 {
+		t.Fatalf("--run: exit %d: %s", res.Code, res.Stderr)
+	}
+	for _, c := range []struct {
+		path string
+		uid  uint32
+	}{{filepath.Join(dir, "box"), 0}, {filepath.Join(dir, "tmp", "tmp"), isolate.FirstUID + 334}} {
+		fi, err := os.Stat(c.path)
+		if err != nil || fi.Mode().Perm() != 0o700 || fi.Sys().(*syscall.Stat_t).Uid != c.uid {
+			t.Errorf("%s after the run: %v (uid %v), want mode 0700, uid %d", c.path, fi.Mode(), fi.Sys().(*syscall.Stat_t).Uid, c.uid)
+		}
+	}
+	// The test's own box root is reachable to all, as the machine's is.
+	for p := filepath.Dir(dir); strings.HasPrefix(p, os.TempDir()+"/Test"); p = filepath.Dir(p) {
+		os.Chmod(p, 0o755)
+	}
+	plant := exec.Command("/bin/ln", "-s", "/etc/shadow", filepath.Join(dir, "box", "d", "out"))
+	plant.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if out, err := plant.CombinedOutput(); err == nil {
+		t.Errorf("nobody planted a symlink in box/d after the run: %s", out)
 	}
 }
