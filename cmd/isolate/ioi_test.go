@@ -635,3 +635,133 @@ func TestIOIHandBackClosesBox(t *testing.T) {
 		t.Errorf("nobody planted a symlink in box/d after the run: %s", out)
 	}
 }
+
+// restrictedCalls tries what ioi/isolate's syscall_flags restrict: keyctl
+// (1), AF_VSOCK sockets (2), io_uring (8), and prints each errno.
+const restrictedCalls = `#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+int main(void) {
+	char params[120] = {0};
+	errno = 0; syscall(SYS_keyctl, 0, 0, 0, 0, 0); printf("keyctl %s\n", strerror(errno));
+	errno = 0; socket(40 /* AF_VSOCK */, SOCK_STREAM, 0); printf("vsock %s\n", strerror(errno));
+	errno = 0; syscall(425 /* io_uring_setup */, 1, params); printf("io_uring %s\n", strerror(errno));
+	return 0;
+}
+`
+
+// TestIOIParity: ioi/isolate 2.3-2.6 in the ioi form. --check-config
+// parses the configuration and says nothing when it is valid (2.3);
+// --syscalls is accepted (2.4) and, whatever its flags, keyctl, AF_VSOCK
+// and io_uring stay refused (2.6 turned io_uring off); /dev/shm is the
+// box's own, not shared with a box running beside it (2.6).
+func TestIOIParity(t *testing.T) {
+	needRoot(t)
+	cfgDir := t.TempDir()
+	good, bad := filepath.Join(cfgDir, "good"), filepath.Join(cfgDir, "bad")
+	os.WriteFile(good, []byte("box_root = /var/local/lib/isolate\nnum_boxes = 100\nsyscall_flags = 31\n"), 0o644)
+	os.WriteFile(bad, []byte("box_root = /var/local/lib/isolate\nfrobnicate = 1\n"), 0o644)
+	for _, c := range []struct {
+		cfg  string
+		code int
+	}{{good, 0}, {bad, 2}} {
+		cmd := exec.Command(isolateBin, "--check-config")
+		cmd.Env = append(os.Environ(), "ISOLATE_CONFIG="+c.cfg)
+		out, _ := cmd.CombinedOutput()
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if code := cmd.ProcessState.ExitCode(); code != c.code || (c.code == 0) != (len(out) == 0) ||
+			c.code != 0 && (len(lines) != 1 || !strings.Contains(lines[0], c.cfg+":2")) {
+			t.Errorf("--check-config of %s: exit %d %q, want exit %d", filepath.Base(c.cfg), code, out, c.code)
+		}
+	}
+	if res := isolateCmd(t, "", "--syscalls=x", "--run", "--", "/bin/true"); res.Code != 2 || !strings.Contains(res.Stderr, "--syscalls") {
+		t.Errorf("--syscalls=x: exit %d %q", res.Code, res.Stderr)
+	}
+
+	ioiBoxRoot(t)
+	dir := shareDir(t)
+	compileC(t, dir, "calls", restrictedCalls, "-static")
+	ioiBox(t, 340)
+	for _, flags := range []string{"--syscalls=31", "--syscalls=0"} {
+		res := isolateCmd(t, "", "-b", "340", "-d", "/t="+dir, flags, "--run", "--", "/t/calls")
+		want := "keyctl Operation not permitted\nvsock Operation not permitted\nio_uring Operation not permitted\n"
+		if res.Code != 0 || res.Stdout != want {
+			t.Errorf("%s: exit %d stdout %q stderr %q, want each refused", flags, res.Code, res.Stdout, res.Stderr)
+		}
+	}
+
+	// /dev/shm: box 340 leaves a file there and waits; box 341, beside
+	// it, sees an empty /dev/shm.
+	ioiBox(t, 341)
+	ready := filepath.Join(ioiBoxDir(t, 340), "ready")
+	holder := exec.Command(isolateBin, "-b", "340", "-p", "--run", "--", "/bin/sh", "-c", "echo secret > /dev/shm/mark && touch /box/ready && sleep 60")
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Wait()
+	defer holder.Process.Signal(syscall.SIGTERM)
+	for i := 0; ; i++ {
+		if _, err := os.Stat(ready); err == nil {
+			break
+		}
+		if i == 1000 {
+			t.Fatal("box 340 never wrote its mark")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	res := isolateCmd(t, "", "-b", "341", "--run", "--", "/bin/ls", "-A", "/dev/shm")
+	if res.Code != 0 || res.Stdout != "" {
+		t.Errorf("/dev/shm of box 341 beside box 340: exit %d %q %q, want empty", res.Code, res.Stdout, res.Stderr)
+	}
+}
+
+// ioiBoxDir is box id's box/ under the test's box root.
+func ioiBoxDir(t *testing.T, id int) string {
+	t.Helper()
+	cfg, err := isolate.LoadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(isolate.BoxPath(cfg.BoxRoot, id), "box")
+}
+
+// TestIOIBoxIDsAboveDefault: box ids are 0 to num_boxes-1 (1000 by
+// default, as ioi/isolate's num_boxes): CMS workers' ids, (1+shard)*1000
+// plus an index, work once num_boxes is raised, up to 64999 for its 64
+// shards; the box runs as uid 60000+N.
+func TestIOIBoxIDsAboveDefault(t *testing.T) {
+	needRoot(t)
+	root := filepath.Join(t.TempDir(), "boxes")
+	cfg := filepath.Join(t.TempDir(), "config")
+	if err := os.WriteFile(cfg, []byte("box_root = "+root+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("ISOLATE_CONFIG", cfg)
+	if res := isolateCmd(t, "", "-b", "1000", "--init"); res.Code != 2 || !strings.Contains(res.Stderr, "(allowed: 0-999)") {
+		t.Errorf("box 1000 with the default num_boxes: exit %d %q", res.Code, res.Stderr)
+	}
+	if err := os.WriteFile(cfg, []byte("box_root = "+root+"\nnum_boxes = 65000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []int{1000, 64999} {
+		b := strconv.Itoa(id)
+		dir := ioiBox(t, id)
+		m, res := ioiMeta(t, "-b", b, "--cg", "-p", "--run", "--", "/bin/sh", "-c", "id -u > /box/uid")
+		uid, _ := os.ReadFile(filepath.Join(dir, "box", "uid"))
+		if res.Code != 0 || m["exitcode"] != "0" || strings.TrimSpace(string(uid)) != "1000" {
+			t.Errorf("box %d: exit %d meta %v uid %q stderr %q", id, res.Code, m, uid, res.Stderr)
+		}
+		if fi, err := os.Stat(filepath.Join(dir, "box", "uid")); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+			t.Errorf("box %d: box/uid not handed back (%v)", id, err)
+		}
+		if res := isolateCmd(t, "", "-b", b, "--cleanup"); res.Code != 0 {
+			t.Errorf("box %d --cleanup: exit %d %q", id, res.Code, res.Stderr)
+		}
+		if left := boxLeftovers(id); len(left) > 0 {
+			t.Errorf("box %d: left %v", id, left)
+		}
+	}
+}
