@@ -765,3 +765,16 @@ func TestIOIBoxIDsAboveDefault(t *testing.T) {
 		}
 	}
 }
+
+// TestIOIRunWritesBoundedByCgMem: boxes share the box root's tmpfs, and
+// what one run writes there counts in its memory cgroup: a run with
+// --cg-mem=32768 cannot leave more than 32 MiB in box/.
+func TestIOIRunWritesBoundedByCgMem(t *testing.T) {
+	ioiBoxRoot(t)
+	dir := ioiBox(t, 342)
+	m, res := ioiMeta(t, "-b", "342", "--cg", "--cg-mem=32768", "-p", "--run", "--", "/bin/sh", "-c", "head -c 100000000 /dev/zero > /box/big")
+	fi, err := os.Stat(filepath.Join(dir, "box", "big"))
+	if res.Code != 1 || m["cg-oom-killed"] != "1" || err != nil || fi.Size() > 32<<20 {
+		t.Errorf("writing 100 MB with --cg-mem=32768: exit %d meta %v, box/big %v (%v)", res.Code, m, fi, err)
+	}
+}
