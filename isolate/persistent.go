@@ -3,9 +3,9 @@ package isolate
 // Persistent boxes, in ioi/isolate's layout: `isolate init` makes
 // <root>/<id>/box, whose contents every run of box id sees as /box, and
 // `isolate cleanup` removes <root>/<id>; all of them on one file system
-// (boxroot.go). Between runs box/ belongs to the
-// caller, who fills it and reads results; during a run it belongs to the
-// box's host uid (FirstUID+id), so the program can write it. Each handover
+// (boxroot.go). Between runs box/ belongs to the caller, who fills it and
+// reads results; during a run it belongs to the box's host uid
+// (FirstUID+id), so the program can write it. Each handover
 // walks the tree without following a symlink or leaving the file system,
 // and drops the symlinks, FIFOs and sockets the program may have planted
 // for the caller to trip over (ioi/isolate 2.x does the same), unless the

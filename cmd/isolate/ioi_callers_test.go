@@ -972,6 +972,15 @@ func TestPistonJobFlow(t *testing.T) {
 	if j.exitCode != 2 || m["status"] != "XX" {
 		t.Errorf("SIGABRT: exit %d meta %v, want ioi/isolate's exit 2 and status XX", j.exitCode, m)
 	}
+	// Piston's output-limit result takes its memory and times from there.
+	for _, key := range []string{"cg-mem", "time", "time-wall"} {
+		if m[key] == "" {
+			t.Errorf("SIGABRT: meta lacks %s: %v", key, m)
+		}
+	}
+	if got := strings.TrimSpace(j.stderr.String()); got != "Sandbox keeper received fatal signal 6" {
+		t.Errorf("SIGABRT: isolate's stderr %q, want ioi/isolate's words", got)
+	}
 	if lines := strings.Split(strings.TrimSpace(j.stderr.String()), "\n"); len(lines) > 1 || strings.Contains(j.stderr.String(), "goroutine") {
 		t.Errorf("SIGABRT: isolate's stderr (which Piston shows users) has %d lines:\n%s", len(lines), j.stderr.String())
 	}
