@@ -27,8 +27,17 @@ func TestParse(t *testing.T) {
 	if err != nil || o.Mode() != ModeInit || o.BoxID() != 3 || o.processes != 0 {
 		t.Errorf("--proc --init --box-id=3: %+v, %v", o, err)
 	}
+	o, err = Parse([]string{"--check-config"})
+	if err != nil || o.Mode() != ModeCheckConfig {
+		t.Errorf("--check-config: %+v, %v", o, err)
+	}
+	o, err = Parse([]string{"--syscalls=12", "--run", "--", "x"})
+	if err != nil || o.syscallFlags != 12 {
+		t.Errorf("--syscalls=12: %+v, %v", o, err)
+	}
 	for _, args := range []string{"", "--run", "--init --run", "--init x", "-b -1 --init", "-t NaN --run -- x", "-t -1 --run -- x",
-		"--no-such --init", "-q --init", "--as-uid=5 --init", "-m 1K --run -- x", "--time --run"} {
+		"--no-such --init", "-q --init", "--as-uid=5 --init", "-m 1K --run -- x", "--time --run",
+		"--check-config --run -- x", "--check-config x", "--syscalls=x --init", "--syscalls=-1 --init"} {
 		if o, err := Parse(strings.Fields(args)); err == nil {
 			t.Errorf("%q: accepted as %+v", args, o)
 		}
