@@ -33,8 +33,18 @@ const boxRootSource = "isolate-box"
 // milliseconds, after a box's management lock, never before one.
 func lockBoxRoot(root string) (*lock, error) {
 	h := fnv.New64a()
-	h.Write([]byte(root))
+	h.Write([]byte(realDir(root)))
 	return waitLock("pboxroot-" + strconv.FormatUint(h.Sum64(), 16))
+}
+
+// realDir is dir with its symlinks resolved (the box root may be a link
+// the operator made; the mount table names where it leads), or dir as it
+// is while it does not exist.
+func realDir(dir string) string {
+	if r, err := filepath.EvalSymlinks(dir); err == nil {
+		return r
+	}
+	return dir
 }
 
 // topMount is the file system type and source of what is mounted last on
@@ -85,7 +95,7 @@ func unescapeMount(s string) string {
 // ownBoxRoot tells whether the file system on root is the one init
 // mounted there.
 func ownBoxRoot(root string) (bool, error) {
-	fstype, source, ok, err := topMount(root)
+	fstype, source, ok, err := topMount(realDir(root))
 	return ok && fstype == "tmpfs" && source == boxRootSource, err
 }
 
@@ -98,6 +108,7 @@ func mountBoxRoot(root string, size int64, id int) error {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return fmt.Errorf("create box root: %w", err)
 	}
+	root = realDir(root)
 	if _, _, mounted, err := topMount(root); err != nil || mounted {
 		return err
 	}
@@ -139,6 +150,7 @@ func mountBoxRoot(root string, size int64, id int) error {
 // unmountIdleBoxRoot unmounts the boxes' tmpfs from root once no box is
 // in it; an operator's file system stays.
 func unmountIdleBoxRoot(root string) error {
+	root = realDir(root)
 	ours, err := ownBoxRoot(root)
 	if err != nil || !ours {
 		return err
