@@ -122,7 +122,7 @@ func mountBoxRoot(root string, size int64, id int) error {
 			return fmt.Errorf("box root %s holds %s, which is not a box: move it away (the boxes' file system is mounted there)", root, e.Name())
 		}
 		if n != id {
-			l, free, err := tryLock("pbox-" + e.Name())
+			l, free, err := tryLock(managementLockName(n))
 			if err != nil {
 				return err
 			}

@@ -45,6 +45,8 @@ type PersistentBox struct {
 	lock *lock  // the management lock
 }
 
+func managementLockName(id int) string { return "pbox-" + strconv.Itoa(id) }
+
 // managementLock holds box id's persistent directory for one operation
 // (see LockDir). With wait, it waits until the box is free, as
 // ioi/isolate's --wait blocks.
@@ -52,7 +54,7 @@ func managementLock(id int, wait bool) (*lock, error) {
 	if id < 0 || id >= MaxBoxes {
 		return nil, usagef("box id %d is out of range (0-%d)", id, MaxBoxes-1)
 	}
-	name := "pbox-" + strconv.Itoa(id)
+	name := managementLockName(id)
 	if wait {
 		return waitLock(name)
 	}
