@@ -18,9 +18,11 @@ import (
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
-// ioiBoxRoot gives this test a box root (testBoxRoot) and returns it.
+// ioiBoxRoot gives this test a box root (testBoxRoot) and returns it; as
+// a normal user it skips the test, which drives isolate as root.
 func ioiBoxRoot(t *testing.T) string {
 	t.Helper()
+	needRoot(t)
 	return testBoxRoot(t, filepath.Join(t.TempDir(), "boxes"))
 }
 
