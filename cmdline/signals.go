@@ -9,11 +9,12 @@ package cmdline
 // moment a run begins, before it creates anything, so that none finds a
 // half-built or half-handed-over box to leave behind, and a Go stack
 // trace (the runtime's reaction to QUIT, ABRT and to a SEGV, BUS, FPE or
-// ILL that kill(2) sent) never reaches a judge's user. Catching SEGV, BUS,
-// FPE and ILL takes only those another process sends: the runtime still
-// turns a fault of isolate's own (si_code from the kernel) into a crash. Not earlier: signal.Notify makes the runtime start a thread that
-// waits for signals, 1.3 ms of every isolate command here (isolate
-// version, A/B), which commands that create nothing need not pay.
+// ILL that kill(2) sent) never reaches a judge's user. Not earlier:
+// signal.Notify makes the runtime start a thread that waits for signals,
+// 1.3 ms of every isolate command here (isolate version, A/B), which
+// commands that create nothing need not pay. Catching SEGV, BUS, FPE and
+// ILL takes only those another process sends: a fault of isolate's own
+// (si_code from the kernel) is still the runtime's crash.
 
 import (
 	"context"
