@@ -18,7 +18,7 @@ func isIOIForm(args []string) bool {
 		switch a {
 		case "--":
 			return false
-		case "--init", "--run", "--cleanup", "--version", "--print-cg-root":
+		case "--init", "--run", "--cleanup", "--version", "--print-cg-root", "--check-config":
 			return true
 		}
 	}
@@ -39,6 +39,14 @@ func (iv *invocation) runIOI(args []string) int {
 	}
 	if o.Mode() == ioi.ModeVersion {
 		fmt.Fprintf(iv.Stdout, "The process isolator %s\n(isolate, compatible with ioi/isolate 2.x command lines)\n", Version)
+		return exitOK
+	}
+	if o.Mode() == ioi.ModeCheckConfig {
+		// As ioi/isolate: parse the configuration, say nothing if it is
+		// valid.
+		if _, err := isolate.LoadConfig(); err != nil {
+			return ioiUsage(err)
+		}
 		return exitOK
 	}
 	// Persistent boxes are root's: through the service too, only root's.
@@ -101,12 +109,10 @@ func (iv *invocation) runIOI(args []string) int {
 	if o.Meta() == "-" {
 		iv.Stdout.WriteString(ioi.MetaText(rep))
 	}
-	outcome := ioi.Outcome(rep)
-	switch {
-	case outcome == isolate.StatusXX:
-		fmt.Fprintln(iv.Stderr, "isolate: "+ioi.StatusLine(rep))
-	case !o.Silent():
+	// ioi/isolate's own words, unprefixed (Piston shows them to its
+	// users); a failure of the sandbox also with -s, as its die() does.
+	if outcome := ioi.Outcome(rep); outcome == isolate.StatusXX || !o.Silent() {
 		fmt.Fprintln(iv.Stderr, ioi.StatusLine(rep))
 	}
-	return exitStatus(outcome)
+	return exitStatus(ioi.Outcome(rep))
 }

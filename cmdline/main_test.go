@@ -366,7 +366,8 @@ func TestRelayedSignalInterruptsRun(t *testing.T) {
 func TestSignalWithNoRunEndsInvocation(t *testing.T) {
 	for sig, want := range map[syscall.Signal]Exit{
 		syscall.SIGTERM: {Signal: syscall.SIGTERM}, syscall.SIGHUP: {Signal: syscall.SIGHUP}, syscall.SIGINT: {Signal: syscall.SIGINT},
-		syscall.SIGQUIT: {Code: 128 + 3}, syscall.SIGABRT: {Code: 128 + 6},
+		syscall.SIGQUIT: {Code: 128 + 3}, syscall.SIGABRT: {Code: 128 + 6}, syscall.SIGSEGV: {Code: 128 + 11},
+		syscall.SIGBUS: {Code: 128 + 7}, syscall.SIGFPE: {Code: 128 + 8}, syscall.SIGILL: {Code: 128 + 4},
 	} {
 		sigs := make(chan syscall.Signal)
 		r := relaySignals(sigs)

@@ -8,10 +8,13 @@ package cmdline
 // ends "interrupted", by which signal. The signals are caught from the
 // moment a run begins, before it creates anything, so that none finds a
 // half-built or half-handed-over box to leave behind, and a Go stack
-// trace (the runtime's reaction to QUIT and ABRT) never reaches a judge's
-// user. Not earlier: signal.Notify makes the runtime start a thread that
-// waits for signals, 1.3 ms of every isolate command here (isolate
-// version, A/B), which commands that create nothing need not pay.
+// trace (the runtime's reaction to QUIT, ABRT and to a SEGV, BUS, FPE or
+// ILL that kill(2) sent) never reaches a judge's user. Not earlier:
+// signal.Notify makes the runtime start a thread that waits for signals,
+// 1.3 ms of every isolate command here (isolate version, A/B), which
+// commands that create nothing need not pay. Catching SEGV, BUS, FPE and
+// ILL takes only those another process sends: a fault of isolate's own
+// (si_code from the kernel) is still the runtime's crash.
 
 import (
 	"context"
@@ -24,9 +27,10 @@ import (
 )
 
 // caughtSignals are the signals that interrupt a run: ioi/isolate's
-// interrupting ones (HUP, INT, QUIT, TERM) and ABRT, which it dies of as
-// a fatal signal after the same cleanup.
-var caughtSignals = []os.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM, syscall.SIGABRT}
+// interrupting ones (HUP, INT, QUIT, TERM) and its fatal ones (ILL, ABRT,
+// FPE, SEGV, BUS), which it dies of after the same cleanup.
+var caughtSignals = []os.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM,
+	syscall.SIGILL, syscall.SIGABRT, syscall.SIGFPE, syscall.SIGSEGV, syscall.SIGBUS}
 
 // signalCause is why a run was interrupted: the signal isolate got. A
 // report's Cause wraps it (errors.As).
@@ -156,16 +160,18 @@ func (r *relayedSignals) stop() { close(r.done) }
 // exitBy is how a relayed signal with no run to interrupt ends the
 // invocation: as DieOf ends isolate.
 func exitBy(sig syscall.Signal) Exit {
-	if sig == syscall.SIGQUIT || sig == syscall.SIGABRT {
-		return Exit{Code: 128 + int(sig)}
+	switch sig {
+	case syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM:
+		return Exit{Signal: sig}
 	}
-	return Exit{Signal: sig}
+	return Exit{Code: 128 + int(sig)}
 }
 
 // DieOf ends isolate by sig as its default action does: the runtime
 // re-raises HUP, INT and TERM with the default action once they are no
-// longer caught; for QUIT and ABRT it would print its stack traces, so
-// those exit with the status a shell shows for them instead.
+// longer caught; for the others it would print its stack traces (and a
+// core dump would follow), so those exit with the status a shell shows
+// for them instead.
 func DieOf(sig syscall.Signal) {
 	if e := exitBy(sig); e.Signal == 0 {
 		os.Exit(e.Code)

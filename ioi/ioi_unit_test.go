@@ -27,8 +27,17 @@ func TestParse(t *testing.T) {
 	if err != nil || o.Mode() != ModeInit || o.BoxID() != 3 || o.processes != 0 {
 		t.Errorf("--proc --init --box-id=3: %+v, %v", o, err)
 	}
+	o, err = Parse([]string{"--check-config"})
+	if err != nil || o.Mode() != ModeCheckConfig {
+		t.Errorf("--check-config: %+v, %v", o, err)
+	}
+	o, err = Parse([]string{"--syscalls=12", "--run", "--", "x"})
+	if err != nil || o.syscallFlags != 12 {
+		t.Errorf("--syscalls=12: %+v, %v", o, err)
+	}
 	for _, args := range []string{"", "--run", "--init --run", "--init x", "-b -1 --init", "-t NaN --run -- x", "-t -1 --run -- x",
-		"--no-such --init", "-q --init", "--as-uid=5 --init", "-m 1K --run -- x", "--time --run"} {
+		"--no-such --init", "-q --init", "--as-uid=5 --init", "-m 1K --run -- x", "--time --run",
+		"--check-config --run -- x", "--check-config x", "--syscalls=x --init", "--syscalls=-1 --init"} {
 		if o, err := Parse(strings.Fields(args)); err == nil {
 			t.Errorf("%q: accepted as %+v", args, o)
 		}
@@ -88,7 +97,8 @@ func TestIOIEnv(t *testing.T) {
 
 // TestMetaInterrupted: the meta file of a run a signal to isolate
 // interrupted is ioi/isolate's, whether the program was running (killed)
-// or not started yet (a FIFO's wait); ABRT is its fatal-signal XX.
+// or not started yet (a FIFO's wait); ABRT, SEGV, BUS, FPE and ILL are
+// its fatal-signal XX, with the same figures.
 func TestMetaInterrupted(t *testing.T) {
 	for _, c := range []struct {
 		sig    syscall.Signal
@@ -98,7 +108,11 @@ func TestMetaInterrupted(t *testing.T) {
 	}{
 		{syscall.SIGTERM, true, []string{"time:0.500", "killed:1", "exitsig:15", "status:SG", "message:Interrupted"}, 1},
 		{syscall.SIGINT, false, []string{"killed:1", "exitsig:2", "status:SG", "message:Interrupted"}, 1},
-		{syscall.SIGABRT, true, []string{"status:XX", "message:Sandbox keeper received fatal signal 6"}, 2},
+		{syscall.SIGABRT, true, fatalMeta(6), 2},
+		{syscall.SIGSEGV, true, fatalMeta(11), 2},
+		{syscall.SIGBUS, true, fatalMeta(7), 2},
+		{syscall.SIGFPE, true, fatalMeta(8), 2},
+		{syscall.SIGILL, false, fatalMeta(4), 2},
 	} {
 		cause := fmt.Errorf("interrupted: %w", signalErr(c.sig))
 		r := &isolate.Report{Status: isolate.StatusXX, Message: cause.Error(), Cause: cause, Killed: c.killed, CPUTime: 0.5}
@@ -113,10 +127,17 @@ func TestMetaInterrupted(t *testing.T) {
 				t.Errorf("%v: meta lacks %q:\n%s", c.sig, w, meta)
 			}
 		}
-		if strings.Contains(meta, "exitcode:") || exitOf(r) != c.exit {
+		if strings.Contains(meta, "exitcode:") || exitOf(r) != c.exit || isFatal(c.sig) && strings.Contains(meta, "exitsig:") {
 			t.Errorf("%v: exit %d, meta:\n%s", c.sig, exitOf(r), meta)
 		}
 	}
+}
+
+// fatalMeta is what ioi/isolate's die() writes after a fatal signal to it:
+// status and message, then box_exit's killed:1 and final_stats.
+func fatalMeta(sig int) []string {
+	return []string{"status:XX", fmt.Sprintf("message:Sandbox keeper received fatal signal %d", sig), "killed:1",
+		"time:0.500", "time-wall:0.000", "max-rss:0", "csw-voluntary:0", "csw-forced:0", "cg-mem:0"}
 }
 
 // signalErr is a context cause as the CLI makes it for a signal.

@@ -28,7 +28,7 @@ func MetaText(r *isolate.Report) string {
 	var b strings.Builder
 	line := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
 	status, message := ioiStatus(r)
-	if status == "XX" {
+	if status == "XX" && !isFatal(interruptedBy(r)) {
 		line("status:XX")
 		line("message:%s", message)
 		return b.String()
@@ -45,6 +45,10 @@ func MetaText(r *isolate.Report) string {
 		line("cg-oom-killed:1")
 	}
 	switch sig := interruptedBy(r); {
+	case isFatal(sig):
+		// ioi/isolate's die(): the box killed and accounted for, no
+		// exitsig (the program did not die of a signal of its own).
+		line("killed:1")
 	case sig != 0:
 		// Interrupted: killed (or never started), with the signal
 		// isolate got, as ioi/isolate writes it.
@@ -69,9 +73,9 @@ func MetaText(r *isolate.Report) string {
 // success).
 func ioiStatus(r *isolate.Report) (status, message string) {
 	switch sig := interruptedBy(r); {
-	case sig == syscall.SIGABRT:
-		// ioi/isolate dies of it as of a fatal signal, after the same
-		// cleanup.
+	case isFatal(sig):
+		// ioi/isolate's signal_fatal: it dies of it, after the same
+		// cleanup as an interruption.
 		return "XX", fmt.Sprintf("Sandbox keeper received fatal signal %d", sig)
 	case sig != 0:
 		return "SG", "Interrupted"
@@ -90,6 +94,17 @@ func ioiStatus(r *isolate.Report) (status, message string) {
 		return "RE", fmt.Sprintf("Exited with error status %d", r.ExitCode)
 	}
 	return "", ""
+}
+
+// isFatal tells whether a signal to isolate is one of ioi/isolate's
+// SIGNAL_FATAL ones (signal_rules in its isolate.c): the run ends XX.
+// The others it catches (HUP, INT, QUIT, TERM) interrupt the run: SG.
+func isFatal(sig syscall.Signal) bool {
+	switch sig {
+	case syscall.SIGILL, syscall.SIGABRT, syscall.SIGFPE, syscall.SIGSEGV, syscall.SIGBUS:
+		return true
+	}
+	return false
 }
 
 // interruptedBy is the signal to isolate that interrupted the run, or 0:

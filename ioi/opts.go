@@ -20,6 +20,7 @@ const (
 	ModeCleanup     = "cleanup"
 	ModeVersion     = "version"
 	ModePrintCgRoot = "print-cg-root"
+	ModeCheckConfig = "check-config"
 )
 
 // Options is one ioi/isolate command line.
@@ -53,12 +54,13 @@ type Options struct {
 	wait            bool
 	asUID, asGID    int
 	cgTiming        string // "", "on" or "off": ioi 1.x's --cg-timing / --no-cg-timing
+	syscallFlags    int    // --syscalls: ioi 2.4's restrictions, which the default policy always applies
 
 	command []string
 }
 
-// Mode is the command: ModeInit, ModeRun, ModeCleanup, ModeVersion or
-// ModePrintCgRoot.
+// Mode is the command: ModeInit, ModeRun, ModeCleanup, ModeVersion,
+// ModePrintCgRoot or ModeCheckConfig.
 func (o *Options) Mode() string { return o.mode }
 
 // BoxID is the box the command is about (-b).
@@ -89,6 +91,7 @@ var ioiOpts = []ioiOpt{
 	{"as-uid", 0, argRequired, func(o *Options, v string, _ bool) (err error) { o.asUID, err = ioiUint(v); return }},
 	{"as-gid", 0, argRequired, func(o *Options, v string, _ bool) (err error) { o.asGID, err = ioiUint(v); return }},
 	{"box-id", 'b', argRequired, func(o *Options, v string, _ bool) (err error) { o.boxID, err = ioiUint(v); return }},
+	{"check-config", 0, argNone, modeSetter(ModeCheckConfig)},
 	{"chdir", 'c', argRequired, func(o *Options, v string, _ bool) error { o.chdir = v; return nil }},
 	{"cg", 0, argNone, func(o *Options, _ string, _ bool) error { o.cg = true; return nil }},
 	{"cg-mem", 0, argRequired, func(o *Options, v string, _ bool) error { return ioiKB(&o.cgMemKB, v) }},
@@ -147,6 +150,7 @@ var ioiOpts = []ioiOpt{
 	{"stderr-to-stdout", 0, argNone, func(o *Options, _ string, _ bool) error { o.stderr, o.stderrToStdout = "", true; return nil }},
 	{"stdin", 'i', argRequired, func(o *Options, v string, _ bool) error { o.stdin = v; return nil }},
 	{"stdout", 'o', argRequired, func(o *Options, v string, _ bool) error { o.stdout = v; return nil }},
+	{"syscalls", 0, argRequired, func(o *Options, v string, _ bool) (err error) { o.syscallFlags, err = ioiUint(v); return }},
 	{"time", 't', argRequired, func(o *Options, v string, _ bool) (err error) { o.timeout, err = ioiSeconds("time", v); return }},
 	{"tty-hack", 0, argNone, func(o *Options, _ string, _ bool) error { o.ttyHack = true; return nil }},
 	{"verbose", 'v', argNone, func(o *Options, _ string, _ bool) error { o.verbose++; return nil }},

@@ -93,12 +93,13 @@ func Run(ctx context.Context, o *Options, cfg *isolate.Config, caller *Caller) (
 
 // Init creates the box (--init) and returns its directory.
 func Init(o *Options, cfg *isolate.Config) (string, error) {
-	return isolate.InitBox(cfg.BoxRoot, o.boxID, o.owner(), cfg.BoxSize, o.wait)
+	return isolate.InitBox(cfg, o.boxID, o.owner(), o.wait)
 }
 
-// Cleanup removes the box (--cleanup).
+// Cleanup removes the box (--cleanup), and its cgroups if a killed
+// isolate left them.
 func Cleanup(o *Options, cfg *isolate.Config) error {
-	return isolate.CleanupBox(cfg.BoxRoot, o.boxID, o.wait)
+	return isolate.CleanupBox(cfg, o.boxID, o.wait)
 }
 
 // owner is who gets box/ back: the caller, or --as-uid/--as-gid.

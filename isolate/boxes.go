@@ -101,3 +101,23 @@ func sweepStale(m *cgroup.Manager, own int) {
 		l.release()
 	}
 }
+
+// removeStaleCgroups removes box id's cgroups if no run holds the id:
+// what a supervisor killed with SIGKILL could not remove itself (its
+// program is killed with them). Only the cgroups this project makes for
+// box id are touched; a host without cgroups has none.
+func removeStaleCgroups(cfg *Config, id int) error {
+	l, free, err := tryLockBox(id)
+	if err != nil || !free {
+		return err // held: a live run's cgroups are its own
+	}
+	defer l.release()
+	m, err := cgroup.NewManager(cfg.CgroupRoot)
+	if err != nil {
+		return nil
+	}
+	if err := m.Remove(cgroupName(id)); err != nil {
+		return fmt.Errorf("remove the cgroups of box %d: %w", id, err)
+	}
+	return nil
+}

@@ -27,9 +27,10 @@ type Config struct {
 	CgroupRoot string
 	// NumBoxes bounds box ids (0 to NumBoxes-1); at most MaxBoxes.
 	NumBoxes int
-	// BoxSize is the size of a persistent box's tmpfs, in bytes (0:
-	// DefaultBoxSize); box_size in the file, in KiB as ioi's sizes.
-	BoxSize int64
+	// BoxRootSize is the size of the tmpfs that holds every persistent
+	// box, in bytes (0: the kernel's default, half of memory);
+	// box_root_size in the file, in KiB as ioi's sizes.
+	BoxRootSize int64
 	// Path is the file the configuration came from ("" for defaults).
 	Path string
 }
@@ -39,6 +40,7 @@ type Config struct {
 var ignoredKeys = map[string]string{
 	"lock_root":       "box locks are files in " + LockDir + ", root's alone",
 	"restricted_init": "isolate runs only as root, so only root creates boxes",
+	"syscall_flags":   "the default syscall policy always refuses keyctl, AF_VSOCK sockets, io_uring and the legacy syscall ABIs",
 }
 
 // LoadConfig is the one place the host's settings are resolved: the file
@@ -114,12 +116,14 @@ func (c *Config) set(line string) error {
 		if v, err := strconv.Atoi(val); err != nil || v != FirstUID {
 			return fmt.Errorf("%s = %s: box N runs as uid and gid %d+N here; only %d is supported", key, val, FirstUID, FirstUID)
 		}
-	case "box_size":
+	case "box_root_size":
 		v, err := strconv.ParseInt(val, 10, 64)
 		if err != nil || v < 1 || v > 1<<40 {
-			return fmt.Errorf("box_size = %s: must be a size in KiB, 1-%d", val, int64(1)<<40)
+			return fmt.Errorf("box_root_size = %s: must be a size in KiB, 1-%d", val, int64(1)<<40)
 		}
-		c.BoxSize = v << 10
+		c.BoxRootSize = v << 10
+	case "box_size":
+		return fmt.Errorf("box_size: boxes have no file system of their own; box_root_size bounds the one they share")
 	case "num_boxes":
 		v, err := strconv.Atoi(val)
 		if err != nil || v < 1 || v > MaxBoxes {

@@ -2,9 +2,10 @@ package isolate
 
 // Persistent boxes, in ioi/isolate's layout: `isolate init` makes
 // <root>/<id>/box, whose contents every run of box id sees as /box, and
-// `isolate cleanup` removes <root>/<id>. Between runs box/ belongs to the
-// caller, who fills it and reads results; during a run it belongs to the
-// box's host uid (FirstUID+id), so the program can write it. Each handover
+// `isolate cleanup` removes <root>/<id>; all of them on one file system
+// (boxroot.go). Between runs box/ belongs to the caller, who fills it and
+// reads results; during a run it belongs to the box's host uid
+// (FirstUID+id), so the program can write it. Each handover
 // walks the tree without following a symlink or leaving the file system,
 // and drops the symlinks, FIFOs and sockets the program may have planted
 // for the caller to trip over (ioi/isolate 2.x does the same), unless the
@@ -44,6 +45,8 @@ type PersistentBox struct {
 	lock *lock  // the management lock
 }
 
+func managementLockName(id int) string { return "pbox-" + strconv.Itoa(id) }
+
 // managementLock holds box id's persistent directory for one operation
 // (see LockDir). With wait, it waits until the box is free, as
 // ioi/isolate's --wait blocks.
@@ -51,7 +54,7 @@ func managementLock(id int, wait bool) (*lock, error) {
 	if id < 0 || id >= MaxBoxes {
 		return nil, usagef("box id %d is out of range (0-%d)", id, MaxBoxes-1)
 	}
-	name := "pbox-" + strconv.Itoa(id)
+	name := managementLockName(id)
 	if wait {
 		return waitLock(name)
 	}
@@ -62,61 +65,50 @@ func managementLock(id int, wait bool) (*lock, error) {
 	return l, err
 }
 
-// DefaultBoxSize is the size of a persistent box's tmpfs (box/ and tmp/
-// together) unless `isolate init --tmp-size` or box_size in the
-// configuration says otherwise: room for a judge's test data (CMS and
-// Judge0 put one test's input, the program and its output there; a few
-// MiB usually, rarely over 100 MiB). Like any tmpfs it holds memory only
-// for what is written.
-const DefaultBoxSize = 256 << 20
-
-// InitBox makes persistent box id under root, emptying it if it existed
-// (as ioi/isolate 2.x does), and returns its directory. The directory is
-// a tmpfs of size bytes (0: DefaultBoxSize), so what a program writes is
-// bounded and never lands on the host's disk; its contents therefore do
-// not survive a reboot (nor an unmount). box/ is created mode 0700, owned
-// by owner.
-func InitBox(root string, id int, owner Owner, size int64, wait bool) (string, error) {
+// InitBox makes persistent box id under cfg.BoxRoot, emptying it if it
+// existed (as ioi/isolate 2.x does), and returns its directory. Every box
+// is a directory of the boxes' one file system (boxroot.go), mounted on
+// the box root with the first box if nothing is mounted there. box/ is
+// created mode 0700, owned by owner.
+func InitBox(cfg *Config, id int, owner Owner, wait bool) (string, error) {
 	l, err := managementLock(id, wait)
 	if err != nil {
 		return "", err
 	}
 	defer l.release()
-	if size <= 0 {
-		size = DefaultBoxSize
+	rl, err := lockBoxRoot(cfg.BoxRoot)
+	if err != nil {
+		return "", err
 	}
-	dir := BoxPath(root, id)
+	defer rl.release()
+	dir := BoxPath(cfg.BoxRoot, id)
 	if err := removeBox(dir); err != nil {
 		return "", fmt.Errorf("reset box directory: %w", err)
 	}
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return "", fmt.Errorf("create box root: %w", err)
+	if err := mountBoxRoot(cfg.BoxRoot, cfg.BoxRootSize, id); err != nil {
+		return "", err
 	}
-	if err := makeBox(dir, owner, size); err != nil {
+	if err := makeBox(dir, owner); err != nil {
 		removeBox(dir)
+		unmountIdleBoxRoot(cfg.BoxRoot)
 		return "", err
 	}
 	return dir, nil
 }
 
-// makeBox creates dir as a tmpfs of size bytes, with box/ in it.
-func makeBox(dir string, owner Owner, size int64) error {
+// makeBox creates dir with box/ in it.
+func makeBox(dir string, owner Owner) error {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return fmt.Errorf("create box directory: %w", err)
 	}
-	fs, err := rootfs.MountTmpfs(size, 0, 0, 0o755)
-	if err != nil {
-		return fmt.Errorf("box file system: %w", err)
-	}
-	if err := fs.AttachAt(dir); err != nil {
-		fs.Close()
-		return fmt.Errorf("box file system: %w", err)
+	if err := os.Chmod(dir, 0o755); err != nil { // whatever the umask
+		return fmt.Errorf("create box directory: %w", err)
 	}
 	box := filepath.Join(dir, "box")
 	if err := os.Mkdir(box, 0o700); err != nil {
 		return fmt.Errorf("create box directory: %w", err)
 	}
-	if err := os.Chmod(box, 0o700); err != nil { // whatever the umask
+	if err := os.Chmod(box, 0o700); err != nil {
 		return fmt.Errorf("create box directory: %w", err)
 	}
 	if err := os.Lchown(box, owner.UID, owner.GID); err != nil {
@@ -125,8 +117,8 @@ func makeBox(dir string, owner Owner, size int64) error {
 	return nil
 }
 
-// removeBox unmounts and removes a persistent box's directory (also one
-// of an older version, on the host's disk, whatever its depth).
+// removeBox removes a persistent box's directory, whatever its depth
+// (and unmounts a file system mounted on it first).
 func removeBox(dir string) error {
 	if err := rootfs.Unmount(dir); err != nil {
 		return err
@@ -134,18 +126,28 @@ func removeBox(dir string) error {
 	return RemoveTree(dir)
 }
 
-// CleanupBox removes persistent box id, also one left half-made; a box
-// that does not exist is not an error.
-func CleanupBox(root string, id int, wait bool) error {
+// CleanupBox removes persistent box id, also one left half-made, and the
+// cgroups of box id that no run holds (what a supervisor killed with
+// SIGKILL left); a box that does not exist is not an error. The boxes'
+// file system goes with the last box.
+func CleanupBox(cfg *Config, id int, wait bool) error {
 	l, err := managementLock(id, wait)
 	if err != nil {
 		return err
 	}
 	defer l.release()
-	if err := removeBox(BoxPath(root, id)); err != nil {
+	rl, err := lockBoxRoot(cfg.BoxRoot)
+	if err != nil {
+		return err
+	}
+	defer rl.release()
+	if err := removeBox(BoxPath(cfg.BoxRoot, id)); err != nil {
 		return fmt.Errorf("remove box directory: %w", err)
 	}
-	return nil
+	if err := removeStaleCgroups(cfg, id); err != nil {
+		return err
+	}
+	return unmountIdleBoxRoot(cfg.BoxRoot)
 }
 
 // OpenBox holds initialized box id for a run; ErrNotInitialized when
@@ -177,10 +179,44 @@ func (b *PersistentBox) Enter(keepSpecial bool) error {
 	return nil
 }
 
-// Leave hands box/ back to owner after a run.
+// Leave hands box/ back to owner after a run, mode 0700 again: the
+// program may have opened it (or a tmp rule's directory) to everyone, and
+// any local user could then plant links there for the owner to follow.
 func (b *PersistentBox) Leave(owner Owner, keepSpecial bool) error {
 	if err := chownTree(b.BoxDir(), owner.UID, owner.GID, keepSpecial); err != nil {
 		return fmt.Errorf("hand box/ back to its owner: %w", err)
+	}
+	if err := closeTmpDirs(filepath.Join(b.Dir, "tmp")); err != nil {
+		return fmt.Errorf("close the tmp directories: %w", err)
+	}
+	return nil
+}
+
+// closeTmpDirs makes each directory of tmp rules in dir mode 0700 again
+// (they stay the box user's, as in ioi/isolate). dir is root's, so
+// nothing in it changes while this looks.
+func closeTmpDirs(dir string) error {
+	fd, err := unix.Open(dir, dirFlags, 0)
+	if err == unix.ENOENT {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	names, err := readNames(fd)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		var st unix.Stat_t
+		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return err
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			if err := unix.Fchmodat(fd, name, 0o700, 0); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -248,7 +284,8 @@ func UsePersistent(spec *Spec, cfg *Config) (finish func() error, err error) {
 	}, nil
 }
 
-// chownTree gives dir and everything below it to uid:gid. It never
+// chownTree gives dir and everything below it to uid:gid, dir itself
+// with mode 0700 as `init` made it. It never
 // follows a symlink, refuses to cross into another file system, and
 // removes what is neither a regular file nor a directory unless
 // keepSpecial (see walkTree). Changing the owner also clears set-user-ID
@@ -262,6 +299,9 @@ func chownTree(dir string, uid, gid int, keepSpecial bool) error {
 	defer unix.Close(fd)
 	if err := unix.Fchown(fd, uid, gid); err != nil {
 		return fmt.Errorf("chown %s: %w", dir, err)
+	}
+	if err := unix.Fchmod(fd, 0o700); err != nil {
+		return fmt.Errorf("chmod %s: %w", dir, err)
 	}
 	return walkTree(fd, treeVisitor{entry: func(dirfd int, name string, st *unix.Stat_t) (bool, error) {
 		switch st.Mode & unix.S_IFMT {

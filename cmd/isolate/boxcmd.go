@@ -10,7 +10,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/cmdline"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
@@ -24,23 +23,16 @@ func boxFlags() []cli.Flag {
 
 func boxInitCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "init",
-		Usage: "create a persistent box; prints its directory (files put in its box/ appear as /box)",
-		Flags: append(boxFlags(), &cli.StringFlag{Name: "tmp-size", Value: "256M",
-			Usage: "`SIZE` of the box's tmpfs (box/ and tmp/; its contents do not survive a reboot)"}),
+		Name:         "init",
+		Usage:        "create a persistent box; prints its directory (files put in its box/ appear as /box)",
+		Flags:        boxFlags(),
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageErr(err) },
 		Action: func(c *cli.Context) error {
 			cfg, id, err := boxCommandSetup(c)
 			if err != nil {
 				return err
 			}
-			size := cfg.BoxSize
-			if c.IsSet("tmp-size") || size == 0 {
-				if size, err = api.ParseSize(c.String("tmp-size")); err != nil {
-					return usageErr(fmt.Errorf("--tmp-size: %w", err))
-				}
-			}
-			dir, err := isolate.InitBox(cfg.BoxRoot, id, isolate.Caller(), size, c.Bool("wait"))
+			dir, err := isolate.InitBox(cfg, id, isolate.Caller(), c.Bool("wait"))
 			if err != nil {
 				return usageErr(fmt.Errorf("init box %d: %w", id, err))
 			}
@@ -65,7 +57,7 @@ func boxCleanupCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if err := isolate.CleanupBox(cfg.BoxRoot, id, c.Bool("wait")); err != nil {
+			if err := isolate.CleanupBox(cfg, id, c.Bool("wait")); err != nil {
 				return usageErr(fmt.Errorf("clean up box %d: %w", id, err))
 			}
 			return nil

@@ -143,7 +143,8 @@ static int is_run(int argc, char **argv) {
 			return 0;
 		if (str_eq(a, "--run"))
 			return 1;
-		if (str_eq(a, "--init") || str_eq(a, "--cleanup") || str_eq(a, "--version") || str_eq(a, "--print-cg-root"))
+		if (str_eq(a, "--init") || str_eq(a, "--cleanup") || str_eq(a, "--version") || str_eq(a, "--print-cg-root") ||
+		    str_eq(a, "--check-config"))
 			return 0;
 	}
 	return 0;
@@ -353,7 +354,9 @@ static int read_full(int fd, void *p, size_t n) {
 
 /* The signals a run relays, as the in-process CLI catches them
  * (signals.go). */
-#define RELAYED (KSIG(SIGTERM) | KSIG(SIGINT) | KSIG(SIGHUP) | KSIG(SIGQUIT) | KSIG(SIGABRT))
+#define RELAYED                                                                                              \
+	(KSIG(SIGTERM) | KSIG(SIGINT) | KSIG(SIGHUP) | KSIG(SIGQUIT) | KSIG(SIGILL) | KSIG(SIGABRT) | KSIG(SIGFPE) | \
+	 KSIG(SIGSEGV) | KSIG(SIGBUS))
 
 /* The kernel's struct sigaction (rt_sigaction): only SIG_DFL and SIG_IGN
  * are set here, which need no restorer. */
@@ -381,7 +384,7 @@ static __attribute__((noreturn)) void die_of(int sig) {
 static const char ioi_short_args[] = "bcdfExmMqknriotw";
 static const char *const ioi_long_args[] = {"as-uid", "as-gid", "box-id", "chdir",  "cg-mem",     "core", "dir",
                                             "fsize",  "env",    "extra-time", "mem", "meta", "quota", "stack",
-                                            "open-files", "stderr", "stdin", "stdout", "time", "wall-time", NULL};
+                                            "open-files", "stderr", "stdin", "stdout", "syscalls", "time", "wall-time", NULL};
 
 static int has_char(const char *s, char c) {
 	for (; *s; s++)

@@ -86,30 +86,52 @@ func TestDeepTreeInExec(t *testing.T) {
 // fillBox writes 2 MiB to /box/big and says how the write ended.
 const fillBox = "import sys\ntry:\n    open('/box/big', 'wb').write(b'x' * (2 << 20))\n    print('wrote')\nexcept OSError as e:\n    print(e.strerror)\n"
 
-func TestPersistentBoxIsABoundedTmpfs(t *testing.T) {
-	root := ioiBoxRoot(t)
-	res := isolateCmd(t, "", "init", "--box-id", "371", "--tmp-size", "1M")
-	if res.Code != 0 {
-		t.Fatalf("init: %d %s", res.Code, res.Stderr)
+// TestBoxRootIsOneBoundedTmpfs: persistent boxes are directories of one
+// tmpfs of box_root_size on the box root, mounted with the first box and
+// unmounted with the last: writing past it is ENOSPC in the box, and
+// nothing of it stays after `cleanup`. (The configuration is the test's
+// own, so the runs stay in-process.)
+func TestBoxRootIsOneBoundedTmpfs(t *testing.T) {
+	needRoot(t)
+	root := filepath.Join(t.TempDir(), "boxes")
+	cfg := filepath.Join(t.TempDir(), "config")
+	if err := os.WriteFile(cfg, []byte("box_root = "+root+"\nbox_root_size = 1024\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	t.Cleanup(func() { isolateCmd(t, "", "cleanup", "--box-id", "371") })
+	t.Setenv("ISOLATE_CONFIG", cfg)
+	for _, id := range []string{"371", "374"} {
+		if res := isolateCmd(t, "", "init", "--box-id", id); res.Code != 0 {
+			t.Fatalf("init %s: %d %s", id, res.Code, res.Stderr)
+		}
+		t.Cleanup(func() { isolateCmd(t, "", "cleanup", "--box-id", id) })
+	}
 	var fs unix.Statfs_t
-	if err := unix.Statfs(filepath.Join(root, "371", "box"), &fs); err != nil || fs.Type != unix.TMPFS_MAGIC {
-		t.Fatalf("box/ is not a tmpfs (type %#x, %v)", fs.Type, err)
+	if err := unix.Statfs(root, &fs); err != nil || fs.Type != unix.TMPFS_MAGIC || fs.Blocks*uint64(fs.Bsize) != 1<<20 {
+		t.Fatalf("the box root is not a 1 MiB tmpfs (type %#x, %d bytes, %v)", fs.Type, fs.Blocks*uint64(fs.Bsize), err)
+	}
+	var a, b unix.Stat_t
+	if unix.Stat(filepath.Join(root, "371", "box"), &a) != nil || unix.Stat(filepath.Join(root, "374", "box"), &b) != nil || a.Dev != b.Dev {
+		t.Errorf("two boxes on two file systems (%d, %d)", a.Dev, b.Dev)
 	}
 	rep, _ := runBox(t, "--box-id", "371", "--", "/usr/bin/python3", "-c", fillBox)
 	if got := strings.TrimSpace(rep.Stdout); got != "No space left on device" {
-		t.Errorf("writing 2 MiB into a 1 MiB box: %q", got)
+		t.Errorf("writing 2 MiB into a 1 MiB box root: %q", got)
 	}
 	if fi, err := os.Stat(filepath.Join(root, "371", "box", "big")); err != nil || fi.Size() > 1<<20 {
 		t.Errorf("box/big: %v %v", fi, err)
 	}
-	// --cleanup unmounts it and removes the directory.
-	if res := isolateCmd(t, "", "cleanup", "--box-id", "371"); res.Code != 0 {
-		t.Fatalf("cleanup: %d %s", res.Code, res.Stderr)
-	}
-	if _, err := os.Lstat(filepath.Join(root, "371")); !os.IsNotExist(err) {
-		t.Errorf("box directory left: %v", err)
+	// cleanup removes the directory; the last one unmounts the root.
+	for _, id := range []string{"371", "374"} {
+		if res := isolateCmd(t, "", "cleanup", "--box-id", id); res.Code != 0 {
+			t.Fatalf("cleanup %s: %d %s", id, res.Code, res.Stderr)
+		}
+		if _, err := os.Lstat(filepath.Join(root, id)); !os.IsNotExist(err) {
+			t.Errorf("box directory %s left: %v", id, err)
+		}
+		mounted := unix.Statfs(root, &fs) == nil && fs.Type == unix.TMPFS_MAGIC
+		if mounted != (id == "371") {
+			t.Errorf("after cleanup of %s: box root mounted %v", id, mounted)
+		}
 	}
 }
 

@@ -815,6 +815,7 @@ type pistonJob struct {
 	dir      string // BOX/box
 	meta     string
 	pkgdir   string
+	limit    string // --wall-time and --time: the stage's timeout and CPU time
 	stdout   bytes.Buffer
 	stderr   bytes.Buffer
 	exitCode int
@@ -822,16 +823,23 @@ type pistonJob struct {
 
 func newPistonJob(t *testing.T, boxID int, pkgdir string) *pistonJob {
 	t.Helper()
-	out, err := exec.Command("/bin/sh", "-c", fmt.Sprintf("%s --init --cg -b%d", isolateBin, boxID)).Output()
-	if err != nil || len(out) == 0 {
-		t.Fatalf("isolate --init: %v %q", err, out)
-	}
-	j := &pistonJob{t: t, boxID: boxID, dir: strings.TrimSpace(string(out)) + "/box", pkgdir: pkgdir,
-		meta: filepath.Join(t.TempDir(), fmt.Sprintf("%d-metadata.txt", boxID))}
+	j := pistonBox(t, boxID, pkgdir)
 	if err := os.Mkdir(filepath.Join(j.dir, "submission"), 0o777); err != nil {
 		t.Fatal(err)
 	}
 	return j
+}
+
+// pistonBox is #create_isolate_box: `isolate --init --cg -bN`, the box
+// directory from its output.
+func pistonBox(t *testing.T, boxID int, pkgdir string) *pistonJob {
+	t.Helper()
+	out, err := exec.Command("/bin/sh", "-c", fmt.Sprintf("%s --init --cg -b%d", isolateBin, boxID)).Output()
+	if err != nil || len(out) == 0 {
+		t.Fatalf("isolate --init: %v %q", err, out)
+	}
+	return &pistonJob{t: t, boxID: boxID, dir: strings.TrimSpace(string(out)) + "/box", pkgdir: pkgdir,
+		meta: filepath.Join(t.TempDir(), fmt.Sprintf("%d-metadata.txt", boxID)), limit: "3"}
 }
 
 // socketpair is one of the streams Node gives a child: the parent's end
@@ -856,7 +864,7 @@ func (j *pistonJob) safeCall(file, stdin string, args ...string) map[string]stri
 	cmd := exec.Command(isolateBin, append([]string{"--run", fmt.Sprintf("-b%d", j.boxID), "--meta=" + j.meta, "--cg", "-s",
 		"-c", "/box/submission", "-E", "HOME=/tmp", "-E", "PATH=/usr/local/bin:/usr/bin:/bin", "-E", "PISTON_LANGUAGE=bash",
 		"--dir=" + j.pkgdir, "--dir=/etc:noexec", "--processes=64", "--open-files=2048", "--fsize=10000",
-		"--wall-time=3", "--time=3", "--extra-time=0", "--", "/bin/bash", filepath.Join(j.pkgdir, file)}, args...)...)
+		"--wall-time=" + j.limit, "--time=" + j.limit, "--extra-time=0", "--", "/bin/bash", filepath.Join(j.pkgdir, file)}, args...)...)
 	var parents [3]*os.File
 	var children [3]*os.File
 	for i := range parents {
@@ -964,12 +972,67 @@ func TestPistonJobFlow(t *testing.T) {
 	if j.exitCode != 2 || m["status"] != "XX" {
 		t.Errorf("SIGABRT: exit %d meta %v, want ioi/isolate's exit 2 and status XX", j.exitCode, m)
 	}
+	// Piston's output-limit result takes its memory and times from there.
+	for _, key := range []string{"cg-mem", "time", "time-wall"} {
+		if m[key] == "" {
+			t.Errorf("SIGABRT: meta lacks %s: %v", key, m)
+		}
+	}
+	if got := strings.TrimSpace(j.stderr.String()); got != "Sandbox keeper received fatal signal 6" {
+		t.Errorf("SIGABRT: isolate's stderr %q, want ioi/isolate's words", got)
+	}
 	if lines := strings.Split(strings.TrimSpace(j.stderr.String()), "\n"); len(lines) > 1 || strings.Contains(j.stderr.String(), "goroutine") {
 		t.Errorf("SIGABRT: isolate's stderr (which Piston shows users) has %d lines:\n%s", len(lines), j.stderr.String())
 	}
 	j.cleanup()
 	if left := boxLeftovers(316); len(left) > 0 {
 		t.Errorf("left after SIGABRT and --cleanup: %v", left)
+	}
+}
+
+// TestPistonCompiledLanguage is Job.execute for a compiled language: the
+// compile stage in the first box (compile_timeout 10 s), then a second
+// box, the submission moved into it with fs.rename (rename(2)), and the
+// run stage there. The boxes are directories of one file system, as in
+// ioi/isolate: a hard link from one box into another works too.
+func TestPistonCompiledLanguage(t *testing.T) {
+	ioiBoxRoot(t)
+	pkgdir := shareDir(t)
+	for name, script := range map[string]string{
+		"compile": "#!/usr/bin/env bash\nfor f in \"$@\"; do cp \"$f\" \"$f.c\"; done\ngcc -std=c11 -O1 -o binary *.c\nrm -f *.c\n",
+		"run":     "#!/usr/bin/env bash\nshift\n./binary \"$@\"\n",
+	} {
+		if err := os.WriteFile(filepath.Join(pkgdir, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := newPistonJob(t, 317, pkgdir)
+	defer first.cleanup()
+	src := "#include <stdio.h>\nint main(int c, char **v) { int a, b; scanf(\"%d %d\", &a, &b); printf(\"%s %d\\n\", v[1], a + b); return 0; }\n"
+	if err := os.WriteFile(filepath.Join(first.dir, "submission", "file0.code"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	first.limit = "10"
+	if m := first.safeCall("compile", "", "file0.code"); m["exitcode"] != "0" || m["status"] != "" {
+		t.Fatalf("compile: exit %d meta %v stdout %q stderr %q", first.exitCode, m, first.stdout.String(), first.stderr.String())
+	}
+	second := pistonBox(t, 318, pkgdir)
+	defer second.cleanup()
+	if err := os.Rename(filepath.Join(first.dir, "submission"), filepath.Join(second.dir, "submission")); err != nil {
+		t.Fatalf("fs.rename of submission/ into the next box: %v", err)
+	}
+	m := second.safeCall("run", "40 2", "file0.code", "sum")
+	if second.stdout.String() != "sum 42\n" || m["exitcode"] != "0" || m["status"] != "" {
+		t.Errorf("run in the second box: exit %d meta %v stdout %q stderr %q", second.exitCode, m, second.stdout.String(), second.stderr.String())
+	}
+	// After the run box/ is the caller's again, and a hard link across
+	// boxes works as a rename does.
+	bin := filepath.Join(second.dir, "submission", "binary")
+	if fi, err := os.Stat(bin); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Fatalf("%s after the run: %v", bin, err)
+	}
+	if err := os.Link(bin, filepath.Join(first.dir, "binary")); err != nil {
+		t.Errorf("hard link from one box into another: %v", err)
 	}
 }
 

@@ -18,9 +18,11 @@ import (
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
-// ioiBoxRoot gives this test a box root (testBoxRoot) and returns it.
+// ioiBoxRoot gives this test a box root (testBoxRoot) and returns it; as
+// a normal user it skips the test, which drives isolate as root.
 func ioiBoxRoot(t *testing.T) string {
 	t.Helper()
+	needRoot(t)
 	return testBoxRoot(t, filepath.Join(t.TempDir(), "boxes"))
 }
 
@@ -473,19 +475,30 @@ func TestIOIFIFOs(t *testing.T) {
 }
 
 // TestIOISignals: SIGTERM, SIGINT, SIGHUP or SIGQUIT sent to isolate
-// mid-run ends the run as ioi/isolate ends it (meta exitsig, status SG,
-// message Interrupted, exit 1); SIGABRT as its fatal signals (status XX,
-// exit 2); in the native form the report says which signal. Either way
-// no Go stack trace, at most one line on stderr, nothing left behind.
+// mid-run ends the run as ioi/isolate's SIGNAL_INTERRUPT ends it (meta
+// exitsig, status SG, message Interrupted, exit 1, "Interrupted" on
+// stderr); SIGILL, SIGABRT, SIGFPE, SIGSEGV or SIGBUS (sent by kill(2), as
+// judges send them) as its SIGNAL_FATAL (status XX, "Sandbox keeper
+// received fatal signal N" on stderr without a prefix, exit 2). Either
+// way the meta file has the program's figures and killed:1, box/ is the
+// caller's again, the box's cgroups and processes are gone, and no Go
+// stack trace reaches stderr. In the native form the report says which
+// signal.
 func TestIOISignals(t *testing.T) {
 	ioiBoxRoot(t)
-	ioiBox(t, 338)
+	boxDir := filepath.Join(ioiBox(t, 338), "box")
 	dir := t.TempDir()
-	for _, c := range []struct {
+	type sigCase struct {
 		sig    syscall.Signal
 		native bool
-	}{{syscall.SIGTERM, false}, {syscall.SIGINT, false}, {syscall.SIGHUP, false}, {syscall.SIGQUIT, false}, {syscall.SIGABRT, false},
-		{syscall.SIGTERM, true}, {syscall.SIGABRT, true}} {
+	}
+	var cases []sigCase
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
+		syscall.SIGILL, syscall.SIGABRT, syscall.SIGFPE, syscall.SIGSEGV, syscall.SIGBUS} {
+		cases = append(cases, sigCase{sig, false})
+	}
+	cases = append(cases, sigCase{syscall.SIGTERM, true}, sigCase{syscall.SIGABRT, true}, sigCase{syscall.SIGSEGV, true})
+	for _, c := range cases {
 		meta := filepath.Join(dir, "meta")
 		args := []string{"-b", "338", "-M", meta, "-p2", "--run", "--", "/bin/sh", "-c", "sleep 60"}
 		if c.native {
@@ -519,6 +532,8 @@ func TestIOISignals(t *testing.T) {
 			m[k] = v
 		}
 		name := fmt.Sprintf("%v (native %v)", c.sig, c.native)
+		stderr := strings.TrimSpace(errb.String())
+		fatal := c.sig == syscall.SIGILL || c.sig == syscall.SIGABRT || c.sig == syscall.SIGFPE || c.sig == syscall.SIGSEGV || c.sig == syscall.SIGBUS
 		switch {
 		case c.native:
 			var rep isolate.Report
@@ -526,20 +541,242 @@ func TestIOISignals(t *testing.T) {
 				!strings.Contains(rep.Message, fmt.Sprintf("signal %d", int(c.sig))) || code == 0 {
 				t.Errorf("%s: exit %d, report %+v (%v)", name, code, rep, err)
 			}
-		case c.sig == syscall.SIGABRT:
-			if code != 2 || m["status"] != "XX" {
-				t.Errorf("%s: exit %d meta %v, want exit 2 and status XX", name, code, m)
+		case fatal:
+			want := fmt.Sprintf("Sandbox keeper received fatal signal %d", int(c.sig))
+			if code != 2 || m["status"] != "XX" || m["message"] != want || stderr != want || m["exitsig"] != "" {
+				t.Errorf("%s: exit %d meta %v stderr %q, want exit 2, XX, %q", name, code, m, stderr, want)
 			}
 		default:
-			if code != 1 || m["status"] != "SG" || m["exitsig"] != strconv.Itoa(int(c.sig)) || m["message"] != "Interrupted" {
-				t.Errorf("%s: exit %d meta %v, want exit 1, SG, exitsig %d, Interrupted", name, code, m, int(c.sig))
+			if code != 1 || m["status"] != "SG" || m["exitsig"] != strconv.Itoa(int(c.sig)) || m["message"] != "Interrupted" || stderr != "Interrupted" {
+				t.Errorf("%s: exit %d meta %v stderr %q, want exit 1, SG, exitsig %d, Interrupted", name, code, m, stderr, int(c.sig))
 			}
 		}
-		if lines := strings.Split(strings.TrimSpace(errb.String()), "\n"); len(lines) > 1 || strings.Contains(errb.String(), "goroutine") {
-			t.Errorf("%s: stderr has %d lines:\n%s", name, len(lines), errb.String())
+		if !c.native {
+			// The program ran: the meta file has its figures.
+			for _, key := range []string{"killed", "time", "time-wall", "max-rss", "csw-voluntary", "csw-forced", "cg-mem"} {
+				if m[key] == "" {
+					t.Errorf("%s: meta lacks %s: %v", name, key, m)
+				}
+			}
+			if m["killed"] != "1" {
+				t.Errorf("%s: killed:%s", name, m["killed"])
+			}
+			if fi, err := os.Stat(boxDir); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 0 || fi.Mode().Perm() != 0o700 {
+				t.Errorf("%s: box/ not handed back: %v %v", name, fi.Mode(), err)
+			}
+		}
+		if lines := strings.Split(stderr, "\n"); len(lines) > 1 || strings.Contains(stderr, "goroutine") {
+			t.Errorf("%s: stderr has %d lines:\n%s", name, len(lines), stderr)
 		}
 		if left := boxLeftovers(id); len(left) > 0 {
 			t.Errorf("%s: left behind: %v", name, left)
 		}
+	}
+}
+
+// TestIOICleanupAfterSIGKILL: isolate killed with SIGKILL mid-run can
+// clean up nothing; `--cleanup` then removes the box and its cgroups
+// (every controller's box-N), and no process of the box remains.
+func TestIOICleanupAfterSIGKILL(t *testing.T) {
+	ioiBoxRoot(t)
+	dir := ioiBox(t, 337)
+	cmd := exec.Command(isolateBin, "-b", "337", "--cg", "-p2", "--run", "--", "/bin/sh", "-c", "sleep 60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; len(boxProcesses(337, "sleep")) == 0; i++ {
+		if i == 1000 {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatal("the program never started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	// --wait: through the service, the service still ends the run the
+	// killed client stood for, holding the box until then.
+	if res := isolateCmd(t, "", "-b", "337", "--wait", "--cleanup"); res.Code != 0 {
+		t.Fatalf("--cleanup: exit %d: %s", res.Code, res.Stderr)
+	}
+	if left := boxLeftovers(337); len(left) > 0 {
+		t.Errorf("left after SIGKILL and --cleanup: %v", left)
+	}
+	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+		t.Errorf("%s after --cleanup: %v", dir, err)
+	}
+}
+
+// TestIOIHandBackClosesBox: a program that opens box/ and its /tmp (a tmp
+// rule's directory) to everyone leaves neither open: after the run box/
+// is the caller's with mode 0700 and the tmp directory 0700 again, so no
+// local user can plant a link there for root to follow later.
+func TestIOIHandBackClosesBox(t *testing.T) {
+	ioiBoxRoot(t)
+	dir := ioiBox(t, 334)
+	res := isolateCmd(t, "", "-b", "334", "-p", "--run", "--", "/bin/sh", "-c", "mkdir /box/d && chmod 0777 /box /box/d /tmp")
+	if res.Code != 0 {
+		t.Fatalf("--run: exit %d: %s", res.Code, res.Stderr)
+	}
+	for _, c := range []struct {
+		path string
+		uid  uint32
+	}{{filepath.Join(dir, "box"), 0}, {filepath.Join(dir, "tmp", "tmp"), isolate.FirstUID + 334}} {
+		fi, err := os.Stat(c.path)
+		if err != nil || fi.Mode().Perm() != 0o700 || fi.Sys().(*syscall.Stat_t).Uid != c.uid {
+			t.Errorf("%s after the run: %v (uid %v), want mode 0700, uid %d", c.path, fi.Mode(), fi.Sys().(*syscall.Stat_t).Uid, c.uid)
+		}
+	}
+	// The test's own box root is reachable to all, as the machine's is.
+	for p := filepath.Dir(dir); strings.HasPrefix(p, os.TempDir()+"/Test"); p = filepath.Dir(p) {
+		os.Chmod(p, 0o755)
+	}
+	plant := exec.Command("/bin/ln", "-s", "/etc/shadow", filepath.Join(dir, "box", "d", "out"))
+	plant.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if out, err := plant.CombinedOutput(); err == nil {
+		t.Errorf("nobody planted a symlink in box/d after the run: %s", out)
+	}
+}
+
+// restrictedCalls tries what ioi/isolate's syscall_flags restrict: keyctl
+// (1), AF_VSOCK sockets (2), io_uring (8), and prints each errno.
+const restrictedCalls = `#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+int main(void) {
+	char params[120] = {0};
+	errno = 0; syscall(SYS_keyctl, 0, 0, 0, 0, 0); printf("keyctl %s\n", strerror(errno));
+	errno = 0; socket(40 /* AF_VSOCK */, SOCK_STREAM, 0); printf("vsock %s\n", strerror(errno));
+	errno = 0; syscall(425 /* io_uring_setup */, 1, params); printf("io_uring %s\n", strerror(errno));
+	return 0;
+}
+`
+
+// TestIOIParity: ioi/isolate 2.3-2.6 in the ioi form. --check-config
+// parses the configuration and says nothing when it is valid (2.3);
+// --syscalls is accepted (2.4) and, whatever its flags, keyctl, AF_VSOCK
+// and io_uring stay refused (2.6 turned io_uring off); /dev/shm is the
+// box's own, not shared with a box running beside it (2.6).
+func TestIOIParity(t *testing.T) {
+	needRoot(t)
+	cfgDir := t.TempDir()
+	good, bad := filepath.Join(cfgDir, "good"), filepath.Join(cfgDir, "bad")
+	os.WriteFile(good, []byte("box_root = /var/local/lib/isolate\nnum_boxes = 100\nsyscall_flags = 31\n"), 0o644)
+	os.WriteFile(bad, []byte("box_root = /var/local/lib/isolate\nfrobnicate = 1\n"), 0o644)
+	for _, c := range []struct {
+		cfg  string
+		code int
+	}{{good, 0}, {bad, 2}} {
+		cmd := exec.Command(isolateBin, "--check-config")
+		cmd.Env = append(os.Environ(), "ISOLATE_CONFIG="+c.cfg)
+		out, _ := cmd.CombinedOutput()
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if code := cmd.ProcessState.ExitCode(); code != c.code || (c.code == 0) != (len(out) == 0) ||
+			c.code != 0 && (len(lines) != 1 || !strings.Contains(lines[0], c.cfg+":2")) {
+			t.Errorf("--check-config of %s: exit %d %q, want exit %d", filepath.Base(c.cfg), code, out, c.code)
+		}
+	}
+	if res := isolateCmd(t, "", "--syscalls=x", "--run", "--", "/bin/true"); res.Code != 2 || !strings.Contains(res.Stderr, "--syscalls") {
+		t.Errorf("--syscalls=x: exit %d %q", res.Code, res.Stderr)
+	}
+
+	ioiBoxRoot(t)
+	dir := shareDir(t)
+	compileC(t, dir, "calls", restrictedCalls, "-static")
+	ioiBox(t, 340)
+	for _, flags := range []string{"--syscalls=31", "--syscalls=0"} {
+		res := isolateCmd(t, "", "-b", "340", "-d", "/t="+dir, flags, "--run", "--", "/t/calls")
+		want := "keyctl Operation not permitted\nvsock Operation not permitted\nio_uring Operation not permitted\n"
+		if res.Code != 0 || res.Stdout != want {
+			t.Errorf("%s: exit %d stdout %q stderr %q, want each refused", flags, res.Code, res.Stdout, res.Stderr)
+		}
+	}
+
+	// /dev/shm: box 340 leaves a file there and waits; box 341, beside
+	// it, sees an empty /dev/shm.
+	ioiBox(t, 341)
+	ready := filepath.Join(ioiBoxDir(t, 340), "ready")
+	holder := exec.Command(isolateBin, "-b", "340", "-p", "--run", "--", "/bin/sh", "-c", "echo secret > /dev/shm/mark && touch /box/ready && sleep 60")
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Wait()
+	defer holder.Process.Signal(syscall.SIGTERM)
+	for i := 0; ; i++ {
+		if _, err := os.Stat(ready); err == nil {
+			break
+		}
+		if i == 1000 {
+			t.Fatal("box 340 never wrote its mark")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	res := isolateCmd(t, "", "-b", "341", "--run", "--", "/bin/ls", "-A", "/dev/shm")
+	if res.Code != 0 || res.Stdout != "" {
+		t.Errorf("/dev/shm of box 341 beside box 340: exit %d %q %q, want empty", res.Code, res.Stdout, res.Stderr)
+	}
+}
+
+// ioiBoxDir is box id's box/ under the test's box root.
+func ioiBoxDir(t *testing.T, id int) string {
+	t.Helper()
+	cfg, err := isolate.LoadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(isolate.BoxPath(cfg.BoxRoot, id), "box")
+}
+
+// TestIOIBoxIDsAboveDefault: box ids are 0 to num_boxes-1 (1000 by
+// default, as ioi/isolate's num_boxes): CMS workers' ids, (1+shard)*1000
+// plus an index, work once num_boxes is raised, up to 64999 for its 64
+// shards; the box runs as uid 60000+N.
+func TestIOIBoxIDsAboveDefault(t *testing.T) {
+	needRoot(t)
+	root := filepath.Join(t.TempDir(), "boxes")
+	cfg := filepath.Join(t.TempDir(), "config")
+	if err := os.WriteFile(cfg, []byte("box_root = "+root+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("ISOLATE_CONFIG", cfg)
+	if res := isolateCmd(t, "", "-b", "1000", "--init"); res.Code != 2 || !strings.Contains(res.Stderr, "(allowed: 0-999)") {
+		t.Errorf("box 1000 with the default num_boxes: exit %d %q", res.Code, res.Stderr)
+	}
+	if err := os.WriteFile(cfg, []byte("box_root = "+root+"\nnum_boxes = 65000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []int{1000, 64999} {
+		b := strconv.Itoa(id)
+		dir := ioiBox(t, id)
+		m, res := ioiMeta(t, "-b", b, "--cg", "-p", "--run", "--", "/bin/sh", "-c", "id -u > /box/uid")
+		uid, _ := os.ReadFile(filepath.Join(dir, "box", "uid"))
+		if res.Code != 0 || m["exitcode"] != "0" || strings.TrimSpace(string(uid)) != "1000" {
+			t.Errorf("box %d: exit %d meta %v uid %q stderr %q", id, res.Code, m, uid, res.Stderr)
+		}
+		if fi, err := os.Stat(filepath.Join(dir, "box", "uid")); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+			t.Errorf("box %d: box/uid not handed back (%v)", id, err)
+		}
+		if res := isolateCmd(t, "", "-b", b, "--cleanup"); res.Code != 0 {
+			t.Errorf("box %d --cleanup: exit %d %q", id, res.Code, res.Stderr)
+		}
+		if left := boxLeftovers(id); len(left) > 0 {
+			t.Errorf("box %d: left %v", id, left)
+		}
+	}
+}
+
+// TestIOIRunWritesBoundedByCgMem: boxes share the box root's tmpfs, and
+// what one run writes there counts in its memory cgroup: a run with
+// --cg-mem=32768 cannot leave more than 32 MiB in box/.
+func TestIOIRunWritesBoundedByCgMem(t *testing.T) {
+	ioiBoxRoot(t)
+	dir := ioiBox(t, 342)
+	m, res := ioiMeta(t, "-b", "342", "--cg", "--cg-mem=32768", "-p", "--run", "--", "/bin/sh", "-c", "head -c 100000000 /dev/zero > /box/big")
+	fi, err := os.Stat(filepath.Join(dir, "box", "big"))
+	if res.Code != 1 || m["cg-oom-killed"] != "1" || err != nil || fi.Size() > 32<<20 {
+		t.Errorf("writing 100 MB with --cg-mem=32768: exit %d meta %v, box/big %v (%v)", res.Code, m, fi, err)
 	}
 }
