@@ -7,27 +7,32 @@ from typing import Any, Dict, List, Optional, Sequence
 from .artifacts import maybe_store, utc_now
 from .cli_transport import CLITransport, find_binary
 from .config import SandboxConfig
-from .errors import SandboxError, SandboxUnavailableError
-from .languages import canonical_language, language_of_file
+from .errors import CallTimeoutError, SandboxError, SandboxUnavailableError
+from .languages import COMPILED, canonical_language, language_of_file
 from .local_transport import LocalTransport
-from .result import ExecutionResult, ResultMeta, from_report
+from .result import ExecutionResult, ResultMeta, format_seconds, from_report, limits_of
 from .security import SecurityReport, analyze_code
-from .service_transport import ServiceTransport, service_answers
-from .transport import ExecRequest, Limits, OutputCallback, Transport
+from .service_transport import ServiceTransport, probe
+from .config import parse_mounts, positive_seconds
+from .transport import ExecRequest, Limits, Mount, OutputCallback, Transport
 
 
 def select_transport(config: SandboxConfig) -> Transport:
     """The backend ``config.backend`` names; ``auto`` takes the service when its socket
     answers, else the binary when this process is root, else raises one error saying what
     to start."""
-    if config.backend == "service":
-        return ServiceTransport(config.socket_path)
+    endpoint = config.service_url or config.socket_path
+    if config.backend == "service" or (config.backend == "auto" and config.service_url):
+        return ServiceTransport(endpoint, config.token, config.busy_wait)
     if config.backend == "cli":
         return CLITransport(config.isolate_bin)
     if config.backend == "local":
         return LocalTransport()
-    if service_answers(config.socket_path):
-        return ServiceTransport(config.socket_path)
+    why = probe(endpoint)
+    if why is None:
+        return ServiceTransport(endpoint, config.token, config.busy_wait)
+    if why.startswith("permission denied"):
+        raise SandboxUnavailableError(why)
     if os.geteuid() == 0:
         try:
             find_binary(config.isolate_bin)
@@ -55,17 +60,14 @@ class Sandbox:
         return self.transport.name
 
     def limits(self, timeout: Optional[float] = None, memory_mb: Optional[int] = None,
-               max_output_kb: Optional[int] = None) -> Limits:
-        """This sandbox's limits, with the arguments given overriding them."""
-        cfg = self.config
-        seconds = cfg.timeout if timeout is None else float(timeout)
-        if not seconds > 0:
-            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
-        kb = cfg.max_output_kb if max_output_kb is None else int(max_output_kb)
-        mb = cfg.memory_mb if memory_mb is None else int(memory_mb)
-        if kb <= 0 or mb <= 0:
-            raise ValueError("max_output_kb and memory_mb must be positive")
-        return Limits(timeout=seconds, memory_mb=mb, max_output_bytes=kb * 1024)
+               max_output_kb: Optional[int] = None, *, disk_mb: Optional[int] = None,
+               network: Optional[bool] = None, compile_timeout: Optional[float] = None
+               ) -> Limits:
+        """This sandbox's limits, with the arguments given overriding them. The whole call is
+        bounded by ``timeout`` plus ``compile_timeout`` when given (a compiled language) plus
+        SETUP_SECONDS."""
+        return limits_from(self.config, timeout, memory_mb, max_output_kb, disk_mb, network,
+                           compile_timeout)
 
     def analyze(self, code: str, bypass: bool = False) -> SecurityReport:
         """The import policy's verdict on Python code under this sandbox's configuration."""
@@ -74,17 +76,24 @@ class Sandbox:
     def execute_code(self, code: str, language: str = "python", *, stdin: str = "",
                      args: Sequence[str] = (), env: Optional[Dict[str, str]] = None,
                      timeout: Optional[float] = None, memory_mb: Optional[int] = None,
-                     max_output_kb: Optional[int] = None, bypass_security: bool = False,
+                     max_output_kb: Optional[int] = None, disk_mb: Optional[int] = None,
+                     compile_timeout: Optional[float] = None, network: Optional[bool] = None,
+                     mounts: Any = None, bypass_security: bool = False,
                      on_stdout: Optional[OutputCallback] = None,
                      on_stderr: Optional[OutputCallback] = None) -> ExecutionResult:
         """Compile (if needed) and run ``code``; never raises for what the program does.
 
         Python code is checked against the import policy first: in ``block`` mode a blocked
         import returns a result with status ``BLOCKED`` without running anything. ``on_stdout``
-        and ``on_stderr`` receive output as it happens.
+        and ``on_stderr`` receive output as it happens. ``timeout`` bounds the program;
+        compiling may add ``compile_timeout``; past both the call stops the box and returns
+        ``TO``. ``mounts``: host directories bound into the box (see README).
         """
         lang = canonical_language(language)
-        limits = self.limits(timeout, memory_mb, max_output_kb)
+        limits = self.limits(timeout, memory_mb, max_output_kb, disk_mb=disk_mb,
+                             network=network, compile_timeout=(
+                                 compile_timeout if compile_timeout is not None
+                                 else self.config.compile_timeout) if lang in COMPILED else None)
         started = utc_now()
         blocked: List[str] = []
         if lang == "python":
@@ -95,14 +104,23 @@ class Sandbox:
                 self._store(code, lang, limits, result, started)
                 return result
         request = ExecRequest(language=lang, source=code, limits=limits, stdin=stdin,
-                              args=tuple(args), env=dict(env or {}))
+                              args=tuple(args), env=dict(env or {}),
+                              mounts=self.mounts(mounts))
         clock = time.monotonic()
-        report = self.transport.exec(request, on_stdout, on_stderr)
-        result = from_report(report, self.runtime, limits.timeout, limits.memory_mb,
-                             limits.max_output_bytes // 1024, blocked)
+        try:
+            report = self.transport.exec(request, on_stdout, on_stderr)
+        except CallTimeoutError as e:
+            report = call_timeout_report(e, lang in COMPILED)
+        result = from_report(report, self.runtime, limits, blocked)
         result.duration = time.monotonic() - clock
         self._store(code, lang, limits, result, started)
         return result
+
+    def mounts(self, mounts: Any) -> Sequence[Mount]:
+        """The configuration's mounts, then the call's."""
+        return tuple(self.config.mounts) + tuple(parse_mounts(mounts))
+
+    run_code = execute_code
 
     def execute_file(self, path: str, **kwargs: Any) -> ExecutionResult:
         """Run a source file; its language comes from its extension."""
@@ -124,9 +142,38 @@ def blocked_result(verdict: SecurityReport, runtime: str, limits: Limits) -> Exe
         stdout="", stderr="", exit_code=None, duration=0.0, status="BLOCKED", timed_out=False,
         truncated=False, error="Security policy blocked import: " + ", ".join(verdict.blocked),
         meta=ResultMeta(runtime=runtime, blocked_imports=list(verdict.blocked),
-                        resource_limits={"timeout": limits.timeout,
-                                         "memory_mb": limits.memory_mb,
-                                         "max_output_kb": limits.max_output_bytes // 1024}))
+                        resource_limits=limits_of(limits)))
+
+
+def limits_from(config: SandboxConfig, timeout: Optional[float], memory_mb: Optional[int],
+                max_output_kb: Optional[int], disk_mb: Optional[int] = None,
+                network: Optional[bool] = None, compile_timeout: Optional[float] = None
+                ) -> Limits:
+    """A call's limits: the configuration's, with the arguments given overriding them."""
+    seconds = config.timeout if timeout is None else float(timeout)
+    positive_seconds("timeout", seconds)
+    kb = config.max_output_kb if max_output_kb is None else int(max_output_kb)
+    mb = config.memory_mb if memory_mb is None else int(memory_mb)
+    disk = config.disk_mb if disk_mb is None else int(disk_mb)
+    if kb <= 0 or mb <= 0 or (disk is not None and disk <= 0):
+        raise ValueError("max_output_kb, memory_mb and disk_mb must be positive")
+    extra = 0.0
+    if compile_timeout is not None:
+        positive_seconds("compile_timeout", compile_timeout)
+        extra = float(compile_timeout)
+    limits = Limits(timeout=seconds, memory_mb=mb, max_output_bytes=kb * 1024,
+                    disk_mb=disk, keep=config.output_keep,
+                    network=config.network if network is None else bool(network))
+    limits.call_timeout += extra
+    return limits
+
+
+def call_timeout_report(e: CallTimeoutError, compiled: bool) -> Dict[str, Any]:
+    """The report of a call stopped at its own bound: a TO saying what the bound covered."""
+    what = "compilation, run and setup" if compiled else "run and setup"
+    return {"status": "TO", "message": f"the call ({what}) exceeded "
+            f"{format_seconds(e.seconds)}s and was stopped", "exit_code": None, "signal": 0,
+            "killed": True, "limit": "call", "stdout": "", "stderr": "", "wall_time": e.seconds}
 
 
 def get_sandbox(kind: Optional[str] = None, **overrides: Any) -> Sandbox:
@@ -147,5 +194,8 @@ def execute_file(path: str, **kwargs: Any) -> ExecutionResult:
     return get_sandbox().execute_file(path, **kwargs)
 
 
-__all__ = ["Sandbox", "get_sandbox", "execute_code", "execute_file", "select_transport",
+run_code = execute_code
+
+
+__all__ = ["Sandbox", "get_sandbox", "execute_code", "execute_file", "run_code", "select_transport",
            "SandboxError"]

@@ -1,0 +1,270 @@
+"""What an agent loop relies on, on every transport: the executor's statuses, bounded output,
+errors it can read, special files in a project, mounts, the disk limit, files back out, and a
+full service's 429. Real binary and real service (the session's, from test_service), as root."""
+
+import json
+import os
+import pathlib
+import socket
+import shutil
+import tempfile
+import threading
+import urllib.parse
+from typing import Iterator, List
+
+import pytest
+
+from conftest import needs_root
+from isolate_sandbox import (Sandbox, SandboxConfig, SandboxError, SandboxExecutor,
+                             SandboxRunner, ServiceError, analyze_code, run_code)
+from isolate_sandbox.service_transport import UnixHTTPConnection
+from test_service import NOBODY, as_nobody, needs_service, service  # noqa: F401 (fixture)
+
+pytestmark = [needs_root, needs_service]
+
+CODE = """
+import os
+class A:
+    def spin(self):
+        while True:
+            pass
+    def hog(self):
+        return len(bytearray(400 << 20))
+    def kill(self):
+        os.kill(os.getpid(), 9)
+    def bail(self):
+        os._exit(3)
+    def loud(self):
+        print("x" * 3000000)
+        return 1
+"""
+
+
+@pytest.fixture(params=["cli", "service"])
+def config(request: pytest.FixtureRequest, service: str) -> SandboxConfig:  # noqa: F811
+    """The same configuration on each transport."""
+    return SandboxConfig(backend=request.param, socket_path=service, memory_mb=128)
+
+
+@pytest.mark.parametrize("method,status,error", [
+    ("spin", "TO", "Code execution timed out after 2s"),
+    ("hog", "ML", "Memory limit exceeded (128 MiB)"),
+    ("kill", "SG", "Killed by signal 9"),
+    ("bail", "RE", "Exited with status 3"),
+])
+def test_executor_statuses(config: SandboxConfig, method: str, status: str, error: str) -> None:
+    out = SandboxExecutor(config).execute(CODE, "A", method, None, 2)
+    assert (out["success"], out["status"], out["error"]) == (False, status, error), out
+
+
+def test_executor_output_is_bounded(config: SandboxConfig) -> None:
+    out = SandboxExecutor(config).execute(CODE, "A", "loud", None, 10)
+    assert (out["success"], out["result"]) == (True, 1), out
+    assert out["stdout"] == "x" * 5120 + "\n[... 2989761 bytes cut ...]\n" + "x" * 5119 + "\n"
+
+
+def test_errors_an_agent_can_read(config: SandboxConfig) -> None:
+    box = Sandbox(config)
+    r = box.execute_code("def f(d):\n    return d['k']\nf({})\n")
+    assert (r.status, r.error) == ("RE", "KeyError: 'k'")
+    assert r.exception is not None and (r.exception.name, r.exception.value) == ("KeyError", "'k'")
+    assert r.exception.traceback.startswith("Traceback (most recent call last):")
+    assert "line 2, in f" in r.exception.traceback
+    r = box.execute_code("import sys\nsys.exit(93)")
+    assert (r.status, r.exit_code, r.error) == ("RE", 93, "Exited with status 93")
+    r = box.execute_code("print(1 +")
+    assert r.status == "CE" and "SyntaxError" in r.stderr
+    assert run_code is not None and box.run_code("print(2)").stdout == "2\n"
+
+
+def test_output_keeps_head_and_tail(config: SandboxConfig) -> None:
+    r = Sandbox(config).execute_code("for i in range(3000): print(i)", max_output_kb=1)
+    assert r.truncated and r.stdout.startswith("0\n1\n2\n") and r.stdout.endswith("2999\n")
+    assert "bytes cut ...]" in r.stdout
+    head = Sandbox(SandboxConfig(backend=config.backend, socket_path=config.socket_path,
+                                 output_keep="head"))
+    r = head.execute_code("print('y' * 20000)", max_output_kb=1)
+    assert r.stdout.startswith("y" * 1024) and r.stdout.endswith("bytes cut ...]\n")
+
+
+@pytest.fixture
+def project(tmp_path: pathlib.Path) -> pathlib.Path:
+    root = tmp_path / "proj"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "data.txt").write_text("data\n")
+    os.symlink("sub/data.txt", root / "inside")
+    os.symlink("/etc/passwd", root / "outside")
+    return root
+
+
+def test_project_symlinks_kept_inside_reported_outside(config: SandboxConfig,
+                                                       project: pathlib.Path) -> None:
+    r = SandboxRunner(config).execute("cat inside; ls -a", str(project))
+    assert r.status == "OK" and r.stdout.startswith("data\n"), (r.error, r.stderr)
+    assert "outside" not in r.stdout.split()
+    assert r.meta.notes == ["symlink outside -> /etc/passwd leads out of the project: "
+                            "not copied"]
+
+
+def test_fifo_in_a_project_is_a_clear_error(config: SandboxConfig,
+                                            project: pathlib.Path) -> None:
+    os.mkfifo(project / "sub" / "pipe")
+    with pytest.raises(SandboxError, match="pipe into the box: a FIFO, not a regular file"):
+        SandboxRunner(config).execute("true", str(project), timeout=1)
+
+
+def test_collect_brings_files_back(config: SandboxConfig, project: pathlib.Path) -> None:
+    r = SandboxRunner(config).execute(
+        "mkdir -p reports; echo '<a/>' > reports/a.xml; printf '\\377' > reports/b.xml;"
+        " ln -s /etc/passwd reports/c.xml; exit 4", str(project), collect=["reports/*.xml"])
+    assert (r.status, r.exit_code) == ("RE", 4), (r.error, r.stderr)
+    assert r.files == {"reports/a.xml": b"<a/>\n", "reports/b.xml": b"\xff"}
+    assert r.meta.notes[1:] == []
+
+
+def test_collect_is_bounded(config: SandboxConfig, project: pathlib.Path) -> None:
+    from isolate_sandbox.collect import CollectLimits
+    r = SandboxRunner(config).execute(
+        "for i in 1 2 3; do head -c 100 /dev/zero > f$i.bin; done", str(project),
+        collect=["*.bin"], collect_limits=CollectLimits(max_files=2, max_bytes=150))
+    assert r.files == {"f1.bin": b"\0" * 100, "f2.bin": b"\0" * 50}, r.meta.notes
+    assert r.meta.notes[1:] == ["collected file f2.bin cut to 50 of 100 bytes "
+                                "(all files together at most 150)",
+                                "collected files cut at 2 files"]
+
+
+def test_mounts_read_only_and_writable(config: SandboxConfig, tmp_path: pathlib.Path) -> None:
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro" / "in.txt").write_text("input\n")
+    (tmp_path / "rw").mkdir()
+    os.chmod(tmp_path / "rw", 0o777)
+    mounts = [f"{tmp_path / 'ro'}:/box/in", (str(tmp_path / "rw"), "/box/out", "rw")]
+    r = Sandbox(config).execute_code(
+        "print(open('/box/in/in.txt').read(), end='')\n"
+        "open('/box/out/o.txt', 'w').write('written')\n"
+        "try:\n    open('/box/in/x', 'w')\nexcept OSError as e:\n    print(e.errno)\n",
+        mounts=mounts)
+    assert (r.status, r.stdout) == ("OK", "input\n30\n"), (r.error, r.stderr)
+    assert (tmp_path / "rw" / "o.txt").read_text() == "written"
+    assert not (tmp_path / "ro" / "x").exists()
+    assert r.meta.resource_limits["disk_mb"] is None
+
+
+def test_disk_limit(config: SandboxConfig) -> None:
+    r = Sandbox(config).execute_code("open('/box/big', 'wb').write(b'x' * (20 << 20))",
+                                     disk_mb=8)
+    assert r.status in ("RE", "SG") and r.error is not None, (r.status, r.stderr)
+    assert r.error.startswith("Disk limit exceeded (8 MiB"), r.error
+    assert r.meta.resource_limits["disk_mb"] == 8
+
+
+def test_network_is_opt_in(config: SandboxConfig) -> None:
+    code = "print(sorted(l.split(':')[0].strip() for l in open('/proc/net/dev').readlines()[2:]))"
+    r = Sandbox(config).execute_code(code)
+    assert r.stdout == "['lo']\n", (r.error, r.stderr)
+    r = Sandbox(config).execute_code(code, network=True)
+    assert r.status == "OK" and r.stdout != "['lo']\n" and r.meta.resource_limits["network"]
+
+
+def test_import_guard_sees_builtins_import() -> None:
+    assert analyze_code("import builtins\nbuiltins.__import__('os')").blocked == ["os"]
+
+
+def test_infinite_timeout_refused_at_validation(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SANDBOX_TIMEOUT_SEC", "inf")
+    with pytest.raises(ValueError, match="SANDBOX_TIMEOUT_SEC='inf' is not a finite number"):
+        SandboxConfig.from_env()
+    with pytest.raises(ValueError, match="timeout must be a finite positive"):
+        SandboxConfig(timeout=float("inf"))
+
+
+def health(path: str) -> dict:  # type: ignore[type-arg]
+    conn = UnixHTTPConnection(path, timeout=5)
+    try:
+        conn.request("GET", "/v1/health")
+        answer: dict = json.loads(conn.getresponse().read())  # type: ignore[type-arg]
+        return answer
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def full_service(service: str) -> Iterator[str]:  # noqa: F811
+    """The session's service (2 at once, a queue of 1) with both slots and its queue taken by
+    requests that sleep."""
+    box = Sandbox(SandboxConfig(backend="service", socket_path=service))
+    threads: List[threading.Thread] = []
+    for _ in range(3):
+        t = threading.Thread(target=box.execute_code,
+                             args=("import time\ntime.sleep(5)",), kwargs={"timeout": 10})
+        t.start()
+        threads.append(t)
+    while True:
+        h = health(service)
+        if h["running"] == 2 and h["waiting"] == 1:
+            break
+        assert all(t.is_alive() for t in threads), "a holding request ended early"
+    yield service
+    for t in threads:
+        t.join()
+
+
+def test_full_service_retries_429_within_the_bound(full_service: str) -> None:
+    hasty = Sandbox(SandboxConfig(backend="service", socket_path=full_service, busy_wait=0))
+    with pytest.raises(ServiceError) as e:
+        hasty.execute_code("print(1)")
+    assert e.value.status == 429 and "retried for" in str(e.value)
+    patient = Sandbox(SandboxConfig(backend="service", socket_path=full_service))
+    r = patient.execute_code("print(1)", timeout=40)
+    assert (r.status, r.stdout) == ("OK", "1\n")
+
+
+def test_permission_denied_names_the_group() -> None:
+    tmp = tempfile.mkdtemp(prefix="pysvc-denied-")
+    os.chmod(tmp, 0o755)
+    path = os.path.join(tmp, "api.sock")
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(path)
+    s.listen(1)
+    os.chmod(path, 0o660)
+    try:
+        done = as_nobody("from isolate_sandbox import execute_code\n"
+                         "execute_code('print(1)')\n", path)
+    finally:
+        s.close()
+        shutil.rmtree(tmp)
+    assert done.returncode != 0
+    assert "permission denied on the isolate service's socket" in done.stderr, done.stderr
+    assert "the group 'root'" in done.stderr
+
+
+def test_a_non_root_callers_mount_goes_through_the_policy(service: str,  # noqa: F811
+                                                          tmp_path: pathlib.Path) -> None:
+    """nobody mounts a directory of its own: the service binds it (where its caller policy
+    opens it with nobody's rights) or refuses with one error naming the mount and the rule."""
+    own = tmp_path / "mine"
+    own.mkdir()
+    (own / "f.txt").write_text("nobody's\n")
+    os.chown(own, NOBODY.pw_uid, NOBODY.pw_gid)
+    os.chmod(tmp_path, 0o755)
+    script = ("import json\nfrom isolate_sandbox import execute_code, ServiceError\n"
+              f"try:\n    r = execute_code('print(open(\"/box/m/f.txt\").read(), end=\"\")', "
+              f"mounts=['{own}:/box/m:ro'])\n"
+              "    print(json.dumps(['ran', r.status, r.stdout]))\n"
+              "except ServiceError as e:\n    print(json.dumps(['refused', e.status, str(e)]))\n")
+    done = as_nobody(script, service)
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    if answer[0] == "ran":
+        assert answer[1:] == ["OK", "nobody's\n"]
+    else:
+        assert answer[1] in (400, 403) and f"mount {own}:/box/m:ro" in answer[2], answer
+
+
+def test_tcp_url_is_parsed() -> None:
+    from isolate_sandbox.service_transport import connection
+    conn = connection("http://127.0.0.1:7070", 1.0)
+    assert (conn.host, conn.port) == ("127.0.0.1", 7070)
+    with pytest.raises(ValueError, match="use http://HOST:PORT"):
+        connection("https://x", 1.0)
+    assert urllib.parse.urlsplit("http://h:1").port == 1
