@@ -48,5 +48,7 @@ def open_fds() -> Set[str]:
 
 
 def isolate_tmp() -> Set[str]:
-    """The client's temporary directories in the temporary directory."""
-    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("isolate-")}
+    """The client's temporary directories in the temporary directory (only its prefixes:
+    other programs' isolate-* directories come and go beside the tests)."""
+    return {n for n in os.listdir(tempfile.gettempdir())
+            if n.startswith(("isolate-client-", "isolate-executor-", "isolate-local-"))}

@@ -2,6 +2,7 @@
 a session fixture starts as root on a temporary unix socket and stops by its PID."""
 
 import base64
+import contextlib
 import json
 import os
 import pathlib
@@ -23,7 +24,8 @@ from isolate_sandbox import (Sandbox, SandboxConfig, SandboxError, SandboxExecut
 from isolate_sandbox.service_transport import (ServiceTransport, copied_out, env_list, error_of,
                                                inline_files, limit_fields, reassemble,
                                                service_answers)
-from isolate_sandbox.transport import ExecRequest, Limits, RunRequest, TextSink
+from isolate_sandbox.errors import RefusedError
+from isolate_sandbox.transport import ExecRequest, Limits, Mount, RunRequest, TextSink
 
 SRC = pathlib.Path(__file__).resolve().parents[1] / "src"
 NOBODY = pwd.getpwnam("nobody")
@@ -34,28 +36,30 @@ needs_service = pytest.mark.skipif(
     reason="needs root and isolate-serve beside the isolate binary (make build)")
 
 
-@pytest.fixture(scope="session")
-def service() -> Iterator[str]:
-    """A real service on a socket an ordinary user's group (nobody's) may use; its socket path.
-    Its own store; stopped by PID (SIGTERM drains, then SIGKILL) at the end of the session."""
+@contextlib.contextmanager
+def running_service(*extra: str) -> Iterator[Tuple[str, str]]:
+    """A real service on a socket an ordinary user's group (nobody's) may use: its socket path
+    and its log so far once it answers. Its own store; stopped by PID (SIGTERM drains, then
+    SIGKILL) at the end."""
     tmp = tempfile.mkdtemp(prefix="pysvc-serve-")
     os.chmod(tmp, 0o755)  # nobody reaches the socket through it
     path = os.path.join(tmp, "api.sock")
     log = open(os.path.join(tmp, "serve.log"), "w+b")  # a file: a pipe nobody drains fills
     # Private paths only: never the machine's /run/isolate sockets (--cli-socket none).
     proc = subprocess.Popen([SERVE, "--socket", path, "--socket-group", str(NOBODY.pw_gid),
-                             "--cli-socket", "none", "--parallel", "2", "--queue", "1",
-                             "--store", os.path.join(tmp, "files"), "--grace", "5s"],
+                             "--cli-socket", "none", "--store", os.path.join(tmp, "files"),
+                             "--grace", "5s"] + list(extra),
                             stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     try:
         for _ in range(200):
             if proc.poll() is not None or service_answers(path):
                 break
             time.sleep(0.05)
+        log.seek(0)
+        text = log.read().decode(errors="replace")
         if not service_answers(path):
-            log.seek(0)
-            pytest.fail(f"isolate-serve did not come up: {log.read().decode(errors='replace')}")
-        yield path
+            pytest.fail(f"isolate-serve did not come up: {text}")
+        yield path, text
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -66,6 +70,13 @@ def service() -> Iterator[str]:
                 proc.wait()
         log.close()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def service() -> Iterator[str]:
+    """The session's service: 2 commands at once and a queue of 1, so a test can fill it."""
+    with running_service("--parallel", "2", "--queue", "1") as (path, _):
+        yield path
 
 
 @pytest.fixture
@@ -117,6 +128,45 @@ def test_error_bodies_become_service_errors() -> None:
     e = error_of(502, "Bad Gateway", b"<html>proxy</html>")
     assert (e.status, e.field) == (502, None)
     assert str(e) == "isolate service: 502 Bad Gateway: <html>proxy</html>"
+
+
+def test_refusals_name_the_field_and_the_mount() -> None:
+    e = error_of(403, "Forbidden", b'{"error":"net: host is the operator\'s choice",'
+                 b'"field":"net"}')
+    assert isinstance(e, RefusedError) and (e.status, e.field) == (403, "net")
+    assert str(e) == "isolate service: 403 Forbidden: net: host is the operator's choice"
+    mounts = [Mount("/a", "/box/a"), Mount("/b", "/box/b", rw=True)]
+    e = error_of(400, "Bad Request", b'{"error":"binds: root only",'
+                 b'"field":"binds[1].host"}', None, mounts)
+    assert str(e) == "isolate service: 400 Bad Request: mount /b:/box/b:rw: binds: root only"
+    e = error_of(429, "Too Many Requests", b'{"error":"queue full"}', "2")
+    assert (e.status, e.retry_after) == (429, 2.0)
+    e = error_of(413, "Payload Too Large", b'{"error":"body over 1 MiB","field":"source"}')
+    assert (e.status, e.field, type(e)) == (413, "source", ServiceError)
+
+
+def test_a_call_stopped_at_its_bound_is_a_timeout() -> None:
+    from isolate_sandbox.errors import CallTimeoutError
+    from isolate_sandbox.result import from_report
+    from isolate_sandbox.sandbox import call_timeout_report
+    r = from_report(call_timeout_report(CallTimeoutError(41.5), True), "cli",
+                    Limits(10, 64, 1024))
+    assert (r.status, r.timed_out, r.error) == ("TO", True, (
+        "Code execution timed out: the call (compilation, run and setup) exceeded 41.5s "
+        "and was stopped"))
+
+
+def test_output_keep_modes() -> None:
+    for keep, limit, text in (("head_tail", 4, "ab\n[... 6 bytes cut ...]\nij"),
+                              ("head", 4, "abcd\n[... 6 bytes cut ...]\n"),
+                              ("tail", 5, "\n[... 5 bytes cut ...]\nfghij")):
+        sink = TextSink(None, limit, keep)
+        for chunk in ("abc", "defg", "hij"):
+            sink.feed(chunk.encode())
+        sink.close()
+        assert (sink.text, sink.truncated) == (text, True)
+    with pytest.raises(ValueError, match="unknown output keep mode"):
+        TextSink(None, 4, "middle")
 
 
 def test_reassemble_reports_broken_streams() -> None:

@@ -97,6 +97,8 @@ class CLITransport:
             with open(source, "w", encoding="utf-8") as f:
                 f.write(request.source)
             argv = [self.binary, "exec", "--lang", request.language]
+            if request.image:
+                argv += ["--image", request.image]
             argv += limit_flags(request.limits) + mount_flags(request.mounts)
             argv += env_flags(request.env)
             if request.stdin:
@@ -132,6 +134,11 @@ class CLITransport:
                 argv += ["--copy-in", f"{script}:{SETUP_SCRIPT}"]
                 command, cwd = ["/bin/sh", SETUP_SCRIPT] + command, "/box"
             argv += ["--chdir", cwd]
+            if request.stdin:
+                stdin = os.path.join(tmp, "stdin")
+                with open(stdin, "w", encoding="utf-8") as f:
+                    f.write(request.stdin)
+                argv += ["--stdin", stdin]
             for host, box in request.copy_in:
                 argv += ["--copy-in", f"{host}:{box}"]
             outputs = {}

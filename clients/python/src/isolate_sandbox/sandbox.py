@@ -1,20 +1,23 @@
 """Sandbox: configuration + a transport; execute_code and execute_file."""
 
 import os
+import shlex
+import tempfile
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .artifacts import maybe_store, utc_now
 from .cli_transport import CLITransport, find_binary
+from .collect import CollectLimits, collect_command, unpack
 from .config import SandboxConfig
 from .errors import CallTimeoutError, SandboxError, SandboxUnavailableError
-from .languages import COMPILED, canonical_language, language_of_file
+from .languages import COMPILED, SOURCE_NAMES, canonical_language, language_of_file
 from .local_transport import LocalTransport
 from .result import ExecutionResult, ResultMeta, format_seconds, from_report, limits_of
 from .security import SecurityReport, analyze_code
 from .service_transport import ServiceTransport, probe
 from .config import parse_mounts, positive_seconds
-from .transport import ExecRequest, Limits, Mount, OutputCallback, Transport
+from .transport import ExecRequest, Limits, Mount, OutputCallback, RunRequest, Transport
 
 
 def select_transport(config: SandboxConfig) -> Transport:
@@ -78,7 +81,9 @@ class Sandbox:
                      timeout: Optional[float] = None, memory_mb: Optional[int] = None,
                      max_output_kb: Optional[int] = None, disk_mb: Optional[int] = None,
                      compile_timeout: Optional[float] = None, network: Optional[bool] = None,
-                     mounts: Any = None, bypass_security: bool = False,
+                     mounts: Any = None, image: Optional[str] = None,
+                     collect: Sequence[str] = (), collect_limits: Optional[CollectLimits] = None,
+                     bypass_security: bool = False,
                      on_stdout: Optional[OutputCallback] = None,
                      on_stderr: Optional[OutputCallback] = None) -> ExecutionResult:
         """Compile (if needed) and run ``code``; never raises for what the program does.
@@ -87,9 +92,15 @@ class Sandbox:
         import returns a result with status ``BLOCKED`` without running anything. ``on_stdout``
         and ``on_stderr`` receive output as it happens. ``timeout`` bounds the program;
         compiling may add ``compile_timeout``; past both the call stops the box and returns
-        ``TO``. ``mounts``: host directories bound into the box (see README).
+        ``TO``. ``mounts``: host directories bound into the box (see README); ``image``
+        another image than the language's. ``collect``: glob patterns (relative to /box, where
+        the program runs) of files to bring back in ``result.files``, bounded by
+        ``collect_limits``; Python only (a compiled program's files: SandboxRunner).
         """
         lang = canonical_language(language)
+        if collect and lang != "python":
+            raise ValueError(f"collect= runs the code as a command: Python only, not {lang} "
+                             "(compile and collect with SandboxRunner)")
         limits = self.limits(timeout, memory_mb, max_output_kb, disk_mb=disk_mb,
                              network=network, compile_timeout=(
                                  compile_timeout if compile_timeout is not None
@@ -105,16 +116,47 @@ class Sandbox:
                 return result
         request = ExecRequest(language=lang, source=code, limits=limits, stdin=stdin,
                               args=tuple(args), env=dict(env or {}),
-                              mounts=self.mounts(mounts))
+                              mounts=self.mounts(mounts), image=image)
         clock = time.monotonic()
+        files: Dict[str, bytes] = {}
+        notes: List[str] = []
         try:
-            report = self.transport.exec(request, on_stdout, on_stderr)
+            if collect:
+                bounds = collect_limits or CollectLimits()
+                files, notes, report = self._run_collecting(request, collect, bounds,
+                                                            on_stdout, on_stderr)
+            else:
+                report = self.transport.exec(request, on_stdout, on_stderr)
         except CallTimeoutError as e:
             report = call_timeout_report(e, lang in COMPILED)
         result = from_report(report, self.runtime, limits, blocked)
         result.duration = time.monotonic() - clock
+        result.files, result.meta.notes = files, notes
         self._store(code, lang, limits, result, started)
         return result
+
+    def _run_collecting(self, request: ExecRequest, patterns: Sequence[str],
+                        bounds: CollectLimits, on_stdout: Optional[OutputCallback],
+                        on_stderr: Optional[OutputCallback]
+                        ) -> Tuple[Dict[str, bytes], List[str], Dict[str, Any]]:
+        """Python source run as a command (``python3 main.py ARGS``) in the language's image,
+        then the files the patterns match packed and brought back."""
+        with tempfile.TemporaryDirectory(prefix="isolate-client-") as tmp:
+            os.chmod(tmp, 0o755)  # isolate copies it in as the box user
+            source = os.path.join(tmp, SOURCE_NAMES["python"])
+            with open(source, "w", encoding="utf-8") as f:
+                f.write(request.source)
+            os.chmod(source, 0o644)
+            command = " ".join(shlex.quote(a) for a in ["python3", SOURCE_NAMES["python"]]
+                               + list(request.args))
+            argv, copy_out = collect_command(command, patterns, bounds)
+            run = RunRequest(command=argv, limits=request.limits,
+                             image=request.image or "python", env=request.env,
+                             copy_in=[(source, "/box/" + SOURCE_NAMES["python"])],
+                             copy_out=copy_out, mounts=request.mounts, stdin=request.stdin)
+            outcome = self.transport.run(run, on_stdout, on_stderr)
+        files, notes = unpack(outcome.files, outcome.errors, bounds)
+        return files, notes, outcome.report
 
     def mounts(self, mounts: Any) -> Sequence[Mount]:
         """The configuration's mounts, then the call's."""

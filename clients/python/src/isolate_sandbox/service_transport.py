@@ -156,6 +156,8 @@ class ServiceTransport:
                                 "args": list(request.args), "env": env_list(request.env)}
         if request.stdin:
             body["stdin"] = {"text": request.stdin}
+        if request.image:
+            body["image"] = request.image
         body.update(limit_fields(request.limits))
         body.update(bind_fields(request.mounts))
         answer, sinks = self._post("/v1/exec", body, request.limits, on_stdout, on_stderr,
@@ -177,6 +179,8 @@ class ServiceTransport:
             "copy_out": [{"path": p, "inline_max_bytes": MAX_COPY_OUT_BYTES}
                          for p in request.copy_out],
         }
+        if request.stdin:
+            command["stdin"] = {"text": request.stdin}
         if request.image in SOURCE_NAMES:
             command["lang"] = request.image
         elif request.image != "host":

@@ -72,7 +72,7 @@ class Mount:
 
 @dataclasses.dataclass
 class ExecRequest:
-    """Compile (if needed) and run one source file in the language's image."""
+    """Compile (if needed) and run one source file in the language's image (or ``image``)."""
 
     language: str
     source: str
@@ -81,6 +81,7 @@ class ExecRequest:
     args: Sequence[str] = ()
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
     mounts: Sequence[Mount] = ()
+    image: Optional[str] = None
 
 
 @dataclasses.dataclass
@@ -101,6 +102,7 @@ class RunRequest:
     cwd: str = "/box"
     mounts: Sequence[Mount] = ()
     links: Sequence[Tuple[str, str]] = ()
+    stdin: str = ""
 
 
 @dataclasses.dataclass
