@@ -10,7 +10,7 @@ import shutil
 import tempfile
 import threading
 import urllib.parse
-from typing import Iterator, List
+from typing import Any, Iterator, List
 
 import pytest
 
@@ -248,18 +248,26 @@ def test_a_non_root_callers_mount_goes_through_the_policy(service: str,  # noqa:
     (own / "f.txt").write_text("nobody's\n")
     os.chown(own, NOBODY.pw_uid, NOBODY.pw_gid)
     os.chmod(tmp_path, 0o755)
-    script = ("import json\nfrom isolate_sandbox import execute_code, ServiceError\n"
-              f"try:\n    r = execute_code('print(open(\"/box/m/f.txt\").read(), end=\"\")', "
-              f"mounts=['{own}:/box/m:ro'])\n"
-              "    print(json.dumps(['ran', r.status, r.stdout]))\n"
-              "except ServiceError as e:\n    print(json.dumps(['refused', e.status, str(e)]))\n")
-    done = as_nobody(script, service)
-    assert done.returncode == 0, done.stderr
-    answer = json.loads(done.stdout)
+    answer = nobody_calls(service, "print(open('/box/m/f.txt').read(), end='')",
+                          f"mounts=['{own}:/box/m:ro']")
     if answer[0] == "ran":
         assert answer[1:] == ["OK", "nobody's\n"]
     else:
-        assert answer[1] in (400, 403) and f"mount {own}:/box/m:ro" in answer[2], answer
+        assert answer[1] in (400, 403) and f"mount {own}:/box/m:ro" in answer[4], answer
+
+
+def nobody_calls(socket_path: str, code: str, arguments: str) -> List[Any]:
+    """``execute_code(code, ARGUMENTS)`` as nobody: ``["ran", status, stdout]`` or
+    ``["refused", http status, field, exception class, message]``."""
+    script = ("import json\nfrom isolate_sandbox import execute_code, ServiceError\n"
+              f"try:\n    r = execute_code({code!r}, {arguments})\n"
+              "    print(json.dumps(['ran', r.status, r.stdout]))\n"
+              "except ServiceError as e:\n"
+              "    print(json.dumps(['refused', e.status, e.field, type(e).__name__, str(e)]))\n")
+    done = as_nobody(script, socket_path)
+    assert done.returncode == 0, done.stderr
+    answer: List[Any] = json.loads(done.stdout)
+    return answer
 
 
 def test_tcp_url_is_parsed() -> None:
@@ -329,14 +337,7 @@ def test_network_for_a_non_root_caller_is_the_operators_choice(service: str) -> 
     """A caller who is not root asks for the host's network: a service that leaves it to the
     operator (--net-host-group, off by default) refuses with 403 naming the field; a service
     without that policy lets it through, which this test reports as the missing feature."""
-    script = ("import json\nfrom isolate_sandbox import execute_code, ServiceError\n"
-              "try:\n    r = execute_code('print(1)', network=True)\n"
-              "    print(json.dumps(['ran', r.status]))\n"
-              "except ServiceError as e:\n"
-              "    print(json.dumps(['refused', e.status, e.field, type(e).__name__, str(e)]))\n")
-    done = as_nobody(script, service)
-    assert done.returncode == 0, done.stderr
-    answer = json.loads(done.stdout)
+    answer = nobody_calls(service, "print(1)", "network=True")
     if answer[0] == "ran":
         pytest.skip("the service lacks the operator's opt-in for the host network "
                     "(isolate serve --net-host-group): it gave a non-root caller net host")
