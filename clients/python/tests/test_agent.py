@@ -47,14 +47,16 @@ def config(request: pytest.FixtureRequest, service: str) -> SandboxConfig:  # no
     return SandboxConfig(backend=request.param, socket_path=service, memory_mb=128)
 
 
-@pytest.mark.parametrize("method,status,error", [
-    ("spin", "TO", "Code execution timed out after 2s"),
-    ("hog", "ML", "Memory limit exceeded (128 MiB)"),
-    ("kill", "SG", "Killed by signal 9"),
-    ("bail", "RE", "Exited with status 3"),
+@pytest.mark.parametrize("method,seconds,status,error", [
+    ("spin", 2, "TO", "Code execution timed out after 2s"),
+    # Time enough that reclaiming under the memory limit never turns it into a TO.
+    ("hog", 30, "ML", "Memory limit exceeded (128 MiB)"),
+    ("kill", 10, "SG", "Killed by signal 9"),
+    ("bail", 10, "RE", "Exited with status 3"),
 ])
-def test_executor_statuses(config: SandboxConfig, method: str, status: str, error: str) -> None:
-    out = SandboxExecutor(config).execute(CODE, "A", method, None, 2)
+def test_executor_statuses(config: SandboxConfig, method: str, seconds: int, status: str,
+                           error: str) -> None:
+    out = SandboxExecutor(config).execute(CODE, "A", method, None, seconds)
     assert (out["success"], out["status"], out["error"]) == (False, status, error), out
 
 

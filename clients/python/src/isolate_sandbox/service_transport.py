@@ -257,10 +257,13 @@ class ServiceTransport:
 
 def with_kept_output(report: Dict[str, Any], sinks: Tuple[TextSink, TextSink]
                      ) -> Dict[str, Any]:
-    """The report with the output the client kept from the stream (head and tail as asked)."""
+    """The report with the output the client kept from the stream (head and tail as asked);
+    cut if either the client or the service cut it."""
     out, err = sinks
-    report.update(stdout=out.text, stdout_truncated=out.truncated,
-                  stderr=err.text, stderr_truncated=err.truncated)
+    report.update(stdout=out.text,
+                  stdout_truncated=out.truncated or bool(report.get("stdout_truncated")),
+                  stderr=err.text,
+                  stderr_truncated=err.truncated or bool(report.get("stderr_truncated")))
     return report
 
 
