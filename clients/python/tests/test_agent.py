@@ -386,3 +386,37 @@ def test_a_request_body_over_the_services_bound(config: SandboxConfig) -> None:
     assert (r.status, r.stdout) == ("OK", "big\n"), (r.error, r.stderr)
     pytest.skip("the service takes a 48 MiB body: it has no request body bound yet "
                 "(the service's body and output caps)")
+
+
+def test_an_agent_loop_as_a_socket_group_member(service: str) -> None:  # noqa: F811
+    """nobody, admitted by the socket's group: the executor's statuses, an exception's fields,
+    the disk limit, a project with a symlink out and files collected, all through the
+    service."""
+    home = tempfile.mkdtemp(prefix="pysvc-nobody-")
+    try:
+        os.chmod(home, 0o755)
+        proj = os.path.join(home, "proj")
+        os.mkdir(proj)
+        with open(os.path.join(proj, "a.txt"), "w") as f:
+            f.write("A")
+        os.symlink("/etc/shadow", os.path.join(proj, "out"))
+        os.chown(proj, NOBODY.pw_uid, NOBODY.pw_gid)
+        script = (
+            "import json\nfrom isolate_sandbox import *\n"
+            "ex = SandboxExecutor()\n"
+            f"spin = ex.execute({CODE!r}, 'A', 'spin', None, 1)\n"
+            f"bail = ex.execute({CODE!r}, 'A', 'bail', None, 10)\n"
+            "r = execute_code('1/0')\n"
+            "d = execute_code('open(\"/box/f\", \"wb\").write(bytes(9 << 20))', disk_mb=4)\n"
+            f"p = SandboxRunner().execute('cp a.txt b.xml', {proj!r}, collect=['*.xml'])\n"
+            "print(json.dumps([spin['status'], spin['error'], bail['status'], r.error,\n"
+            "                  r.exception.name, d.error[:19], p.status, p.meta.runtime,\n"
+            "                  {k: v.decode() for k, v in p.files.items()}, p.meta.notes]))\n")
+        done = as_nobody(script, service)
+    finally:
+        shutil.rmtree(home)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [
+        "TO", "Code execution timed out after 1s", "RE", "ZeroDivisionError: division by zero",
+        "ZeroDivisionError", "Disk limit exceeded", "OK", "service", {"b.xml": "A"},
+        ["symlink out -> /etc/shadow leads out of the project: not copied"]]
