@@ -31,8 +31,10 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> Iterat
             monkeypatch.delenv(name)
     monkeypatch.setenv("ISOLATE_BIN", isolate_binary())
     monkeypatch.setenv("SANDBOX_ARTIFACTS_DIR", str(tmp_path / "artifacts"))
-    # No service in these tests: auto must not find one at the default path by accident.
+    # No service in these tests: auto must not find one at the default path by accident, and
+    # the binary must not hand its runs to a service on the machine's /run/isolate/cli.sock.
     monkeypatch.setenv("ISOLATE_SOCKET", str(tmp_path / "no-service.sock"))
+    monkeypatch.setenv("ISOLATE_NO_SERVICE", "1")
     yield
 
 

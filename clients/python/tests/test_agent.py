@@ -298,6 +298,9 @@ def test_image_per_call(config: SandboxConfig) -> None:
     r = Sandbox(config).execute_code(code, image="host")
     assert r.status == "OK", (r.error, r.stderr)
     assert r.meta.report["run"]["sandbox"]["image"] == "host"
+    # The binary runs in-process: never handed to a service on the machine's sockets.
+    assert r.meta.report["run"]["sandbox"]["via"] == {"cli": "in-process",
+                                                      "service": "service"}[config.backend]
 
 
 def test_the_whole_call_is_bounded(config: SandboxConfig) -> None:
