@@ -9,14 +9,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from .artifacts import maybe_store, utc_now
 from .cli_transport import CLITransport, find_binary
 from .collect import CollectLimits, collect_command, unpack
-from .config import SandboxConfig
+from .config import SandboxConfig, parse_mounts, positive_seconds
 from .errors import CallTimeoutError, SandboxError, SandboxUnavailableError
 from .languages import COMPILED, SOURCE_NAMES, canonical_language, language_of_file
 from .local_transport import LocalTransport
 from .result import ExecutionResult, ResultMeta, format_seconds, from_report, limits_of
 from .security import SecurityReport, analyze_code
 from .service_transport import ServiceTransport, probe
-from .config import parse_mounts, positive_seconds
 from .transport import ExecRequest, Limits, Mount, OutputCallback, RunRequest, Transport
 
 
