@@ -125,6 +125,14 @@ def test_collect_brings_files_back(config: SandboxConfig, project: pathlib.Path)
     assert r.meta.notes[1:] == []
 
 
+def test_collect_after_a_timeout_says_nothing_came(config: SandboxConfig,
+                                                   project: pathlib.Path) -> None:
+    r = SandboxRunner(config).execute("touch a.xml; sleep 30", str(project), timeout=1,
+                                      collect=["*.xml"])
+    assert (r.status, r.files) == ("TO", {})
+    assert r.meta.notes[1:] == ["collected files: none, the command did not finish"]
+
+
 def test_collect_is_bounded(config: SandboxConfig, project: pathlib.Path) -> None:
     from isolate_sandbox.collect import CollectLimits
     r = SandboxRunner(config).execute(

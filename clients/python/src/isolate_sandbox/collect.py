@@ -13,7 +13,7 @@ from typing import Dict, List, Sequence, Tuple
 ARCHIVE = "/tmp/.isolate-collect"
 
 # $1: the command; $2...: the patterns. Each file: "SIZE KEPT PATH\n" then its first KEPT bytes;
-# "+ N" at the end when more files matched than the count allows. The command's own exit
+# "+ N" when more files matched than the count allows; "=" when packing ended. The command's exit
 # status (or its signal, re-raised) is the box's.
 SCRIPT = r'''
 out=%(archive)s
@@ -38,6 +38,7 @@ for pat in "$@"; do
     total=$((total + take))
   done
 done
+printf '=\n' >> "$out"
 if [ "$s" -gt 128 ] && [ "$s" -lt 160 ]; then kill -$((s - 128)) $$; fi
 exit "$s"
 '''
@@ -69,7 +70,10 @@ def collect_command(command: str, patterns: Sequence[str], limits: CollectLimits
 
 def unpack(files: Dict[str, bytes], errors: Dict[str, str], limits: CollectLimits
            ) -> Tuple[Dict[str, bytes], List[str]]:
-    """The archive's files (path as matched -> bytes) and notes on what was cut or lost."""
+    """The archive's files (path as matched -> bytes) and notes on what was cut or lost.
+
+    The box wrote the archive, so it is read as untrusted: the bounds are enforced here again,
+    and a path is only a name (never joined to a host path here)."""
     if ARCHIVE in errors:
         return {}, [f"collected files not returned: {errors[ARCHIVE]}"]
     data = files.get(ARCHIVE)
@@ -77,25 +81,32 @@ def unpack(files: Dict[str, bytes], errors: Dict[str, str], limits: CollectLimit
         return {}, ["collected files not returned: the command did not finish"]
     out: Dict[str, bytes] = {}
     notes: List[str] = []
-    pos = 0
-    while pos < len(data):
+    total = pos = 0
+    while True:
         end = data.find(b"\n", pos)
         if end < 0:
-            notes.append("collected files: the archive ends early")
+            notes.append("collected files: none, the command did not finish" if not data
+                         else "collected files: the archive ends early")
             break
         header = data[pos:end].decode("utf-8", "replace")
         pos = end + 1
-        if header.startswith("+ "):
+        if header == "=":
+            break
+        if header.startswith("+ ") or len(out) == limits.max_files:
             notes.append(f"collected files cut at {limits.max_files} files")
             break
         try:
-            size_text, kept_text, path = header.split(" ", 2)
-            size, kept = int(size_text), int(kept_text)
+            size_text, length_text, path = header.split(" ", 2)
+            size, length = int(size_text), int(length_text)
         except ValueError:
+            size = length = -1
+        if not 0 <= length <= size or pos + length > len(data):
             notes.append("collected files: the archive is malformed")
             break
+        kept = min(length, limits.max_bytes - total)
         out[path] = data[pos:pos + kept]
-        pos += kept
+        pos += length
+        total += kept
         if kept < size:
             notes.append(f"collected file {path} cut to {kept} of {size} bytes "
                          f"(all files together at most {limits.max_bytes})")
