@@ -9,7 +9,7 @@ import socket
 import shutil
 import tempfile
 import threading
-import urllib.parse
+import time
 from typing import Any, Iterator, List
 
 import pytest
@@ -215,6 +215,7 @@ def full_service(service: str) -> Iterator[str]:  # noqa: F811
         if h["running"] == 2 and h["waiting"] == 1:
             break
         assert all(t.is_alive() for t in threads), "a holding request ended early"
+        time.sleep(0.02)
     yield service
     for t in threads:
         t.join()
@@ -286,7 +287,6 @@ def test_tcp_url_is_parsed() -> None:
     assert (conn.host, conn.port) == ("127.0.0.1", 7070)
     with pytest.raises(ValueError, match="use http://HOST:PORT"):
         connection("https://x", 1.0)
-    assert urllib.parse.urlsplit("http://h:1").port == 1
 
 
 def test_execute_code_collects_files(config: SandboxConfig) -> None:
