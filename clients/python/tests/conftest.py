@@ -2,6 +2,7 @@
 
 import os
 import pathlib
+import shutil
 import tempfile
 from typing import Iterator, Set
 
@@ -20,6 +21,21 @@ def isolate_binary() -> str:
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0 or not os.access(isolate_binary(), os.X_OK),
     reason="needs root and the isolate binary (make build, or ISOLATE_BIN)")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_tmp() -> Iterator[str]:
+    """The client's temporary directories go to a directory of this session's own (searchable
+    by the box user, who copies from it): other runs of the client on the machine use the same
+    name prefixes in /tmp, and the leak checks count only this session's."""
+    path = tempfile.mkdtemp(prefix="pyclient-tmp-")
+    os.chmod(path, 0o755)
+    saved, tempfile.tempdir = tempfile.tempdir, path
+    try:
+        yield path
+    finally:
+        tempfile.tempdir = saved
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
@@ -50,7 +66,5 @@ def open_fds() -> Set[str]:
 
 
 def isolate_tmp() -> Set[str]:
-    """The client's temporary directories in the temporary directory (only its prefixes:
-    other programs' isolate-* directories come and go beside the tests)."""
-    return {n for n in os.listdir(tempfile.gettempdir())
-            if n.startswith(("isolate-client-", "isolate-executor-", "isolate-local-"))}
+    """The client's temporary directories in the session's temporary directory."""
+    return set(os.listdir(tempfile.gettempdir()))
