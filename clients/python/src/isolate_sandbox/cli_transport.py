@@ -148,9 +148,16 @@ class CLITransport:
             tail = ["--"] + command
             report = self._invoke(argv, tail, request.env, request.limits, tmp,
                                   on_stdout, on_stderr)
-            files = {box: data for box, path in outputs.items()
-                     if (data := read_bounded(path)) is not None}
-            return RunOutcome(report=report, files=files)
+            files, errors = {}, {}
+            for box, path in outputs.items():
+                try:
+                    data = read_bounded(path)
+                except SandboxError:
+                    errors[box] = f"over {MAX_COPY_OUT_BYTES} bytes"
+                    continue
+                if data is not None:
+                    files[box] = data
+            return RunOutcome(report=report, files=files, errors=errors)
 
     def _invoke(self, argv: List[str], tail: List[str], env: Mapping[str, str],
                 limits: Limits, tmp: str, on_stdout: Optional[OutputCallback],

@@ -7,7 +7,7 @@ from typing import Any, Dict, Optional
 
 from .config import SandboxConfig, parse_mounts
 from .errors import CallTimeoutError
-from .result import error_message, exception_of, run_report_of
+from .result import disk_full, error_message, exception_of, run_report_of
 from .sandbox import call_timeout_report, limits_from, select_transport
 from .transport import RunRequest, Transport
 
@@ -129,18 +129,22 @@ class SandboxExecutor:
             try:
                 outcome = self.transport.run(request)
                 report, data = run_report_of(outcome.report), outcome.files.get(RESULT_FILE)
+                lost = outcome.errors.get(RESULT_FILE)
             except CallTimeoutError as e:
-                report, data = call_timeout_report(e, False), None
+                report, data, lost = call_timeout_report(e, False), None, None
         status = str(report.get("status", "XX"))
-        if data is not None and status in ("OK", "RE"):
+        if lost and status == "OK":  # the driver ended well: its result must come back
+            status, report = "XX", dict(report, message=f"the result was not copied out: {lost}")
+        stderr = str(report.get("stderr", ""))
+        full = disk_full(report, stderr)
+        if data is not None and status in ("OK", "RE") and not full:
             try:
                 answer: Dict[str, Any] = json.loads(data)
                 return answer
             except ValueError:
                 status, report = "XX", dict(report, message="the driver's result.json is not "
                                             "valid JSON (the code wrote over it?)")
-        stderr = str(report.get("stderr", ""))
-        info = exception_of(stderr)
+        info = None if full else exception_of(stderr)
         return {"success": False, "result": None, "result_is_repr": False,
                 "error": (f"{info.name}: {info.value}" if info else
                           error_message(status, report, stderr, limits.timeout,
