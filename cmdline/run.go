@@ -246,10 +246,10 @@ func (iv *invocation) stdioFromFlags(ctx context.Context, wall time.Duration) (s
 		}
 	}
 	outputs := []struct {
-		path string
-		dst  *interface{ Write([]byte) (int, error) }
-		live *os.File
-	}{{iv.hostPath(v.stdout), &stdio.Stdout, iv.Stdout}, {iv.hostPath(v.stderr), &stdio.Stderr, iv.Stderr}}
+		option, path string
+		dst          *interface{ Write([]byte) (int, error) }
+		live         *os.File
+	}{{"--stdout", iv.hostPath(v.stdout), &stdio.Stdout, iv.Stdout}, {"--stderr", iv.hostPath(v.stderr), &stdio.Stderr, iv.Stderr}}
 	for _, o := range outputs {
 		if o.path == "" {
 			continue
@@ -263,7 +263,7 @@ func (iv *invocation) stdioFromFlags(ctx context.Context, wall time.Duration) (s
 		case o.path != "":
 			f, err := isolate.CreateOutput(iv.cred, o.path)
 			if err != nil {
-				return stdio, close, err
+				return stdio, close, fmt.Errorf("%s %w", o.option, err) // err names the path
 			}
 			files = append(files, f)
 			*o.dst = f

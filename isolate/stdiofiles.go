@@ -18,13 +18,12 @@ import (
 // OpenStdin opens the caller's file path as a program's standard input,
 // with caller's rights (nil: this process's).
 // A missing file or a directory is a *UsageError. Isolate's own standard
-// input named as a file (/dev/stdin, /proc/self/fd/0) is passed on as it
-// is: a socket, as Node's child_process gives its children, cannot be
-// opened again. A FIFO waits for its writer, as open(2) does, but only
+// input named as a file (/dev/stdin, /proc/self/fd/0), for a nil caller,
+// is passed on as it is: a socket, as Node's child_process gives its
+// children, cannot be opened again. A FIFO waits for its writer, as open(2) does, but only
 // until ctx ends or wall passes (0: no bound).
 func OpenStdin(ctx context.Context, caller *Cred, path string, wall time.Duration) (*os.File, error) {
-	switch path {
-	case "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0":
+	if n, ok := fdName(path); ok && n == 0 && caller == nil {
 		if _, err := os.Stdin.Stat(); err == nil {
 			return os.NewFile(0, path), nil
 		}
@@ -44,7 +43,7 @@ func OpenStdin(ctx context.Context, caller *Cred, path string, wall time.Duratio
 	if fi.Mode()&os.ModeNamedPipe != 0 {
 		return openStdinFIFO(ctx, caller, path, wall)
 	}
-	f, err := openCallerPath(caller, path, true)
+	f, err := openCallerPath(caller, path, openInput)
 	if err != nil {
 		return nil, usagef("open stdin %v", err)
 	}
@@ -86,25 +85,18 @@ func openStdinFIFO(ctx context.Context, caller *Cred, path string, wall time.Dur
 	return f, nil
 }
 
-// openCallerPath opens the caller's file with the caller's rights (nil:
-// this process's), never through a symlink in its last component: see
-// openOutput and openInput.
-func openCallerPath(who *Cred, path string, input bool) (f *os.File, err error) {
+// openCallerPath opens the caller's file path with open, with the
+// caller's rights (nil: this process's), never through a symlink: see
+// openHostPath, openOutput and openInput.
+func openCallerPath(who *Cred, path string, open func(*fsThread, Cred, *hostPath) (*os.File, error)) (f *os.File, err error) {
 	err = withFSThread(func(t *fsThread) error {
-		caller := ownCred()
-		if who != nil {
-			caller = *who
-		}
+		caller := credOf(who)
 		h, err := openHostPath(t, caller, path)
 		if err != nil {
 			return err
 		}
 		defer h.close()
-		if input {
-			f, err = openInput(t, caller, h)
-		} else {
-			f, err = openOutput(t, caller, h, streamsAllow)
-		}
+		f, err = open(t, caller, h)
 		return err
 	})
 	return f, err
@@ -132,5 +124,7 @@ func CreateOutput(caller *Cred, path string) (*os.File, error) {
 	if err := CheckOutput(path); err != nil {
 		return nil, err
 	}
-	return openCallerPath(caller, path, false)
+	return openCallerPath(caller, path, func(t *fsThread, c Cred, h *hostPath) (*os.File, error) {
+		return openOutput(t, c, h, streamsAllow)
+	})
 }

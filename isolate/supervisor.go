@@ -235,12 +235,7 @@ func (p *Prepared) check() error {
 }
 
 // caller is whose rights the run's host paths are opened with.
-func (s *supervisor) caller() Cred {
-	if s.spec.Caller != nil {
-		return *s.spec.Caller
-	}
-	return ownCred()
-}
+func (s *supervisor) caller() Cred { return credOf(s.spec.Caller) }
 
 // openCopyDst opens the --copy-out destinations' directories with the
 // caller's rights, before the program starts (it may replace them later).
@@ -249,7 +244,7 @@ func (s *supervisor) openCopyDst() error {
 		for _, c := range s.spec.CopyOut {
 			h, err := openHostPath(t, s.caller(), c.To)
 			if err != nil {
-				return fmt.Errorf("--copy-out %s: %w", c.To, err)
+				return fmt.Errorf("--copy-out %w", err) // err names the path
 			}
 			s.copyDst = append(s.copyDst, h)
 		}
