@@ -288,13 +288,14 @@ func (iv *invocation) runAndReport(spec *api.Spec) error {
 	if err != nil {
 		return usageErr(err)
 	}
-	v := &iv.values
-	if err := iv.checkOutputs(v.report, v.meta); err != nil {
-		return usageErr(err)
-	}
 	if err := iv.checkCallerPaths(spec); err != nil {
 		return usageErr(err)
 	}
+	files, err := iv.openOutputs()
+	if err != nil {
+		return usageErr(err)
+	}
+	defer files.close()
 	prep, err := host.Prepare(spec)
 	if err != nil {
 		return usageErr(flagError(err))
@@ -307,7 +308,7 @@ func (iv *invocation) runAndReport(spec *api.Spec) error {
 			return "", err
 		}
 		rep.Sandbox.Via = iv.via()
-		return rep.Status, iv.emitReport(rep)
+		return rep.Status, iv.emitReport(rep, files)
 	})
 }
 

@@ -128,3 +128,19 @@ func CreateOutput(caller *Cred, path string) (*os.File, error) {
 		return openOutput(t, c, h, streamsAllow)
 	})
 }
+
+// CreateReportFile creates (or truncates) the caller's regular file path
+// (or opens the caller's descriptor it names) for what a front end writes
+// after the run (a report, a meta file), with
+// caller's rights (nil: this process's), before the run: no symlink is
+// followed anywhere in path, and the file is written after the run
+// through the descriptor returned, never opened again by its name (the
+// program may by then have replaced a directory of it, in a read-write
+// bind).
+func CreateReportFile(caller *Cred, path string) (*os.File, error) {
+	return openCallerPath(caller, path, func(t *fsThread, c Cred, h *hostPath) (*os.File, error) {
+		// A name of the caller's own descriptor (/dev/stdout) may be a
+		// pipe or a terminal; a path, only a regular file.
+		return openOutput(t, c, h, h.dir < 0)
+	})
+}
