@@ -7,7 +7,11 @@ package main
 // Box ids 380-389.
 
 import (
+	"context"
 	"encoding/json"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -329,5 +333,36 @@ func TestRelativePathsFromADirectoryOnlyTheCallerSees(t *testing.T) {
 	}
 	if rep.Status != isolate.StatusOK || rep.Sandbox.Via != "service" {
 		t.Errorf("report %+v: want OK via the service", rep)
+	}
+}
+
+// The API's binds (a root caller's) go through the same open: the host's
+// /proc under another name is refused, a plain directory is bound.
+func TestAPIBindSourceByWhatItIs(t *testing.T) {
+	needRoot(t)
+	svc := ownService(t)
+	dir := shareDir(t)
+	os.WriteFile(filepath.Join(dir, "f"), []byte("plain\n"), 0o644)
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", filepath.Join(svc.dir, "api.sock"))
+	}}}
+	post := func(host, file string) string {
+		body := `{"commands":[{"args":["/bin/cat","/hp/` + file + `"],"binds":[{"host":"` + host + `","box":"/hp"}]}]}`
+		resp, err := client.Post("http://isolate/v1/run", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		return string(out)
+	}
+	for _, src := range []string{"//proc", "/dev/../proc", "/proc/1/.."} {
+		if out := post(src, "self/status"); !strings.Contains(out, `"status":"XX"`) || !strings.Contains(out, "procfs") {
+			t.Errorf("API bind of %s: %s", src, out)
+		}
+	}
+	if out := post(dir, "f"); !strings.Contains(out, `"status":"OK"`) || !strings.Contains(out, `plain\n`) {
+		t.Errorf("API bind of a plain directory: %s", out)
 	}
 }
