@@ -321,6 +321,19 @@ func linkIn(at int, rel, path string) error {
 	return errors.New("goes through a symbolic link (not followed)")
 }
 
+// openSource opens path, a file the caller names to be read (a copy-in
+// source, a FIFO as standard input), with flags, as the thread's current
+// credentials: a name of a descriptor as fdPath says, any other path with
+// no symlink followed (openNoLinks).
+func openSource(c Cred, path string, flags int) (int, error) {
+	if p, ok, err := c.fdPath(path); err != nil {
+		return -1, err
+	} else if ok {
+		return unix.Open(p, flags|unix.O_CLOEXEC, 0)
+	}
+	return openNoLinks(c, path, flags, 0)
+}
+
 // openHostPath opens path's directory with the caller's rights, no
 // symlink followed anywhere (openNoLinks).
 func openHostPath(t *fsThread, caller Cred, path string) (*hostPath, error) {

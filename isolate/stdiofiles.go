@@ -54,8 +54,12 @@ func OpenStdin(ctx context.Context, caller *Cred, path string, wall time.Duratio
 // never comes ends with ctx or the wall-time limit.
 func openStdinFIFO(ctx context.Context, caller *Cred, path string, wall time.Duration) (*os.File, error) {
 	var pathFD int
-	err := AsCaller(caller, func() (err error) {
-		pathFD, err = unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	err := withFSThread(func(t *fsThread) (err error) {
+		c := credOf(caller)
+		if err := t.become(c); err != nil {
+			return err
+		}
+		pathFD, err = openSource(c, path, unix.O_PATH)
 		return err
 	})
 	if err != nil {

@@ -366,3 +366,39 @@ func TestAPIBindSourceByWhatItIs(t *testing.T) {
 		t.Errorf("API bind of a plain directory: %s", out)
 	}
 }
+
+// Host sources the caller names (--copy-in, --stdin) follow no symlink
+// either: a link planted where a source goes never makes root read what
+// it names. The caller's own standard input named as a file is its own.
+func TestSourcesNeverFollowSymlinks(t *testing.T) {
+	needRoot(t)
+	dir := shareDir(t)
+	os.Mkdir(filepath.Join(dir, "real"), 0o755)
+	os.WriteFile(filepath.Join(dir, "real", "f"), []byte("F\n"), 0o644)
+	os.Symlink(filepath.Join(dir, "real"), filepath.Join(dir, "link"))
+	os.Symlink("/etc/shadow", filepath.Join(dir, "shadow"))
+	for _, args := range [][]string{
+		{"--copy-in", filepath.Join(dir, "shadow") + ":/box/s", "--", "/bin/cat", "s"},
+		{"--copy-in", filepath.Join(dir, "link", "f") + ":/box/s", "--", "/bin/cat", "s"},
+		{"--stdin", filepath.Join(dir, "link", "f"), "--", "/bin/cat"},
+		{"--stdin", filepath.Join(dir, "shadow"), "--", "/bin/cat"},
+	} {
+		res := isolateCmd(t, "", append([]string{"run"}, args...)...)
+		if res.Code != 2 || !strings.Contains(res.Stderr, "symbolic link") || strings.Contains(res.Stdout, "root:") {
+			t.Errorf("%q: exit %d, stdout %.80q, stderr %q: want refused, naming the link", args, res.Code, res.Stdout, res.Stderr)
+		}
+	}
+	in := filepath.Join(dir, "in")
+	os.WriteFile(in, []byte("mine\n"), 0o644)
+	stdin, err := os.Open(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	cmd := exec.Command(isolateBin, "run", "--copy-in", "/dev/stdin:/box/in", "--", "/bin/cat", "in")
+	cmd.Stdin = stdin
+	out, err := cmd.Output()
+	if err != nil || string(out) != "mine\n" {
+		t.Errorf("--copy-in of the caller's /dev/stdin (a file): %v, stdout %q", err, out)
+	}
+}
