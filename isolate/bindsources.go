@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -37,13 +39,14 @@ func (s *supervisor) openBinds() error {
 	if err != nil {
 		return err
 	}
+	var mounts []hostMount // read once, for the first recursive bind
 	s.binds = make([]*bindSource, len(s.spec.Binds))
 	return withFSThread(func(t *fsThread) error {
 		for i, b := range s.spec.Binds {
 			if b.FS != "" {
 				continue
 			}
-			src, err := openBindSource(t, s.caller(), b, devDev)
+			src, err := openBindSource(t, s.caller(), b, devDev, &mounts)
 			if err != nil {
 				return fmt.Errorf("bind %s: %w", b.Host, err)
 			}
@@ -80,7 +83,7 @@ func hostDevDevice() (uint64, error) {
 // openBindSource opens b.Host as caller, checks it, and copies it as a
 // detached mount (as this thread's own credentials: the supervisor's).
 // An optional source that does not exist is nil.
-func openBindSource(t *fsThread, caller Cred, b rootfs.Bind, devDev uint64) (*bindSource, error) {
+func openBindSource(t *fsThread, caller Cred, b rootfs.Bind, devDev uint64, mounts *[]hostMount) (*bindSource, error) {
 	if _, ok := fdName(b.Host); ok {
 		return nil, errors.New("names a descriptor; a bind takes a file or directory")
 	}
@@ -119,6 +122,12 @@ func openBindSource(t *fsThread, caller Cred, b rootfs.Bind, devDev uint64) (*bi
 	if err := t.become(t.orig); err != nil {
 		return nil, err
 	}
+	isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+	if isDir && !b.NoRec {
+		if err := noKernelMountBelow(fd, mounts); err != nil {
+			return nil, err
+		}
+	}
 	flags := uint(unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC | unix.AT_EMPTY_PATH)
 	if !b.NoRec {
 		flags |= unix.AT_RECURSIVE
@@ -134,5 +143,80 @@ func openBindSource(t *fsThread, caller Cred, b rootfs.Bind, devDev uint64) (*bi
 		unix.Close(tree)
 		return nil, fmt.Errorf("make the copy private: %w", err)
 	}
-	return &bindSource{tree: os.NewFile(uintptr(tree), "bind:"+b.Host), dir: st.Mode&unix.S_IFMT == unix.S_IFDIR}, nil
+	return &bindSource{tree: os.NewFile(uintptr(tree), "bind:"+b.Host), dir: isDir}, nil
+}
+
+// kernelFSTypes are the file systems (as mountinfo names them) whose
+// mounts a recursive bind must not bring into a box: kernel interfaces,
+// as pseudoFS, and the host's devices and message queues.
+var kernelFSTypes = map[string]bool{
+	"proc": true, "sysfs": true, "debugfs": true, "tracefs": true, "securityfs": true, "cgroup": true,
+	"cgroup2": true, "bpf": true, "devpts": true, "pstore": true, "efivarfs": true, "binfmt_misc": true,
+	"selinuxfs": true, "smackfs": true, "nsfs": true, "configfs": true, "devtmpfs": true, "mqueue": true,
+	"fusectl": true,
+}
+
+// hostMount is a line of this process's mountinfo: where, and what.
+type hostMount struct{ point, fsType string }
+
+// noKernelMountBelow refuses a directory (fd) below which a kernel
+// interface is mounted: a recursive bind would bring that mount along
+// (--bind /:/host gets the host's /proc, /sys and /dev). mounts is this
+// process's mount table, read on first use.
+func noKernelMountBelow(fd int, mounts *[]hostMount) error {
+	dir, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil {
+		return err
+	}
+	if *mounts == nil {
+		if *mounts, err = readMounts(); err != nil {
+			return err
+		}
+	}
+	prefix := strings.TrimSuffix(dir, "/") + "/"
+	for _, m := range *mounts {
+		if kernelFSTypes[m.fsType] && strings.HasPrefix(m.point, prefix) {
+			return fmt.Errorf("holds the host's %s mount at %s, a kernel interface never bound into a box (bind what the box needs, or a non-recursive bind)", m.fsType, m.point)
+		}
+	}
+	return nil
+}
+
+// readMounts reads this process's mount table.
+func readMounts() ([]hostMount, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	mounts := []hostMount{}
+	for _, line := range strings.Split(string(data), "\n") {
+		// ID PARENT MAJ:MIN ROOT POINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER
+		fields := strings.Fields(line)
+		for i, f := range fields {
+			if f == "-" && i > 4 && i+1 < len(fields) {
+				mounts = append(mounts, hostMount{point: unescapeMount(fields[4]), fsType: fields[i+1]})
+				break
+			}
+		}
+	}
+	return mounts, nil
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }

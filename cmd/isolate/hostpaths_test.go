@@ -138,8 +138,9 @@ func TestReportDirectorySwappedDuringRun(t *testing.T) {
 
 // A bind's source is checked by what it is, not by how it is spelt: the
 // host's /proc, /sys or /dev under any name (a double slash, "..", a
-// symlink) is refused, in the native form and the ioi form's -d; so is a
-// symlink anywhere in the path, and a name of a descriptor.
+// symlink, or a directory holding its mount, bound recursively) is
+// refused, in the native form and the ioi form's -d; so is a symlink
+// anywhere in the path, and a name of a descriptor.
 func TestBindSourceByWhatItIs(t *testing.T) {
 	needRoot(t)
 	dir := shareDir(t)
@@ -148,7 +149,7 @@ func TestBindSourceByWhatItIs(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "real", "f"), []byte("real\n"), 0o644)
 	os.Symlink(dir, filepath.Join(dir, "dir-link"))
 	for _, src := range []string{"//proc", "/dev/../proc", "/proc/self/..", "/proc/sys", filepath.Join(dir, "proc-link"), "/sys",
-		cgroupMount(t), "/dev", "/dev/pts", "/proc/self/fd/0", "/dev/fd/3", filepath.Join(dir, "dir-link", "real")} {
+		cgroupMount(t), "/dev", "/dev/pts", "/proc/self/fd/0", "/dev/fd/3", filepath.Join(dir, "dir-link", "real"), "/"} {
 		res := isolateCmd(t, "", "run", "--bind", src+":/hp", "--", "/bin/ls", "/hp")
 		if res.Code != 2 || !strings.Contains(res.Stderr, "bind "+src) {
 			t.Errorf("--bind %s: exit %d, stdout %.100q, stderr %q: want refused, exit 2", src, res.Code, res.Stdout, res.Stderr)
