@@ -26,11 +26,12 @@ var ownFDs = map[string]int{
 }
 
 // hostPath is the path the runtime opens for a host file the caller
-// named: relative to the caller's directory, and a name of one of the
-// caller's standard descriptors (/dev/stdout) made the name of the
-// descriptor this process holds for it.
+// named: relative to the caller's directory, and, run in-process, a name
+// of one of the caller's standard descriptors (/dev/stdout) made the name
+// of the descriptor this process holds for it (for another process, the
+// runtime maps them: see isolate.Cred's Std).
 func (iv *invocation) hostPath(p string) string {
-	if n, ok := ownFDs[p]; ok {
+	if n, ok := ownFDs[p]; ok && iv.Caller == nil {
 		if f := [3]*os.File{iv.Stdin, iv.Stdout, iv.Stderr}[n]; f != nil {
 			if fd := int(f.Fd()); fd != n {
 				return "/proc/self/fd/" + strconv.Itoa(fd)

@@ -42,9 +42,11 @@ func (iv *invocation) execAction(c *cli.Context) error {
 	if err != nil {
 		return usageErr(flagError(err))
 	}
-	if err := iv.checkOutputs(iv.values.report, iv.values.meta); err != nil {
+	files, err := iv.openOutputs()
+	if err != nil {
 		return usageErr(err)
 	}
+	defer files.close()
 	return iv.withRunIO(wall, func(ctx context.Context, stdio isolate.IO) (api.Status, error) {
 		rep, err := job.Run(ctx, stdio)
 		if err != nil {
@@ -56,7 +58,7 @@ func (iv *invocation) execAction(c *cli.Context) error {
 				phase.Message = iv.asGiven(phase.Message)
 			}
 		}
-		return rep.Status, iv.emitExecReport(rep)
+		return rep.Status, iv.emitExecReport(rep, files)
 	})
 }
 
@@ -95,16 +97,16 @@ func (iv *invocation) execJobFromFlags(c *cli.Context) (job *judge.Job, wall tim
 
 // emitExecReport prints the outcome as the flags ask: JSON, a report file,
 // a meta file of the last phase, or the program's output and a summary.
-func (iv *invocation) emitExecReport(rep *api.ExecReport) error {
+func (iv *invocation) emitExecReport(rep *api.ExecReport, files *outputFiles) error {
 	v := &iv.values
 	last := rep.Last()
-	if f := v.report; f != "" {
-		if err := iv.writeJSON(f, rep); err != nil {
+	if files.report != nil {
+		if err := iv.writeJSON(files.report, rep); err != nil {
 			return err
 		}
 	}
-	if f := v.meta; f != "" && last != nil {
-		if err := iv.writeMeta(f, last); err != nil {
+	if v.meta != "" && last != nil {
+		if err := iv.writeMeta(files.meta, last); err != nil {
 			return err
 		}
 	}

@@ -98,7 +98,7 @@ func (iv *invocation) runIOI(args []string) int {
 		return exitSandbox // a signal ended the invocation: Main says how
 	}
 	defer stop()
-	rep, err := ioi.Run(ctx, o, cfg, &ioi.Caller{Env: iv.Env, Path: iv.path, Stdin: iv.Stdin, Stdout: iv.Stdout, Stderr: iv.Stderr})
+	rep, err := ioi.Run(ctx, o, cfg, &ioi.Caller{Env: iv.Env, Path: iv.path, Stdin: iv.Stdin, Stdout: iv.Stdout, Stderr: iv.Stderr, Cred: iv.cred})
 	if rep == nil {
 		return ioiUsage(err)
 	}

@@ -112,7 +112,11 @@ type invocation struct {
 func Main(ctx context.Context, inv *Invocation) Exit {
 	iv := &invocation{Invocation: inv, ctx: ctx}
 	if c := inv.Caller; c != nil {
-		iv.cred = &isolate.Cred{UID: c.UID, GID: c.GID, Groups: c.Groups}
+		// The names of descriptors another process gives (/dev/stdout)
+		// mean its own standard ones, never this process's; its
+		// relative paths resolve from its directory.
+		iv.cred = &isolate.Cred{UID: c.UID, GID: c.GID, Groups: c.Groups,
+			Std: &[3]*os.File{inv.Stdin, inv.Stdout, inv.Stderr}, Dir: inv.Dir}
 	}
 	if inv.Signals != nil {
 		iv.signals = relaySignals(inv.Signals)

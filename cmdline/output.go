@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/isolate-sandbox/isolate/ioi"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
@@ -16,16 +14,16 @@ import (
 // emitReport writes the report as JSON (stdout and/or a file), as a meta
 // file, or else as a summary line on stderr. Without --json and --stream,
 // captured output is passed through to the caller's stdout/stderr.
-func (iv *invocation) emitReport(r *isolate.Report) error {
+func (iv *invocation) emitReport(r *isolate.Report, files *outputFiles) error {
 	r.Message = iv.asGiven(r.Message)
 	v := &iv.values
-	if v.report != "" {
-		if err := iv.writeJSON(v.report, r); err != nil {
+	if files.report != nil {
+		if err := iv.writeJSON(files.report, r); err != nil {
 			return err
 		}
 	}
 	if v.meta != "" {
-		if err := iv.writeMeta(v.meta, r); err != nil {
+		if err := iv.writeMeta(files.meta, r); err != nil {
 			return err
 		}
 	}
@@ -41,61 +39,57 @@ func (iv *invocation) emitReport(r *isolate.Report) error {
 	return nil
 }
 
-func (iv *invocation) writeJSON(path string, v any) error {
+func (iv *invocation) writeJSON(f *os.File, v any) error {
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
-	return iv.writeOutput(path, append(data, '\n'))
+	_, err = f.Write(append(data, '\n'))
+	return err
 }
 
-// checkOutputs opens the report and meta files the caller named before
-// anything runs: a path that cannot be written is a usage error then, not
-// after the program ran.
-func (iv *invocation) checkOutputs(paths ...string) error {
-	for _, p := range paths {
-		if p == "" || p == "-" {
+// outputFiles are the report and meta files the caller named, open.
+type outputFiles struct{ report, meta *os.File }
+
+// openOutputs opens the report and meta files the caller named before
+// anything runs, with the caller's rights, no symlink followed anywhere
+// in their paths: a path that cannot be written is a usage error then,
+// not after the program ran, and the files are written through these
+// descriptors after the run, never opened again by name (the program
+// may have replaced a directory of the path meanwhile, in a read-write
+// bind).
+func (iv *invocation) openOutputs() (*outputFiles, error) {
+	o := &outputFiles{}
+	v := &iv.values
+	for _, f := range []struct {
+		option, path string
+		dst          **os.File
+	}{{"--report", v.report, &o.report}, {"--meta", v.meta, &o.meta}} {
+		if f.path == "" || f.path == "-" && f.option == "--meta" {
 			continue
 		}
-		f, err := iv.openOutput(p, 0)
+		file, err := isolate.CreateReportFile(iv.cred, iv.hostPath(f.path))
 		if err != nil {
-			return err
+			o.close()
+			return nil, fmt.Errorf("%s %s: %v", f.option, f.path, trimPath(err, iv.hostPath(f.path)))
 		}
-		f.Close()
+		*f.dst = file
 	}
-	return nil
+	return o, nil
 }
 
-// openOutput opens a file the caller named for writing, with the caller's
-// rights: created if need be, its last component never a symlink
-// followed, a regular file only.
-func (iv *invocation) openOutput(path string, flags int) (*os.File, error) {
-	var fd int
-	err := isolate.AsCaller(iv.cred, func() (err error) {
-		fd, err = unix.Open(iv.hostPath(path), unix.O_WRONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|flags, 0o644)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	f := os.NewFile(uintptr(fd), path)
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		f.Close()
-		return nil, fmt.Errorf("%s: not a regular file", path)
-	}
-	return f, nil
+// trimPath drops the path from the front of err's message, which names
+// it already.
+func trimPath(err error, path string) string {
+	return strings.TrimPrefix(err.Error(), path+": ")
 }
 
-func (iv *invocation) writeOutput(path string, data []byte) error {
-	f, err := iv.openOutput(path, unix.O_TRUNC)
-	if err != nil {
-		return err
+func (o *outputFiles) close() {
+	for _, f := range []*os.File{o.report, o.meta} {
+		if f != nil {
+			f.Close()
+		}
 	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // summary is the one-line account of a run.
@@ -115,13 +109,14 @@ func summary(r *isolate.Report) string {
 	return b.String()
 }
 
-// writeMeta writes ioi/isolate's meta file ("-" is stdout), with
+// writeMeta writes ioi/isolate's meta file (f; nil: stdout, "-"), with
 // ioi/isolate's keys and statuses (see MetaText).
-func (iv *invocation) writeMeta(path string, r *isolate.Report) error {
+func (iv *invocation) writeMeta(f *os.File, r *isolate.Report) error {
 	text := ioi.MetaText(r)
-	if path == "-" {
+	if f == nil {
 		_, err := iv.Stdout.WriteString(text)
 		return err
 	}
-	return iv.writeOutput(path, []byte(text))
+	_, err := f.WriteString(text)
+	return err
 }

@@ -246,10 +246,10 @@ func (iv *invocation) stdioFromFlags(ctx context.Context, wall time.Duration) (s
 		}
 	}
 	outputs := []struct {
-		path string
-		dst  *interface{ Write([]byte) (int, error) }
-		live *os.File
-	}{{iv.hostPath(v.stdout), &stdio.Stdout, iv.Stdout}, {iv.hostPath(v.stderr), &stdio.Stderr, iv.Stderr}}
+		option, path string
+		dst          *interface{ Write([]byte) (int, error) }
+		live         *os.File
+	}{{"--stdout", iv.hostPath(v.stdout), &stdio.Stdout, iv.Stdout}, {"--stderr", iv.hostPath(v.stderr), &stdio.Stderr, iv.Stderr}}
 	for _, o := range outputs {
 		if o.path == "" {
 			continue
@@ -263,7 +263,7 @@ func (iv *invocation) stdioFromFlags(ctx context.Context, wall time.Duration) (s
 		case o.path != "":
 			f, err := isolate.CreateOutput(iv.cred, o.path)
 			if err != nil {
-				return stdio, close, err
+				return stdio, close, fmt.Errorf("%s %w", o.option, err) // err names the path
 			}
 			files = append(files, f)
 			*o.dst = f
@@ -288,13 +288,14 @@ func (iv *invocation) runAndReport(spec *api.Spec) error {
 	if err != nil {
 		return usageErr(err)
 	}
-	v := &iv.values
-	if err := iv.checkOutputs(v.report, v.meta); err != nil {
-		return usageErr(err)
-	}
 	if err := iv.checkCallerPaths(spec); err != nil {
 		return usageErr(err)
 	}
+	files, err := iv.openOutputs()
+	if err != nil {
+		return usageErr(err)
+	}
+	defer files.close()
 	prep, err := host.Prepare(spec)
 	if err != nil {
 		return usageErr(flagError(err))
@@ -307,7 +308,7 @@ func (iv *invocation) runAndReport(spec *api.Spec) error {
 			return "", err
 		}
 		rep.Sandbox.Via = iv.via()
-		return rep.Status, iv.emitReport(rep)
+		return rep.Status, iv.emitReport(rep, files)
 	})
 }
 

@@ -47,9 +47,11 @@ func CgroupRoot(cfg *isolate.Config) (string, error) {
 func Run(ctx context.Context, o *Options, cfg *isolate.Config, caller *Caller) (*isolate.Report, error) {
 	var meta *os.File
 	if o.meta != "" && o.meta != "-" {
-		// Opened before the run, as ioi/isolate does: nothing the program
-		// does can redirect it.
-		f, err := os.OpenFile(caller.path(o.meta), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		// Opened before the run, as ioi/isolate does, with the caller's
+		// rights, no symlink followed anywhere in the path, and written
+		// through this descriptor: nothing the program does can redirect
+		// it.
+		f, err := isolate.CreateReportFile(caller.Cred, caller.path(o.meta))
 		if err != nil {
 			return nil, fmt.Errorf("failed to open metafile '%s': %v", o.meta, strerror(err))
 		}
@@ -279,6 +281,7 @@ type Caller struct {
 	Env                   []string
 	Path                  func(string) string // nil: as given
 	Stdin, Stdout, Stderr *os.File
+	Cred                  *isolate.Cred // whose rights open the meta file; nil: this process's
 }
 
 // path resolves a host path the caller named.

@@ -40,6 +40,7 @@ func TestUnescapeMount(t *testing.T) {
 		`/tmp/x\011y\012z`:       "/tmp/x\ty\nz",
 		`/tmp/back\134slash`:     `/tmp/back\slash`,
 		`/tmp/end\04`:            `/tmp/end\04`,
+		`/x\999`:                 `/x\999`,
 	} {
 		if got := unescapeMount(in); got != want {
 			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)

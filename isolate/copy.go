@@ -142,8 +142,9 @@ type treeCopy struct {
 	noSendfile bool
 }
 
-// copyIn copies the caller's file or directory c.From into the box whose
-// root is rootFD, created with the box user's rights (owned by it, no
+// copyIn copies the caller's file or directory c.From (opened with no
+// symlink followed in its path: see openSource) into the box whose root
+// is rootFD, created with the box user's rights (owned by it, no
 // chown needed): nothing is written through a symlink, onto a device or
 // onto a file bound from the host.
 func copyIn(t *fsThread, rootFD int, c Copy, caller, box Cred) error {
@@ -151,7 +152,7 @@ func copyIn(t *fsThread, rootFD int, c Copy, caller, box Cred) error {
 	if err := t.become(caller); err != nil {
 		return err
 	}
-	src, err := unix.Open(c.From, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	src, err := openSource(caller, c.From, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
 	if err != nil {
 		return err
 	}

@@ -21,16 +21,39 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Cred are the file-system credentials a host-side open runs with.
+// Cred are the file-system credentials a host-side open runs with, and
+// what the names of descriptors mean for whoever they are.
 type Cred struct {
 	UID, GID int
 	Groups   []int // supplementary groups
+	// Std are the standard descriptors of a caller that is another
+	// process (one the service runs for), as this process holds them.
+	// The names of descriptors such a caller gives (/dev/stdout,
+	// /dev/fd/N, /proc/self/fd/N) would name this process's own: those
+	// of 0, 1 and 2 mean these, every other one is refused.
+	Std *[3]*os.File
+	// Dir, when it names a descriptor of this process (/proc/self/fd/N:
+	// how the service names a caller's working directory that no path of
+	// its own reaches), is the caller's working directory, held open: a
+	// path under it is resolved from that descriptor.
+	Dir string
+	// self: this process's own credentials (ownCred): its descriptors are
+	// the caller's, and every name of one is taken as it is.
+	self bool
 }
 
 // ownCred is this process's own credentials: the CLI's caller.
 func ownCred() Cred {
 	groups, _ := unix.Getgroups()
-	return Cred{UID: unix.Geteuid(), GID: unix.Getegid(), Groups: groups}
+	return Cred{UID: unix.Geteuid(), GID: unix.Getegid(), Groups: groups, self: true}
+}
+
+// credOf is who's credentials, nil: this process's own.
+func credOf(who *Cred) Cred {
+	if who != nil {
+		return *who
+	}
+	return ownCred()
 }
 
 // boxCred is the host identity of box id's program: FirstUID+id, no
@@ -191,32 +214,134 @@ func openErr(err error) error {
 // opened with the caller's rights before the program starts, its last
 // component is looked up only when it is used, never through a symlink.
 type hostPath struct {
-	path string
-	dir  int // O_PATH descriptor of the directory, or -1
-	name string
+	path   string
+	fdPath string // for a name of a descriptor: what opens it (dir is -1)
+	dir    int    // O_PATH descriptor of the directory, or -1
+	name   string
 }
 
-// callerFD reports whether path names one of this process's own open
-// descriptors (/dev/stdout, /proc/self/fd/N, ...): the caller's, which
-// the magic link reopens; no box can plant anything there.
-func callerFD(path string) bool {
+// fdName tells which descriptor path names, if it names one of this
+// process's: /dev/stdin, /dev/stdout, /dev/stderr, /dev/fd/N,
+// /proc/self/fd/N, /proc/thread-self/fd/N.
+func fdName(path string) (int, bool) {
 	switch path {
-	case "/dev/stdin", "/dev/stdout", "/dev/stderr":
-		return true
+	case "/dev/stdin":
+		return 0, true
+	case "/dev/stdout":
+		return 1, true
+	case "/dev/stderr":
+		return 2, true
 	}
-	for _, prefix := range []string{"/proc/self/fd/", "/dev/fd/"} {
+	for _, prefix := range []string{"/proc/self/fd/", "/dev/fd/", "/proc/thread-self/fd/"} {
 		if n, ok := strings.CutPrefix(path, prefix); ok {
-			_, err := strconv.Atoi(n)
-			return err == nil
+			fd, err := strconv.Atoi(n)
+			return fd, err == nil && fd >= 0 && strconv.Itoa(fd) == n
 		}
 	}
-	return false
+	return 0, false
 }
 
-// openHostPath opens path's directory with the caller's rights.
+// fdPath is what a name of a descriptor opens for c: for this process's
+// own credentials the name as it is (the magic link reopens the caller's
+// file, where no box can plant anything); for another process its 0, 1
+// and 2 as the descriptors this process holds for them. ok is false for
+// a path that names no descriptor.
+func (c Cred) fdPath(path string) (p string, ok bool, err error) {
+	n, ok := fdName(path)
+	switch {
+	case !ok:
+		return "", false, nil
+	case c.self:
+		return path, true, nil
+	case n > 2 || c.Std == nil || c.Std[n] == nil:
+		return "", true, fmt.Errorf("%s: names a descriptor of the service, not the caller's (only 0, 1 and 2 may be named)", path)
+	}
+	return "/proc/self/fd/" + strconv.Itoa(int(c.Std[n].Fd())), true, nil
+}
+
+// noLinks is how every host path a caller names is resolved: no symlink
+// and no /proc magic link in any of its components.
+const noLinks = unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
+
+// openNoLinks opens path with the thread's current credentials,
+// following no symlink anywhere in it (noLinks): a relative path from
+// this process's directory (or a path under c.Dir from that), an
+// absolute one from the root. A refusal names the symlink it met.
+func openNoLinks(c Cred, path string, flags int, mode uint32) (int, error) {
+	at, rel := c.lookupStart(path)
+	how := &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: noLinks}
+	for try := 0; ; try++ {
+		fd, err := unix.Openat2(at, rel, how)
+		switch {
+		case err == nil:
+			return fd, nil
+		case (err == unix.EAGAIN || err == unix.EINTR) && try < 16:
+			continue // a rename elsewhere raced the lookup
+		case err == unix.ELOOP:
+			return -1, linkIn(at, rel, path)
+		}
+		return -1, err
+	}
+}
+
+// lookupStart is where the lookup of path starts: the descriptor of c.Dir
+// for a path under it, else this process's directory (or, for an
+// absolute path, the root).
+func (c Cred) lookupStart(path string) (int, string) {
+	if n, ok := fdName(c.Dir); ok {
+		if rest, ok := strings.CutPrefix(path, c.Dir+"/"); ok {
+			return n, rest
+		}
+	}
+	return unix.AT_FDCWD, path
+}
+
+// linkIn names the first symlink of rel (looked up from at; path as the
+// caller named it), for the message of a refused lookup.
+func linkIn(at int, rel, path string) error {
+	prefix := ""
+	if strings.HasPrefix(rel, "/") {
+		prefix = "/"
+	}
+	shown := strings.TrimSuffix(path, rel)
+	for _, part := range strings.Split(rel, "/") {
+		if part == "" {
+			continue
+		}
+		prefix += part
+		var st unix.Stat_t
+		if unix.Fstatat(at, prefix, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			if prefix == strings.TrimSuffix(rel, "/") {
+				return errors.New("is a symbolic link (not followed)")
+			}
+			return fmt.Errorf("%s is a symbolic link (not followed: name the path without it)", shown+prefix)
+		}
+		prefix += "/"
+	}
+	return errors.New("goes through a symbolic link (not followed)")
+}
+
+// openSource opens path, a file the caller names to be read (a copy-in
+// source, a FIFO as standard input), with flags, as the thread's current
+// credentials: a name of a descriptor as fdPath says, any other path with
+// no symlink followed (openNoLinks).
+func openSource(c Cred, path string, flags int) (int, error) {
+	if p, ok, err := c.fdPath(path); err != nil {
+		return -1, err
+	} else if ok {
+		return unix.Open(p, flags|unix.O_CLOEXEC, 0)
+	}
+	return openNoLinks(c, path, flags, 0)
+}
+
+// openHostPath opens path's directory with the caller's rights, no
+// symlink followed anywhere (openNoLinks).
 func openHostPath(t *fsThread, caller Cred, path string) (*hostPath, error) {
 	h := &hostPath{path: path, dir: -1}
-	if callerFD(path) {
+	if p, ok, err := caller.fdPath(path); err != nil {
+		return nil, err
+	} else if ok {
+		h.fdPath = p
 		return h, nil
 	}
 	dir, name := dirOf(path), path[strings.LastIndexByte(path, '/')+1:]
@@ -226,9 +351,9 @@ func openHostPath(t *fsThread, caller Cred, path string) (*hostPath, error) {
 	if err := t.become(caller); err != nil {
 		return nil, err
 	}
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := openNoLinks(caller, dir, unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
-		return nil, fmt.Errorf("directory %s: %w", dir, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	h.dir, h.name = fd, name
 	return h, nil
@@ -271,7 +396,7 @@ func openCallerFile(t *fsThread, caller Cred, h *hostPath, mode int, streams boo
 	var fd int
 	var err error
 	if h.dir < 0 {
-		fd, err = unix.Open(h.path, flags&^unix.O_CREAT, 0)
+		fd, err = unix.Open(h.fdPath, flags&^unix.O_CREAT, 0)
 	} else {
 		fd, err = unix.Openat(h.dir, h.name, flags|unix.O_NOFOLLOW, 0o644)
 	}

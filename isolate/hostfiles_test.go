@@ -144,3 +144,85 @@ func TestCopyDataKeepsHolesAndBounds(t *testing.T) {
 		t.Errorf("3 MB copied with a 1 MB bound")
 	}
 }
+
+// TestDescriptorNames: this process's own caller may name any of its
+// descriptors; another process (the service's caller) only 0, 1 and 2,
+// which mean the descriptors this process holds for them.
+func TestDescriptorNames(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	other := Cred{UID: 65534, GID: 65534, Std: &[3]*os.File{r, w, os.Stderr}}
+	own := ownCred()
+	tests := []struct {
+		cred       Cred
+		path, want string // want "": refused; "-": names no descriptor
+	}{
+		{own, "/dev/stdout", "/dev/stdout"},
+		{own, "/proc/self/fd/7", "/proc/self/fd/7"},
+		{own, "/tmp/x", "-"},
+		{other, "/dev/stdin", "/proc/self/fd/" + strconv.Itoa(int(r.Fd()))},
+		{other, "/dev/fd/1", "/proc/self/fd/" + strconv.Itoa(int(w.Fd()))},
+		{other, "/proc/self/fd/2", "/proc/self/fd/2"},
+		{other, "/proc/thread-self/fd/1", "/proc/self/fd/" + strconv.Itoa(int(w.Fd()))},
+		{other, "/proc/self/fd/3", ""},
+		{other, "/dev/fd/10", ""},
+		{other, "/proc/self/fd/01", "-"}, // not a name of one: resolved, and refused as a symlink
+		{Cred{UID: 65534}, "/dev/stdout", ""},
+		{other, "/dev/stdout2", "-"},
+	}
+	for _, tt := range tests {
+		got, ok, err := tt.cred.fdPath(tt.path)
+		switch {
+		case tt.want == "-" && (ok || err != nil):
+			t.Errorf("%s (self %v): names a descriptor? %q %v", tt.path, tt.cred.self, got, err)
+		case tt.want == "" && (err == nil || !strings.Contains(err.Error(), "descriptor")):
+			t.Errorf("%s (self %v): %q %v, want refused", tt.path, tt.cred.self, got, err)
+		case tt.want != "" && tt.want != "-" && (got != tt.want || err != nil):
+			t.Errorf("%s (self %v): %q %v, want %q", tt.path, tt.cred.self, got, err, tt.want)
+		}
+	}
+}
+
+// TestOpenNoLinks: a symlink anywhere in a host path is refused, the
+// message naming it; a path under the caller's directory descriptor
+// (Cred.Dir) resolves from it.
+func TestOpenNoLinks(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "real", "sub"), 0o755)
+	os.WriteFile(filepath.Join(dir, "real", "sub", "f"), nil, 0o644)
+	os.Symlink("real", filepath.Join(dir, "link"))
+	os.Symlink("f", filepath.Join(dir, "real", "sub", "flink"))
+	own := ownCred()
+	for path, want := range map[string]string{
+		filepath.Join(dir, "real", "sub", "f"):     "",
+		filepath.Join(dir, "real", "..", "real"):   "",
+		filepath.Join(dir, "link", "sub", "f"):     filepath.Join(dir, "link") + " is a symbolic link",
+		filepath.Join(dir, "real", "sub", "flink"): "is a symbolic link (not followed)",
+		"/proc/self/fd/0":                          "/proc/self is a symbolic link",
+		"/dev/fd/0":                                "/dev/fd is a symbolic link",
+	} {
+		fd, err := openNoLinks(own, path, unix.O_PATH, 0)
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Errorf("%s: %v, want %q", path, err, want)
+		}
+	}
+	d, err := os.Open(filepath.Join(dir, "real"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	c := own
+	c.Dir = "/proc/self/fd/" + strconv.Itoa(int(d.Fd()))
+	fd, err := openNoLinks(c, c.Dir+"/sub/f", unix.O_PATH, 0)
+	if err != nil {
+		t.Fatalf("a path under the caller's directory descriptor: %v", err)
+	}
+	unix.Close(fd)
+}

@@ -21,6 +21,12 @@
 #ifndef SYS_mount_setattr
 #define SYS_mount_setattr 442
 #endif
+#ifndef SYS_move_mount
+#define SYS_move_mount 429
+#endif
+#ifndef MOVE_MOUNT_F_EMPTY_PATH
+#define MOVE_MOUNT_F_EMPTY_PATH 0x00000004
+#endif
 #ifndef AT_RECURSIVE
 #define AT_RECURSIVE 0x8000
 #endif
@@ -145,6 +151,13 @@ int init_box_op(struct op *op, int *announce) {
 		break;
 	case ISOLATE_OP_MOUNT:
 		rc = mount(s[0], path = s[1], OPT(s[2]), i[0], OPT(s[3]));
+		break;
+	case ISOLATE_OP_MOVE_MOUNT:
+		/* A bind's source as the supervisor opened it, never looked up
+		 * by its path again (no symlink on the target followed). */
+		rc = syscall(SYS_move_mount, (int)i[0], "", AT_FDCWD, path = s[0], MOVE_MOUNT_F_EMPTY_PATH);
+		if (rc == 0)
+			close((int)i[0]);
 		break;
 	case ISOLATE_OP_SETATTR: {
 		struct isolate_mount_attr a = {.attr_set = i[0]};

@@ -85,6 +85,8 @@ func (p *plan) fs(ops []rootfs.Op) {
 			p.op(C.ISOLATE_OP_PRIVATE, o.Step, nil)
 		case rootfs.Mount:
 			p.op(C.ISOLATE_OP_MOUNT, o.Step, []uint64{o.Flags}, o.Source, o.Target, o.FSType, o.Data)
+		case rootfs.MoveMount:
+			p.op(C.ISOLATE_OP_MOVE_MOUNT, o.Step, []uint64{uint64(o.Tree)}, o.Target)
 		case rootfs.SetAttr:
 			p.op(C.ISOLATE_OP_SETATTR, o.Step, []uint64{o.Attrs, flag(o.Recursive)}, o.Path)
 		case rootfs.Mkdir:

@@ -55,6 +55,7 @@ enum {
 	X(SYSCTL, "sysctl", 0, 2)         /* path, value */                                                          \
 	X(PRIVATE, "private", 0, 0)       /* make every mount private */                                             \
 	X(MOUNT, "mount", 1, 4)           /* flags; source, target, fstype, data ("": none) */                       \
+	X(MOVE_MOUNT, "move-mount", 1, 1) /* inherited descriptor of a detached mount; target (closed once moved) */ \
 	X(SETATTR, "setattr", 2, 1)       /* attributes to set, 1 for the whole subtree; path */                    \
 	X(MKDIR, "mkdir", 1, 1)           /* mode; path (and missing parents) */                                     \
 	X(TOUCH, "touch", 1, 1)           /* mode; path of an empty file (and missing parents) */                    \

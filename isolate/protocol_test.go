@@ -75,6 +75,7 @@ func TestProtocolOps(t *testing.T) {
 			fmt.Sprintf(`mount step="mount /tmp" %d "tmpfs" "/r/tmp" "tmpfs" "mode=1777"`, unix.MS_NOSUID|unix.MS_NODEV)},
 		{"mount, empty strings", fs(rootfs.Mount{}), `mount step="" 0 "" "" "" ""`},
 		{"mount, largest flags", fs(rootfs.Mount{Step: "m", Flags: math.MaxUint64}), `mount step="m" ` + maxU64 + ` "" "" "" ""`},
+		{"move-mount", fs(rootfs.MoveMount{Step: "bind /data on /d", Tree: 9, Target: "/r/d"}), `move-mount step="bind /data on /d" 9 "/r/d"`},
 		{"setattr", fs(rootfs.SetAttr{Step: "set", Path: "/r/usr", Attrs: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID, Recursive: true}),
 			fmt.Sprintf(`setattr step="set" %d 1 "/r/usr"`, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID)},
 		{"setattr, not recursive", fs(rootfs.SetAttr{Step: "set", Path: "/r/box"}), `setattr step="set" 0 0 "/r/box"`},
@@ -203,7 +204,8 @@ func TestProtocolBoxPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	ops, err := rootfs.Plan(&rootfs.Layout{Image: image, UID: 1000, GID: 1000, TmpSize: 1 << 20,
-		Binds: []rootfs.Bind{{Host: image, Box: "/data", NoRec: true}, {FS: "tmpfs", Box: "/scratch", Writable: true}}})
+		Binds: []rootfs.Bind{{Host: image, Box: "/data", NoRec: true, Opened: &rootfs.OpenedSource{Tree: 9, Dir: true}},
+			{FS: "tmpfs", Box: "/scratch", Writable: true}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +216,8 @@ func TestProtocolBoxPlan(t *testing.T) {
 		t.Fatalf("%d ops decoded as %d records:\n%s", len(ops), len(lines), strings.Join(lines, "\n"))
 	}
 	names := map[string]string{"MakePrivate": "private", "Mount": "mount", "SetAttr": "setattr", "Mkdir": "mkdir",
-		"Touch": "touch", "Symlink": "symlink", "WriteFile": "write", "RemountRO": "remount-ro", "Pivot": "pivot"}
+		"Touch": "touch", "Symlink": "symlink", "WriteFile": "write", "RemountRO": "remount-ro", "Pivot": "pivot",
+		"MoveMount": "move-mount"}
 	for i, op := range ops {
 		typ := strings.TrimPrefix(fmt.Sprintf("%T", op), "rootfs.")
 		if got := strings.Fields(lines[i])[0]; got != names[typ] {

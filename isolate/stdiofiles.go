@@ -18,13 +18,12 @@ import (
 // OpenStdin opens the caller's file path as a program's standard input,
 // with caller's rights (nil: this process's).
 // A missing file or a directory is a *UsageError. Isolate's own standard
-// input named as a file (/dev/stdin, /proc/self/fd/0) is passed on as it
-// is: a socket, as Node's child_process gives its children, cannot be
-// opened again. A FIFO waits for its writer, as open(2) does, but only
+// input named as a file (/dev/stdin, /proc/self/fd/0), for a nil caller,
+// is passed on as it is: a socket, as Node's child_process gives its
+// children, cannot be opened again. A FIFO waits for its writer, as open(2) does, but only
 // until ctx ends or wall passes (0: no bound).
 func OpenStdin(ctx context.Context, caller *Cred, path string, wall time.Duration) (*os.File, error) {
-	switch path {
-	case "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0":
+	if n, ok := fdName(path); ok && n == 0 && caller == nil {
 		if _, err := os.Stdin.Stat(); err == nil {
 			return os.NewFile(0, path), nil
 		}
@@ -44,7 +43,7 @@ func OpenStdin(ctx context.Context, caller *Cred, path string, wall time.Duratio
 	if fi.Mode()&os.ModeNamedPipe != 0 {
 		return openStdinFIFO(ctx, caller, path, wall)
 	}
-	f, err := openCallerPath(caller, path, true)
+	f, err := openCallerPath(caller, path, openInput)
 	if err != nil {
 		return nil, usagef("open stdin %v", err)
 	}
@@ -55,8 +54,12 @@ func OpenStdin(ctx context.Context, caller *Cred, path string, wall time.Duratio
 // never comes ends with ctx or the wall-time limit.
 func openStdinFIFO(ctx context.Context, caller *Cred, path string, wall time.Duration) (*os.File, error) {
 	var pathFD int
-	err := AsCaller(caller, func() (err error) {
-		pathFD, err = unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	err := withFSThread(func(t *fsThread) (err error) {
+		c := credOf(caller)
+		if err := t.become(c); err != nil {
+			return err
+		}
+		pathFD, err = openSource(c, path, unix.O_PATH)
 		return err
 	})
 	if err != nil {
@@ -86,25 +89,18 @@ func openStdinFIFO(ctx context.Context, caller *Cred, path string, wall time.Dur
 	return f, nil
 }
 
-// openCallerPath opens the caller's file with the caller's rights (nil:
-// this process's), never through a symlink in its last component: see
-// openOutput and openInput.
-func openCallerPath(who *Cred, path string, input bool) (f *os.File, err error) {
+// openCallerPath opens the caller's file path with open, with the
+// caller's rights (nil: this process's), never through a symlink: see
+// openHostPath, openOutput and openInput.
+func openCallerPath(who *Cred, path string, open func(*fsThread, Cred, *hostPath) (*os.File, error)) (f *os.File, err error) {
 	err = withFSThread(func(t *fsThread) error {
-		caller := ownCred()
-		if who != nil {
-			caller = *who
-		}
+		caller := credOf(who)
 		h, err := openHostPath(t, caller, path)
 		if err != nil {
 			return err
 		}
 		defer h.close()
-		if input {
-			f, err = openInput(t, caller, h)
-		} else {
-			f, err = openOutput(t, caller, h, streamsAllow)
-		}
+		f, err = open(t, caller, h)
 		return err
 	})
 	return f, err
@@ -132,5 +128,23 @@ func CreateOutput(caller *Cred, path string) (*os.File, error) {
 	if err := CheckOutput(path); err != nil {
 		return nil, err
 	}
-	return openCallerPath(caller, path, false)
+	return openCallerPath(caller, path, func(t *fsThread, c Cred, h *hostPath) (*os.File, error) {
+		return openOutput(t, c, h, streamsAllow)
+	})
+}
+
+// CreateReportFile creates (or truncates) the caller's regular file path
+// (or opens the caller's descriptor it names) for what a front end writes
+// after the run (a report, a meta file), with
+// caller's rights (nil: this process's), before the run: no symlink is
+// followed anywhere in path, and the file is written after the run
+// through the descriptor returned, never opened again by its name (the
+// program may by then have replaced a directory of it, in a read-write
+// bind).
+func CreateReportFile(caller *Cred, path string) (*os.File, error) {
+	return openCallerPath(caller, path, func(t *fsThread, c Cred, h *hostPath) (*os.File, error) {
+		// A name of the caller's own descriptor (/dev/stdout) may be a
+		// pipe or a terminal; a path, only a regular file.
+		return openOutput(t, c, h, h.dir < 0)
+	})
 }

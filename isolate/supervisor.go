@@ -64,6 +64,9 @@ type supervisor struct {
 	// copyDst are the --copy-out destinations, their directories opened
 	// with the caller's rights before the program starts.
 	copyDst []*hostPath
+	// binds are the bind sources, opened with the caller's rights before
+	// init starts (bindsources.go), one per spec.Binds entry.
+	binds []*bindSource
 	// interrupted is why the context ended the run, once it has.
 	interrupted error
 
@@ -90,6 +93,9 @@ func run(ctx context.Context, p *Prepared, stdio IO) *Report {
 	s.timer.stages["validate"] = p.checkTook.Seconds()
 	s.report = &Report{BoxID: -1, BlockedSyscalls: []seccomp.Blocked{}, Sandbox: SandboxInfo{Image: spec.Image, Seccomp: policyName(spec)}}
 	err := s.openCopyDst()
+	if err == nil {
+		err = s.openBinds()
+	}
 	if err == nil {
 		if b := p.h.pool.Load().claim(p); b != nil {
 			err = s.startClaimed(b)
@@ -235,12 +241,7 @@ func (p *Prepared) check() error {
 }
 
 // caller is whose rights the run's host paths are opened with.
-func (s *supervisor) caller() Cred {
-	if s.spec.Caller != nil {
-		return *s.spec.Caller
-	}
-	return ownCred()
-}
+func (s *supervisor) caller() Cred { return credOf(s.spec.Caller) }
 
 // openCopyDst opens the --copy-out destinations' directories with the
 // caller's rights, before the program starts (it may replace them later).
@@ -249,7 +250,7 @@ func (s *supervisor) openCopyDst() error {
 		for _, c := range s.spec.CopyOut {
 			h, err := openHostPath(t, s.caller(), c.To)
 			if err != nil {
-				return fmt.Errorf("--copy-out %s: %w", c.To, err)
+				return fmt.Errorf("--copy-out %w", err) // err names the path
 			}
 			s.copyDst = append(s.copyDst, h)
 		}
@@ -389,6 +390,12 @@ func (s *supervisor) startInit() error {
 	if m := s.spec.BoxMount; m != nil {
 		s.boxInInit = "/proc/self/fd/" + strconv.Itoa(fdControl+len(extra))
 		extra = append(extra, m.File())
+	}
+	for _, b := range s.binds {
+		if b != nil {
+			b.initFD = fdControl + len(extra)
+			extra = append(extra, b.tree)
+		}
 	}
 	stdin, stdout, stderr, err := s.stdio()
 	if err != nil {
@@ -706,9 +713,13 @@ func (s *supervisor) boxPlan(announce bool) (*plan, error) {
 		BoxDir:      sp.BoxDir,
 		HostNet:     sp.HostNet,
 	}
-	for _, b := range sp.Binds {
-		layout.Binds = append(layout.Binds, rootfs.Bind{Host: b.Host, Box: boxPath(b.Box), Writable: b.Writable,
-			Dev: b.Dev, NoExec: b.NoExec, NoRec: b.NoRec, Optional: b.Optional, FS: b.FS})
+	for i, b := range sp.Binds {
+		bind := rootfs.Bind{Host: b.Host, Box: boxPath(b.Box), Writable: b.Writable,
+			Dev: b.Dev, NoExec: b.NoExec, NoRec: b.NoRec, Optional: b.Optional, FS: b.FS}
+		if i < len(s.binds) && s.binds[i] != nil {
+			bind.Opened = &rootfs.OpenedSource{Tree: s.binds[i].initFD, Dir: s.binds[i].dir}
+		}
+		layout.Binds = append(layout.Binds, bind)
 	}
 	if s.image != "" {
 		layout.Image = s.image
@@ -1223,6 +1234,7 @@ func (s *supervisor) detachBox() func() error {
 // blocked syscalls, captured output.
 func (s *supervisor) collect() {
 	s.closeCopyDst()
+	s.closeBinds()
 	if s.rec != nil {
 		s.report.BlockedSyscalls = s.rec.Stop()
 	}

@@ -18,6 +18,18 @@ type Bind struct {
 	// FS, when set, mounts a new file system of this type (proc, sysfs,
 	// tmpfs, ...) at Box instead of binding Host.
 	FS string
+	// Opened, when set, is Host as the supervisor opened it (with the
+	// caller's rights, never through a symlink): init moves that
+	// detached copy into place instead of binding Host by its path.
+	Opened *OpenedSource
+}
+
+// OpenedSource is a bind's source opened by the supervisor.
+type OpenedSource struct {
+	// Tree is init's descriptor of a detached copy of the source
+	// (open_tree(OPEN_TREE_CLONE)).
+	Tree int
+	Dir  bool // the source is a directory
 }
 
 // Layout says what a box's file system holds.

@@ -21,6 +21,13 @@ type (
 	// MakePrivate makes every mount private: nothing of the box
 	// propagates back to the host.
 	MakePrivate struct{ Step string }
+	// MoveMount moves the detached mount Tree (init's descriptor) to
+	// Target (move_mount(2)).
+	MoveMount struct {
+		Step   string
+		Tree   int
+		Target string
+	}
 	// Mount is mount(2); empty FSType and Data are none.
 	Mount struct {
 		Step, Source, Target, FSType string
@@ -60,6 +67,7 @@ type (
 
 func (o MakePrivate) step() string { return o.Step }
 func (o Mount) step() string       { return o.Step }
+func (o MoveMount) step() string   { return o.Step }
 func (o SetAttr) step() string     { return o.Step }
 func (o Mkdir) step() string       { return o.Step }
 func (o Touch) step() string       { return o.Step }
@@ -182,10 +190,10 @@ func Plan(l *Layout) ([]Op, error) {
 	return p.ops, nil
 }
 
-// userBind binds a host path (or mounts a file system) where the caller
-// asked: nosuid always, read-only unless Writable, nodev unless Dev,
-// noexec with NoExec, recursive unless NoRec (ioi/isolate's directory
-// rules).
+// userBind binds a host path the supervisor opened (or mounts a file
+// system) where the caller asked: nosuid always, read-only unless
+// Writable, nodev unless Dev, noexec with NoExec, recursive unless NoRec
+// (ioi/isolate's directory rules).
 func (p *planner) userBind(b Bind) error {
 	dst := filepath.Clean("/" + b.Box)
 	if dst == "/" {
@@ -210,24 +218,23 @@ func (p *planner) userBind(b Bind) error {
 		p.mount("mount "+b.FS+" on "+dst, b.FS, p.in(dst), b.FS, flags, "")
 		return nil
 	}
-	fi, err := os.Stat(b.Host)
-	if err != nil {
+	// Never bound by its path, which could lead elsewhere by the time
+	// init binds it: the supervisor opened it (or found an optional one
+	// missing).
+	o := b.Opened
+	if o == nil {
 		if b.Optional {
 			return nil
 		}
-		return fmt.Errorf("bind %s: %w", b.Host, err)
+		return fmt.Errorf("bind %s: the source was not opened", b.Host)
 	}
 	target := p.in(dst)
-	if fi.IsDir() {
+	if o.Dir {
 		p.mkdir("create "+dst, target)
 	} else {
 		p.touch("create "+dst, target)
 	}
-	bindFlags := uint64(unix.MS_BIND)
-	if !b.NoRec {
-		bindFlags |= unix.MS_REC
-	}
-	p.mount("bind "+b.Host+" on "+dst, b.Host, target, "", bindFlags, "")
+	p.add(MoveMount{Step: "bind " + b.Host + " on " + dst, Tree: o.Tree, Target: target})
 	p.add(SetAttr{Step: "set attributes of " + dst, Path: target, Attrs: attrs, Recursive: !b.NoRec})
 	return nil
 }
