@@ -201,4 +201,3 @@ func readMounts() ([]hostMount, error) {
 	}
 	return mounts, nil
 }
-
