@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 REPO=$(pwd)
 PY=/usr/bin/python3
 # Debian's packages only: the Python package index is not reachable.
-./scripts/deps.sh flake8 mypy python3-pytest python3-pytest-cov python3-setuptools >/dev/null
+./scripts/deps.sh flake8 mypy python3-pytest python3-pytest-cov python3-pip >/dev/null
 [ -x "${ISOLATE_BIN:-bin/isolate}" ] || make build
 export ISOLATE_BIN="${ISOLATE_BIN:-$REPO/bin/isolate}"
 cd clients/python
@@ -17,7 +17,7 @@ export COVERAGE_FILE="${TMPDIR:-/tmp}/isolate-python-coverage.$$"
 # /tmp/pytest-of-USER otherwise).
 BASETEMP=$(mktemp -d "${TMPDIR:-/tmp}/isolate-python-tests.XXXXXX")
 trap 'rm -f "$COVERAGE_FILE"; rm -rf "$BASETEMP"' EXIT
-$PY -m flake8 src tests
-$PY -m mypy src
+$PY -m flake8 src tests stdlib_backend.py
+$PY -m mypy src stdlib_backend.py
 PYTHONPATH=src $PY -m pytest -q -p no:cacheprovider --basetemp="$BASETEMP/t" --cov=isolate_sandbox \
 	--cov-report=term-missing --cov-fail-under=90 tests

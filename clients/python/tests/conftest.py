@@ -2,6 +2,7 @@
 
 import os
 import pathlib
+import shutil
 import tempfile
 from typing import Iterator, Set
 
@@ -22,6 +23,21 @@ needs_root = pytest.mark.skipif(
     reason="needs root and the isolate binary (make build, or ISOLATE_BIN)")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_tmp() -> Iterator[str]:
+    """The client's temporary directories go to a directory of this session's own (searchable
+    by the box user, who copies from it): other runs of the client on the machine use the same
+    name prefixes in /tmp, and the leak checks count only this session's."""
+    path = tempfile.mkdtemp(prefix="pyclient-tmp-")
+    os.chmod(path, 0o755)
+    saved, tempfile.tempdir = tempfile.tempdir, path
+    try:
+        yield path
+    finally:
+        tempfile.tempdir = saved
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> Iterator[None]:
     """No SANDBOX_* of the caller's leaks into a test; artifacts go to the test's directory;
@@ -31,8 +47,10 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> Iterat
             monkeypatch.delenv(name)
     monkeypatch.setenv("ISOLATE_BIN", isolate_binary())
     monkeypatch.setenv("SANDBOX_ARTIFACTS_DIR", str(tmp_path / "artifacts"))
-    # No service in these tests: auto must not find one at the default path by accident.
+    # No service in these tests: auto must not find one at the default path by accident, and
+    # the binary must not hand its runs to a service on the machine's /run/isolate/cli.sock.
     monkeypatch.setenv("ISOLATE_SOCKET", str(tmp_path / "no-service.sock"))
+    monkeypatch.setenv("ISOLATE_NO_SERVICE", "1")
     yield
 
 
@@ -48,5 +66,5 @@ def open_fds() -> Set[str]:
 
 
 def isolate_tmp() -> Set[str]:
-    """The client's temporary directories in the temporary directory."""
-    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("isolate-")}
+    """The client's temporary directories in the session's temporary directory."""
+    return set(os.listdir(tempfile.gettempdir()))

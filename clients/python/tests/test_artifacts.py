@@ -34,7 +34,8 @@ def test_on_error(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> No
     record = json.loads(files[0].read_text())
     assert record["code"] == "raise SystemExit(1)" and record["language"] == "python"
     assert record["result"]["status"] == "RE" and record["result"]["exit_code"] == 1
-    assert record["limits"] == {"timeout": 10.0, "memory_mb": 512, "max_output_kb": 10}
+    assert record["limits"] == {"timeout": 10.0, "memory_mb": 512, "max_output_kb": 10,
+                                "disk_mb": None, "network": False, "output_keep": "head_tail"}
     assert record["started_at"] <= record["finished_at"]
     assert re.fullmatch(r"\d{8}T\d{6}\.\d{6}Z-[0-9a-f]{16}\.json", files[0].name)
     assert files[0].name.endswith(record["code_sha256"][:16] + ".json")

@@ -41,8 +41,8 @@ def test_arguments_win() -> None:
 @pytest.mark.parametrize("env, message", [
     ({"SANDBOX_TYPE": "docker"}, "unknown sandbox type 'docker'; valid: auto, service, cli, local"),
     ({"SANDBOX_TIMEOUT_SEC": "ten"}, "SANDBOX_TIMEOUT_SEC='ten' is not a valid float"),
-    ({"SANDBOX_TIMEOUT_SEC": "nan"}, "timeout must be a positive number of seconds"),
-    ({"SANDBOX_TIMEOUT_SEC": "-1"}, "timeout must be a positive number of seconds"),
+    ({"SANDBOX_TIMEOUT_SEC": "nan"}, "SANDBOX_TIMEOUT_SEC='nan' is not a finite number"),
+    ({"SANDBOX_TIMEOUT_SEC": "-1"}, "timeout must be a finite positive number of seconds"),
     ({"SANDBOX_MAX_OUTPUT_KB": "1.5"}, "SANDBOX_MAX_OUTPUT_KB='1.5' is not a valid int"),
     ({"SANDBOX_MAX_OUTPUT_KB": "0"}, "max_output_kb must be positive"),
     ({"SANDBOX_MEMORY_MB": "0"}, "memory_mb must be positive"),

@@ -2,6 +2,7 @@
 a session fixture starts as root on a temporary unix socket and stops by its PID."""
 
 import base64
+import contextlib
 import json
 import os
 import pathlib
@@ -23,7 +24,8 @@ from isolate_sandbox import (Sandbox, SandboxConfig, SandboxError, SandboxExecut
 from isolate_sandbox.service_transport import (ServiceTransport, copied_out, env_list, error_of,
                                                inline_files, limit_fields, reassemble,
                                                service_answers)
-from isolate_sandbox.transport import ExecRequest, Limits, RunRequest
+from isolate_sandbox.errors import RefusedError
+from isolate_sandbox.transport import ExecRequest, Limits, Mount, RunRequest, TextSink
 
 SRC = pathlib.Path(__file__).resolve().parents[1] / "src"
 NOBODY = pwd.getpwnam("nobody")
@@ -34,26 +36,30 @@ needs_service = pytest.mark.skipif(
     reason="needs root and isolate-serve beside the isolate binary (make build)")
 
 
-@pytest.fixture(scope="session")
-def service() -> Iterator[str]:
-    """A real service on a socket an ordinary user's group (nobody's) may use; its socket path.
-    Its own store; stopped by PID (SIGTERM drains, then SIGKILL) at the end of the session."""
+@contextlib.contextmanager
+def running_service(*extra: str) -> Iterator[Tuple[str, str]]:
+    """A real service on a socket an ordinary user's group (nobody's) may use: its socket path
+    and its log so far once it answers. Its own store; stopped by PID (SIGTERM drains, then
+    SIGKILL) at the end."""
     tmp = tempfile.mkdtemp(prefix="pysvc-serve-")
     os.chmod(tmp, 0o755)  # nobody reaches the socket through it
     path = os.path.join(tmp, "api.sock")
     log = open(os.path.join(tmp, "serve.log"), "w+b")  # a file: a pipe nobody drains fills
+    # Private paths only: never the machine's /run/isolate sockets (--cli-socket none).
     proc = subprocess.Popen([SERVE, "--socket", path, "--socket-group", str(NOBODY.pw_gid),
-                             "--store", os.path.join(tmp, "files"), "--grace", "5s"],
+                             "--cli-socket", "none", "--store", os.path.join(tmp, "files"),
+                             "--grace", "5s"] + list(extra),
                             stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     try:
         for _ in range(200):
             if proc.poll() is not None or service_answers(path):
                 break
             time.sleep(0.05)
+        log.seek(0)
+        text = log.read().decode(errors="replace")
         if not service_answers(path):
-            log.seek(0)
-            pytest.fail(f"isolate-serve did not come up: {log.read().decode(errors='replace')}")
-        yield path
+            pytest.fail(f"isolate-serve did not come up: {text}")
+        yield path, text
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -64,6 +70,13 @@ def service() -> Iterator[str]:
                 proc.wait()
         log.close()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def service() -> Iterator[str]:
+    """The session's service: 2 commands at once and a queue of 1, so a test can fill it."""
+    with running_service("--parallel", "2", "--queue", "1") as (path, _):
+        yield path
 
 
 @pytest.fixture
@@ -99,14 +112,13 @@ def test_inline_files_skip_symlinks(tmp_path: pathlib.Path) -> None:
         inline_files([(str(tmp_path / "missing"), "/box/m")])
 
 
-def test_copied_out_decodes_and_refuses_partial_files() -> None:
+def test_copied_out_decodes_and_reports_partial_files() -> None:
     assert copied_out([{"path": "/box/t", "size": 2, "text": "hé"},
                        {"path": "/box/b", "size": 1, "base64": "/w=="}]) == \
-        {"/box/t": "hé".encode(), "/box/b": b"\xff"}
-    with pytest.raises(SandboxError, match="not copied out whole: over"):
-        copied_out([{"path": "/box/big", "size": 9, "truncated": True}])
-    with pytest.raises(SandboxError, match="quota"):
-        copied_out([{"path": "/box/s", "size": 9, "error": "the store's quota"}])
+        ({"/box/t": "hé".encode(), "/box/b": b"\xff"}, {})
+    assert copied_out([{"path": "/box/big", "size": 9, "truncated": True},
+                       {"path": "/box/s", "size": 9, "error": "the store's quota"}]) == \
+        ({}, {"/box/big": "over 67108864 bytes", "/box/s": "the store's quota"})
 
 
 def test_error_bodies_become_service_errors() -> None:
@@ -118,12 +130,52 @@ def test_error_bodies_become_service_errors() -> None:
     assert str(e) == "isolate service: 502 Bad Gateway: <html>proxy</html>"
 
 
+def test_refusals_name_the_field_and_the_mount() -> None:
+    e = error_of(403, "Forbidden", b'{"error":"net: host is the operator\'s choice",'
+                 b'"field":"net"}')
+    assert isinstance(e, RefusedError) and (e.status, e.field) == (403, "net")
+    assert str(e) == "isolate service: 403 Forbidden: net: host is the operator's choice"
+    mounts = [Mount("/a", "/box/a"), Mount("/b", "/box/b", rw=True)]
+    e = error_of(400, "Bad Request", b'{"error":"binds: root only",'
+                 b'"field":"binds[1].host"}', None, mounts)
+    assert str(e) == "isolate service: 400 Bad Request: mount /b:/box/b:rw: binds: root only"
+    e = error_of(429, "Too Many Requests", b'{"error":"queue full"}', "2")
+    assert (e.status, e.retry_after) == (429, 2.0)
+    e = error_of(413, "Payload Too Large", b'{"error":"body over 1 MiB","field":"source"}')
+    assert (e.status, e.field, type(e)) == (413, "source", ServiceError)
+
+
+def test_a_call_stopped_at_its_bound_is_a_timeout() -> None:
+    from isolate_sandbox.errors import CallTimeoutError
+    from isolate_sandbox.result import from_report
+    from isolate_sandbox.sandbox import call_timeout_report
+    r = from_report(call_timeout_report(CallTimeoutError(41.5), True), "cli",
+                    Limits(10, 64, 1024))
+    assert (r.status, r.timed_out, r.error) == ("TO", True, (
+        "Code execution timed out: the call (compilation, run and setup) exceeded 41.5s "
+        "and was stopped"))
+
+
+def test_output_keep_modes() -> None:
+    for keep, limit, text in (("head_tail", 4, "ab\n[... 6 bytes cut ...]\nij"),
+                              ("head", 4, "abcd\n[... 6 bytes cut ...]\n"),
+                              ("tail", 5, "\n[... 5 bytes cut ...]\nfghij")):
+        sink = TextSink(None, limit, keep)
+        for chunk in ("abc", "defg", "hij"):
+            sink.feed(chunk.encode())
+        sink.close()
+        assert (sink.text, sink.truncated) == (text, True)
+    with pytest.raises(ValueError, match="unknown output keep mode"):
+        TextSink(None, 4, "middle")
+
+
 def test_reassemble_reports_broken_streams() -> None:
+    sinks = (TextSink(None, 10), TextSink(None, 10))
     with pytest.raises(SandboxError, match="the request failed: boom"):
         reassemble(iter([{"cmd": 0, "stream": "stdout", "data": "x"}, {"error": "boom"}]),
-                   None, None)
+                   sinks)
     with pytest.raises(SandboxError, match="ended before its last line"):
-        reassemble(iter([{"cmd": 0, "result": {}}]), None, None)
+        reassemble(iter([{"cmd": 0, "result": {}}]), sinks)
 
 
 def test_no_service_is_one_clear_error(tmp_path: pathlib.Path) -> None:
@@ -180,7 +232,8 @@ def test_timeout_through_the_service(box: Sandbox) -> None:
 @needs_service
 def test_truncation_through_the_service(box: Sandbox) -> None:
     r = box.execute_code("print('x' * 5000)", max_output_kb=1)
-    assert (r.status, r.truncated, r.stdout) == ("OK", True, "x" * 1024)
+    assert (r.status, r.truncated) == ("OK", True)
+    assert r.stdout == "x" * 512 + "\n[... 3977 bytes cut ...]\n" + "x" * 511 + "\n"
 
 
 @needs_service
@@ -239,22 +292,24 @@ def test_auto_picks_the_service(service: str, monkeypatch: pytest.MonkeyPatch) -
     assert sandbox.execute_code("print(1+1)").stdout == "2\n"
 
 
+def as_nobody(script: str, socket_path: str) -> "subprocess.CompletedProcess[str]":
+    """A Python script run as nobody (no extra groups) with the client on its path."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(SRC), "ISOLATE_SOCKET": socket_path,
+           "PYTHONDONTWRITEBYTECODE": "1", "HOME": "/nonexistent"}
+    return subprocess.run([sys.executable, "-c", script], user=NOBODY.pw_uid,
+                          group=NOBODY.pw_gid, extra_groups=[], env=env, cwd="/",
+                          capture_output=True, text=True, timeout=120)
+
+
 @needs_service
 def test_an_ordinary_user_through_the_service(service: str) -> None:
-    """Issue 18's "done when": nobody (not root) runs execute_code through the service."""
+    """nobody (not root) runs execute_code through the service."""
     script = ("import json\nfrom isolate_sandbox import execute_code\n"
               "r = execute_code('print(1+1)')\n"
               "print(json.dumps([r.status, r.stdout, r.meta.runtime]))\n")
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(SRC), "ISOLATE_SOCKET": service,
-           "PYTHONDONTWRITEBYTECODE": "1", "HOME": "/nonexistent"}
-    done = subprocess.run([sys.executable, "-c", script], user=NOBODY.pw_uid,
-                          group=NOBODY.pw_gid, extra_groups=[], env=env, cwd="/",
-                          capture_output=True, text=True, timeout=120)
+    done = as_nobody(script, service)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == ["OK", "2\n", "service"]
     # And without the service, nobody gets the one clear error that says what to start.
-    env["ISOLATE_SOCKET"] = "/nonexistent/api.sock"
-    done = subprocess.run([sys.executable, "-c", script], user=NOBODY.pw_uid,
-                          group=NOBODY.pw_gid, extra_groups=[], env=env, cwd="/",
-                          capture_output=True, text=True, timeout=120)
+    done = as_nobody(script, "/nonexistent/api.sock")
     assert done.returncode != 0 and "start the service" in done.stderr, done.stderr

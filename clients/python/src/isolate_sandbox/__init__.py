@@ -15,13 +15,18 @@ from .executor import SandboxExecutor
 from .llm import run_python_code
 from .result import ExecutionResult, ResultMeta
 from .runner import SandboxRunner
-from .sandbox import Sandbox, execute_code, execute_file, get_sandbox
+from .collect import CollectLimits
+from .errors import CallTimeoutError, RefusedError
+from .result import ExceptionInfo
+from .sandbox import Sandbox, execute_code, execute_file, get_sandbox, run_code
+from .transport import Mount
 from .security import SecurityReport, analyze_code
 
 __all__ = [
     "DEFAULT_BLOCKED_IMPORTS", "ExecutionResult", "ResultMeta", "Sandbox", "SandboxConfig",
     "SandboxError", "SandboxExecutor", "SandboxRunner", "SandboxUnavailableError", "ServiceError",
     "SecurityReport", "analyze_code", "execute_code", "execute_file",
-    "get_sandbox", "run_python_code", "store_execution",
+    "get_sandbox", "run_python_code", "store_execution", "run_code", "Mount", "CollectLimits",
+    "CallTimeoutError", "RefusedError", "ExceptionInfo",
 ]
 __version__ = "0.1.0"

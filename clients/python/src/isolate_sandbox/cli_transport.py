@@ -6,19 +6,19 @@ import shutil
 import subprocess
 import tempfile
 import time
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from .errors import SandboxError, SandboxUnavailableError
+from .errors import CallTimeoutError, SandboxError, SandboxUnavailableError
 from .languages import SOURCE_NAMES
-from .transport import (MAX_COPY_OUT_BYTES, ExecRequest, Limits, OutputCallback, RunOutcome,
-                        RunRequest, TextSink, kill_and_reap, pump)
+from .transport import (MAX_COPY_OUT_BYTES, ExecRequest, Limits, Mount, OutputCallback,
+                        RunOutcome, RunRequest, SETUP_SCRIPT, TextSink, kill_and_reap, pump,
+                        setup_script)
 
 # isolate's own summary line starts with this; with --stream it ends isolate's stderr.
 SUMMARY_PREFIX = "isolate: "
 
-# How long past the box's own wall limit the client waits for isolate before killing it:
-# compiling has limits of its own (docs/LANGUAGES.md), and tearing down takes a moment.
-GRACE_SECONDS = 120.0
+# How long isolate may take to end its run after SIGTERM, before SIGKILL.
+TERM_GRACE_SECONDS = 10.0
 
 # Only these of the caller's variables reach the isolate process (its own configuration).
 # The box itself starts from an empty environment whatever isolate's is (CONTRACT.md).
@@ -44,17 +44,19 @@ class StderrSink(TextSink):
     more arrives; at the end of the stream what is held is isolate's, not the program's.
     """
 
-    def __init__(self, callback: Optional[OutputCallback], limit: int) -> None:
-        super().__init__(callback, limit)
+    def __init__(self, callback: Optional[OutputCallback], limit: int, keep: str) -> None:
+        super().__init__(callback, limit, keep)
         self.held = ""
         self.raw: List[str] = []
 
     def emit(self, text: str) -> None:
-        """Pass on everything but a possible summary line at the end."""
+        """Pass on and keep everything but a possible summary line at the end."""
         if not text:
             return
         if sum(map(len, self.raw)) < 65536:
             self.raw.append(text)
+        else:
+            self.raw = self.raw[-8:]  # the end holds isolate's own message
         pending = self.held + text
         body = pending[:-1] if pending.endswith("\n") else pending
         start = body.rfind("\n") + 1
@@ -63,8 +65,10 @@ class StderrSink(TextSink):
             self.held, out = tail, pending[:start]
         else:
             self.held, out = "", pending
-        if out and self.callback is not None:
-            self.callback(out)
+        if out:
+            self.keep(out.encode("utf-8"))
+            if self.callback is not None:
+                self.callback(out)
 
     def close(self) -> None:
         """End of stream: drop the held summary."""
@@ -93,7 +97,9 @@ class CLITransport:
             with open(source, "w", encoding="utf-8") as f:
                 f.write(request.source)
             argv = [self.binary, "exec", "--lang", request.language]
-            argv += limit_flags(request.limits)
+            if request.image:
+                argv += ["--image", request.image]
+            argv += limit_flags(request.limits) + mount_flags(request.mounts)
             argv += env_flags(request.env)
             if request.stdin:
                 stdin = os.path.join(tmp, "stdin")
@@ -113,29 +119,54 @@ class CLITransport:
                 argv += ["--lang", request.image]
             elif request.image != "host":
                 argv += ["--image", request.image]
-            argv += limit_flags(request.limits)
+            argv += limit_flags(request.limits) + mount_flags(request.mounts)
             argv += env_flags(request.env)
-            argv += ["--chdir", request.cwd]
+            command, cwd = list(request.command), request.cwd
+            if request.links:
+                # isolate copies no symlinks in: the setup script makes those the caller keeps.
+                script = os.path.join(tmp, "setup.sh")
+                with open(script, "wb") as f:
+                    f.write(setup_script(cwd, sorted({os.path.dirname(p)
+                                                      for p, _ in request.links}),
+                                         links=request.links))
+                os.chmod(tmp, 0o755)  # isolate copies it in as the box user
+                os.chmod(script, 0o644)
+                argv += ["--copy-in", f"{script}:{SETUP_SCRIPT}"]
+                command, cwd = ["/bin/sh", SETUP_SCRIPT] + command, "/box"
+            argv += ["--chdir", cwd]
+            if request.stdin:
+                stdin = os.path.join(tmp, "stdin")
+                with open(stdin, "w", encoding="utf-8") as f:
+                    f.write(request.stdin)
+                argv += ["--stdin", stdin]
             for host, box in request.copy_in:
                 argv += ["--copy-in", f"{host}:{box}"]
             outputs = {}
             for i, box in enumerate(request.copy_out):
                 outputs[box] = os.path.join(tmp, f"out{i}")
                 argv += ["--copy-out", f"{box}:{outputs[box]}"]
-            tail = ["--"] + list(request.command)
+            tail = ["--"] + command
             report = self._invoke(argv, tail, request.env, request.limits, tmp,
                                   on_stdout, on_stderr)
-            files = {box: data for box, path in outputs.items()
-                     if (data := read_bounded(path)) is not None}
-            return RunOutcome(report=report, files=files)
+            files, errors = {}, {}
+            for box, path in outputs.items():
+                try:
+                    data = read_bounded(path)
+                except SandboxError:
+                    errors[box] = f"over {MAX_COPY_OUT_BYTES} bytes"
+                    continue
+                if data is not None:
+                    files[box] = data
+            return RunOutcome(report=report, files=files, errors=errors)
 
     def _invoke(self, argv: List[str], tail: List[str], env: Mapping[str, str],
                 limits: Limits, tmp: str, on_stdout: Optional[OutputCallback],
                 on_stderr: Optional[OutputCallback]) -> Dict[str, Any]:
-        """Start isolate, read its pipes (live with --stream), return the parsed report."""
+        """Start isolate, read its pipes (output live with --stream, kept as ``limits.keep``
+        says), return the report with the kept output. Past ``limits.call_timeout`` isolate
+        is stopped (SIGTERM: it tears its box down) and CallTimeoutError raised."""
         report_path = os.path.join(tmp, "report.json")
-        streaming = on_stdout is not None or on_stderr is not None
-        argv = argv + (["--stream", "--report", report_path] if streaming else ["--json"]) + tail
+        argv = argv + ["--stream", "--report", report_path] + tail
         child_env = {k: v for k, v in os.environ.items() if k.startswith(ISOLATE_ENV_PREFIX)}
         if "GOCOVERDIR" in os.environ:
             # A coverage-instrumented isolate (the test command's) writes its counters there,
@@ -143,31 +174,35 @@ class CLITransport:
             child_env["GOCOVERDIR"] = os.environ["GOCOVERDIR"]
         child_env["PATH"] = os.environ.get("PATH", "/usr/bin:/bin")
         child_env.update(env)
-        out = TextSink(on_stdout if streaming else None, 64 << 20)
-        err = StderrSink(on_stderr, 1 << 20)
+        out = TextSink(on_stdout, limits.max_output_bytes, limits.keep)
+        err = StderrSink(on_stderr, limits.max_output_bytes, limits.keep)
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, env=child_env, close_fds=True)
         try:
             assert proc.stdout is not None and proc.stderr is not None
             finished = pump(proc, [(proc.stdout, out), (proc.stderr, err)],
-                            time.monotonic() + 2 * limits.timeout + GRACE_SECONDS)
+                            time.monotonic() + limits.call_timeout)
             if not finished:
-                raise SandboxError(
-                    f"isolate did not finish {2 * limits.timeout + GRACE_SECONDS:.0f}s "
-                    "after it started; killed")
+                proc.terminate()
+                try:
+                    proc.wait(TERM_GRACE_SECONDS)
+                except subprocess.TimeoutExpired:
+                    pass
+                raise CallTimeoutError(limits.call_timeout)
             code = proc.wait()
         finally:
             kill_and_reap(proc)
         text = "".join(err.raw).strip()
         try:
-            if streaming:
-                with open(report_path, encoding="utf-8") as f:
-                    report: Dict[str, Any] = json.load(f)
-            else:
-                report = json.loads(out.kept.decode("utf-8"))
+            with open(report_path, encoding="utf-8") as f:
+                report: Dict[str, Any] = json.load(f)
         except (OSError, ValueError):
             raise SandboxError(f"isolate exited with status {code}: {text or 'no report'}") \
                 from None
+        phase = report.get("run") if "run" in report or "compile" in report else report
+        if phase:
+            phase.update(stdout=out.text, stdout_truncated=out.truncated,
+                         stderr=err.text, stderr_truncated=err.truncated)
         return report
 
 
@@ -179,6 +214,18 @@ def limit_flags(limits: Limits) -> List[str]:
              "--output-limit", str(limits.max_output_bytes)]
     if limits.pids is not None:
         flags += ["--pids", str(limits.pids)]
+    if limits.disk_mb is not None:
+        flags += ["--tmp-size", f"{limits.disk_mb}M", "--fsize", f"{limits.disk_mb}M"]
+    if limits.network:
+        flags += ["--net", "host"]
+    return flags
+
+
+def mount_flags(mounts: Sequence[Mount]) -> List[str]:
+    """``--bind HOST:BOX:ro|rw`` per mount."""
+    flags: List[str] = []
+    for m in mounts:
+        flags += ["--bind", str(m)]
     return flags
 
 

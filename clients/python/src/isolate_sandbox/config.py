@@ -1,8 +1,11 @@
 """Configuration from the environment (``SANDBOX_*``), overridable by arguments."""
 
 import dataclasses
+import math
 import os
-from typing import Any, Dict, FrozenSet, Mapping, Optional
+from typing import Any, Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
+
+from .transport import KEEP_MODES, Mount
 
 BACKENDS = ("auto", "service", "cli", "local")
 STORE_POLICIES = ("never", "on_error", "always")
@@ -26,9 +29,15 @@ _FALSE = {"0", "false", "no", "off", "warn"}
 class SandboxConfig:
     """Everything a sandbox needs to know besides the code.
 
-    ``timeout`` is seconds of wall-clock (and CPU) time; ``max_output_kb`` the output kept per
-    stream; ``memory_mb`` the memory limit of the whole program; ``import_mode`` is ``block``,
-    ``warn`` or ``off``; ``store_code`` is ``never``, ``on_error`` or ``always``.
+    ``timeout`` is seconds of wall-clock (and CPU) time of the program; ``compile_timeout``
+    the seconds a compiled language's compilation may add to the whole call; ``max_output_kb``
+    the output kept per stream, cut as ``output_keep`` says (``head_tail``, ``head``,
+    ``tail``); ``memory_mb`` the memory limit of the whole program; ``disk_mb`` the box's
+    writable space and largest file (None: isolate's 64 MiB); ``mounts`` host directories bound
+    into every box; ``network`` the host's network (where the service allows it);
+    ``busy_wait`` the seconds a call may retry a full service (None: within the call's bound;
+    0: never); ``import_mode`` is ``block``, ``warn`` or ``off``; ``store_code`` is ``never``,
+    ``on_error`` or ``always``; ``service_url`` and ``token`` reach a service over TCP.
     """
 
     backend: str = "auto"
@@ -41,6 +50,14 @@ class SandboxConfig:
     artifacts_dir: str = os.path.join("artifacts", "executions")
     isolate_bin: Optional[str] = None
     socket_path: str = DEFAULT_SOCKET
+    compile_timeout: float = 60.0
+    disk_mb: Optional[int] = None
+    mounts: Tuple[Mount, ...] = ()
+    network: bool = False
+    output_keep: str = "head_tail"
+    busy_wait: Optional[float] = None
+    service_url: Optional[str] = None
+    token: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -52,8 +69,18 @@ class SandboxConfig:
         if self.import_mode not in IMPORT_MODES:
             raise ValueError(
                 f"unknown import mode {self.import_mode!r}; valid: {', '.join(IMPORT_MODES)}")
-        if not self.timeout > 0:  # also refuses NaN
-            raise ValueError(f"timeout must be a positive number of seconds, not {self.timeout!r}")
+        positive_seconds("timeout", self.timeout)
+        positive_seconds("compile_timeout", self.compile_timeout)
+        if self.busy_wait is not None and not (self.busy_wait >= 0
+                                               and math.isfinite(self.busy_wait)):
+            raise ValueError(f"busy_wait must be a finite number of seconds >= 0, "
+                             f"not {self.busy_wait!r}")
+        if self.disk_mb is not None and self.disk_mb <= 0:
+            raise ValueError(f"disk_mb must be positive, not {self.disk_mb!r}")
+        if self.output_keep not in KEEP_MODES:
+            raise ValueError(f"unknown output_keep {self.output_keep!r}; "
+                             f"valid: {', '.join(KEEP_MODES)}")
+        object.__setattr__(self, "mounts", tuple(parse_mounts(self.mounts)))
         if self.max_output_kb <= 0:
             raise ValueError(f"max_output_kb must be positive, not {self.max_output_kb!r}")
         if self.memory_mb <= 0:
@@ -86,6 +113,25 @@ class SandboxConfig:
             values["isolate_bin"] = env["ISOLATE_BIN"]
         if env.get("ISOLATE_SOCKET"):
             values["socket_path"] = env["ISOLATE_SOCKET"]
+        if env.get("ISOLATE_URL"):
+            values["service_url"] = env["ISOLATE_URL"].strip()
+        if env.get("ISOLATE_TOKEN"):
+            values["token"] = env["ISOLATE_TOKEN"].strip()
+        if env.get("SANDBOX_COMPILE_TIMEOUT_SEC"):
+            values["compile_timeout"] = _number(env, "SANDBOX_COMPILE_TIMEOUT_SEC", float)
+        if env.get("SANDBOX_DISK_MB"):
+            values["disk_mb"] = _number(env, "SANDBOX_DISK_MB", int)
+        if env.get("SANDBOX_MOUNTS"):
+            try:
+                values["mounts"] = parse_mounts(env["SANDBOX_MOUNTS"].split(","))
+            except ValueError as e:
+                raise ValueError(f"SANDBOX_MOUNTS: {e}") from None
+        if env.get("SANDBOX_NETWORK"):
+            values["network"] = _flag(env, "SANDBOX_NETWORK")
+        if env.get("SANDBOX_OUTPUT_KEEP"):
+            values["output_keep"] = env["SANDBOX_OUTPUT_KEEP"].strip().lower()
+        if env.get("SANDBOX_BUSY_WAIT_SEC"):
+            values["busy_wait"] = _number(env, "SANDBOX_BUSY_WAIT_SEC", float)
         values.update({k: v for k, v in overrides.items() if v is not None})
         if "blocked_imports" in values:
             values["blocked_imports"] = frozenset(values["blocked_imports"])
@@ -99,9 +145,54 @@ class SandboxConfig:
 
 def _number(env: Mapping[str, str], name: str, kind: type) -> Any:
     try:
-        return kind(env[name].strip())
+        value = kind(env[name].strip())
     except ValueError:
         raise ValueError(f"{name}={env[name]!r} is not a valid {kind.__name__}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{name}={env[name]!r} is not a finite number")
+    return value
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    v = env[name].strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name}={env[name]!r}: use true or false")
+
+
+def positive_seconds(name: str, value: float) -> None:
+    """A limit in seconds must be a finite positive number (refuses NaN and infinity)."""
+    if not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a finite positive number of seconds, not {value!r}")
+
+
+def parse_mounts(mounts: Any) -> Sequence[Mount]:
+    """Mounts from Mount values, ``(host, box[, "ro"|"rw"])`` tuples or ``HOST:BOX[:ro|rw]``
+    strings. The host path must be absolute (it is resolved by whoever binds it: the CLI as
+    root, or the service with the caller's rights); the box path absolute."""
+    if isinstance(mounts, (str, Mount)):
+        mounts = [mounts]
+    out = []
+    for m in mounts or ():
+        if isinstance(m, str):
+            if not m.strip():
+                continue
+            parts = m.strip().split(":")
+            if len(parts) not in (2, 3):
+                raise ValueError(f"mount {m!r}: use HOST:BOX or HOST:BOX:ro|rw")
+            m = tuple(parts)
+        if isinstance(m, tuple):
+            if len(m) not in (2, 3) or (len(m) == 3 and m[2] not in ("ro", "rw")):
+                raise ValueError(f"mount {m!r}: use (host, box) or (host, box, 'ro'|'rw')")
+            m = Mount(host=m[0], box=m[1], rw=len(m) == 3 and m[2] == "rw")
+        if not isinstance(m, Mount):
+            raise ValueError(f"mount {m!r}: use a Mount, (host, box, mode) or HOST:BOX:MODE")
+        if not os.path.isabs(m.host) or not os.path.isabs(m.box):
+            raise ValueError(f"mount {m}: host and box paths must be absolute")
+        out.append(m)
+    return out
 
 
 def _import_mode(value: str) -> str:

@@ -19,3 +19,19 @@ class ServiceError(SandboxError):
         super().__init__(message)
         self.status = status
         self.field = field
+        # Seconds the service asked to wait before retrying (429), if it said.
+        self.retry_after: Optional[float] = None
+
+
+class RefusedError(ServiceError):
+    """The service's caller policy refused what the request asks (HTTP 403): ``field`` names
+    the request field (``net``, a mount), the message the rule."""
+
+
+class CallTimeoutError(SandboxError):
+    """The whole call (queueing, compiling, running, copying) took longer than its bound; the
+    box was stopped."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the call did not finish within {seconds:g}s; stopped")
+        self.seconds = seconds

@@ -14,6 +14,9 @@ SOURCE_NAMES: Dict[str, str] = {
     "java": "Main.java",
 }
 
+# Languages whose source is compiled before it runs (their calls may take compile_timeout more).
+COMPILED = frozenset({"c", "cpp", "go", "rust", "java"})
+
 ALIASES: Dict[str, str] = {
     "python3": "python", "py": "python", "py3": "python",
     "c++": "cpp", "g++": "cpp", "cxx": "cpp",

@@ -87,7 +87,7 @@ class LocalTransport:
                 else:
                     shutil.copy(host, local(box))
             report = run_local(request.command, local(request.cwd), request.env,
-                               request.limits, on_stdout, on_stderr, "")
+                               request.limits, on_stdout, on_stderr, request.stdin)
             files = {box: data for box in request.copy_out
                      if (data := read_bounded(local(box))) is not None}
             return RunOutcome(report=report, files=files)

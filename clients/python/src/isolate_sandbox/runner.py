@@ -1,13 +1,17 @@
 """SandboxRunner: a shell command over a fresh copy of a project, e.g. its test suite."""
 
 import os
+import stat
 import time
-from typing import Any, Dict, Iterable, Mapping, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from .config import SandboxConfig
+from .collect import CollectLimits, collect_command, unpack
+from .config import SandboxConfig, parse_mounts
+from .errors import CallTimeoutError, SandboxError
 from .result import ExecutionResult, from_report
-from .sandbox import select_transport
-from .transport import Limits, OutputCallback, RunRequest, Transport
+from .sandbox import call_timeout_report, limits_from, select_transport
+from .service_transport import MAX_COPY_IN_FILES, file_kind
+from .transport import OutputCallback, RunRequest, Transport
 
 # Where the project appears in the box: inside the writable /box, so tests may write beside it.
 BOX_PROJECT = "/box/project"
@@ -30,30 +34,80 @@ class SandboxRunner:
 
     def execute(self, command: str, project_dir: str, *, env: Optional[Mapping[str, str]] = None,
                 pass_env: Iterable[str] = (), timeout: Optional[float] = None,
+                image: Optional[str] = None, memory_mb: Optional[int] = None,
+                max_output_kb: Optional[int] = None, disk_mb: Optional[int] = None,
+                network: Optional[bool] = None, mounts: Any = None,
+                collect: Sequence[str] = (), collect_limits: Optional[CollectLimits] = None,
                 on_stdout: Optional[OutputCallback] = None,
                 on_stderr: Optional[OutputCallback] = None) -> ExecutionResult:
         """Copy ``project_dir`` into a fresh box, run ``command`` there; return its outcome.
 
         ``result.stdout``, ``result.stderr`` and ``result.exit_code`` are the command's.
-        Raises ValueError when ``project_dir`` is not a directory (nothing is created then).
+        ``collect``: glob patterns (relative to the project) of files to bring back in
+        ``result.files`` after the command, bounded by ``collect_limits``. Symlinks that stay
+        inside the project are made in the copy; others are left out and said in
+        ``result.meta.notes``. Raises ValueError when ``project_dir`` is not a directory, and
+        SandboxError naming a FIFO, socket or device in it (nothing is created then).
         """
         if not os.path.isdir(project_dir):
             raise ValueError(f"project directory {project_dir!r} does not exist")
+        project = os.path.abspath(project_dir)
+        links, notes = project_links(project, BOX_PROJECT)
         variables: Dict[str, str] = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
         for name in pass_env:
             if name in os.environ:
                 variables[name] = os.environ[name]
         variables.update(env or {})
-        seconds = self.config.timeout if timeout is None else float(timeout)
-        limits = Limits(timeout=seconds, memory_mb=self.config.memory_mb,
-                        max_output_bytes=self.config.max_output_bytes)
-        request = RunRequest(command=["/bin/sh", "-c", command], limits=limits,
-                             image=self.image, env=variables,
-                             copy_in=[(os.path.abspath(project_dir), BOX_PROJECT)],
-                             cwd=BOX_PROJECT)
+        limits = limits_from(self.config, timeout, memory_mb, max_output_kb, disk_mb, network)
+        bounds = collect_limits or CollectLimits()
+        argv, copy_out = ["/bin/sh", "-c", command], []  # type: Tuple[List[str], List[str]]
+        if collect:
+            argv, copy_out = collect_command(command, collect, bounds)
+        request = RunRequest(command=argv, limits=limits,
+                             image=image or self.image, env=variables,
+                             copy_in=[(project, BOX_PROJECT)], copy_out=copy_out,
+                             cwd=BOX_PROJECT, links=links,
+                             mounts=tuple(self.config.mounts) + tuple(parse_mounts(mounts)))
         clock = time.monotonic()
-        outcome = self.transport.run(request, on_stdout, on_stderr)
-        result = from_report(outcome.report, self.transport.name, seconds,
-                             limits.memory_mb, self.config.max_output_kb)
+        try:
+            outcome = self.transport.run(request, on_stdout, on_stderr)
+            report, files, errors = outcome.report, outcome.files, outcome.errors
+        except CallTimeoutError as e:
+            report, files, errors = call_timeout_report(e, False), {}, {}
+        result = from_report(report, self.transport.name, limits)
         result.duration = time.monotonic() - clock
+        result.meta.notes += notes
+        if collect:
+            result.files, more = unpack(files, errors, bounds)
+            result.meta.notes += more
         return result
+
+
+def project_links(project: str, box_root: str) -> Tuple[List[Tuple[str, str]], List[str]]:
+    """The project's symlinks that stay inside it, as (box path, target), and a note for each
+    one left out; a FIFO, socket or device is a SandboxError naming it (found by lstat, never
+    opened). Bounded like the copy itself."""
+    links: List[Tuple[str, str]] = []
+    notes: List[str] = []
+    seen = 0
+    for root, dirs, names in os.walk(project):
+        for name in sorted(dirs + names):
+            seen += 1
+            if seen > MAX_COPY_IN_FILES:
+                raise SandboxError(f"the project {project} has more than {MAX_COPY_IN_FILES} "
+                                   "entries")
+            full = os.path.join(root, name)
+            st = os.lstat(full)
+            rel = os.path.relpath(full, project)
+            if stat.S_ISLNK(st.st_mode):
+                target = os.readlink(full)
+                inside = os.path.normpath(os.path.join(os.path.dirname(rel), target))
+                if os.path.isabs(target) or inside == ".." or inside.startswith("../"):
+                    notes.append(f"symlink {rel} -> {target} leads out of the project: "
+                                 "not copied")
+                else:
+                    links.append((os.path.join(box_root, rel), target))
+            elif not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+                raise SandboxError(f"cannot copy {full} into the box: "
+                                   f"{file_kind(st.st_mode)}, not a regular file")
+    return links, notes

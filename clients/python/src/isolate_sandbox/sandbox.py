@@ -1,33 +1,40 @@
 """Sandbox: configuration + a transport; execute_code and execute_file."""
 
 import os
+import shlex
+import tempfile
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .artifacts import maybe_store, utc_now
 from .cli_transport import CLITransport, find_binary
-from .config import SandboxConfig
-from .errors import SandboxError, SandboxUnavailableError
-from .languages import canonical_language, language_of_file
+from .collect import CollectLimits, collect_command, unpack
+from .config import SandboxConfig, parse_mounts, positive_seconds
+from .errors import CallTimeoutError, SandboxError, SandboxUnavailableError
+from .languages import COMPILED, SOURCE_NAMES, canonical_language, language_of_file
 from .local_transport import LocalTransport
-from .result import ExecutionResult, ResultMeta, from_report
+from .result import ExecutionResult, ResultMeta, format_seconds, from_report, limits_of
 from .security import SecurityReport, analyze_code
-from .service_transport import ServiceTransport, service_answers
-from .transport import ExecRequest, Limits, OutputCallback, Transport
+from .service_transport import ServiceTransport, probe
+from .transport import ExecRequest, Limits, Mount, OutputCallback, RunRequest, Transport
 
 
 def select_transport(config: SandboxConfig) -> Transport:
     """The backend ``config.backend`` names; ``auto`` takes the service when its socket
     answers, else the binary when this process is root, else raises one error saying what
     to start."""
-    if config.backend == "service":
-        return ServiceTransport(config.socket_path)
+    endpoint = config.service_url or config.socket_path
+    if config.backend == "service" or (config.backend == "auto" and config.service_url):
+        return ServiceTransport(endpoint, config.token, config.busy_wait)
     if config.backend == "cli":
         return CLITransport(config.isolate_bin)
     if config.backend == "local":
         return LocalTransport()
-    if service_answers(config.socket_path):
-        return ServiceTransport(config.socket_path)
+    why = probe(endpoint)
+    if why is None:
+        return ServiceTransport(endpoint, config.token, config.busy_wait)
+    if why.startswith("permission denied"):
+        raise SandboxUnavailableError(why)
     if os.geteuid() == 0:
         try:
             find_binary(config.isolate_bin)
@@ -55,17 +62,14 @@ class Sandbox:
         return self.transport.name
 
     def limits(self, timeout: Optional[float] = None, memory_mb: Optional[int] = None,
-               max_output_kb: Optional[int] = None) -> Limits:
-        """This sandbox's limits, with the arguments given overriding them."""
-        cfg = self.config
-        seconds = cfg.timeout if timeout is None else float(timeout)
-        if not seconds > 0:
-            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
-        kb = cfg.max_output_kb if max_output_kb is None else int(max_output_kb)
-        mb = cfg.memory_mb if memory_mb is None else int(memory_mb)
-        if kb <= 0 or mb <= 0:
-            raise ValueError("max_output_kb and memory_mb must be positive")
-        return Limits(timeout=seconds, memory_mb=mb, max_output_bytes=kb * 1024)
+               max_output_kb: Optional[int] = None, *, disk_mb: Optional[int] = None,
+               network: Optional[bool] = None, compile_timeout: Optional[float] = None
+               ) -> Limits:
+        """This sandbox's limits, with the arguments given overriding them. The whole call is
+        bounded by ``timeout`` plus ``compile_timeout`` when given (a compiled language) plus
+        SETUP_SECONDS."""
+        return limits_from(self.config, timeout, memory_mb, max_output_kb, disk_mb, network,
+                           compile_timeout)
 
     def analyze(self, code: str, bypass: bool = False) -> SecurityReport:
         """The import policy's verdict on Python code under this sandbox's configuration."""
@@ -74,17 +78,32 @@ class Sandbox:
     def execute_code(self, code: str, language: str = "python", *, stdin: str = "",
                      args: Sequence[str] = (), env: Optional[Dict[str, str]] = None,
                      timeout: Optional[float] = None, memory_mb: Optional[int] = None,
-                     max_output_kb: Optional[int] = None, bypass_security: bool = False,
+                     max_output_kb: Optional[int] = None, disk_mb: Optional[int] = None,
+                     compile_timeout: Optional[float] = None, network: Optional[bool] = None,
+                     mounts: Any = None, image: Optional[str] = None,
+                     collect: Sequence[str] = (), collect_limits: Optional[CollectLimits] = None,
+                     bypass_security: bool = False,
                      on_stdout: Optional[OutputCallback] = None,
                      on_stderr: Optional[OutputCallback] = None) -> ExecutionResult:
         """Compile (if needed) and run ``code``; never raises for what the program does.
 
         Python code is checked against the import policy first: in ``block`` mode a blocked
         import returns a result with status ``BLOCKED`` without running anything. ``on_stdout``
-        and ``on_stderr`` receive output as it happens.
+        and ``on_stderr`` receive output as it happens. ``timeout`` bounds the program;
+        compiling may add ``compile_timeout``; past both the call stops the box and returns
+        ``TO``. ``mounts``: host directories bound into the box (see README); ``image``
+        another image than the language's. ``collect``: glob patterns (relative to /box, where
+        the program runs) of files to bring back in ``result.files``, bounded by
+        ``collect_limits``; Python only (a compiled program's files: SandboxRunner).
         """
         lang = canonical_language(language)
-        limits = self.limits(timeout, memory_mb, max_output_kb)
+        if collect and lang != "python":
+            raise ValueError(f"collect= runs the code as a command: Python only, not {lang} "
+                             "(compile and collect with SandboxRunner)")
+        limits = self.limits(timeout, memory_mb, max_output_kb, disk_mb=disk_mb,
+                             network=network, compile_timeout=(
+                                 compile_timeout if compile_timeout is not None
+                                 else self.config.compile_timeout) if lang in COMPILED else None)
         started = utc_now()
         blocked: List[str] = []
         if lang == "python":
@@ -95,14 +114,54 @@ class Sandbox:
                 self._store(code, lang, limits, result, started)
                 return result
         request = ExecRequest(language=lang, source=code, limits=limits, stdin=stdin,
-                              args=tuple(args), env=dict(env or {}))
+                              args=tuple(args), env=dict(env or {}),
+                              mounts=self.mounts(mounts), image=image)
         clock = time.monotonic()
-        report = self.transport.exec(request, on_stdout, on_stderr)
-        result = from_report(report, self.runtime, limits.timeout, limits.memory_mb,
-                             limits.max_output_bytes // 1024, blocked)
+        files: Dict[str, bytes] = {}
+        notes: List[str] = []
+        try:
+            if collect:
+                bounds = collect_limits or CollectLimits()
+                files, notes, report = self._run_collecting(request, collect, bounds,
+                                                            on_stdout, on_stderr)
+            else:
+                report = self.transport.exec(request, on_stdout, on_stderr)
+        except CallTimeoutError as e:
+            report = call_timeout_report(e, lang in COMPILED)
+        result = from_report(report, self.runtime, limits, blocked)
         result.duration = time.monotonic() - clock
+        result.files, result.meta.notes = files, notes
         self._store(code, lang, limits, result, started)
         return result
+
+    def _run_collecting(self, request: ExecRequest, patterns: Sequence[str],
+                        bounds: CollectLimits, on_stdout: Optional[OutputCallback],
+                        on_stderr: Optional[OutputCallback]
+                        ) -> Tuple[Dict[str, bytes], List[str], Dict[str, Any]]:
+        """Python source run as a command (``python3 main.py ARGS``) in the language's image,
+        then the files the patterns match packed and brought back."""
+        with tempfile.TemporaryDirectory(prefix="isolate-client-") as tmp:
+            os.chmod(tmp, 0o755)  # isolate copies it in as the box user
+            source = os.path.join(tmp, SOURCE_NAMES["python"])
+            with open(source, "w", encoding="utf-8") as f:
+                f.write(request.source)
+            os.chmod(source, 0o644)
+            command = " ".join(shlex.quote(a) for a in ["python3", SOURCE_NAMES["python"]]
+                               + list(request.args))
+            argv, copy_out = collect_command(command, patterns, bounds)
+            run = RunRequest(command=argv, limits=request.limits,
+                             image=request.image or "python", env=request.env,
+                             copy_in=[(source, "/box/" + SOURCE_NAMES["python"])],
+                             copy_out=copy_out, mounts=request.mounts, stdin=request.stdin)
+            outcome = self.transport.run(run, on_stdout, on_stderr)
+        files, notes = unpack(outcome.files, outcome.errors, bounds)
+        return files, notes, outcome.report
+
+    def mounts(self, mounts: Any) -> Sequence[Mount]:
+        """The configuration's mounts, then the call's."""
+        return tuple(self.config.mounts) + tuple(parse_mounts(mounts))
+
+    run_code = execute_code
 
     def execute_file(self, path: str, **kwargs: Any) -> ExecutionResult:
         """Run a source file; its language comes from its extension."""
@@ -124,9 +183,38 @@ def blocked_result(verdict: SecurityReport, runtime: str, limits: Limits) -> Exe
         stdout="", stderr="", exit_code=None, duration=0.0, status="BLOCKED", timed_out=False,
         truncated=False, error="Security policy blocked import: " + ", ".join(verdict.blocked),
         meta=ResultMeta(runtime=runtime, blocked_imports=list(verdict.blocked),
-                        resource_limits={"timeout": limits.timeout,
-                                         "memory_mb": limits.memory_mb,
-                                         "max_output_kb": limits.max_output_bytes // 1024}))
+                        resource_limits=limits_of(limits)))
+
+
+def limits_from(config: SandboxConfig, timeout: Optional[float], memory_mb: Optional[int],
+                max_output_kb: Optional[int], disk_mb: Optional[int] = None,
+                network: Optional[bool] = None, compile_timeout: Optional[float] = None
+                ) -> Limits:
+    """A call's limits: the configuration's, with the arguments given overriding them."""
+    seconds = config.timeout if timeout is None else float(timeout)
+    positive_seconds("timeout", seconds)
+    kb = config.max_output_kb if max_output_kb is None else int(max_output_kb)
+    mb = config.memory_mb if memory_mb is None else int(memory_mb)
+    disk = config.disk_mb if disk_mb is None else int(disk_mb)
+    if kb <= 0 or mb <= 0 or (disk is not None and disk <= 0):
+        raise ValueError("max_output_kb, memory_mb and disk_mb must be positive")
+    extra = 0.0
+    if compile_timeout is not None:
+        positive_seconds("compile_timeout", compile_timeout)
+        extra = float(compile_timeout)
+    limits = Limits(timeout=seconds, memory_mb=mb, max_output_bytes=kb * 1024,
+                    disk_mb=disk, keep=config.output_keep,
+                    network=config.network if network is None else bool(network))
+    limits.call_timeout += extra
+    return limits
+
+
+def call_timeout_report(e: CallTimeoutError, compiled: bool) -> Dict[str, Any]:
+    """The report of a call stopped at its own bound: a TO saying what the bound covered."""
+    what = "compilation, run and setup" if compiled else "run and setup"
+    return {"status": "TO", "message": f"the call ({what}) exceeded "
+            f"{format_seconds(e.seconds)}s and was stopped", "exit_code": None, "signal": 0,
+            "killed": True, "limit": "call", "stdout": "", "stderr": "", "wall_time": e.seconds}
 
 
 def get_sandbox(kind: Optional[str] = None, **overrides: Any) -> Sandbox:
@@ -147,5 +235,8 @@ def execute_file(path: str, **kwargs: Any) -> ExecutionResult:
     return get_sandbox().execute_file(path, **kwargs)
 
 
-__all__ = ["Sandbox", "get_sandbox", "execute_code", "execute_file", "select_transport",
+run_code = execute_code
+
+
+__all__ = ["Sandbox", "get_sandbox", "execute_code", "execute_file", "run_code", "select_transport",
            "SandboxError"]

@@ -87,4 +87,5 @@ def _imports(tree: ast.AST) -> Set[str]:
 def _is_dynamic_import(func: ast.expr) -> bool:
     if isinstance(func, ast.Name):
         return func.id in ("__import__", "import_module")
-    return isinstance(func, ast.Attribute) and func.attr == "import_module"
+    # builtins.__import__("m"), importlib.import_module("m"), and the like.
+    return isinstance(func, ast.Attribute) and func.attr in ("__import__", "import_module")

@@ -1,26 +1,34 @@
-"""The service's HTTP/JSON API over its unix socket (``isolate serve``; docs/API.md).
+"""The service's HTTP/JSON API (``isolate serve``; docs/API.md), on its unix socket or on TCP
+with a token.
 
 ``POST /v1/exec`` takes ``{"lang", "source", "stdin": {"text"}, "args", "env", limits}`` and
 answers the exec report (``{"status", "compile", "run"}``); ``POST /v1/run`` takes
 ``{"commands": [COMMAND]}`` and answers ``{"results": [RESULT]}``. Limits carry their units in
-their names (``cpu_time_ms``, ``memory_bytes``, ...). With ``Accept: application/x-ndjson`` the
-answer is one JSON object per line: output chunks ``{"cmd", "stream", "data"}`` as they happen,
-``{"cmd", "result"}`` when a command ends, then ``{"done": true, ...}`` (``/v1/exec`` puts its
-report there as ``exec``) or ``{"error"}``. Errors are ``{"error", "field"}`` with an HTTP status.
+their names (``cpu_time_ms``, ``memory_bytes``, ...). The client always asks for
+``application/x-ndjson``: one JSON object per line, output chunks ``{"cmd", "stream", "data"}``
+as they happen (so it keeps the head and the tail of long output itself), ``{"cmd", "result"}``
+when a command ends, then ``{"done": true, ...}`` (``/v1/exec`` puts its report there as
+``exec``) or ``{"error"}``. Errors are ``{"error", "field"}`` with an HTTP status; ``429`` (the
+queue is full) is retried, honouring ``Retry-After``, within the call's own bound.
 """
 
 import base64
+import grp
 import http.client
 import json
 import os
-import shlex
+import random
 import socket
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+import stat
+import time
+import urllib.parse
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from .errors import SandboxError, SandboxUnavailableError, ServiceError
+from .errors import (CallTimeoutError, RefusedError, SandboxError, SandboxUnavailableError,
+                     ServiceError)
 from .languages import SOURCE_NAMES
-from .transport import (MAX_COPY_OUT_BYTES, ExecRequest, Limits, OutputCallback, RunOutcome,
-                        RunRequest)
+from .transport import (MAX_COPY_OUT_BYTES, SETUP_SCRIPT, ExecRequest, Limits, Mount,
+                        OutputCallback, RunOutcome, RunRequest, TextSink, setup_script)
 
 NDJSON = "application/x-ndjson"
 
@@ -28,13 +36,13 @@ NDJSON = "application/x-ndjson"
 MAX_COPY_IN_FILES = 10000
 MAX_COPY_IN_BYTES = 256 << 20
 
-# How long past the box's own wall limit the client waits for the answer: compiling has limits
-# of its own, and the request may wait in the service's queue.
-GRACE_SECONDS = 120.0
-
-# Directories every box has; a copy_in file elsewhere needs unpacked_in_box.
+# Directories every box has; a copy_in file elsewhere needs the setup script.
 BOX_TOP = ("/box", "/tmp")
-SETUP_SCRIPT = "/box/.isolate-setup.sh"
+
+# Waits between retries of a 429 when the service names none: doubling from the first to the
+# last, with jitter so that parallel callers do not come back together.
+BACKOFF_FIRST = 0.05
+BACKOFF_LAST = 2.0
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -57,33 +65,89 @@ class UnixHTTPConnection(http.client.HTTPConnection):
         self.sock = sock
 
 
-def service_answers(path: str, timeout: float = 1.0) -> bool:
-    """True when an HTTP server answers ``GET /v1/health`` on the socket (any status: a
-    draining or unready service answers 503, and requests then get its reason)."""
-    if not os.path.exists(path):
-        return False
-    conn = UnixHTTPConnection(path, timeout=timeout)
+def connection(endpoint: str, timeout: Optional[float]) -> http.client.HTTPConnection:
+    """A connection to ``endpoint``: a unix socket's path, or ``http://HOST:PORT``."""
+    if endpoint.startswith("http://"):
+        url = urllib.parse.urlsplit(endpoint)
+        if not url.hostname:
+            raise ValueError(f"ISOLATE_URL {endpoint!r} names no host")
+        return http.client.HTTPConnection(url.hostname, url.port or 80, timeout=timeout)
+    if "://" in endpoint:
+        raise ValueError(f"isolate service address {endpoint!r}: use http://HOST:PORT "
+                         "(the service's --listen) or a unix socket's path")
+    return UnixHTTPConnection(endpoint, timeout=timeout)
+
+
+def probe(endpoint: str, token: Optional[str] = None, timeout: float = 1.0) -> Optional[str]:
+    """None when an HTTP server answers ``GET /v1/health`` at ``endpoint`` (any status: a
+    draining or unready service answers 503, and requests then get its reason); otherwise why
+    not, in words that say what to do."""
+    if not endpoint.startswith("http://"):
+        try:
+            os.stat(endpoint)
+        except PermissionError:
+            return (f"no isolate service answers on {endpoint} for this user (permission "
+                    "denied on a directory above it)")
+        except OSError:
+            return f"no isolate service answers on {endpoint}"
+    conn = connection(endpoint, timeout)
     try:
-        conn.request("GET", "/v1/health")
+        conn.request("GET", "/v1/health", headers=auth_headers(token))
         conn.getresponse().read()
-        return True
-    except (OSError, http.client.HTTPException):
-        return False
+        return None
+    except PermissionError:
+        return permission_advice(endpoint)
+    except (OSError, http.client.HTTPException) as e:
+        return f"no isolate service answers on {endpoint} ({e})"
     finally:
         conn.close()
 
 
+def service_answers(endpoint: str, timeout: float = 1.0) -> bool:
+    """True when an HTTP server answers ``GET /v1/health`` at ``endpoint``."""
+    return probe(endpoint, None, timeout) is None
+
+
+def permission_advice(path: str) -> str:
+    """What to say when this process may not connect to the socket: the group that may."""
+    try:
+        st = os.stat(path)
+        group = grp.getgrgid(st.st_gid).gr_name
+    except (OSError, KeyError):
+        return f"permission denied on the isolate service's socket {path}"
+    return (f"permission denied on the isolate service's socket {path}: it admits root and "
+            f"the group {group!r} (mode {stat.S_IMODE(st.st_mode):o}); add this user to "
+            f"{group!r} (then log in again), or have the service started with "
+            "--socket-group naming one of your groups")
+
+
+def auth_headers(token: Optional[str]) -> Dict[str, str]:
+    """The token's header for the TCP transport."""
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
 class ServiceTransport:
-    """Sends requests to ``isolate serve``; usable by any user the socket's group admits."""
+    """Sends requests to ``isolate serve``; usable by any user the socket's group admits, or
+    over TCP by anyone holding the token.
+
+    ``busy_wait``: seconds a call may spend retrying answers of ``429`` (the service's queue is
+    full), None for as long as the call's own bound allows, 0 for no retry.
+    """
 
     name = "service"
 
-    def __init__(self, socket_path: str) -> None:
-        if not service_answers(socket_path):
+    def __init__(self, endpoint: str, token: Optional[str] = None,
+                 busy_wait: Optional[float] = None) -> None:
+        why = probe(endpoint, token)
+        if why is not None:
+            if why.startswith("permission denied"):
+                raise SandboxUnavailableError(why)
             raise SandboxUnavailableError(
-                f"no isolate service answers on {socket_path}: start it with `isolate serve` "
-                "(or `systemctl start isolate`)")
-        self.socket_path = socket_path
+                f"{why}: start it with `isolate serve` (or `systemctl start isolate`)")
+        self.endpoint = endpoint
+        self.socket_path = endpoint
+        self.token = token
+        self.busy_wait = busy_wait
 
     def exec(self, request: ExecRequest, on_stdout: Optional[OutputCallback] = None,
              on_stderr: Optional[OutputCallback] = None) -> Dict[str, Any]:
@@ -92,9 +156,15 @@ class ServiceTransport:
                                 "args": list(request.args), "env": env_list(request.env)}
         if request.stdin:
             body["stdin"] = {"text": request.stdin}
+        if request.image:
+            body["image"] = request.image
         body.update(limit_fields(request.limits))
-        answer = self._post("/v1/exec", body, request.limits, on_stdout, on_stderr)
+        body.update(bind_fields(request.mounts))
+        answer, sinks = self._post("/v1/exec", body, request.limits, on_stdout, on_stderr,
+                                   request.mounts)
         report: Dict[str, Any] = answer["exec"] if "exec" in answer else answer
+        if report.get("run"):
+            with_kept_output(report["run"], sinks)
         return report
 
     def run(self, request: RunRequest, on_stdout: Optional[OutputCallback] = None,
@@ -102,59 +172,110 @@ class ServiceTransport:
         """``POST /v1/run`` with one command; copy-in files travel inline (base64)."""
         args, cwd = list(request.command), request.cwd
         copy_in = inline_files(request.copy_in)
-        if any(os.path.dirname(e["path"]) not in BOX_TOP for e in copy_in):
-            args, cwd, copy_in = unpacked_in_box(args, cwd, copy_in)
+        if request.links or any(os.path.dirname(e["path"]) not in BOX_TOP for e in copy_in):
+            args, cwd, copy_in = unpacked_in_box(args, cwd, copy_in, request.links)
         command: Dict[str, Any] = {
             "args": args, "cwd": cwd, "env": env_list(request.env), "copy_in": copy_in,
             "copy_out": [{"path": p, "inline_max_bytes": MAX_COPY_OUT_BYTES}
                          for p in request.copy_out],
         }
+        if request.stdin:
+            command["stdin"] = {"text": request.stdin}
         if request.image in SOURCE_NAMES:
             command["lang"] = request.image
         elif request.image != "host":
             command["image"] = request.image
         command.update(limit_fields(request.limits))
-        answer = self._post("/v1/run", {"commands": [command]}, request.limits,
-                            on_stdout, on_stderr)
+        command.update(bind_fields(request.mounts))
+        answer, sinks = self._post("/v1/run", {"commands": [command]}, request.limits,
+                                   on_stdout, on_stderr, request.mounts)
         results = answer.get("results") or []
         if len(results) != 1:
             raise SandboxError(f"isolate service: expected one result, got {len(results)}")
-        report: Dict[str, Any] = results[0]
-        return RunOutcome(report=report, files=copied_out(report.pop("copy_out", None) or []))
+        report: Dict[str, Any] = with_kept_output(results[0], sinks)
+        files, errors = copied_out(report.pop("copy_out", None) or [])
+        return RunOutcome(report=report, files=files, errors=errors)
 
     def _post(self, path: str, body: Dict[str, Any], limits: Limits,
-              on_stdout: Optional[OutputCallback], on_stderr: Optional[OutputCallback]
-              ) -> Dict[str, Any]:
-        """Send one request; the answer as one object (a streamed one reassembled)."""
-        streaming = on_stdout is not None or on_stderr is not None
-        conn = UnixHTTPConnection(self.socket_path, timeout=2 * limits.timeout + GRACE_SECONDS)
+              on_stdout: Optional[OutputCallback], on_stderr: Optional[OutputCallback],
+              mounts: Sequence[Mount] = ()) -> Tuple[Dict[str, Any], Tuple[TextSink, TextSink]]:
+        """Send one request, retrying 429 within the bounds; the answer reassembled from its
+        lines, and the sinks that kept its output."""
+        data = json.dumps(body)
+        started = time.monotonic()
+        deadline = started + limits.call_timeout
+        busy_until = deadline
+        if self.busy_wait is not None:
+            busy_until = min(deadline, started + self.busy_wait)
+        attempt = 0
+        while True:
+            try:
+                return self._post_once(path, data, limits, deadline, on_stdout, on_stderr,
+                                       mounts)
+            except ServiceError as e:
+                if e.status != 429:
+                    raise
+                wait = max(e.retry_after or 0.0,
+                           min(BACKOFF_LAST, BACKOFF_FIRST * 2 ** attempt) * random.uniform(1, 2))
+                if time.monotonic() + wait > busy_until:
+                    waited = time.monotonic() - started
+                    raise ServiceError(f"{e} (retried for {waited:.1f}s, within the call's "
+                                       "bound)", status=429, field=e.field) from None
+                attempt += 1
+                time.sleep(wait)
+
+    def _post_once(self, path: str, data: str, limits: Limits, deadline: float,
+                   on_stdout: Optional[OutputCallback], on_stderr: Optional[OutputCallback],
+                   mounts: Sequence[Mount]
+                   ) -> Tuple[Dict[str, Any], Tuple[TextSink, TextSink]]:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise CallTimeoutError(limits.call_timeout)
+        conn = connection(self.endpoint, left)
+        sinks = (TextSink(on_stdout, limits.max_output_bytes, limits.keep),
+                 TextSink(on_stderr, limits.max_output_bytes, limits.keep))
         try:
-            headers = {"Content-Type": "application/json",
-                       "Accept": NDJSON if streaming else "application/json"}
-            conn.request("POST", path, json.dumps(body), headers)
+            headers = {"Content-Type": "application/json", "Accept": NDJSON}
+            headers.update(auth_headers(self.token))
+            conn.request("POST", path, data, headers)
             resp = conn.getresponse()
             if resp.status != 200:
-                raise error_of(resp.status, resp.reason, resp.read(65536))
-            if not streaming:
-                answer: Dict[str, Any] = json.loads(resp.read())
-                return answer
-            return reassemble(ndjson_lines(resp), on_stdout, on_stderr)
+                raise error_of(resp.status, resp.reason, resp.read(65536),
+                               resp.getheader("Retry-After"), mounts)
+            answer = reassemble(ndjson_lines(resp, conn, deadline), sinks)
+            for sink in sinks:
+                sink.close()
+            return answer, sinks
+        except socket.timeout:
+            # Closing the connection cancels the request: the service kills its boxes.
+            raise CallTimeoutError(limits.call_timeout) from None
         except (OSError, http.client.HTTPException, ValueError) as e:
-            raise SandboxError(f"isolate service on {self.socket_path}: {e}") from None
+            raise SandboxError(f"isolate service on {self.endpoint}: {e}") from None
         finally:
             conn.close()
 
 
-def reassemble(events: Iterator[Dict[str, Any]], on_stdout: Optional[OutputCallback],
-               on_stderr: Optional[OutputCallback]) -> Dict[str, Any]:
-    """Hand output events to the callbacks in their order; return what the unstreamed answer
+def with_kept_output(report: Dict[str, Any], sinks: Tuple[TextSink, TextSink]
+                     ) -> Dict[str, Any]:
+    """The report with the output the client kept from the stream (head and tail as asked);
+    cut if either the client or the service cut it."""
+    out, err = sinks
+    report.update(stdout=out.text,
+                  stdout_truncated=out.truncated or bool(report.get("stdout_truncated")),
+                  stderr=err.text,
+                  stderr_truncated=err.truncated or bool(report.get("stderr_truncated")))
+    return report
+
+
+def reassemble(events: Iterator[Dict[str, Any]], sinks: Tuple[TextSink, TextSink]
+               ) -> Dict[str, Any]:
+    """Feed output events to the sinks in their order; return what the unstreamed answer
     would have been (``{"results": [...]}``, or ``{"exec": ...}`` for /v1/exec)."""
     results: Dict[int, Any] = {}
     for event in events:
         if "stream" in event:
-            callback = on_stdout if event["stream"] == "stdout" else on_stderr
-            if callback is not None and event.get("data"):
-                callback(event["data"])
+            if event.get("data"):
+                sinks[0 if event["stream"] == "stdout" else 1].emit(event["data"])
         elif "result" in event:
             results[int(event.get("cmd", 0))] = event["result"]
         elif "error" in event:
@@ -167,8 +288,10 @@ def reassemble(events: Iterator[Dict[str, Any]], on_stdout: Optional[OutputCallb
     raise SandboxError("isolate service: the answer ended before its last line")
 
 
-def error_of(status: int, reason: str, body: bytes) -> ServiceError:
-    """The service's ``{"error", "field"}`` answer as an exception."""
+def error_of(status: int, reason: str, body: bytes, retry_after: Optional[str] = None,
+             mounts: Sequence[Mount] = ()) -> ServiceError:
+    """The service's ``{"error", "field"}`` answer as an exception; a refusal by the caller
+    policy (403) is a RefusedError, and a field that is a mount names the mount."""
     text = body.decode("utf-8", "replace").strip()
     field = None
     try:
@@ -176,13 +299,45 @@ def error_of(status: int, reason: str, body: bytes) -> ServiceError:
         text, field = str(parsed["error"]), parsed.get("field")
     except (ValueError, KeyError, TypeError):
         pass
-    return ServiceError(f"isolate service: {status} {reason}: {text or 'no details'}",
-                        status=status, field=field)
+    mount = mount_of_field(field, mounts)
+    if mount is not None:
+        text = f"mount {mount}: {text}"
+    message = f"isolate service: {status} {reason}: {text or 'no details'}"
+    kind = RefusedError if status == 403 else ServiceError
+    error = kind(message, status=status, field=field)
+    if retry_after:
+        try:
+            error.retry_after = float(retry_after)
+        except ValueError:
+            pass  # an HTTP date: the client's backoff decides
+    return error
 
 
-def ndjson_lines(resp: http.client.HTTPResponse) -> Iterator[Dict[str, Any]]:
-    """One JSON object per line, as the lines arrive."""
-    for line in iter(resp.readline, b""):
+def mount_of_field(field: Optional[str], mounts: Sequence[Mount]) -> Optional[Mount]:
+    """The mount a field path like ``commands[0].binds[1].host`` (or ``binds[1]``) names."""
+    if not field or "binds" not in field:
+        return None
+    rest = field.split("binds", 1)[1]
+    if rest.startswith("[") and "]" in rest:
+        index = rest[1:rest.index("]")]
+        if index.isdigit() and int(index) < len(mounts):
+            return mounts[int(index)]
+    return mounts[0] if len(mounts) == 1 else None
+
+
+def ndjson_lines(resp: http.client.HTTPResponse, conn: http.client.HTTPConnection,
+                 deadline: float) -> Iterator[Dict[str, Any]]:
+    """One JSON object per line, as the lines arrive; each read waits at most until the
+    deadline."""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout()
+        if conn.sock is not None:
+            conn.sock.settimeout(left)
+        line = resp.readline()
+        if not line:
+            return
         if line.strip():
             event: Dict[str, Any] = json.loads(line)
             yield event
@@ -206,46 +361,60 @@ def limit_fields(limits: Limits) -> Dict[str, Any]:
                               "output_limit_bytes": limits.max_output_bytes}
     if limits.pids is not None:
         fields["pids"] = limits.pids
+    if limits.disk_mb is not None:
+        fields["tmp_size_bytes"] = fields["file_size_bytes"] = limits.disk_mb << 20
+    if limits.network:
+        fields["net"] = "host"
     return fields
 
 
-def copied_out(items: List[Dict[str, Any]]) -> Dict[str, bytes]:
-    """A result's ``copy_out`` entries as box path -> content; an entry the service could not
-    return whole is an error, as a file over the bound is for the CLI transport."""
+def bind_fields(mounts: Sequence[Mount]) -> Dict[str, Any]:
+    """The API's ``binds``."""
+    if not mounts:
+        return {}
+    return {"binds": [{"host": m.host, "box": m.box, "rw": m.rw} for m in mounts]}
+
+
+def copied_out(items: List[Dict[str, Any]]) -> Tuple[Dict[str, bytes], Dict[str, str]]:
+    """A result's ``copy_out`` entries as box path -> content, and box path -> why it did not
+    come back whole."""
     files: Dict[str, bytes] = {}
+    errors: Dict[str, str] = {}
     for item in items:
         if item.get("error") or item.get("truncated"):
-            raise SandboxError(f"isolate service: {item['path']} was not copied out whole: "
-                               f"{item.get('error') or f'over {MAX_COPY_OUT_BYTES} bytes'}")
-        if "text" in item:
+            errors[item["path"]] = str(item.get("error") or f"over {MAX_COPY_OUT_BYTES} bytes")
+        elif "text" in item:
             files[item["path"]] = item["text"].encode("utf-8")
         elif "base64" in item:
             files[item["path"]] = base64.b64decode(item["base64"])
-    return files
+    return files, errors
 
 
-def unpacked_in_box(args: List[str], cwd: str, copy_in: List[Dict[str, Any]]
+def unpacked_in_box(args: List[str], cwd: str, copy_in: List[Dict[str, Any]],
+                    links: Sequence[Tuple[str, str]] = ()
                     ) -> Tuple[List[str], str, List[Dict[str, Any]]]:
     """The service puts each copy_in file into a directory that must exist; a tree's files
     therefore go in flat, and a setup script (run by the box's /bin/sh, as the box user)
-    makes the directories, moves the files into place, removes itself and execs the command.
-    The script travels as a file, not an argument: a large tree exceeds an argument's bound."""
-    flat, lines = [], ["set -e", 'rm -f -- "$0"']
-    dirs = sorted({os.path.dirname(e["path"]) for e in copy_in} | {cwd})
-    lines.append("mkdir -p -- " + " ".join(shlex.quote(d) for d in dirs))
+    makes the directories and symlinks, moves the files into place, removes itself and execs
+    the command. The script travels as a file, not an argument: a large tree exceeds an
+    argument's bound."""
+    flat, moves = [], []
+    dirs = sorted({os.path.dirname(e["path"]) for e in copy_in}
+                  | {os.path.dirname(p) for p, _ in links} | {cwd})
     for i, entry in enumerate(copy_in):
         staged = f"/box/.isolate-in-{i}"
-        lines.append(f"mv -f -- {staged} {shlex.quote(entry['path'])}")
+        moves.append((staged, entry["path"]))
         flat.append(dict(entry, path=staged))
-    lines += [f"cd -- {shlex.quote(cwd)}", 'exec "$@"', ""]
-    script = "\n".join(lines).encode()
+    script = setup_script(cwd, dirs, moves, links)
     flat.append({"path": SETUP_SCRIPT, "base64": base64.b64encode(script).decode(),
                  "mode": 0o600})
     return ["/bin/sh", SETUP_SCRIPT] + args, "/box", flat
 
 
 def inline_files(copy_in: Any) -> List[Dict[str, Any]]:
-    """Host files and directory trees as inline entries (symlinks are not followed), bounded."""
+    """Host files and directory trees as inline entries, bounded. Symlinks are not followed
+    (the caller makes those it keeps in the box); a FIFO, socket or device is an error naming
+    it, found without opening it for reading (a FIFO would block)."""
     entries: List[Dict[str, Any]] = []
     total = 0
     for host, box in copy_in:
@@ -258,18 +427,31 @@ def inline_files(copy_in: Any) -> List[Dict[str, Any]]:
                     pairs.append((full, os.path.join(box, os.path.relpath(full, host))))
         for src, dst in pairs:
             try:
-                fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
+                fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
             except OSError as e:
                 if os.path.islink(src):
                     continue
                 raise SandboxError(f"cannot copy {src} into the box: {e}") from None
             with os.fdopen(fd, "rb") as f:
-                mode = os.fstat(f.fileno()).st_mode & 0o777
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    raise SandboxError(f"cannot copy {src} into the box: "
+                                       f"{file_kind(st.st_mode)}, not a regular file")
                 data = f.read(MAX_COPY_IN_BYTES + 1)
             total += len(data)
             if total > MAX_COPY_IN_BYTES or len(entries) >= MAX_COPY_IN_FILES:
                 raise SandboxError(f"the files to copy in exceed {MAX_COPY_IN_BYTES} bytes "
                                    f"or {MAX_COPY_IN_FILES} files")
             entries.append({"path": dst, "base64": base64.b64encode(data).decode(),
-                            "mode": mode})
+                            "mode": stat.S_IMODE(st.st_mode) & 0o777})
     return entries
+
+
+def file_kind(mode: int) -> str:
+    """``a FIFO``, ``a socket``, ... for a file that is not regular."""
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "a special file"

@@ -10,6 +10,7 @@ import codecs
 import dataclasses
 import os
 import selectors
+import shlex
 import subprocess
 import time
 from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -25,20 +26,53 @@ OutputCallback = Callable[[str], None]
 MAX_COPY_OUT_BYTES = 64 << 20
 
 
+# What a call may take beyond the box's own limits: queueing in the service, building the box,
+# copying files in and out, tearing down.
+SETUP_SECONDS = 30.0
+
+# How a stream longer than its limit is cut: its first and last bytes (marked where cut), only
+# the first, or only the last.
+KEEP_MODES = ("head_tail", "head", "tail")
+
+
 @dataclasses.dataclass
 class Limits:
     """Limits of one box: ``timeout`` is seconds of CPU and wall time, ``max_output_bytes`` the
-    output kept per stream; ``pids`` None keeps isolate's default."""
+    output kept per stream (cut as ``keep`` says); ``call_timeout`` bounds the whole call
+    (compiling, queueing and setup included; default ``timeout`` + SETUP_SECONDS); ``pids``
+    None keeps isolate's default; ``disk_mb`` the box's writable space (/box and /tmp) and its
+    largest file, None keeps isolate's default; ``network`` gives the box the host's network
+    (where allowed)."""
 
     timeout: float
     memory_mb: int
     max_output_bytes: int
     pids: Optional[int] = None
+    disk_mb: Optional[int] = None
+    keep: str = "head_tail"
+    network: bool = False
+    call_timeout: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.call_timeout:
+            self.call_timeout = self.timeout + SETUP_SECONDS
+
+
+@dataclasses.dataclass(frozen=True)
+class Mount:
+    """A host directory (or file) bound into the box at ``box``; writable when ``rw``."""
+
+    host: str
+    box: str
+    rw: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.box}:{'rw' if self.rw else 'ro'}"
 
 
 @dataclasses.dataclass
 class ExecRequest:
-    """Compile (if needed) and run one source file in the language's image."""
+    """Compile (if needed) and run one source file in the language's image (or ``image``)."""
 
     language: str
     source: str
@@ -46,6 +80,8 @@ class ExecRequest:
     stdin: str = ""
     args: Sequence[str] = ()
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    mounts: Sequence[Mount] = ()
+    image: Optional[str] = None
 
 
 @dataclasses.dataclass
@@ -53,7 +89,8 @@ class RunRequest:
     """Run one command in a fresh box.
 
     ``image`` is ``host`` or a language's name (its image and environment); ``copy_in`` pairs a
-    host path with a box path; ``copy_out`` lists box files to return.
+    host path with a box path; ``copy_out`` lists box files to return; ``links`` are symlinks
+    (box path, target) made in the box before the command.
     """
 
     command: Sequence[str]
@@ -63,6 +100,9 @@ class RunRequest:
     copy_in: Sequence[Tuple[str, str]] = ()
     copy_out: Sequence[str] = ()
     cwd: str = "/box"
+    mounts: Sequence[Mount] = ()
+    links: Sequence[Tuple[str, str]] = ()
+    stdin: str = ""
 
 
 @dataclasses.dataclass
@@ -71,6 +111,8 @@ class RunOutcome:
 
     report: Dict[str, Any]
     files: Dict[str, bytes] = dataclasses.field(default_factory=dict)
+    # Box path -> why it did not come back whole (over the bound, the store's quota).
+    errors: Dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 class Transport(Protocol):
@@ -90,22 +132,25 @@ class Transport(Protocol):
 
 
 class TextSink:
-    """Decodes a byte stream as UTF-8 as it arrives, hands text to a callback and keeps the first
-    ``limit`` bytes."""
+    """Decodes a byte stream as UTF-8 as it arrives, hands text to a callback and keeps at most
+    ``limit`` bytes of it: the first and the last half (``head_tail``, the cut marked), the
+    first (``head``) or the last (``tail``)."""
 
-    def __init__(self, callback: Optional[OutputCallback], limit: int) -> None:
+    def __init__(self, callback: Optional[OutputCallback], limit: int,
+                 keep: str = "head_tail") -> None:
+        if keep not in KEEP_MODES:
+            raise ValueError(f"unknown output keep mode {keep!r}; valid: {', '.join(KEEP_MODES)}")
         self.callback = callback
         self.limit = limit
-        self.kept = bytearray()
+        self.head_limit = {"head_tail": limit - limit // 2, "head": limit, "tail": 0}[keep]
+        self.tail_limit = limit - self.head_limit
+        self.head = bytearray()
+        self.tail = bytearray()
         self.total = 0
         self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
 
     def feed(self, data: bytes) -> None:
         """Take the next chunk."""
-        self.total += len(data)
-        room = self.limit - len(self.kept)
-        if room > 0:
-            self.kept += data[:room]
         self.emit(self.decoder.decode(data))
 
     def close(self) -> None:
@@ -113,19 +158,55 @@ class TextSink:
         self.emit(self.decoder.decode(b"", final=True))
 
     def emit(self, text: str) -> None:
-        """Give text to the callback, if any."""
-        if text and self.callback is not None:
+        """Keep text and give it to the callback, if any."""
+        if not text:
+            return
+        self.keep(text.encode("utf-8"))
+        if self.callback is not None:
             self.callback(text)
+
+    def keep(self, data: bytes) -> None:
+        """Keep what the mode keeps of the next bytes; memory stays within twice the limit."""
+        self.total += len(data)
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if self.tail_limit and data:
+            self.tail += data
+            if len(self.tail) > 2 * self.tail_limit:
+                del self.tail[:-self.tail_limit]
+
+    @property
+    def cut(self) -> int:
+        """Bytes dropped between the kept head and tail."""
+        return self.total - len(self.head) - min(len(self.tail), self.tail_limit)
 
     @property
     def text(self) -> str:
-        """The kept bytes as text."""
-        return self.kept.decode("utf-8", "replace")
+        """The kept bytes as text, with a marker where bytes were cut."""
+        tail = bytes(self.tail[-self.tail_limit:]) if self.tail_limit else b""
+        if self.cut <= 0:
+            return (bytes(self.head) + tail).decode("utf-8", "replace")
+        return (self.head.decode("utf-8", "replace") + cut_marker(self.cut)
+                + tail.decode("utf-8", "replace"))
 
     @property
     def truncated(self) -> bool:
         """More arrived than was kept."""
         return self.total > self.limit
+
+
+def cut_marker(count: int) -> str:
+    """What stands where output was cut."""
+    return f"\n[... {count} bytes cut ...]\n"
+
+
+def keep_text(text: str, limit: int, keep: str) -> Tuple[str, bool]:
+    """``text`` cut to ``limit`` bytes as a TextSink would cut it; and whether it was."""
+    sink = TextSink(None, limit, keep)
+    sink.emit(text)
+    return sink.text, sink.truncated
 
 
 def pump(proc: "subprocess.Popen[bytes]", sinks: List[Tuple[IO[bytes], TextSink]],
@@ -171,3 +252,21 @@ def kill_and_reap(proc: "subprocess.Popen[bytes]", group: bool = False) -> None:
         except ProcessLookupError:  # pragma: no cover - exited in between
             pass
     proc.wait()
+
+
+SETUP_SCRIPT = "/box/.isolate-setup.sh"
+
+
+def setup_script(cwd: str, dirs: Sequence[str] = (), moves: Sequence[Tuple[str, str]] = (),
+                 links: Sequence[Tuple[str, str]] = ()) -> bytes:
+    """A script the box's /bin/sh runs as the box user before the command: it removes itself,
+    makes ``dirs``, moves staged files into place, makes symlinks (box path, target), enters
+    ``cwd`` and execs the command (its arguments)."""
+    q = shlex.quote
+    lines = ["set -e", 'rm -f -- "$0"']
+    if dirs:
+        lines.append("mkdir -p -- " + " ".join(q(d) for d in dirs))
+    lines += [f"mv -f -- {q(src)} {q(dst)}" for src, dst in moves]
+    lines += [f"ln -s -- {q(target)} {q(path)}" for path, target in links]
+    lines += [f"cd -- {q(cwd)}", 'exec "$@"', ""]
+    return "\n".join(lines).encode()
