@@ -8,9 +8,13 @@ TAGS := urfave_cli_no_docs,netgo,osusergo,initbin
 # urfave_cli_no_docs keeps the man-page generator (and its start-up cost)
 # out; libseccomp links in from libseccomp-dev's archive.
 LDFLAGS := -s -w -X main.version=$(VERSION) -X github.com/isolate-sandbox/isolate/cmdline.Version=$(VERSION)
-WITH_GO = export PATH="$$(./scripts/deps.sh):$$PATH"; . ./scripts/cgo-env.sh;
+# The Go toolchain's directory: scripts/deps.sh installs what is missing
+# and prints it. A package build (debian/rules) names its own and
+# installs nothing.
+GODIR ?= $$(./scripts/deps.sh)
+WITH_GO = export PATH="$(GODIR):$$PATH"; . ./scripts/cgo-env.sh;
 
-.PHONY: all build test bench vet clean vmtest demo
+.PHONY: all build test bench vet clean vmtest demo release
 
 all: build
 
@@ -51,5 +55,12 @@ bench: build
 vmtest:
 	./scripts/vmtest.sh
 
+# Static isolate and isolate-serve for amd64 and arm64 (arm64
+# cross-compiled), tarballs and SHA256SUMS in dist/, each binary checked
+# (arm64 under qemu-user: scripts/release-check.sh says what that cannot
+# check). The version is git describe's; VERSION=... names another.
+release:
+	./scripts/release.sh
+
 clean:
-	rm -rf bin build
+	rm -rf bin build dist
