@@ -14,7 +14,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X github.com/isolate-sandbox/isolat
 GODIR ?= $$(./scripts/deps.sh)
 WITH_GO = export PATH="$(GODIR):$$PATH"; . ./scripts/cgo-env.sh;
 
-.PHONY: all build test bench vet clean vmtest demo release
+.PHONY: all build docs test bench vet clean vmtest demo release
 
 all: build
 
@@ -27,6 +27,17 @@ build:
 	@$(WITH_GO) go build -tags $(TAGS) -trimpath -ldflags '$(LDFLAGS)' -o bin/isolate ./cmd/isolate
 	@$(WITH_GO) go build -tags $(TAGS) -trimpath -ldflags '$(LDFLAGS)' -o bin/isolate-serve ./cmd/isolate-serve
 	@echo "built bin/isolate bin/isolate-serve"
+
+# Man pages and shell completions, written by the CLIs from their own
+# commands and flags: isolate built with the generator (without
+# urfave_cli_no_docs), only for this.
+docs: build
+	@$(WITH_GO) go build -tags netgo,osusergo,initbin -trimpath -o build/doc/isolate ./cmd/isolate
+	@mkdir -p build/doc/bash build/doc/fish
+	build/doc/isolate help-man > build/doc/isolate.1
+	build/doc/isolate help-completion bash > build/doc/bash/isolate
+	build/doc/isolate help-completion fish > build/doc/fish/isolate.fish
+	bin/isolate-serve help-man > build/doc/isolate-serve.1
 
 # One real sandboxed run on this machine, after building everything.
 demo: build
