@@ -25,16 +25,15 @@ base=${BASE:-localhost/isolate-base:$codename}
 tmp=$(mktemp -d /tmp/isolate-container.XXXXXX)
 name=isolate-test-$$
 image=localhost/isolate-test:$$
-cgroup=isolate-container-$$
-# The container's root is this host uid (and its user namespace maps
-# 65536 ids: root and the box users, 60000 and up).
+# The container's root on the host (deploy/run.sh).
 root_id=200000
-cgroup_dirs=()
+# given_cgroups lists the cgroup subtree deploy/run.sh gave the container.
+given_cgroups() { ls -d /sys/fs/cgroup/isolate-container-"$name" /sys/fs/cgroup/*/isolate-container-"$name" 2>/dev/null || true; }
 cleanup() {
 	podman rm -f -t 0 "$name" > /dev/null 2>&1 || true
 	podman rmi -f "$image" > /dev/null 2>&1 || true
 	local d
-	for d in "${cgroup_dirs[@]}"; do rmdir "$d" 2>/dev/null || true; done
+	for d in $(given_cgroups); do rmdir "$d" 2>/dev/null || true; done
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -56,33 +55,8 @@ log "podman build"
 # The build's RUN needs the host's network to reach the mirror.
 podman build -q --runtime runc --network host --build-arg BASE="$base" -f deploy/Containerfile -t "$image" . > /dev/null
 
-python3 deploy/seccomp.py > "$tmp/seccomp.json"
-# The cgroup subtree the container may write, owned by its root.
-if [ -e /sys/fs/cgroup/cgroup.controllers ]; then
-	cgroup_dirs=("/sys/fs/cgroup/$cgroup")
-else
-	for c in memory pids cpu cpuacct; do cgroup_dirs+=("/sys/fs/cgroup/$c/$cgroup"); done
-fi
-for d in "${cgroup_dirs[@]}"; do
-	mkdir "$d"
-	chown -R "$root_id:$root_id" "$d"
-done
-mkdir -m 0755 "$tmp/run"
-chown "$root_id:$root_id" "$tmp/run"
-
-# podman's default rlimits exceed this machine's hard limits, which root
-# here cannot raise (no CAP_SYS_RESOURCE): ask for what is allowed.
-nproc=$(ulimit -Hu)
-[ "$nproc" = unlimited ] || [ "$nproc" -le 32768 ] || nproc=32768
-
-log "podman run"
-podman run -d --name "$name" --runtime runc \
-	--uidmap "0:$root_id:65536" --gidmap "0:$root_id:65536" \
-	--security-opt seccomp="$tmp/seccomp.json" --security-opt 'unmask=/proc/*' \
-	-v /sys/fs/cgroup:/sys/fs/cgroup:rw -e ISOLATE_CGROUP_ROOT="/$cgroup" \
-	-v "$tmp/run:/run/isolate" \
-	--ulimit "nofile=$(ulimit -Hn):$(ulimit -Hn)" --ulimit "nproc=$nproc:$nproc" \
-	"$image" > /dev/null
+log "podman run (deploy/run.sh)"
+ISOLATE_CONTAINER_UID=$root_id deploy/run.sh "$image" "$name" "$tmp/run" > /dev/null
 for _ in $(seq 300); do
 	[ -S "$tmp/run/api.sock" ] && break
 	[ "$(podman inspect -f '{{.State.Running}}' "$name")" = true ] || { podman logs "$name"; fail "the service exited"; }
@@ -110,7 +84,8 @@ log "podman stop"
 podman stop -t 60 "$name" > /dev/null
 code=$(podman inspect -f '{{.State.ExitCode}}' "$name")
 [ "$code" = 0 ] || { podman logs "$name"; fail "the service exited $code on SIGTERM"; }
-for d in "${cgroup_dirs[@]}"; do
+[ -n "$(given_cgroups)" ] || fail "deploy/run.sh gave the container no cgroup subtree"
+for d in $(given_cgroups); do
 	if find "$d" -mindepth 1 -type d | grep . >&2; then fail "cgroups left in $d (above)"; fi
 done
 log "1 passed, 0 failed"
