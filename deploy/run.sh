@@ -5,7 +5,8 @@
 # SOCKET_DIR (on the host) gets api.sock. The container's root is host uid
 # $ISOLATE_CONTAINER_UID (default 200000), in a user namespace of 65536
 # ids; the cgroup subtree isolate-container-NAME, made here and owned by
-# that uid, is the only cgroup it may write (rmdir it after podman rm).
+# that uid, is the only cgroup it may write (after podman rm:
+# deploy/cgroup-subtree.sh remove isolate-container-NAME).
 set -euo pipefail
 [ $# -ge 3 ] || { echo "usage: $0 IMAGE NAME SOCKET_DIR [isolate-serve flags...]" >&2; exit 2; }
 image=$1 name=$2 sockets=$3
@@ -14,16 +15,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root_id=${ISOLATE_CONTAINER_UID:-200000}
 cgroup=isolate-container-$name
 
-if [ -e /sys/fs/cgroup/cgroup.controllers ]; then
-	dirs=("/sys/fs/cgroup/$cgroup")
-else # v1 or hybrid: the controllers isolate uses
-	dirs=()
-	for c in memory pids cpu cpuacct; do dirs+=("/sys/fs/cgroup/$c/$cgroup"); done
-fi
-for d in "${dirs[@]}"; do
-	mkdir -p "$d"
-	chown -R "$root_id:$root_id" "$d"
-done
+"$here/cgroup-subtree.sh" make "$cgroup" "$root_id" > /dev/null
 mkdir -p "$sockets"
 chown "$root_id:$root_id" "$sockets"
 

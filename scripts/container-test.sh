@@ -27,13 +27,10 @@ name=isolate-test-$$
 image=localhost/isolate-test:$$
 # The container's root on the host (deploy/run.sh).
 root_id=200000
-# given_cgroups lists the cgroup subtree deploy/run.sh gave the container.
-given_cgroups() { ls -d /sys/fs/cgroup/isolate-container-"$name" /sys/fs/cgroup/*/isolate-container-"$name" 2>/dev/null || true; }
 cleanup() {
 	podman rm -f -t 0 "$name" > /dev/null 2>&1 || true
 	podman rmi -f "$image" > /dev/null 2>&1 || true
-	local d
-	for d in $(given_cgroups); do rmdir "$d" 2>/dev/null || true; done
+	deploy/cgroup-subtree.sh remove "isolate-container-$name" > /dev/null 2>&1 || true
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -84,8 +81,7 @@ log "podman stop"
 podman stop -t 60 "$name" > /dev/null
 code=$(podman inspect -f '{{.State.ExitCode}}' "$name")
 [ "$code" = 0 ] || { podman logs "$name"; fail "the service exited $code on SIGTERM"; }
-[ -n "$(given_cgroups)" ] || fail "deploy/run.sh gave the container no cgroup subtree"
-for d in $(given_cgroups); do
-	if find "$d" -mindepth 1 -type d | grep . >&2; then fail "cgroups left in $d (above)"; fi
-done
+# The cgroup subtree deploy/run.sh gave it: nothing left in it.
+podman rm "$name" > /dev/null
+deploy/cgroup-subtree.sh remove "isolate-container-$name" > /dev/null || fail "the container left cgroups"
 log "1 passed, 0 failed"

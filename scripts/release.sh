@@ -8,11 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The arm64 libraries are Debian's own packages for that architecture.
-if ! dpkg --print-foreign-architectures | grep -qx arm64; then
-	dpkg --add-architecture arm64
-	rm -f /var/lib/apt/periodic/update-success-stamp
-fi
+# The arm64 libraries are Debian's own packages for that architecture
+# (deps.sh updates the package lists before installing them).
+dpkg --print-foreign-architectures | grep -qx arm64 || dpkg --add-architecture arm64
 export PATH="$(./scripts/deps.sh gcc-aarch64-linux-gnu libc6-dev-arm64-cross musl-dev:arm64 libseccomp-dev:arm64 qemu-user-static):$PATH"
 
 version=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
