@@ -50,7 +50,8 @@ fi
 
 log "podman build"
 # The build's RUN needs the host's network to reach the mirror.
-podman build -q --runtime runc --network host --build-arg BASE="$base" -f deploy/Containerfile -t "$image" . > /dev/null
+podman build -q --runtime runc --network host --build-arg BASE="$base" -f deploy/Containerfile -t "$image" . \
+	> "$tmp/build.log" 2>&1 || { tail -30 "$tmp/build.log"; fail "podman build"; }
 
 log "podman run (deploy/run.sh)"
 ISOLATE_CONTAINER_UID=$root_id deploy/run.sh "$image" "$name" "$tmp/run" > /dev/null
