@@ -50,7 +50,7 @@ if [ "$phase" = build ]; then
 	if dpkg-query -W -f='${db:Status-Abbrev}' isolate 2>/dev/null | grep -q '^i'; then
 		fail "the isolate package is installed on this host: this test would replace and purge it"
 	fi
-	export PATH="$(./scripts/deps.sh dpkg-dev debhelper lintian systemd curl):$PATH"
+	export PATH="$(./scripts/deps.sh dpkg-dev debhelper lintian systemd man-db curl):$PATH"
 	# The build reads modules from the module cache only (debian/README.source).
 	go mod download
 	tmp=$(mktemp -d /tmp/isolate-package.XXXXXX)
