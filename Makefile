@@ -8,9 +8,13 @@ TAGS := urfave_cli_no_docs,netgo,osusergo,initbin
 # urfave_cli_no_docs keeps the man-page generator (and its start-up cost)
 # out; libseccomp links in from libseccomp-dev's archive.
 LDFLAGS := -s -w -X main.version=$(VERSION) -X github.com/isolate-sandbox/isolate/cmdline.Version=$(VERSION)
-WITH_GO = export PATH="$$(./scripts/deps.sh):$$PATH"; . ./scripts/cgo-env.sh;
+# The Go toolchain's directory: scripts/deps.sh installs what is missing
+# and prints it. A package build (debian/rules) names its own and
+# installs nothing.
+GODIR ?= $$(./scripts/deps.sh)
+WITH_GO = export PATH="$(GODIR):$$PATH"; . ./scripts/cgo-env.sh;
 
-.PHONY: all build test bench vet clean vmtest demo
+.PHONY: all build docs test bench vet clean vmtest demo release
 
 all: build
 
@@ -23,6 +27,17 @@ build:
 	@$(WITH_GO) go build -tags $(TAGS) -trimpath -ldflags '$(LDFLAGS)' -o bin/isolate ./cmd/isolate
 	@$(WITH_GO) go build -tags $(TAGS) -trimpath -ldflags '$(LDFLAGS)' -o bin/isolate-serve ./cmd/isolate-serve
 	@echo "built bin/isolate bin/isolate-serve"
+
+# Man pages and shell completions, written by the CLIs from their own
+# commands and flags: isolate built with the generator (without
+# urfave_cli_no_docs), only for this.
+docs: build
+	@$(WITH_GO) go build -tags netgo,osusergo,initbin -trimpath -o build/doc/isolate ./cmd/isolate
+	@mkdir -p build/doc/bash build/doc/fish
+	build/doc/isolate help-man > build/doc/isolate.1
+	build/doc/isolate help-completion bash > build/doc/bash/isolate
+	build/doc/isolate help-completion fish > build/doc/fish/isolate.fish
+	bin/isolate-serve help-man > build/doc/isolate-serve.1
 
 # One real sandboxed run on this machine, after building everything.
 demo: build
@@ -51,5 +66,12 @@ bench: build
 vmtest:
 	./scripts/vmtest.sh
 
+# Static isolate and isolate-serve for amd64 and arm64 (arm64
+# cross-compiled), tarballs and SHA256SUMS in dist/, each binary checked
+# (arm64 under qemu-user: scripts/release-check.sh says what that cannot
+# check). The version is git describe's; VERSION=... names another.
+release:
+	./scripts/release.sh
+
 clean:
-	rm -rf bin build
+	rm -rf bin build dist

@@ -71,6 +71,10 @@ type Exit struct {
 // registers (Register) before any Main.
 var commands []func() *cli.Command
 
+// docCommands are hidden commands that write the man page and the
+// completions (docs.go), in builds without urfave_cli_no_docs only.
+var docCommands []func() *cli.Command
+
 // Register sets the commands of the app after run, in the order help
 // lists them; ExecCommand and VersionCommand belong among them. Called
 // from init functions only, before any Main: without it, the commands
@@ -159,6 +163,9 @@ func (iv *invocation) newApp() *cli.App {
 		cmds = append(cmds, ExecCommand(), VersionCommand())
 	}
 	for _, c := range commands {
+		cmds = append(cmds, c())
+	}
+	for _, c := range docCommands {
 		cmds = append(cmds, c())
 	}
 	// A run never needs exec's flags, whose construction was a fifth of a

@@ -10,14 +10,29 @@
 # musl-tools, linux-libc-dev and libseccomp-dev (scripts/deps.sh).
 _cgo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build/musl
 _cgo_arch=$(gcc -print-multiarch)
+_cgo_kernel=/usr/include
+export CC=musl-gcc
+# GOARCH=arm64 on another host cross-compiles (make release): Debian's
+# aarch64 cross gcc with the arm64 musl (musl-dev:arm64), the cross
+# kernel headers and libseccomp-dev:arm64's archive.
+if [ "${GOARCH:-}" = arm64 ] && [ "$_cgo_arch" != aarch64-linux-gnu ]; then
+	_cgo_arch=aarch64-linux-gnu
+	_cgo_root=$_cgo_root-arm64
+	_cgo_kernel=/usr/aarch64-linux-gnu/include
+	CC="aarch64-linux-gnu-gcc -specs /usr/lib/aarch64-linux-musl/musl-gcc.specs"
+fi
 mkdir -p "$_cgo_root/include" "$_cgo_root/lib"
-ln -sfn /usr/include/linux "$_cgo_root/include/linux"
-ln -sfn /usr/include/asm-generic "$_cgo_root/include/asm-generic"
-ln -sfn "/usr/include/$_cgo_arch/asm" "$_cgo_root/include/asm"
+ln -sfn "$_cgo_kernel/linux" "$_cgo_root/include/linux"
+ln -sfn "$_cgo_kernel/asm-generic" "$_cgo_root/include/asm-generic"
+if [ -d "$_cgo_kernel/asm" ]; then
+	ln -sfn "$_cgo_kernel/asm" "$_cgo_root/include/asm"
+else
+	ln -sfn "/usr/include/$_cgo_arch/asm" "$_cgo_root/include/asm"
+fi
 ln -sfn /usr/include/seccomp.h "$_cgo_root/include/seccomp.h"
 ln -sfn /usr/include/seccomp-syscalls.h "$_cgo_root/include/seccomp-syscalls.h"
 ln -sfn "/usr/lib/$_cgo_arch/libseccomp.a" "$_cgo_root/lib/libseccomp.a"
-export CGO_ENABLED=1 CC=musl-gcc
+export CGO_ENABLED=1
 export CGO_CFLAGS="-O2 -g -idirafter $_cgo_root/include"
 export CGO_LDFLAGS="-L$_cgo_root/lib -static"
-unset _cgo_root _cgo_arch
+unset _cgo_root _cgo_arch _cgo_kernel

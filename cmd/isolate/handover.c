@@ -490,7 +490,9 @@ static __attribute__((noreturn)) void relay(int sock, int argc, char **argv) {
 	size_t got = 0;
 	for (;;) {
 		struct pollfd p[2] = {{.fd = sock, .events = POLLIN}, {.fd = (int)sfd, .events = POLLIN}};
-		long r = sys3(SYS_poll, p, 2, -1);
+		/* ppoll with no timeout and no mask: poll(2) is not a system
+		 * call on arm64. */
+		long r = sys4(SYS_ppoll, p, 2, NULL, NULL);
 		if (r == -EINTR)
 			continue;
 		if (r < 0)
