@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/isolate-sandbox/isolate/internal/connlimit"
 )
 
 // DefaultSocket is where the service listens for handovers by default.
@@ -84,6 +86,8 @@ type Server struct {
 	draining  bool
 	running   sync.WaitGroup
 	listeners []net.Listener
+	limits    connlimit.Limits
+	limited   []*connlimit.Listener
 }
 
 // NewServer accepts handovers from clients of build id build (a different
@@ -101,7 +105,10 @@ func NewServer(build string, run Runner, outcome func(string)) *Server {
 	return s
 }
 
-// Serve accepts handovers on l until Shutdown.
+// Serve accepts handovers on l until Shutdown, within the server's
+// connection limits (LimitConnections). Running out of descriptors
+// pauses it (an idle connection's place frees within requestTimeout); it
+// never ends it.
 func (s *Server) Serve(l *net.UnixListener) error {
 	s.mu.Lock()
 	if s.draining {
@@ -110,9 +117,11 @@ func (s *Server) Serve(l *net.UnixListener) error {
 		return nil
 	}
 	s.listeners = append(s.listeners, l)
+	limited := connlimit.New(l, s.limits)
+	s.limited = append(s.limited, limited)
 	s.mu.Unlock()
 	for {
-		c, err := l.AcceptUnix()
+		c, err := limited.Accept()
 		if err != nil {
 			s.mu.Lock()
 			draining := s.draining
@@ -120,13 +129,34 @@ func (s *Server) Serve(l *net.UnixListener) error {
 			if draining {
 				return nil
 			}
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				continue
-			}
 			return err
 		}
-		go s.handle(c)
+		go func() {
+			defer c.Close() // gives its place back
+			s.handle(c.(*connlimit.Conn).NetConn().(*net.UnixConn))
+		}()
 	}
+}
+
+// LimitConnections sets the most connections held at once, in all and
+// per uid, on the listeners Serve is given afterwards.
+func (s *Server) LimitConnections(l connlimit.Limits) {
+	s.mu.Lock()
+	s.limits = l
+	s.mu.Unlock()
+}
+
+// Starved counts the accepts that failed for want of descriptors (and
+// were retried); Refused the connections closed at once for being beyond
+// the limits.
+func (s *Server) Starved() (starved, refused int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.limited {
+		starved += l.Starved.Load()
+		refused += l.Refused.Load()
+	}
+	return starved, refused
 }
 
 // Shutdown stops accepting, lets running handovers finish within grace,
