@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -18,10 +19,11 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req ExecRequest
-	if err := decode(r.Body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, err)
+	leave, ok := read(s, w, r, &req)
+	if !ok {
 		return
 	}
+	defer leave()
 	if err := s.validateExec(&req, callerOf(r)); err != nil {
 		writeError(w, statusOf(err), err)
 		return
@@ -50,7 +52,10 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	}
 	var ev *events
 	if wantsStream(r) {
-		ev = newEvents(w)
+		var stop context.CancelCauseFunc
+		ctx, stop = context.WithCancelCause(ctx)
+		defer stop(nil)
+		ev = newEvents(w, s.cfg.WriteTimeout, stop)
 		stdio.Stdout, stdio.Stderr = ev.writer(0, "stdout"), ev.writer(0, "stderr")
 	}
 	rep, err := s.cfg.Exec.Exec(ctx, &req, stdio)
@@ -69,7 +74,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	case ev != nil:
 		ev.emit(Event{Exec: rep, Done: true})
 	default:
-		writeJSON(w, http.StatusOK, rep)
+		s.answer(w, http.StatusOK, rep)
 	}
 }
 

@@ -84,6 +84,9 @@ type callerKey struct{}
 // connContext records the peer's credentials of each connection.
 func connContext(ctx context.Context, c net.Conn) context.Context {
 	caller := Caller{UID: -1, GID: -1, PID: -1}
+	if lc, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = lc.NetConn() // as accepted, under the connection limits
+	}
 	if uc, ok := c.(*net.UnixConn); ok {
 		if raw, err := uc.SyscallConn(); err == nil {
 			raw.Control(func(fd uintptr) {

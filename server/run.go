@@ -21,10 +21,11 @@ import (
 
 func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	var req RunRequest
-	if err := decode(r.Body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, err)
+	leave, ok := read(s, w, r, &req)
+	if !ok {
 		return
 	}
+	defer leave()
 	if err := s.validate(&req, callerOf(r)); err != nil {
 		writeError(w, statusOf(err), err)
 		return
@@ -37,7 +38,10 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 
 	var ev *events
 	if wantsStream(r) {
-		ev = newEvents(w)
+		var stop context.CancelCauseFunc
+		ctx, stop = context.WithCancelCause(ctx)
+		defer stop(nil)
+		ev = newEvents(w, s.cfg.WriteTimeout, stop)
 	}
 	resp, err := s.run(ctx, &req, ev)
 	if err != nil {
@@ -52,7 +56,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		ev.finish(resp)
 		return
 	}
-	writeJSON(w, http.StatusOK, resp)
+	s.answer(w, http.StatusOK, resp)
 }
 
 // task is one request being run: its commands' streams, the pipes
@@ -66,11 +70,24 @@ type task struct {
 	own  [][]*os.File // per command: files to close when its run ends
 	recs []*recorder  // per pipe: the recorded traffic, or nil
 	wg   sync.WaitGroup
+	// inline is what the answer may still hold of copied-out files and
+	// recorded pipes, together (maxInlineBytes to begin with).
+	inlineMu sync.Mutex
+	inline   int64
+}
+
+// takeInline reserves up to n bytes of the answer's inline budget.
+func (t *task) takeInline(n int64) int64 {
+	t.inlineMu.Lock()
+	defer t.inlineMu.Unlock()
+	n = max(min(n, t.inline), 0)
+	t.inline -= n
+	return n
 }
 
 // run runs every command of req together and returns their results.
 func (s *Server) run(ctx context.Context, req *RunRequest, ev *events) (*RunResponse, error) {
-	t := &task{s: s, req: req, ev: ev, io: make([]isolate.IO, len(req.Commands)), own: make([][]*os.File, len(req.Commands))}
+	t := &task{s: s, req: req, ev: ev, io: make([]isolate.IO, len(req.Commands)), own: make([][]*os.File, len(req.Commands)), inline: maxInlineBytes}
 	defer t.cleanup()
 	if err := t.prepare(); err != nil {
 		return nil, err
@@ -124,10 +141,13 @@ func (t *task) prepare() error {
 		// the larger of the two.
 		limit := c.Spec.WithDefaults().OutputLimitBytes
 		want := int64(0)
-		for _, o := range []*Output{c.Stdout, c.Stderr} {
+		for j, o := range []*Output{c.Stdout, c.Stderr} {
 			switch {
 			case o == nil || o.Pipe:
 				want = max(want, limit)
+			case o.Collect.MaxBytes > t.s.cfg.Caps.OutputLimitBytes:
+				return &api.FieldError{Field: fmt.Sprintf("commands[%d].%s.collect.max_bytes", i, []string{"stdout", "stderr"}[j]),
+					Msg: fmt.Sprintf("%d is beyond this service's maximum %d", o.Collect.MaxBytes, t.s.cfg.Caps.OutputLimitBytes)}
 			case o.Collect.MaxBytes > 0:
 				want = max(want, o.Collect.MaxBytes)
 			default:
@@ -266,7 +286,7 @@ func (t *task) pipes() error {
 				r.Close()
 				return err
 			}
-			rec := &recorder{limit: p.RecordMaxBytes}
+			rec := &recorder{limit: t.takeInline(p.RecordMaxBytes)}
 			t.recs[i] = rec
 			t.wg.Add(1)
 			go func(from, to *os.File) {
@@ -341,7 +361,14 @@ func (t *task) takeOut(src string, co CopyOut) CopyOutResult {
 	if limit == 0 {
 		limit = api.DefaultOutputLimitBytes
 	}
-	data, err := io.ReadAll(io.LimitReader(f, limit))
+	// What the answer holds inline is bounded in all, whatever each
+	// copy-out asks.
+	data := make([]byte, t.takeInline(min(limit, res.Size)))
+	n, err := io.ReadFull(f, data)
+	if err == io.ErrUnexpectedEOF {
+		err = nil // the file shrank meanwhile
+	}
+	data = data[:n]
 	if err != nil {
 		res.Error = err.Error()
 		return res

@@ -68,6 +68,7 @@ func listenCLI(o *options, gid int, host *isolate.Host) (*cliService, error) {
 	cs.Server = handover.NewServer(build, runHandedOver(host), func(outcome string) {
 		cs.handovers.WithLabelValues(outcome).Inc()
 	})
+	cs.LimitConnections(o.conns)
 	l, err := server.ListenUnix(o.cliSocket, gid)
 	if err != nil {
 		return nil, fmt.Errorf("--cli-socket: %v", err)

@@ -44,10 +44,10 @@ type child struct {
 	log  *bytes.Buffer
 }
 
-func startChild(t *testing.T, dir string) *child {
+func startChild(t testing.TB, dir string, args ...string) *child {
 	t.Helper()
 	c := &child{sock: filepath.Join(dir, "api.sock"), log: &bytes.Buffer{}}
-	c.cmd = exec.Command(os.Args[0], "--socket", c.sock, "--store", filepath.Join(dir, "files"), "--grace", "10s")
+	c.cmd = exec.Command(os.Args[0], append([]string{"--socket", c.sock, "--store", filepath.Join(dir, "files"), "--grace", "10s"}, args...)...)
 	c.cmd.Env = append(os.Environ(), serveChildEnv+"=1")
 	c.cmd.Stderr = c.log
 	if err := c.cmd.Start(); err != nil {
@@ -87,7 +87,7 @@ func (c *child) post(path, body string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
@@ -254,18 +254,21 @@ func TestFlags(t *testing.T) {
 		{"--parallel", "0"},
 		{"extra"},
 		{"--no-such-flag"},
+		{"--write-timeout", "0s"},
+		{"--max-conns-per-uid", "0"},
 	} {
 		if _, err := parseFlags(args); err == nil {
 			t.Errorf("%v accepted", args)
 		}
 	}
-	for _, v := range []capFlags{{mem: "NaN"}, {time: "1x"}, {pids: "-1"}} {
+	// The service's own bounds are never off.
+	for _, v := range []capFlags{{mem: "NaN"}, {time: "1x"}, {pids: "-1"}, {output: "unlimited"}, {output: "0"}, {output: "2G"}} {
 		if _, err := v.parse(); err == nil {
 			t.Errorf("%+v accepted", v)
 		}
 	}
-	caps, err := capFlags{mem: "256M", time: "2s", output: "unlimited"}.parse()
-	if err != nil || caps.MemoryBytes != 256<<20 || caps.CPUTimeMs != 2000 || caps.OutputLimitBytes != 0 {
+	caps, err := capFlags{mem: "256M", time: "2s", output: "8M"}.parse()
+	if err != nil || caps.MemoryBytes != 256<<20 || caps.CPUTimeMs != 2000 || caps.OutputLimitBytes != 8<<20 {
 		t.Fatalf("%+v %v", caps, err)
 	}
 }
