@@ -1,9 +1,11 @@
 package handover
 
 import (
+	"encoding/binary"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,5 +90,19 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("never happened: %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A request of more strings than a command line holds is refused before
+// they are built: a body of NULs is not millions of strings.
+func TestRequestOfTooManyStringsIsRefused(t *testing.T) {
+	nuls := make([]byte, 8+4+maxStrings+1)
+	binary.NativeEndian.PutUint32(nuls, maxStrings+1) // argc
+	if _, err := decodeRequest(nuls); err == nil || !strings.Contains(err.Error(), "at most") {
+		t.Errorf("%d empty arguments: %v, want refused", maxStrings+1, err)
+	}
+	ok := encodeRequest(&request{build: "b", args: make([]string, maxStrings)})[headerSize:]
+	if _, err := decodeRequest(ok); err != nil {
+		t.Errorf("%d arguments: %v", maxStrings, err)
 	}
 }

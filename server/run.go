@@ -145,9 +145,9 @@ func (t *task) prepare() error {
 			switch {
 			case o == nil || o.Pipe:
 				want = max(want, limit)
-			case o.Collect.MaxBytes > t.s.cfg.Caps.OutputLimitBytes:
+			case o.Collect.MaxBytes > t.s.maxOutput():
 				return &api.FieldError{Field: fmt.Sprintf("commands[%d].%s.collect.max_bytes", i, []string{"stdout", "stderr"}[j]),
-					Msg: fmt.Sprintf("%d is beyond this service's maximum %d", o.Collect.MaxBytes, t.s.cfg.Caps.OutputLimitBytes)}
+					Msg: fmt.Sprintf("%d is beyond this service's maximum %d", o.Collect.MaxBytes, t.s.maxOutput())}
 			case o.Collect.MaxBytes > 0:
 				want = max(want, o.Collect.MaxBytes)
 			default:

@@ -241,11 +241,7 @@ func read[T any](s *Server, w http.ResponseWriter, r *http.Request, v *T) (leave
 	leave = func() { <-s.places }
 	rc := http.NewResponseController(w)
 	rc.SetReadDeadline(time.Now().Add(readTimeout))
-	maxCmds := s.cfg.Parallel
-	if s.cfg.Caps.Commands > 0 {
-		maxCmds = min(maxCmds, s.cfg.Caps.Commands)
-	}
-	err := decode(r.Body, v, s.cfg.MaxBodyBytes, maxCmds)
+	err := decode(r.Body, v, s.cfg.MaxBodyBytes, s.maxCommands())
 	// The connection's reads watch for the client going away from now on:
 	// a deadline passing would end the run.
 	rc.SetReadDeadline(time.Time{})
@@ -256,6 +252,18 @@ func read[T any](s *Server, w http.ResponseWriter, r *http.Request, v *T) (leave
 	}
 	return leave, true
 }
+
+// maxCommands is the most commands one request may run.
+func (s *Server) maxCommands() int {
+	if s.cfg.Caps.Commands > 0 {
+		return min(s.cfg.Parallel, s.cfg.Caps.Commands)
+	}
+	return s.cfg.Parallel
+}
+
+// maxOutput is the most bytes one captured stream may keep (New sets
+// the default cap).
+func (s *Server) maxOutput() int64 { return s.cfg.Caps.OutputLimitBytes }
 
 // answer sends a request's answer, within the write timeout: a client
 // that does not read it does not hold the request's slots for longer.
