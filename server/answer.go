@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"sort"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -113,10 +114,8 @@ func (l *lifter) walk(v reflect.Value) {
 			l.walk(v.Elem())
 		}
 	case reflect.Struct:
-		for i := 0; i < v.NumField(); i++ {
-			if v.Type().Field(i).IsExported() {
-				l.walk(v.Field(i))
-			}
+		for _, i := range liftable(v.Type()) {
+			l.walk(v.Field(i))
 		}
 	case reflect.Slice:
 		if v.Type().Elem().Kind() == reflect.Uint8 {
@@ -133,6 +132,29 @@ func (l *lifter) walk(v reflect.Value) {
 			l.swap(v, false)
 		}
 	}
+}
+
+// liftableFields caches liftable.
+var liftableFields sync.Map // reflect.Type -> []int
+
+// liftable lists the exported fields of struct type t that may hold a
+// string or bytes (numbers and booleans are skipped unseen).
+func liftable(t reflect.Type) []int {
+	if f, ok := liftableFields.Load(t); ok {
+		return f.([]int)
+	}
+	var fields []int
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		switch f.Type.Kind() {
+		case reflect.String, reflect.Slice, reflect.Pointer, reflect.Interface, reflect.Struct:
+			if f.IsExported() {
+				fields = append(fields, i)
+			}
+		}
+	}
+	liftableFields.Store(t, fields)
+	return fields
 }
 
 // swap replaces one field by a placeholder no answer holds otherwise: it

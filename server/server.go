@@ -170,7 +170,7 @@ func (s *Server) Serve(l net.Listener) error {
 		Handler:           s.Handler(),
 		ConnContext:       connContext,
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       time.Minute,
+		IdleTimeout:       5 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 	}
 	limited := connlimit.New(l, s.cfg.Conns)
