@@ -27,7 +27,7 @@ func TestAcceptSurvivesRunningOutOfDescriptors(t *testing.T) {
 		t.Fatalf("connect with the last descriptor: %v", err)
 	}
 	waitFor(t, "the service's accept to find no descriptor", func() bool {
-		starved, _ := s.Starved()
+		_, _, starved := s.Connections()
 		return starved > 0
 	})
 	release()
@@ -45,7 +45,7 @@ func TestOneUIDsIdleConnectionsLeaveOthersTheirRuns(t *testing.T) {
 	// than its connections (lowered once the flooder has its own).
 	fdtest.Flood(t, sock, 200, func() { fdtest.Lower(t, 40) })
 	waitFor(t, "the flooder's connections past its share to be refused", func() bool {
-		_, refused := s.Starved()
+		_, refused, _ := s.Connections()
 		return refused >= 200-8
 	})
 	if got := echoed(t, cli(sock, "/", "run", "--", "true")); got.UID != 0 {

@@ -146,17 +146,18 @@ func (s *Server) LimitConnections(l connlimit.Limits) {
 	s.mu.Unlock()
 }
 
-// Starved counts the accepts that failed for want of descriptors (and
-// were retried); Refused the connections closed at once for being beyond
-// the limits.
-func (s *Server) Starved() (starved, refused int64) {
+// Connections are the connections held now, those closed at once for
+// being beyond the limits, and the accepts that found no descriptor (and
+// were retried).
+func (s *Server) Connections() (held int, refused, starved int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, l := range s.limited {
-		starved += l.Starved.Load()
+		held += l.Held()
 		refused += l.Refused.Load()
+		starved += l.Starved.Load()
 	}
-	return starved, refused
+	return held, refused, starved
 }
 
 // Shutdown stops accepting, lets running handovers finish within grace,

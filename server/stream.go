@@ -81,7 +81,7 @@ func (e *events) emit(ev Event) {
 		err = e.rc.Flush()
 	}
 	if e.err = err; err != nil {
-		e.stop(fmt.Errorf("the client read none of its answer for %v: %w", e.timeout, err))
+		e.stop(fmt.Errorf("the client stopped reading its answer (write timeout %v): %w", e.timeout, err))
 	}
 }
 
