@@ -13,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/filestore"
@@ -375,7 +376,7 @@ func (t *task) takeOut(src string, co CopyOut) CopyOutResult {
 	}
 	res.Truncated = int64(len(data)) < res.Size
 	if utf8.Valid(data) {
-		s := string(data)
+		s := unsafe.String(unsafe.SliceData(data), len(data)) // data is written no more: no second copy
 		res.Text = &s
 	} else {
 		res.Base64 = data
@@ -434,11 +435,19 @@ func (rec *recorder) keep(p []byte) {
 		p = p[:room]
 		rec.trunc = true
 	}
+	// Grown as append would, but never past the limit.
+	if need := len(rec.buf) + len(p); need > cap(rec.buf) {
+		grown := make([]byte, len(rec.buf), min(max(2*cap(rec.buf), need, 4<<10), int(rec.limit)))
+		copy(grown, rec.buf)
+		rec.buf = grown
+	}
 	rec.buf = append(rec.buf, p...)
 }
 
+// result is what was kept, once the copier is done: the string shares
+// the bytes, written no more.
 func (rec *recorder) result() (string, bool) {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	return string(rec.buf), rec.trunc
+	return unsafe.String(unsafe.SliceData(rec.buf), len(rec.buf)), rec.trunc
 }
