@@ -2,7 +2,6 @@ package handover
 
 import (
 	"encoding/binary"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,20 +17,10 @@ import (
 // end, and the next run is handed over as usual.
 func TestAcceptSurvivesRunningOutOfDescriptors(t *testing.T) {
 	s, sock := startLimitedServer(t, connlimit.Limits{})
-	// Connect with the last descriptor: the service's accept of this
-	// connection finds none left.
-	release := fdtest.Starve(t, 64)
-	c, err := net.Dial("unix", sock)
-	if err != nil {
-		release()
-		t.Fatalf("connect with the last descriptor: %v", err)
-	}
-	waitFor(t, "the service's accept to find no descriptor", func() bool {
+	fdtest.StarveAccept(t, sock, func() int64 {
 		_, _, starved := s.Connections()
-		return starved > 0
+		return starved
 	})
-	release()
-	c.Close()
 	if got := echoed(t, cli(sock, "/", "run", "--", "true")); len(got.Args) == 0 {
 		t.Fatal("the run after the shortage was not handed over")
 	}
@@ -64,21 +53,10 @@ func startLimitedServer(t *testing.T, lim connlimit.Limits) (*Server, string) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	os.Chmod(dir, 0o755)
 	sock := filepath.Join(dir, "cli.sock")
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(sock, 0o666)
 	s := NewServer(isolateBuild, echoRunner, nil)
 	s.LimitConnections(lim)
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(l) }()
-	t.Cleanup(func() {
-		s.Shutdown(5 * time.Second)
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
+	serveOn(t, s, sock)
+	os.Chmod(sock, 0o666)
 	return s, sock
 }
 

@@ -152,12 +152,7 @@ func (s *Server) LimitConnections(l connlimit.Limits) {
 func (s *Server) Connections() (held int, refused, starved int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, l := range s.limited {
-		held += l.Held()
-		refused += l.Refused.Load()
-		starved += l.Starved.Load()
-	}
-	return held, refused, starved
+	return connlimit.Totals(s.limited)
 }
 
 // Shutdown stops accepting, lets running handovers finish within grace,

@@ -174,18 +174,10 @@ func TestAcceptSurvivesRunningOutOfDescriptors(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	release := fdtest.Starve(t, 64)
-	c, err := net.Dial("unix", sock)
-	if err != nil {
-		release()
-		t.Fatalf("connect with the last descriptor: %v", err)
-	}
-	waitFor(t, "the service's accept to find no descriptor", func() bool {
+	fdtest.StarveAccept(t, sock, func() int64 {
 		_, _, starved := srv.Connections()
-		return starved > 0
+		return starved
 	})
-	release()
-	c.Close()
 	resp, err := unixClient(sock).Get("http://isolate/v1/version")
 	if err != nil {
 		t.Fatal(err)

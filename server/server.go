@@ -190,12 +190,7 @@ func (s *Server) Serve(l net.Listener) error {
 func (s *Server) Connections() (held int, refused, starved int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, l := range s.limited {
-		held += l.Held()
-		refused += l.Refused.Load()
-		starved += l.Starved.Load()
-	}
-	return held, refused, starved
+	return connlimit.Totals(s.limited)
 }
 
 // Shutdown drains: new requests get 503 at once, running ones finish

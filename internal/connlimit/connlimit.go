@@ -133,6 +133,17 @@ func (l *Listener) Held() int {
 	return l.total
 }
 
+// Totals are, over ls, the connections held now, those refused, and the
+// accepts that found no descriptor.
+func Totals(ls []*Listener) (held int, refused, starved int64) {
+	for _, l := range ls {
+		held += l.Held()
+		refused += l.Refused.Load()
+		starved += l.Starved.Load()
+	}
+	return held, refused, starved
+}
+
 // peerKey names who is at the other end: the uid the kernel recorded at
 // connect on a unix socket, the address over TCP.
 func peerKey(c net.Conn) string {

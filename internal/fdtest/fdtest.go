@@ -5,14 +5,37 @@ package fdtest
 
 import (
 	"bufio"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
+
+// StarveAccept makes the service in this process find no descriptor to
+// accept a connection to the unix socket sock with: it connects with the
+// last one this process has, waits until starved (the service's count of
+// such accepts) is above 0, then gives every descriptor back. The
+// deadline only keeps a broken service from hanging the suite.
+func StarveAccept(tb testing.TB, sock string, starved func() int64) {
+	tb.Helper()
+	release := Starve(tb, 64)
+	defer release()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		tb.Fatalf("connect with the last descriptor: %v", err)
+	}
+	defer c.Close()
+	for deadline := time.Now().Add(20 * time.Second); starved() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			tb.Fatal("the service's accept never found itself without a descriptor")
+		}
+	}
+}
 
 // Starve lowers this process's descriptor limit to what it has open plus
 // spare, and holds every descriptor but one: the next connection the
