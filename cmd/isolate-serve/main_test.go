@@ -210,7 +210,10 @@ func TestSIGKILLLeavesNothing(t *testing.T) {
 	// The next service's pool takes box ids from 0 up again: its box of
 	// the same name is another cgroup (directory).
 	pooledDir := cgroupIno(mgr, pooledBox)
-	waitFor(t, "a box is built ahead again", func() bool { _, b := c.get("/v1/health"); return !strings.Contains(b, `"pool":0`) })
+	waitFor(t, "a box is built ahead again", func() bool {
+		_, b := c.get("/v1/health")
+		return strings.Contains(b, `"pool":`) && !strings.Contains(b, `"pool":0`)
+	})
 	inits := childrenOf(c.cmd.Process.Pid)
 	if len(inits) < 3 {
 		_, h := c.get("/v1/health")
