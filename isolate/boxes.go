@@ -32,19 +32,21 @@ type boxLock struct {
 
 func runLockName(id int) string { return "box-" + strconv.Itoa(id) }
 
-// tryLockBox takes box id, or reports false when another run holds it.
-func tryLockBox(id int) (*boxLock, bool, error) {
-	l, ok, err := tryLock(runLockName(id))
+// tryLockBox takes box id (its lock in dir), or reports false when
+// another run holds it.
+func tryLockBox(dir string, id int) (*boxLock, bool, error) {
+	l, ok, err := tryLockIn(dir, runLockName(id))
 	if !ok {
 		return nil, false, err
 	}
 	return &boxLock{id: id, lock: l}, true, nil
 }
 
-// lockBox takes box id, or the first free one below numBoxes when id < 0.
-func lockBox(id, numBoxes int) (*boxLock, error) {
+// lockBox takes box id, or the first free one below numBoxes when id < 0,
+// with the locks in dir.
+func lockBox(dir string, id, numBoxes int) (*boxLock, error) {
 	if id >= 0 {
-		l, ok, err := tryLockBox(id)
+		l, ok, err := tryLockBox(dir, id)
 		if err != nil {
 			return nil, fmt.Errorf("lock box %d: %w", id, err)
 		}
@@ -54,7 +56,7 @@ func lockBox(id, numBoxes int) (*boxLock, error) {
 		return l, nil
 	}
 	for i := 0; i < numBoxes; i++ {
-		l, ok, err := tryLockBox(i)
+		l, ok, err := tryLockBox(dir, i)
 		if err != nil {
 			return nil, fmt.Errorf("lock box %d: %w", i, err)
 		}
@@ -68,15 +70,15 @@ func lockBox(id, numBoxes int) (*boxLock, error) {
 // cgroupName is the name of box id's cgroup.
 func cgroupName(id int) string { return "box-" + strconv.Itoa(id) }
 
-// sweepStale removes the cgroups of boxes no run holds: what a supervisor
-// killed with SIGKILL could not remove itself.
-func sweepStale(m *cgroup.Manager, own int) {
+// sweepStale removes the cgroups of boxes no run holds (their locks in
+// dir): what a supervisor killed with SIGKILL could not remove itself.
+func sweepStale(m *cgroup.Manager, dir string, own int) {
 	for _, name := range m.Boxes() {
 		id, err := strconv.Atoi(strings.TrimPrefix(name, "box-"))
 		if err != nil || id == own || !strings.HasPrefix(name, "box-") {
 			continue
 		}
-		l, ok, err := tryLockBox(id)
+		l, ok, err := tryLockBox(dir, id)
 		if err != nil || !ok {
 			continue
 		}

@@ -42,6 +42,10 @@ type Layout struct {
 	// HostNet adds the host's resolv.conf, which only makes sense when
 	// the box shares the host's network.
 	HostNet bool
+	// Staging, when set, is the empty host directory the new root is
+	// mounted on instead of StagingDir (a user who is not root cannot
+	// create that one).
+	Staging string
 }
 
 // SystemDirs are the box paths every box gets read-only from its image

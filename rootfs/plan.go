@@ -133,6 +133,9 @@ func (p *planner) bind(src, dst string, dir, writable, rec bool) {
 // run in the box's mount namespace, which starts as a copy of the host's.
 func Plan(l *Layout) ([]Op, error) {
 	p := &planner{root: StagingDir}
+	if l.Staging != "" {
+		p.root = l.Staging
+	}
 	p.add(MakePrivate{Step: "make mounts private"})
 	p.mount("mount the root tmpfs", "tmpfs", p.root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=16m")
 	for _, d := range systemDirs {
