@@ -73,7 +73,8 @@ func rootlessRun(t *testing.T, env []string, args ...string) (*isolate.Report, i
 
 // rootlessLeaks lists what the user's runs left: inits, the user's box
 // processes (named by the marker in their command lines), exec's box
-// directories, mounts of the user's runtime directory.
+// directories, mounts of the user's runtime directory. marker "": no
+// box process to look for by name.
 func rootlessLeaks(tmp, marker string) []string {
 	var leaks []string
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
@@ -82,7 +83,7 @@ func rootlessLeaks(tmp, marker string) []string {
 		// A user's init maps the user alone (root's map host uids of
 		// their own: other runs on the host are not this test's).
 		usersInit := bytes.Contains(cmdline, []byte(isolate.InitArg)) && bytes.Contains(cmdline, []byte(" "+strconv.Itoa(nobody)+" 1\n"))
-		if usersInit || bytes.Contains(cmdline, []byte(marker)) {
+		if usersInit || (marker != "" && bytes.Contains(cmdline, []byte(marker))) {
 			leaks = append(leaks, "process "+filepath.Dir(p)+": "+strings.ReplaceAll(string(cmdline), "\x00", " "))
 		}
 	}
@@ -166,7 +167,7 @@ func TestRootlessRlimitOnly(t *testing.T) {
 		{"RE", []string{"--", "/bin/sh", "-c", "exit 3"}, isolate.StatusRE, "", 1},
 		{"SG", []string{"--", "/bin/sh", "-c", "kill -SEGV $$"}, isolate.StatusSG, "", 1},
 		{"wall TO", []string{"-w", "0.3", "--", "/bin/sleep", "7.77"}, isolate.StatusTO, isolate.LimitWall, 1},
-		{"CPU TO", []string{"-t", "1", "--", "/bin/sh", "-c", "while :; do :; done"}, isolate.StatusTO, isolate.LimitCPU, 1},
+		{"CPU TO", []string{"-t", "1", "-w", "60", "--", "/bin/sh", "-c", "while :; do :; done"}, isolate.StatusTO, isolate.LimitCPU, 1},
 	}
 	for _, c := range cases {
 		rep, code := rootlessRun(t, env, c.args...)
@@ -288,4 +289,23 @@ func sameMap(a, b map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// `isolate check` as a user who is not root runs a box of the user's and
+// says how the limits would be enforced here and how to get the rest.
+func TestRootlessCheck(t *testing.T) {
+	needRoot(t)
+	env, tmp := rootlessEnv(t)
+	res := asNobody(t, env, "check")
+	if res.Code != 0 {
+		t.Fatalf("check as nobody: exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
+	}
+	for _, want := range []string{"\nok   box ", "\nnote limits ", "--allow-rlimit-only", "`systemd-run --user --scope -p Delegate=yes isolate run ...`", "no separate uid per box"} {
+		if !strings.Contains(res.Stdout, want) {
+			t.Errorf("check as nobody does not say %q:\n%s", want, res.Stdout)
+		}
+	}
+	if leaks := rootlessLeaks(tmp, ""); len(leaks) > 0 {
+		t.Errorf("check left %v", leaks)
+	}
 }
