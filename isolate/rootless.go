@@ -65,6 +65,12 @@ func NewRootlessHost(cfg *Config, opt RootlessOptions) (*Host, error) {
 		return nil, err
 	}
 	h.rootless = r
+	// The delegated subtree is made ready now, while this process is the
+	// only one of the run in its cgroup: PrepareDelegated moves it out,
+	// and the boxes' inits, its children, start in the leaf.
+	if _, err := h.Cgroups(); err != nil {
+		return nil, fmt.Errorf("delegated cgroup %s: %w", r.cg.Dir, err)
+	}
 	return h, nil
 }
 
