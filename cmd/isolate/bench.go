@@ -30,6 +30,7 @@ func benchCommand() *cli.Command {
 			&cli.BoolFlag{Name: "handover", Usage: "measure isolate run handed to a service of its own against in-process, a bare exec and bwrap (--runs rounds)"},
 			&cli.StringFlag{Name: "serve-binary", Usage: "with --handover, the isolate-serve `PATH` to start (default: beside isolate)"},
 			&cli.BoolFlag{Name: "service", Usage: "measure the service instead (isolate-serve bench: API latency and throughput, --runs rounds)"},
+			&cli.BoolFlag{Name: "rootless", Usage: "measure isolate run without root against unprivileged bwrap, as the same user (as root: nobody; --runs rounds)"},
 		},
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageErr(err) },
 		Action: func(c *cli.Context) error {
@@ -45,6 +46,9 @@ func benchCommand() *cli.Command {
 			}
 			if c.Bool("json") && c.Bool("markdown") {
 				return usageErr(errors.New("--json and --markdown exclude each other"))
+			}
+			if c.Bool("rootless") {
+				return benchRootless(c, runs)
 			}
 			if err := requireRoot(); err != nil {
 				return err
