@@ -422,10 +422,10 @@ func (s *supervisor) startInit() error {
 			PidFD:     &pidfd,
 		},
 	}
-	if s.host.rootless != nil {
-		// (The user's own staging directory exists: rootless.go.)
-	} else if err := os.MkdirAll(rootfs.StagingDir, 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", rootfs.StagingDir, err)
+	if s.host.rootless == nil { // (a user's own exists: rootless.go)
+		if err := os.MkdirAll(rootfs.StagingDir, 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", rootfs.StagingDir, err)
+		}
 	}
 	s.timer.mark("spawn-prep")
 	argv := append([]string{"isolate-init", InitArg, strconv.FormatUint(uint64(flags), 10)}, s.host.initMaps(s.lock.id)...)
@@ -769,7 +769,7 @@ func (s *supervisor) commandPlan() *plan {
 		// A backstop only: the supervisor kills at the exact limit.
 		rl(unix.RLIMIT_CPU, int64((sp.CPUTime+sp.ExtraTime)/time.Second)+2)
 	}
-	if s.cg == nil && s.host.rlimitsOnly() {
+	if s.host.rlimitsOnly() {
 		s.rlimitsForCgroup(rl)
 	}
 	if s.policy != nil && s.policy.Filter != nil {

@@ -309,3 +309,29 @@ func TestRootlessCheck(t *testing.T) {
 		t.Errorf("check left %v", leaks)
 	}
 }
+
+// A user's supervisor killed by SIGKILL takes its box down: the program
+// dies with it, and no init of the user's stays.
+func TestRootlessKilledSupervisor(t *testing.T) {
+	needRoot(t)
+	env, tmp := rootlessEnv(t)
+	const marker = "77.123"
+	cmd := exec.Command(isolateBin, "run", "--allow-rlimit-only", "--", "/bin/sleep", marker)
+	cmd.Env, cmd.Dir = env, "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	running := func() bool {
+		for _, l := range rootlessLeaks(tmp, marker) {
+			if strings.Contains(l, ": /bin/sleep "+marker) { // the program, not its supervisor
+				return true
+			}
+		}
+		return false
+	}
+	waitFor(t, "the program to run", running)
+	cmd.Process.Kill()
+	cmd.Wait()
+	waitFor(t, "the box to go with its supervisor", func() bool { return len(rootlessLeaks(tmp, marker)) == 0 })
+}
