@@ -197,10 +197,9 @@ func RequireRoot() error {
 // in-process, root, or a user who is not root in rootless mode (the
 // service is not there, or the CLI would have handed the run over).
 func (iv *invocation) requireRoot() error {
-	if iv.Caller != nil {
-		return nil
+	if iv.Caller == nil {
+		iv.rootless = os.Geteuid() != 0
 	}
-	iv.rootless = os.Geteuid() != 0
 	return iv.checkRootlessFlags()
 }
 

@@ -6,8 +6,8 @@ import (
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
-// checkRootlessFlags refuses --cgroup-root in a run that has root (or
-// the service's caller): it would choose nothing there. A permission,
+// checkRootlessFlags refuses --cgroup-root in a run that has root (the
+// service's too, whoever its caller is): it would choose nothing there. A permission,
 // --allow-rlimit-only is accepted and unused: root's limits are always the
 // cgroup's.
 func (iv *invocation) checkRootlessFlags() error {
