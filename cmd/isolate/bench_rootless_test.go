@@ -28,7 +28,7 @@ func TestBenchRootless(t *testing.T) {
 			t.Errorf("%s: %d samples, want 2", v.Name, v.WallMs.N)
 		}
 	}
-	if r.UID != nobody || !names[bench.VarBare] || !names[bench.VarRootlessIsolate] || !names[bench.VarRootlessBwrap] {
+	if r.UID != nobody || !names[bench.VarBare] || !names[bench.VarCLI] || !names[bench.VarRootlessIsolate] || !names[bench.VarRootlessBwrap] {
 		t.Errorf("uid %d, variants %v", r.UID, names)
 	}
 	for _, k := range []string{"memory", "pids", "cpu"} {

@@ -38,8 +38,8 @@ type RootlessResult struct {
 	Version string `json:"version"`
 	UID     int    `json:"uid"`
 	Rounds  int    `json:"rounds"`
-	// Variants: a bare exec, isolate's run, bwrap's (skipped where
-	// bwrap is missing); ratios to bwrap's median.
+	// Variants: a bare exec, isolate version, isolate's run, bwrap's
+	// (skipped where bwrap is missing); ratios to bwrap's median.
 	Variants []VariantResult `json:"variants"`
 	// Limits is how the isolate run enforced its limits (its report's
 	// sandbox.limits); bwrap enforces none.
@@ -81,6 +81,8 @@ func RunRootless(c RootlessConfig) (*RootlessResult, error) {
 	isolateArgv := []string{c.Bin, "run", "--allow-rlimit-only", "--time", "10", "--", "/bin/true"}
 	vs := []variant{
 		{name: VarBare, argv: []string{"/bin/true"}},
+		// The floor of any isolate command (exec, Go's start, exit).
+		{name: VarCLI, argv: []string{c.Bin, "version"}},
 		{name: VarRootlessIsolate, argv: isolateArgv},
 	}
 	var skipped map[string]string
@@ -123,7 +125,7 @@ func RunRootless(c RootlessConfig) (*RootlessResult, error) {
 	for _, v := range vs {
 		sum := summarize(wall[v.name])
 		cmd := v.argv
-		if v.name == VarRootlessIsolate {
+		if v.name == VarRootlessIsolate || v.name == VarCLI {
 			cmd = append([]string{"isolate"}, v.argv[1:]...)
 		}
 		res.Variants = append(res.Variants, VariantResult{Name: v.name, Command: cmd, WallMs: sum, CPUMs: summarize(cpu[v.name]), RatioToBwrap: ratio(sum.Median, bwrapMedian)})
