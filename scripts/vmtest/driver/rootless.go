@@ -37,6 +37,12 @@ func (d *driver) rootless() {
 	d.check("rootless: refused undelegated", r.rep == nil && r.code == 2 && strings.Contains(r.errs, "systemd-run --user --scope -p Delegate=yes"),
 		"exit %d, %q", r.code, r.errs)
 
+	// isolate check, as the user in its scope: the cgroup's limits, and a
+	// box of the user's.
+	cr, out := d.asUser(true, "check")
+	d.check("rootless: isolate check", cr.err == nil && cr.code == 0 && strings.Contains(string(out), "ok   limits") &&
+		strings.Contains(string(out), "delegated to you") && strings.Contains(string(out), "ok   box"), "exit %d (%v):\n%s%s", cr.code, cr.err, out, cr.errs)
+
 	r = d.runAsUser(true, "--", "/bin/cat", "/proc/self/cgroup")
 	if !d.expect("rootless: OK", r.run, "OK") {
 		fmt.Printf("stderr: %s\n", r.errs)
@@ -107,7 +113,23 @@ type userRun struct {
 // (what else is there goes to d.userLeft); it is then removed, as systemd
 // removes an ended scope.
 func (d *driver) runAsUser(delegated bool, args ...string) userRun {
-	cmd := exec.Command(d.bin, append([]string{"run", "--json"}, args...)...)
+	r, out := d.asUser(delegated, append([]string{"run", "--json"}, args...)...)
+	if r.err != nil {
+		return r
+	}
+	var rep report
+	if json.Unmarshal(out, &rep) != nil {
+		r.err = fmt.Errorf("exit %d, no report: %s", r.code, r.errs)
+		return r
+	}
+	r.rep = &rep
+	return r
+}
+
+// asUser runs isolate with args as the user (see runAsUser) and returns
+// its standard output.
+func (d *driver) asUser(delegated bool, args ...string) (userRun, []byte) {
+	cmd := exec.Command(d.bin, args...)
 	cmd.Env = []string{"PATH=/bin", "TMPDIR=/tmp", "ISOLATE_NO_SERVICE=1"}
 	cmd.Dir = "/"
 	attr := &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: userUID, Gid: userUID}}
@@ -116,12 +138,12 @@ func (d *driver) runAsUser(delegated bool, args ...string) userRun {
 		d.scopes++
 		scope = filepath.Join(userParent, fmt.Sprintf("run-u%d.scope", d.scopes))
 		if err := makeUserScope(scope); err != nil {
-			return userRun{run: run{err: err}}
+			return userRun{run: run{err: err}}, nil
 		}
 		defer d.endUserScope(scope)
 		f, err := os.Open(scope)
 		if err != nil {
-			return userRun{run: run{err: err}}
+			return userRun{run: run{err: err}}, nil
 		}
 		defer f.Close()
 		attr.UseCgroupFD, attr.CgroupFD = true, int(f.Fd())
@@ -135,15 +157,8 @@ func (d *driver) runAsUser(delegated bool, args ...string) userRun {
 		r.code = ee.ExitCode()
 	} else if err != nil {
 		r.err = err
-		return r
 	}
-	var rep report
-	if json.Unmarshal(out.Bytes(), &rep) != nil {
-		r.err = fmt.Errorf("exit %d, no report: %s", r.code, r.errs)
-		return r
-	}
-	r.rep = &rep
-	return r
+	return r, out.Bytes()
 }
 
 // userSummary describes a user's run for a result line.
