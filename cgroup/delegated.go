@@ -53,6 +53,9 @@ func FindDelegated(dir string) Delegation {
 		dir, d.Own = filepath.Join(mnt, own[""]), true
 	}
 	dir = filepath.Clean(dir)
+	if d.Own && dir == mnt {
+		return Delegation{Why: "isolate runs in the root cgroup, which is not delegated to users"}
+	}
 	if !filepath.IsAbs(dir) || !strings.HasPrefix(dir+"/", mnt+"/") || dir == mnt {
 		return Delegation{Why: fmt.Sprintf("%s is not a cgroup below %s", dir, mnt)}
 	}
