@@ -32,13 +32,17 @@ type Config struct {
 	BoxSize int64
 	// Path is the file the configuration came from ("" for defaults).
 	Path string
+	// AllowRlimitOnly lets runs without root go on with rlimits alone
+	// where no cgroup subtree is delegated (allow_rlimit_only; as
+	// --allow-rlimit-only, rootless.go).
+	AllowRlimitOnly bool
 }
 
 // ignoredKeys are ioi/isolate settings that are accepted and have no
 // effect here, and why.
 var ignoredKeys = map[string]string{
 	"lock_root":       "box locks are files in " + LockDir + ", root's alone",
-	"restricted_init": "isolate runs only as root, so only root creates boxes",
+	"restricted_init": "persistent boxes are root's alone (a run without root gets fresh boxes of the user's)",
 }
 
 // LoadConfig is the one place the host's settings are resolved: the file
@@ -120,6 +124,12 @@ func (c *Config) set(line string) error {
 			return fmt.Errorf("box_size = %s: must be a size in KiB, 1-%d", val, int64(1)<<40)
 		}
 		c.BoxSize = v << 10
+	case "allow_rlimit_only":
+		v, err := strconv.ParseBool(val)
+		if err != nil {
+			return fmt.Errorf("allow_rlimit_only = %s: must be 0 or 1", val)
+		}
+		c.AllowRlimitOnly = v
 	case "num_boxes":
 		v, err := strconv.Atoi(val)
 		if err != nil || v < 1 || v > MaxBoxes {

@@ -29,7 +29,8 @@ type RootlessOptions struct {
 	// cgroups under; "": the cgroup this process runs in, if delegated.
 	CgroupRoot string
 	// AllowRlimitOnly lets a run go on with rlimits alone where no
-	// delegated subtree exists.
+	// delegated subtree exists (so does the configuration's
+	// allow_rlimit_only).
 	AllowRlimitOnly bool
 }
 
@@ -57,9 +58,10 @@ func NewRootlessHost(cfg *Config, opt RootlessOptions) (*Host, error) {
 	switch {
 	case r.cg.Dir == "" && opt.CgroupRoot != "":
 		return nil, usagef("--cgroup-root %s: %s", opt.CgroupRoot, r.cg.Why)
-	case r.cg.Dir == "" && !opt.AllowRlimitOnly:
+	case r.cg.Dir == "" && !opt.AllowRlimitOnly && !h.Config.AllowRlimitOnly:
 		return nil, usagef("not root, and no cgroup v2 subtree is delegated to you to enforce the limits (%s): "+
-			"run under one (`%s`), or pass --allow-rlimit-only to enforce them with rlimits alone", r.cg.Why, cgroup.DelegateHint)
+			"run under one (`%s`), or pass --allow-rlimit-only (allow_rlimit_only = 1 in the configuration) "+
+			"to enforce them with rlimits alone", r.cg.Why, cgroup.DelegateHint)
 	}
 	if r.dir, err = userRuntimeDir(r.uid); err != nil {
 		return nil, err

@@ -231,8 +231,18 @@ func TestRootlessRlimitOnly(t *testing.T) {
 		t.Errorf("100 MB under -m 64M: %s %q limits %v", rep.Status, rep.Stderr, rep.Sandbox.Limits)
 	}
 
+	// The configuration's allow_rlimit_only allows it as the option does
+	// (ISOLATE_CONFIG: a file of the user's, or the host's).
+	cfg := filepath.Join(tmp, "config")
+	os.WriteFile(cfg, []byte("allow_rlimit_only = 1\n"), 0o644)
+	res := asNobody(t, append(env, "ISOLATE_CONFIG="+cfg), "run", "--json", "--", "/bin/true")
+	var cr isolate.Report
+	if json.Unmarshal([]byte(res.Stdout), &cr) != nil || cr.Status != isolate.StatusOK || cr.Sandbox.Limits["memory"] != "rlimit" {
+		t.Errorf("allow_rlimit_only = 1: exit %d %s %s", res.Code, res.Stdout, res.Stderr)
+	}
+
 	// The summary line says the limits were rlimits.
-	res := asNobody(t, env, "run", "--allow-rlimit-only", "--", "/bin/true")
+	res = asNobody(t, env, "run", "--allow-rlimit-only", "--", "/bin/true")
 	if res.Code != 0 || !strings.Contains(res.Stderr, " limits=rlimit") {
 		t.Errorf("summary: exit %d %q", res.Code, res.Stderr)
 	}
