@@ -161,9 +161,15 @@ func (s *supervisor) boxCred() Cred {
 	return boxCred(s.lock.id)
 }
 
-// checkRlimitsOnly refuses what rlimits cannot enforce at all.
-func (h *Host) checkRlimitsOnly(sp *Spec) error {
-	if h.rlimitsOnly() && sp.CPUs > 0 {
+// checkWithoutRoot refuses what a run without root cannot do: a
+// squashfs image (mounted on a loop device), and, with rlimits alone, a
+// CPU bandwidth limit.
+func (h *Host) checkWithoutRoot(sp *Spec) error {
+	switch {
+	case h.rootless == nil:
+	case sp.ImageFile != "" && sp.ImageMount == nil:
+		return usagef("--image %s: a squashfs file is mounted on a loop device, which needs root: unpack it (unsquashfs) and give the directory", sp.ImageFile)
+	case h.rlimitsOnly() && sp.CPUs > 0:
 		return usagef("--cpus %g: CPU bandwidth needs a cgroup; with rlimits alone it cannot be limited", sp.CPUs)
 	}
 	return nil

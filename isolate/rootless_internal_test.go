@@ -39,10 +39,10 @@ func TestRootlessEnforcement(t *testing.T) {
 			}
 		}
 	}
-	if err := rlimits.checkRlimitsOnly(limited); err == nil {
+	if err := rlimits.checkWithoutRoot(limited); err == nil {
 		t.Error("--cpus with rlimits alone: accepted")
 	}
-	if err := delegated.checkRlimitsOnly(limited); err != nil {
+	if err := delegated.checkWithoutRoot(limited); err != nil {
 		t.Errorf("--cpus with a delegated cgroup: %v", err)
 	}
 }

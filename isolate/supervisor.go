@@ -231,7 +231,7 @@ func (p *Prepared) check() error {
 		return fmt.Errorf("compile seccomp policy: %w", err)
 	}
 	p.policy = policy
-	return p.h.checkRlimitsOnly(sp)
+	return p.h.checkWithoutRoot(sp)
 }
 
 // caller is whose rights the run's host paths are opened with.

@@ -146,6 +146,13 @@ func TestRootlessRefusesWithoutDelegationOrRlimitOnly(t *testing.T) {
 	if res.Code != 2 || !strings.Contains(res.Stderr, "--cpus") || strings.Count(res.Stderr, "\n") != 1 {
 		t.Errorf("--cpus without a cgroup: exit %d stderr %q", res.Code, res.Stderr)
 	}
+	// A squashfs image needs a loop device: refused up front.
+	sqfs := filepath.Join(tmp, "image.sqfs")
+	os.WriteFile(sqfs, []byte("hsqs"), 0o644)
+	res = asNobody(t, env, "run", "--allow-rlimit-only", "--image", sqfs, "--", "/bin/true")
+	if res.Code != 2 || !strings.Contains(res.Stderr, "needs root") || strings.Count(res.Stderr, "\n") != 1 {
+		t.Errorf("a squashfs image: exit %d stderr %q", res.Code, res.Stderr)
+	}
 	if leaks := rootlessLeaks(tmp, "/no/such"); len(leaks) > 0 {
 		t.Errorf("refused runs left %v", leaks)
 	}
