@@ -23,6 +23,8 @@ type runValues struct {
 	cpus, fsize, tmpSize, openFiles, stack, outputLimit      string
 	net, stdin, stdout, stderr, chdir, seccomp               string
 	report, meta                                             string
+	cgroupRoot                                               string // without root (rootless.go)
+	allowRlimitOnly                                          bool
 	bind, copyIn, copyOut, env                               cli.StringSlice
 	stream, json                                             bool
 }
@@ -59,6 +61,8 @@ func (iv *invocation) runFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "json", Usage: "print the report as JSON on stdout", Destination: &v.json},
 		&cli.StringFlag{Name: "report", Usage: "write the JSON report to `FILE`", Destination: &v.report},
 		&cli.StringFlag{Name: "meta", Aliases: []string{"M"}, Usage: "write an ioi/isolate-style meta `FILE`", Destination: &v.meta},
+		&cli.StringFlag{Name: "cgroup-root", Usage: "without root: the delegated cgroup v2 `DIR` to put boxes under", Destination: &v.cgroupRoot},
+		&cli.BoolFlag{Name: "allow-rlimit-only", Usage: "without root and a delegated cgroup: enforce the limits with rlimits alone", Destination: &v.allowRlimitOnly},
 	})
 }
 
