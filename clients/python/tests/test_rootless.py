@@ -66,8 +66,10 @@ def home() -> Iterator[str]:
 
 
 def nobody_runs(home: str, script: str, **env: str) -> Any:
-    """``script`` (after PRELUDE) run as nobody with the binary, no service and ``home`` as
-    TMPDIR; the JSON its last line prints."""
+    """``script`` (after PRELUDE) run as nobody with the binary, no service, ``home`` as
+    TMPDIR and an empty isolate configuration unless ``env`` names one (the host's could allow
+    rlimits); the JSON its last line prints."""
+    env.setdefault("ISOLATE_CONFIG", "/dev/null")
     done = as_nobody(PRELUDE + script, NO_SERVICE, ISOLATE_BIN=isolate_binary(),
                      ISOLATE_NO_SERVICE="1", TMPDIR=home, **env)
     assert done.returncode == 0, done.stderr
@@ -162,4 +164,17 @@ print(json.dumps([refusal(lambda: s.execute_code("print(1)", image="host",
     refused, ran = answer
     assert refused.startswith("the isolate binary cannot run here without root"), refused
     assert (ran["status"], ran["stdout"]) == ("OK", "1\n")
+    assert_nothing_left(home)
+
+
+def test_isolates_configuration_allows_rlimits(home: str) -> None:
+    config = os.path.join(home, "isolate.conf")
+    with open(config, "w") as f:
+        f.write("allow_rlimit_only = 1\n")
+    answer = nobody_runs(home, """
+print(json.dumps(facts(s.execute_code("print(2)", image="host"))))
+""", ISOLATE_CONFIG=config)
+    assert (answer["status"], answer["stdout"], answer["enforcement"]) == \
+        ("OK", "2\n", RLIMITS_ONLY)
+    os.remove(config)
     assert_nothing_left(home)
