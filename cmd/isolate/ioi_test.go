@@ -780,3 +780,13 @@ func TestIOIRunWritesBoundedByCgMem(t *testing.T) {
 		t.Errorf("writing 100 MB with --cg-mem=32768: exit %d meta %v, box/big %v (%v)", res.Code, m, fi, err)
 	}
 }
+
+// A field the runtime checks is named as the ioi form's option.
+func TestIOINamesItsOwnOptions(t *testing.T) {
+	ioiBoxRoot(t)
+	ioiBox(t, 297)
+	m, res := ioiMeta(t, "-b", "297", "--dir=/x=/no/such/dir", "--run", "--", "/bin/true")
+	if res.Code != 2 || !strings.Contains(m["message"], "--dir /no/such/dir") {
+		t.Errorf("--dir of a missing directory: exit %d, meta %v, stderr %q", res.Code, m, res.Stderr)
+	}
+}
