@@ -16,12 +16,19 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/cgroup"
 	"github.com/isolate-sandbox/isolate/rootfs"
 	"github.com/isolate-sandbox/isolate/seccomp"
 )
 
 func usagef(format string, a ...any) error { return &UsageError{Msg: fmt.Sprintf(format, a...)} }
+
+// fieldf is bad input in one request field, named by its JSON path: each
+// front end words it in its own vocabulary (api.Fields).
+func fieldf(field, format string, a ...any) error {
+	return &api.FieldError{Field: field, Msg: fmt.Sprintf(format, a...)}
+}
 
 // setupTimeout bounds how long init may take to build a box.
 const setupTimeout = 10 * time.Second
@@ -202,37 +209,37 @@ func (p *Prepared) check() error {
 		return usagef("no command given (isolate run [options] -- COMMAND [ARG...])")
 	}
 	if n := p.h.numBoxes(); sp.BoxID >= n {
-		return usagef("box id %d is out of range (0-%d; num_boxes in %s raises it)", sp.BoxID, n-1, ConfigPath)
+		return fieldf("box_id", "%d is out of range (0-%d; num_boxes in %s raises it)", sp.BoxID, n-1, ConfigPath)
 	}
 	if sp.ImageDir == "" && sp.ImageFile == "" && sp.ImageMount == nil {
-		return usagef("unknown image %q", sp.Image)
+		return fieldf("image", "%q: unknown image", sp.Image)
 	}
 	if sp.Chdir != "" && sp.Chdir[0] != '/' {
-		return usagef("--chdir %q: must be an absolute path inside the box", sp.Chdir)
+		return fieldf("cwd", "%q: must be an absolute path inside the box", sp.Chdir)
 	}
-	for _, b := range sp.Binds {
+	for i, b := range sp.Binds {
 		if _, err := os.Stat(b.Host); err != nil {
-			return usagef("--bind %s: %v", b.Host, errors.Unwrap(err))
+			return fieldf(fmt.Sprintf("binds[%d].host", i), "%s: %v", b.Host, errors.Unwrap(err))
 		}
 		if b.Box == "" || b.Box[0] != '/' || boxPath(b.Box) == "/" {
-			return usagef("--bind %s:%s: the box path must be absolute and not /", b.Host, b.Box)
+			return fieldf(fmt.Sprintf("binds[%d].box", i), "%s:%s: the box path must be absolute and not /", b.Host, b.Box)
 		}
 	}
-	for _, c := range sp.CopyIn {
+	for i, c := range sp.CopyIn {
 		if _, err := os.Stat(c.From); err != nil {
-			return usagef("--copy-in %s: %v", c.From, errors.Unwrap(err))
+			return fieldf(fmt.Sprintf("copy_in[%d].from", i), "%s: %v", c.From, errors.Unwrap(err))
 		}
 	}
-	for _, c := range sp.CopyOut {
+	for i, c := range sp.CopyOut {
 		if _, err := os.Stat(dirOf(c.To)); err != nil {
-			return usagef("--copy-out %s: directory %s does not exist", c.To, dirOf(c.To))
+			return fieldf(fmt.Sprintf("copy_out[%d].to", i), "%s: directory %s does not exist", c.To, dirOf(c.To))
 		}
 	}
 	policy, err := p.h.policy(policyName(sp))
 	if err != nil {
 		var pe *seccomp.ProfileError
 		if errors.As(err, &pe) || os.IsNotExist(err) {
-			return usagef("--seccomp: %v", err)
+			return fieldf("seccomp", "%v", err)
 		}
 		return fmt.Errorf("compile seccomp policy: %w", err)
 	}

@@ -109,6 +109,10 @@ func (s *Server) run(ctx context.Context, req *RunRequest, who caller.Caller, ev
 			// its peer sees end of file (or a broken pipe).
 			closeAll(t.own[i])
 			t.own[i] = nil
+			var fe *api.FieldError
+			if errors.As(err, &fe) {
+				err = fe.In(fmt.Sprintf("commands[%d]", i)) // the request's own path
+			}
 			if errs[i] = err; err == nil {
 				results[i] = t.result(i, rep)
 				if ev != nil {

@@ -536,8 +536,12 @@ func cgroupParentsLeft() []string {
 	}
 	var left []string
 	for _, dir := range m.Parents() {
-		if _, err := os.Stat(dir); err == nil {
-			left = append(left, "cgroup parent "+dir)
+		// One holding a box is that box's, which the box cgroups' own
+		// check accounts for: it goes with the last box.
+		if boxes, err := filepath.Glob(filepath.Join(dir, "box-*")); err == nil && len(boxes) == 0 {
+			if _, err := os.Stat(dir); err == nil {
+				left = append(left, "cgroup parent "+dir)
+			}
 		}
 	}
 	return left
