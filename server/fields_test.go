@@ -59,8 +59,8 @@ func TestHostFieldErrorsNameTheCommand(t *testing.T) {
 	s := startService(t, nil)
 	for body, want := range map[string]string{
 		`{"commands":[{"args":["/bin/true"],"binds":[{"host":"/nonexistent","box":"/x"}]}]}`: "commands[0].binds[0].host",
-		`{"commands":[{"args":["/bin/true"]},{"args":["/bin/true"],"image":"nosuchimage"}]}`:  "commands[1].image",
-		`{"commands":[{"args":["/bin/true"],"seccomp":"/nonexistent.json"}]}`:                 "commands[0].seccomp",
+		`{"commands":[{"args":["/bin/true"]},{"args":["/bin/true"],"image":"nosuchimage"}]}`: "commands[1].image",
+		`{"commands":[{"args":["/bin/true"],"seccomp":"/nonexistent.json"}]}`:                "commands[0].seccomp",
 	} {
 		code, out := s.do(t, "POST", "/v1/run", body)
 		var e errorBody
