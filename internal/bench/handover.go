@@ -30,7 +30,8 @@ const (
 	VarIOIFormService   = "isolate --run (ioi form), via service"
 )
 
-// ownIOIBox is the box id of the ioi form's variants.
+// ownIOIBox is the box id of the ioi form's in-process variant; the one
+// before it is the handed-over variant's.
 const ownIOIBox = 998
 
 // HandoverConfig is what `isolate bench --handover` measures.
@@ -145,25 +146,26 @@ func (r *benchRunner) viaTrue(via string) func(out *sink) (sample, error) {
 	}
 }
 
-// ioiForm initialises box ownIOIBox and returns the variants that run
-// /bin/true on it in the ioi form, in-process (r) and handed to the
-// service (svc).
+// ioiForm initialises a box for each way and returns the variants that
+// run /bin/true on it in the ioi form, in-process (r, box ownIOIBox) and
+// handed to the service (svc, the box before): as a judge, each box's
+// runs go one way.
 func (r *benchRunner) ioiForm(svc *benchRunner) (*peerSet, error) {
-	box := []string{r.bin, "--box-id=" + strconv.Itoa(ownIOIBox)}
-	if _, err := timed(append(box, "--init"), r.env, nil); err != nil {
-		return nil, err
+	ps := &peerSet{}
+	for i, w := range []struct {
+		name string
+		env  []string
+	}{{VarIOIFormInProcess, r.env}, {VarIOIFormService, svc.env}} {
+		box := []string{r.bin, "--box-id=" + strconv.Itoa(ownIOIBox-i)}
+		if _, err := timed(append(box, "--init"), r.env, nil); err != nil {
+			ps.close()
+			return nil, err
+		}
+		ps.closers = append(ps.closers, func() { timed(append(box, "--cleanup"), r.env, nil) })
+		run, env := append(box, "--run", "--", "/bin/true"), w.env
+		ps.vs = append(ps.vs, variant{name: w.name, argv: run, run: func(*sink) (sample, error) { return timed(run, env, nil) }})
 	}
-	run := append(box, "--run", "--", "/bin/true")
-	on := func(env []string) func(*sink) (sample, error) {
-		return func(*sink) (sample, error) { return timed(run, env, nil) }
-	}
-	return &peerSet{
-		vs: []variant{
-			{name: VarIOIFormInProcess, argv: run, run: on(r.env)},
-			{name: VarIOIFormService, argv: run, run: on(svc.env)},
-		},
-		closers: []func(){func() { timed(append(box, "--cleanup"), r.env, nil) }},
-	}, nil
+	return ps, nil
 }
 
 // block runs n runs on callers concurrent callers, each with its own
