@@ -31,6 +31,11 @@ import (
 // id's next run.
 const aheadIdle = 5 * time.Second
 
+// maxAhead bounds the boxes built ahead for box ids, besides the pool's
+// Max: each is an idle init and its mounts, and a judge's boxes are
+// a few per CPU.
+const maxAhead = 32
+
 // lockAhead holds box id spec.BoxID for a box built ahead, apart from its
 // runs: a box built ahead holds no run's lock (a run of the id that was
 // not handed to the service takes it as if no box waited) and has no
@@ -168,13 +173,13 @@ func (p *pool) aheadFor(s *supervisor) *aheadBox {
 	return &aheadBox{ready: make(chan struct{}), spec: spec, dir: dir, policy: s.policy}
 }
 
-// startAhead builds a in the background once end (the end of the run's
-// box, which frees the box id; nil: it has ended) has run and after (see
-// EndAfter) is closed. It reports false, having done nothing, when the
-// pool has stopped: the caller then ends the box itself.
+// startAhead builds a in the background once after (see EndAfter) is
+// closed and end (the end of the run's box; nil: it has ended) has run.
+// It reports false, having done nothing, when the pool has stopped or
+// holds maxAhead of them: the caller then ends the box itself.
 func (p *pool) startAhead(a *aheadBox, end func() error, after <-chan struct{}) bool {
 	p.mu.Lock()
-	if p.stopped {
+	if p.stopped || len(p.ahead) >= maxAhead {
 		p.mu.Unlock()
 		a.close()
 		return false
@@ -190,17 +195,10 @@ func (p *pool) startAhead(a *aheadBox, end func() error, after <-chan struct{}) 
 	go func() {
 		defer p.wg.Done()
 		defer close(a.ready)
+		// As a claimed box's end (goEnd): off the caller's path.
+		p.awaitCaller(after)
 		if end != nil {
 			reportEnd(end())
-		}
-		if after != nil {
-			wait := time.NewTimer(callerWait)
-			select {
-			case <-after:
-			case <-p.stop:
-			case <-wait.C:
-			}
-			wait.Stop()
 		}
 		select {
 		case <-p.stop:

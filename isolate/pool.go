@@ -498,20 +498,27 @@ func (p *pool) goEnd(end func() error, after <-chan struct{}) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		if after != nil {
-			wait := time.NewTimer(callerWait)
-			select {
-			case <-after:
-			case <-p.stop:
-			case <-wait.C:
-			}
-			wait.Stop()
-		}
+		p.awaitCaller(after)
 		reportEnd(end())
 		p.mu.Lock()
 		p.fill()
 		p.mu.Unlock()
 	}()
+}
+
+// awaitCaller waits until after is closed (nil: not at all), the pool
+// stops, or callerWait has passed.
+func (p *pool) awaitCaller(after <-chan struct{}) {
+	if after == nil {
+		return
+	}
+	wait := time.NewTimer(callerWait)
+	defer wait.Stop()
+	select {
+	case <-after:
+	case <-p.stop:
+	case <-wait.C:
+	}
 }
 
 func reportEnd(err error) {

@@ -1176,7 +1176,13 @@ func (s *supervisor) teardown() {
 		s.collect()
 		s.timer.mark("collect")
 		end := s.detachBox()
-		if next == nil || !pool.startAhead(next, end, endAfter(s.ctx)) {
+		switch {
+		case next != nil && pool.startAhead(next, end, endAfter(s.ctx)):
+		case s.spec.BoxID >= 0:
+			// The id's next run must find it free: no box was built
+			// ahead for it to wait for.
+			reportEnd(end())
+		default:
 			pool.endInBackground(end, endAfter(s.ctx))
 		}
 		return
