@@ -237,7 +237,7 @@ func TestBenchService(t *testing.T) {
 			ran[v.Name] = v.Median
 		}
 	}
-	for _, name := range []string{bench.VarBare, bench.VarAPI, bench.VarOneShot} {
+	for _, name := range []string{bench.VarBare, bench.VarAPI, bench.VarOneShot, bench.VarAPIBackToBack, bench.VarAPISpaced} {
 		if ran[name] <= 0 {
 			t.Errorf("latency of %q: %v (%+v)", name, ran[name], got.Latency)
 		}
