@@ -56,11 +56,14 @@ func (s *supervisor) lockAhead() error {
 // aheadBox is the box built (or being built) ahead for a box id.
 type aheadBox struct {
 	ready chan struct{} // closed once b and err are set
-	b     *builtBox
-	err   error
-	spec  Spec          // the box part it was built with
-	binds []*bindSource // the bind sources it bound (opened with the run's caller's rights), held open
-	dir   *os.File      // spec.BoxDir, held open (O_PATH)
+	// wanted is closed by the run that waits for the box: it is built
+	// at once, not once the last run's caller has its answer.
+	wanted chan struct{}
+	b      *builtBox
+	err    error
+	spec   Spec          // the box part it was built with
+	binds  []*bindSource // the bind sources it bound (opened with the run's caller's rights), held open
+	dir    *os.File      // spec.BoxDir, held open (O_PATH)
 	// policy is the syscall policy its box was prepared with.
 	policy *seccomp.Program
 	built  time.Time
@@ -138,6 +141,7 @@ func (p *pool) claimAhead(s *supervisor) *builtBox {
 	if a == nil {
 		return nil
 	}
+	close(a.wanted)
 	<-a.ready
 	if a.err == nil && a.serves(s) {
 		// The run's own hold of the id, as a box it built would take:
@@ -170,7 +174,7 @@ func (p *pool) aheadFor(s *supervisor) *aheadBox {
 	}
 	spec := *s.spec
 	spec.Command, spec.CopyIn, spec.CopyOut, spec.Env = nil, nil, nil, nil
-	return &aheadBox{ready: make(chan struct{}), spec: spec, dir: dir, policy: s.policy}
+	return &aheadBox{ready: make(chan struct{}), wanted: make(chan struct{}), spec: spec, dir: dir, policy: s.policy}
 }
 
 // startAhead builds a in the background once after (see EndAfter) is
@@ -195,8 +199,10 @@ func (p *pool) startAhead(a *aheadBox, end func() error, after <-chan struct{}) 
 	go func() {
 		defer p.wg.Done()
 		defer close(a.ready)
-		// As a claimed box's end (goEnd): off the caller's path.
-		p.awaitCaller(after)
+		// As a claimed box's end (goEnd): off the caller's path, unless
+		// the id's next run waits for it (the caller's next command
+		// of the same request).
+		p.awaitCaller(after, a.wanted)
 		if end != nil {
 			reportEnd(end())
 		}

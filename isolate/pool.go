@@ -498,7 +498,7 @@ func (p *pool) goEnd(end func() error, after <-chan struct{}) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		p.awaitCaller(after)
+		p.awaitCaller(after, nil)
 		reportEnd(end())
 		p.mu.Lock()
 		p.fill()
@@ -507,8 +507,8 @@ func (p *pool) goEnd(end func() error, after <-chan struct{}) {
 }
 
 // awaitCaller waits until after is closed (nil: not at all), the pool
-// stops, or callerWait has passed.
-func (p *pool) awaitCaller(after <-chan struct{}) {
+// stops, callerWait has passed, or wanted (nil: never) is closed.
+func (p *pool) awaitCaller(after, wanted <-chan struct{}) {
 	if after == nil {
 		return
 	}
@@ -518,6 +518,7 @@ func (p *pool) awaitCaller(after <-chan struct{}) {
 	case <-after:
 	case <-p.stop:
 	case <-wait.C:
+	case <-wanted:
 	}
 }
 
