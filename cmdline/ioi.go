@@ -63,10 +63,13 @@ func (iv *invocation) runIOI(args []string) int {
 		}
 	}
 	syscall.Umask(0o022)
-	cfg, err := isolate.LoadConfig()
+	// The service's runs share its Host: its configuration, cgroup
+	// manager, compiled syscall policies and boxes built ahead.
+	host, err := iv.host()
 	if err != nil {
 		return ioiUsage(err)
 	}
+	cfg := host.Config
 	if o.BoxID() >= cfg.NumBoxes {
 		return ioiUsage(fmt.Errorf("sandbox ID out of range (allowed: 0-%d)", cfg.NumBoxes-1))
 	}
@@ -98,7 +101,7 @@ func (iv *invocation) runIOI(args []string) int {
 		return exitSandbox // a signal ended the invocation: Main says how
 	}
 	defer stop()
-	rep, err := ioi.Run(ctx, o, cfg, &ioi.Caller{Env: iv.Env, Path: iv.path, Stdin: iv.Stdin, Stdout: iv.Stdout, Stderr: iv.Stderr, Cred: iv.cred})
+	rep, err := ioi.Run(ctx, o, host, &ioi.Caller{Env: iv.Env, Path: iv.path, Stdin: iv.Stdin, Stdout: iv.Stdout, Stderr: iv.Stderr, Cred: iv.cred})
 	if rep == nil {
 		return ioiUsage(err)
 	}

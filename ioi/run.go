@@ -45,7 +45,8 @@ func CgroupRoot(cfg *isolate.Config) (string, error) {
 // MetaText then). A meta file that cannot be written is an error. Ending
 // ctx interrupts the run (a signal to isolate: its cause has a Signal
 // method, and the meta file says which).
-func Run(ctx context.Context, o *Options, cfg *isolate.Config, caller *Caller) (*isolate.Report, error) {
+func Run(ctx context.Context, o *Options, host *isolate.Host, caller *Caller) (*isolate.Report, error) {
+	cfg := host.Config
 	var meta *os.File
 	if o.meta != "" && o.meta != "-" {
 		// Opened before the run, as ioi/isolate does, with the caller's
@@ -73,7 +74,7 @@ func Run(ctx context.Context, o *Options, cfg *isolate.Config, caller *Caller) (
 		if err := pb.Enter(o.specialFiles); err != nil {
 			return xxReport(err.Error())
 		}
-		rep := ioiExecute(ctx, o, cfg, pb, &stdio, caller)
+		rep := ioiExecute(ctx, o, host, pb, &stdio, caller)
 		if err := pb.Leave(owner, o.specialFiles); err != nil && rep.Status != isolate.StatusXX {
 			rep.Status, rep.Message = isolate.StatusXX, err.Error()
 		}
@@ -119,7 +120,7 @@ func xxReport(msg string) *isolate.Report {
 }
 
 // ioiExecute builds the run's spec from the options and runs it.
-func ioiExecute(ctx context.Context, o *Options, cfg *isolate.Config, pb *isolate.PersistentBox, stdio *ioiStdio, caller *Caller) *isolate.Report {
+func ioiExecute(ctx context.Context, o *Options, host *isolate.Host, pb *isolate.PersistentBox, stdio *ioiStdio, caller *Caller) *isolate.Report {
 	spec, mounts, err := ioiSpec(o, pb, caller)
 	if err != nil {
 		return xxReport(err.Error())
@@ -151,10 +152,6 @@ func ioiExecute(ctx context.Context, o *Options, cfg *isolate.Config, pb *isolat
 	}
 	if o.wall > 0 {
 		spec.WallTime = max(o.wall-waited, time.Millisecond)
-	}
-	host, err := isolate.NewHost(cfg)
-	if err != nil {
-		return xxReport(err.Error())
 	}
 	prep, err := host.PrepareSpec(spec)
 	if err != nil {

@@ -76,7 +76,8 @@ type pool struct {
 	cfg      PoolConfig
 	mu       sync.Mutex
 	slots    map[poolKey]*poolSlot
-	total    int // ready and being built
+	ahead    map[int]*aheadBox // by box id (ahead.go)
+	total    int               // ready and being built
 	building int
 	stopped  bool
 	stop     chan struct{}
@@ -98,7 +99,7 @@ func (h *Host) StartPool(cfg PoolConfig) error {
 	if cfg.Warm == nil {
 		cfg.Warm = []string{"host"}
 	}
-	p := &pool{h: h, cfg: cfg, slots: map[poolKey]*poolSlot{}, stop: make(chan struct{})}
+	p := &pool{h: h, cfg: cfg, slots: map[poolKey]*poolSlot{}, ahead: map[int]*aheadBox{}, stop: make(chan struct{})}
 	for _, name := range cfg.Warm {
 		s := Defaults()
 		if err := resolveImage(&s, name); err != nil {
@@ -156,10 +157,12 @@ func (h *Host) StopPool() {
 		ready = append(ready, sl.ready...)
 		sl.ready = nil
 	}
+	reap := p.reapAhead(time.Now(), true)
 	p.mu.Unlock()
 	for _, b := range ready {
 		b.s.teardown()
 	}
+	reap()
 	p.wg.Wait()
 	p.closeTrees()
 }
@@ -342,12 +345,29 @@ func (p *pool) buildBox(sl *poolSlot) (*builtBox, error) {
 		return nil, err
 	}
 	spec.ImageDir, spec.TmpSize, spec.HostNet = sl.key.imageDir, sl.key.tmpSize, sl.key.hostNet
-	s := &supervisor{initLink: initLink{ctx: context.Background()}, host: p.h, spec: &spec, policy: policy,
+	b, _, err := p.buildFor(&spec, policy)
+	return b, err
+}
+
+// buildFor builds a box of spec's box part, with the syscall policy
+// given, up to init's "ready", and returns its bind sources (opened with
+// spec.Caller's rights) for the caller to close.
+func (p *pool) buildFor(spec *Spec, policy *seccomp.Program) (*builtBox, []*bindSource, error) {
+	s := &supervisor{initLink: initLink{ctx: context.Background()}, host: p.h, spec: spec, policy: policy,
 		timer: newStageTimer(), ahead: true, report: &Report{BoxID: -1, BlockedSyscalls: []seccomp.Blocked{}}}
 	var box *pendingBox
-	err = s.lockBox()
+	err := s.openBinds()
 	if err == nil {
-		s.createCgroup()
+		if spec.BoxID >= 0 {
+			err = s.lockAhead()
+		} else {
+			err = s.lockBox()
+		}
+	}
+	if err == nil {
+		if spec.BoxID < 0 {
+			s.createCgroup()
+		}
 		if err = s.startInit(); err == nil {
 			var part *plan
 			if part, err = s.boxPlan(true); err == nil {
@@ -361,11 +381,13 @@ func (p *pool) buildBox(sl *poolSlot) (*builtBox, error) {
 			s.boxPid, err = box.ready()
 		}
 	}
+	binds := s.binds
 	if err != nil {
-		s.teardown()
-		return nil, err
+		s.teardown() // closes them
+		return nil, nil, err
 	}
-	return &builtBox{s: s, box: box}, nil
+	s.binds = nil // the caller's: the box's teardown must not close them
+	return &builtBox{s: s, box: box}, binds, nil
 }
 
 // holdTree opens the built image's tree of sl once, and checks that it is
@@ -420,10 +442,12 @@ func (p *pool) janitor() {
 			}
 		}
 		p.fill()
+		reap := p.reapAhead(now, false)
 		p.mu.Unlock()
 		for _, b := range idle {
 			b.s.teardown()
 		}
+		reap()
 	}
 }
 
@@ -474,20 +498,28 @@ func (p *pool) goEnd(end func() error, after <-chan struct{}) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		if after != nil {
-			wait := time.NewTimer(callerWait)
-			select {
-			case <-after:
-			case <-p.stop:
-			case <-wait.C:
-			}
-			wait.Stop()
-		}
+		p.awaitCaller(after, nil)
 		reportEnd(end())
 		p.mu.Lock()
 		p.fill()
 		p.mu.Unlock()
 	}()
+}
+
+// awaitCaller waits until after is closed (nil: not at all), the pool
+// stops, callerWait has passed, or wanted (nil: never) is closed.
+func (p *pool) awaitCaller(after, wanted <-chan struct{}) {
+	if after == nil {
+		return
+	}
+	wait := time.NewTimer(callerWait)
+	defer wait.Stop()
+	select {
+	case <-after:
+	case <-p.stop:
+	case <-wait.C:
+	case <-wanted:
+	}
 }
 
 func reportEnd(err error) {

@@ -104,7 +104,10 @@ func run(ctx context.Context, p *Prepared, stdio IO) *Report {
 		err = s.openBinds()
 	}
 	if err == nil {
-		if b := p.h.pool.Load().claim(p); b != nil {
+		pool := p.h.pool.Load()
+		if b := pool.claimAhead(s); b != nil {
+			err = s.startClaimed(b)
+		} else if b := pool.claim(p); b != nil {
 			err = s.startClaimed(b)
 		} else {
 			err = s.build()
@@ -162,7 +165,14 @@ func (s *supervisor) startClaimed(b *builtBox) error {
 	s.report.BoxID = s.lock.id
 	s.report.Sandbox.Cgroup = a.report.Sandbox.Cgroup
 	s.timer.mark("claim")
-	if err := s.cg.SetLimits(s.limits()); err != nil {
+	if s.cg == nil {
+		// Built ahead for this box id (ahead.go): its cgroup is made
+		// now, with the run's limits.
+		s.createCgroup()
+		if err := s.awaitCgroup(); err != nil {
+			return err
+		}
+	} else if err := s.cg.SetLimits(s.limits()); err != nil {
 		return fmt.Errorf("set the box's cgroup limits: %w", err)
 	}
 	s.timer.mark("cgroup-limits")
@@ -1190,13 +1200,26 @@ func (s *supervisor) teardown() {
 		s.ownImage.Close()
 	}
 	accounted := s.report.Status != ""
+	pool := s.host.pool.Load()
+	// The next box of a persistent box id is built once this one has
+	// ended (ahead.go).
+	next := pool.aheadFor(s)
 	if s.claimed != nil && accounted && s.init != nil {
 		if len(s.spec.CopyOut) > 0 {
 			s.copyOut()
 		}
 		s.collect()
 		s.timer.mark("collect")
-		s.host.pool.Load().endInBackground(s.detachBox(), endAfter(s.ctx))
+		end := s.detachBox()
+		switch {
+		case next != nil && pool.startAhead(next, end, endAfter(s.ctx)):
+		case s.spec.BoxID >= 0:
+			// The id's next run must find it free: no box was built
+			// ahead for it to wait for.
+			reportEnd(end())
+		default:
+			pool.endInBackground(end, endAfter(s.ctx))
+		}
 		return
 	}
 	closeAll(s.placement)
@@ -1214,6 +1237,9 @@ func (s *supervisor) teardown() {
 	s.removeCgroup()
 	if s.lock != nil {
 		s.lock.release()
+	}
+	if next != nil {
+		pool.startAhead(next, nil, endAfter(s.ctx))
 	}
 }
 

@@ -19,7 +19,10 @@ func benchCommand() *cli.Command {
 		Usage: "measure sandbox overhead against a bare exec",
 		Description: "Interleaved rounds of /bin/true: a bare exec, `isolate run`, bwrap and unshare -Urnpimf\n" +
 			"(median, p90, ratio to bwrap); isolate's stage breakdown from its own timers; throughput with\n" +
-			"1 and 2 parallel runs. --precision adds CPU- and wall-limit overshoot and accounting errors.",
+			"1 and 2 parallel runs. --precision adds CPU- and wall-limit overshoot and accounting errors.\n" +
+			"Peers in the same rounds (plain and --handover): ioi/isolate (--ioi, or one on PATH) as judges\n" +
+			"use it, --run on a box initialised once (also with --cg on pure cgroup v2 hosts); go-judge at\n" +
+			"--go-judge URL (POST /run). --handover adds the ioi form of this isolate, in-process and handed over.",
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "runs", Value: 200, Usage: "interleaved rounds `N` (each runs every variant once)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the results as JSON"},
@@ -29,6 +32,8 @@ func benchCommand() *cli.Command {
 			&cli.BoolFlag{Name: "handover", Usage: "measure isolate run handed to a service of its own against in-process, a bare exec and bwrap (--runs rounds)"},
 			&cli.BoolFlag{Name: "service", Usage: "measure the service instead: a service of its own, its API's latency (--runs rounds) and throughput against one-shot isolate run"},
 			&cli.Float64Flag{Name: "seconds", Value: 5, Usage: "with --service, `S` seconds per throughput measurement"},
+			&cli.StringFlag{Name: "ioi", Usage: "ioi/isolate's binary `PATH`, measured on an initialised box in the same rounds (default: an ioi/isolate on PATH)"},
+			&cli.StringFlag{Name: "go-judge", Usage: "measure the go-judge at `URL` (POST /run) in the same rounds"},
 			&cli.StringFlag{Name: "serve-binary", Usage: "with --handover or --service, the isolate-serve `PATH` to start (default: beside isolate)"},
 			&cli.BoolFlag{Name: "rootless", Usage: "measure isolate run without root against unprivileged bwrap, as the same user (as root: nobody; --runs rounds)"},
 		},
@@ -59,11 +64,15 @@ func benchCommand() *cli.Command {
 			if c.Bool("handover") && c.Bool("service") {
 				return usageErr(errors.New("--handover and --service exclude each other"))
 			}
+			peers, err := benchPeers(c)
+			if err != nil {
+				return err
+			}
 			if c.Bool("handover") || c.Bool("service") {
-				return benchWithService(c, runs)
+				return benchWithService(c, runs, peers)
 			}
 			// The isolate binary itself, started as a user would start it.
-			res, err := bench.Run(bench.Config{Bin: "/proc/self/exe", Version: cmdline.Version, Rounds: runs, Precision: c.Bool("precision"), PrecisionRuns: precRuns})
+			res, err := bench.Run(bench.Config{Bin: "/proc/self/exe", Version: cmdline.Version, Rounds: runs, Precision: c.Bool("precision"), PrecisionRuns: precRuns, Peers: peers})
 			if err != nil {
 				return failure("bench: " + err.Error())
 			}
@@ -85,7 +94,7 @@ func benchCommand() *cli.Command {
 // benchWithService measures through a service the bench starts: the
 // one-shot CLI handed over to it (--handover; the service checks the
 // binary it takes runs from: this one, by path), or its API (--service).
-func benchWithService(c *cli.Context, runs int) error {
+func benchWithService(c *cli.Context, runs int, peers bench.Peers) error {
 	self, err := os.Executable()
 	if err != nil {
 		return failure("bench: " + err.Error())
@@ -101,11 +110,31 @@ func benchWithService(c *cli.Context, runs int) error {
 		}
 		return jsonOr(c, res, func() { bench.PrintService(os.Stdout, res) })
 	}
-	res, err := bench.RunHandover(bench.HandoverConfig{Bin: self, ServeBin: serve, Version: cmdline.Version, Rounds: runs, PerBlock: max(runs/2, 20)})
+	res, err := bench.RunHandover(bench.HandoverConfig{Bin: self, ServeBin: serve, Version: cmdline.Version, Rounds: runs, PerBlock: max(runs/2, 20), Peers: peers})
 	if err != nil {
 		return failure("bench: " + err.Error())
 	}
 	return jsonOr(c, res, func() { bench.PrintHandover(os.Stdout, res, c.Bool("markdown")) })
+}
+
+// benchPeers checks --ioi (an ioi/isolate binary, told from this one by
+// its --version) and --go-judge (a URL).
+func benchPeers(c *cli.Context) (bench.Peers, error) {
+	var p bench.Peers
+	if c.IsSet("ioi") {
+		p.IOI = c.String("ioi")
+		if !bench.IsIOI(p.IOI) {
+			return p, usageErr(fmt.Errorf("--ioi %q: not ioi/isolate's binary (its --version does not say \"The process isolator\", or says it is this isolate)", p.IOI))
+		}
+	}
+	if c.IsSet("go-judge") {
+		u, err := bench.ParseGoJudgeURL(c.String("go-judge"))
+		if err != nil {
+			return p, usageErr(err)
+		}
+		p.GoJudge = u
+	}
+	return p, nil
 }
 
 // jsonOr prints res as JSON with --json, else as print prints it.

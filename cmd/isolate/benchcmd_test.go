@@ -61,6 +61,19 @@ func TestBenchJSON(t *testing.T) {
 			t.Errorf("%s: %+v", name, v)
 		}
 	}
+	// The peers: without a go-judge URL skipped, saying what to give;
+	// ioi/isolate measured if there is one on PATH, else skipped, saying
+	// what to install.
+	if gj := ran[bench.VarGoJudge]; !strings.Contains(gj.Skipped, "--go-judge URL") {
+		t.Errorf("go-judge without a URL: %+v", gj)
+	}
+	if _, found := bench.FindIOI(); found {
+		if v := ran[bench.VarIOI]; v.Skipped != "" || v.WallMs.N != 3 {
+			t.Errorf("ioi/isolate on PATH: %+v", v)
+		}
+	} else if v := ran[bench.VarIOI]; !strings.Contains(v.Skipped, "github.com/ioi/isolate") {
+		t.Errorf("ioi/isolate not on PATH: %+v", v)
+	}
 	if bw := ran[bench.VarBwrap]; bw.Skipped == "" && (bw.RatioToBwrap != 1 || ran[bench.VarIsolate].RatioToBwrap <= 0) {
 		t.Errorf("ratios to bwrap: bwrap %v, isolate %v", bw.RatioToBwrap, ran[bench.VarIsolate].RatioToBwrap)
 	}
@@ -156,6 +169,10 @@ func TestBenchBadInput(t *testing.T) {
 		{"bench", "extra"},
 		{"bench", "--seconds", "0"},
 		{"bench", "--handover", "--service"},
+		{"bench", "--ioi", "/bin/true"},
+		{"bench", "--ioi", "/no/such/isolate"},
+		{"bench", "--go-judge", "ftp://127.0.0.1:5050"},
+		{"bench", "--go-judge", "127.0.0.1:5050"},
 		{"bench", "--no-such-flag"},
 	} {
 		res := isolateCmd(t, "", args...)
@@ -178,7 +195,7 @@ func TestBenchHandover(t *testing.T) {
 	if res.Code != 0 {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", res.Code, res.Stdout, res.Stderr)
 	}
-	for _, want := range []string{bench.VarBare, bench.VarInProcess, bench.VarService, bench.VarBwrap, "throughput", "targets", "2 callers"} {
+	for _, want := range []string{bench.VarBare, bench.VarInProcess, bench.VarService, bench.VarBwrap, bench.VarIOIFormInProcess, bench.VarIOIFormService, bench.VarGoJudge, "throughput", "targets", "2 callers"} {
 		if !strings.Contains(res.Stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, res.Stdout)
 		}
@@ -220,7 +237,7 @@ func TestBenchService(t *testing.T) {
 			ran[v.Name] = v.Median
 		}
 	}
-	for _, name := range []string{bench.VarBare, bench.VarAPI, bench.VarOneShot} {
+	for _, name := range []string{bench.VarBare, bench.VarAPI, bench.VarOneShot, bench.VarAPIBackToBack, bench.VarAPISpaced} {
 		if ran[name] <= 0 {
 			t.Errorf("latency of %q: %v (%+v)", name, ran[name], got.Latency)
 		}

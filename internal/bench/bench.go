@@ -37,12 +37,13 @@ type Config struct {
 	Rounds        int    // interleaved rounds of the latency variants
 	Precision     bool   // also measure limits' overshoot and accounting error
 	PrecisionRuns int    // runs per precision benchmark
+	Peers         Peers  // other sandboxes measured in the same rounds
 }
 
 // Run measures everything: rounds of the latency variants, the stage
 // breakdown, throughput and, if asked, precision.
 func Run(c Config) (*Result, error) {
-	r := &benchRunner{bin: c.Bin, version: c.Version, env: oneShotEnv()}
+	r := &benchRunner{bin: c.Bin, version: c.Version, env: oneShotEnv(), peers: c.Peers}
 	return r.bench(c.Rounds, c.Precision, c.PrecisionRuns)
 }
 
@@ -60,6 +61,15 @@ func (r *benchRunner) bench(rounds int, precision bool, precRuns int) (*Result, 
 	res := &Result{Machine: describeMachine(r.version), Rounds: rounds}
 	meter := newCPUMeter()
 	vs, skipped := r.variants()
+	ps, err := r.peers.peers()
+	if err != nil {
+		return nil, err
+	}
+	defer ps.close()
+	vs = append(vs, ps.vs...)
+	for name, why := range ps.skipped {
+		skipped[name] = why
+	}
 	progress("%d interleaved rounds of %d variants", rounds, len(vs))
 	samples, err := r.latency(rounds, vs)
 	if err != nil {

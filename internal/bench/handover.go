@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,13 +25,21 @@ import (
 const (
 	VarInProcess = "isolate run, in-process"
 	VarService   = "isolate run, via service"
+	// The ioi form as judges use it: --run on a box initialised once.
+	VarIOIFormInProcess = "isolate --run (ioi form), in-process"
+	VarIOIFormService   = "isolate --run (ioi form), via service"
 )
+
+// ownIOIBox is the box id of the ioi form's in-process variant; the one
+// before it is the handed-over variant's.
+const ownIOIBox = 998
 
 // HandoverConfig is what `isolate bench --handover` measures.
 type HandoverConfig struct {
 	Bin, ServeBin, Version string // the isolate binary (a path the service can check), the service's
 	Rounds                 int    // interleaved latency rounds
 	PerBlock               int    // runs per throughput block
+	Peers                  Peers  // other sandboxes measured in the same rounds
 }
 
 // HandoverResult is what it measured.
@@ -74,6 +83,20 @@ func RunHandover(c HandoverConfig) (*HandoverResult, error) {
 		skipped[VarBwrap] = err.Error()
 	} else {
 		vs = append(vs, variant{name: VarBwrap, argv: BwrapArgs(bwrap)})
+	}
+	forms, err := inProc.ioiForm(viaSvc)
+	if err != nil {
+		return nil, err
+	}
+	defer forms.close()
+	ps, err := c.Peers.peers()
+	if err != nil {
+		return nil, err
+	}
+	defer ps.close()
+	vs = append(append(vs, forms.vs...), ps.vs...)
+	for name, why := range ps.skipped {
+		skipped[name] = why
 	}
 	progress("%d interleaved rounds of %d variants", c.Rounds, len(vs))
 	samples, err := inProc.latency(c.Rounds, vs)
@@ -121,6 +144,28 @@ func (r *benchRunner) viaTrue(via string) func(out *sink) (sample, error) {
 		}
 		return took, err
 	}
+}
+
+// ioiForm initialises a box for each way and returns the variants that
+// run /bin/true on it in the ioi form, in-process (r, box ownIOIBox) and
+// handed to the service (svc, the box before): as a judge, each box's
+// runs go one way.
+func (r *benchRunner) ioiForm(svc *benchRunner) (*peerSet, error) {
+	ps := &peerSet{}
+	for i, w := range []struct {
+		name string
+		env  []string
+	}{{VarIOIFormInProcess, r.env}, {VarIOIFormService, svc.env}} {
+		box := []string{r.bin, "--box-id=" + strconv.Itoa(ownIOIBox-i)}
+		if _, err := timed(append(box, "--init"), r.env, nil); err != nil {
+			ps.close()
+			return nil, err
+		}
+		ps.closers = append(ps.closers, func() { timed(append(box, "--cleanup"), r.env, nil) })
+		run, env := append(box, "--run", "--", "/bin/true"), w.env
+		ps.vs = append(ps.vs, variant{name: w.name, argv: run, run: func(*sink) (sample, error) { return timed(run, env, nil) }})
+	}
+	return ps, nil
 }
 
 // block runs n runs on callers concurrent callers, each with its own
@@ -259,7 +304,7 @@ func PrintHandover(w io.Writer, res *HandoverResult, markdown bool) {
 		if markdown {
 			fmt.Fprintln(w, "| "+strings.Join(cells, " | ")+" |")
 		} else {
-			fmt.Fprintf(w, "  %-44s", cells[0])
+			fmt.Fprintf(w, "  %-48s", cells[0])
 			for _, c := range cells[1:] {
 				fmt.Fprintf(w, " %10s", c)
 			}

@@ -94,7 +94,7 @@ func variantResults(s *latencySamples, vs []variant, skipped map[string]string) 
 		}
 		res = append(res, VariantResult{Name: v.name, Command: cmd, WallMs: sum, CPUMs: summarize(s.cpu[v.name]), RatioToBwrap: ratio(sum.Median, bwrap)})
 	}
-	for _, name := range []string{VarBwrap, VarUnshare} {
+	for _, name := range []string{VarBwrap, VarUnshare, VarIOI, VarIOICg, VarGoJudge} {
 		if why, ok := skipped[name]; ok {
 			res = append(res, VariantResult{Name: name, Skipped: why})
 		}

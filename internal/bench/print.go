@@ -45,13 +45,13 @@ func PrintText(w io.Writer, res *Result) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "/bin/true, %d interleaved rounds (ms from fork to reap; cpu: user+sys of all it reaped)\n", res.Rounds)
-	fmt.Fprintf(w, "  %-20s %8s %8s %8s %8s  %s\n", "", "median", "p90", "min", "cpu", "ratio to bwrap")
+	fmt.Fprintf(w, "  %-40s %8s %8s %8s %8s  %s\n", "", "median", "p90", "min", "cpu", "ratio to bwrap")
 	for _, v := range res.Latency {
 		if v.Skipped != "" {
-			fmt.Fprintf(w, "  %-20s skipped: %s\n", v.Name, v.Skipped)
+			fmt.Fprintf(w, "  %-40s skipped: %s\n", v.Name, v.Skipped)
 			continue
 		}
-		fmt.Fprintf(w, "  %-20s %8.2f %8.2f %8.2f %8.2f  %s\n", v.Name, v.WallMs.Median, v.WallMs.P90, v.WallMs.Min, v.CPUMs.Median, ratioText(v.RatioToBwrap))
+		fmt.Fprintf(w, "  %-40s %8.2f %8.2f %8.2f %8.2f  %s\n", v.Name, v.WallMs.Median, v.WallMs.P90, v.WallMs.Min, v.CPUMs.Median, ratioText(v.RatioToBwrap))
 	}
 	fmt.Fprintf(w, "\nisolate run stages (ms over %d runs; init's stages are inside \"start\")\n", stageCount(res))
 	fmt.Fprintf(w, "  %-28s %8s %8s\n", "", "median", "p90")

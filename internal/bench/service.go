@@ -41,18 +41,29 @@ type ServiceConfig struct {
 const (
 	VarAPI     = "service POST /v1/run"
 	VarOneShot = "isolate run (one-shot)"
+	// The same request right after another's answer, and 10 ms after it:
+	// whether what the service does once a request is answered (the
+	// box's end, the next box's build) slows the next request.
+	VarAPIBackToBack = "POST, right after another"
+	VarAPISpaced     = "POST, 10 ms after another"
 )
+
+// apiSpacing is the pause before VarAPISpaced's request.
+const apiSpacing = 10 * time.Millisecond
 
 // ServiceResult is what it measured.
 type ServiceResult struct {
-	Machine  machineInfo    `json:"machine"`
-	Rounds   int            `json:"rounds"`
-	Parallel int            `json:"service_parallel"`
-	Latency  []serviceLat   `json:"latency"`
-	Claimed  int            `json:"runs_in_box_built_ahead"`
-	Runs     int            `json:"api_runs"`
-	Stages   []serviceStage `json:"stages_ms"`
-	Through  []serviceTput  `json:"throughput"`
+	Machine  machineInfo  `json:"machine"`
+	Rounds   int          `json:"rounds"`
+	Parallel int          `json:"service_parallel"`
+	Latency  []serviceLat `json:"latency"`
+	// BackToBack is the median of a request right after another's answer
+	// over that of one 10 ms after (target: at most 1.2).
+	BackToBack float64        `json:"back_to_back_over_spaced"`
+	Claimed    int            `json:"runs_in_box_built_ahead"`
+	Runs       int            `json:"api_runs"`
+	Stages     []serviceStage `json:"stages_ms"`
+	Through    []serviceTput  `json:"throughput"`
 }
 
 // serviceLat is the latency of one way of running /bin/true.
@@ -66,7 +77,9 @@ type serviceLat struct {
 
 // timedWay is one way of running /bin/true and its samples (ms).
 type timedWay struct {
-	name    string
+	name string
+	// before, if set, runs untimed right before run.
+	before  func() error
 	run     func() error
 	samples []float64
 }
@@ -111,6 +124,12 @@ func RunService(c ServiceConfig) (*ServiceResult, error) {
 		{name: VarBare, run: func() error { _, err := timed([]string{"/bin/true"}, nil, nil); return err }},
 		{name: VarAPI, run: client.post},
 		{name: VarOneShot, run: oneShot},
+		{name: VarAPIBackToBack, before: client.post, run: client.post},
+		{name: VarAPISpaced, before: func() error {
+			err := client.post()
+			time.Sleep(apiSpacing)
+			return err
+		}, run: client.post},
 	}
 	var skipped []serviceLat
 	if bwrap, err := findBwrap(); err != nil {
@@ -122,6 +141,11 @@ func RunService(c ServiceConfig) (*ServiceResult, error) {
 	for round := -warmupRounds; round < c.Rounds; round++ {
 		for i := range vs {
 			v := vs[(i+round+warmupRounds)%len(vs)] // rotate who goes first
+			if v.before != nil {
+				if err := v.before(); err != nil {
+					return nil, fmt.Errorf("%s: %v", v.name, err)
+				}
+			}
 			start := time.Now()
 			if err := v.run(); err != nil {
 				return nil, fmt.Errorf("%s: %v", v.name, err)
@@ -138,6 +162,14 @@ func RunService(c ServiceConfig) (*ServiceResult, error) {
 		res.Latency = append(res.Latency, serviceLat{Name: v.name, Median: median(s), P99: quantile(s, 0.99), XBare: ratio(median(s), bare)})
 	}
 	res.Latency = append(res.Latency, skipped...)
+	for _, v := range res.Latency {
+		switch v.Name {
+		case VarAPIBackToBack:
+			res.BackToBack = v.Median
+		case VarAPISpaced:
+			res.BackToBack = ratio(res.BackToBack, v.Median)
+		}
+	}
 	res.Stages, res.Claimed, res.Runs = client.stages()
 
 	progress("throughput: %d alternating rounds of %.0f s, 1, 2 and 4 clients", c.ThroughputRounds, c.Seconds)
@@ -415,6 +447,11 @@ func PrintService(w io.Writer, res *ServiceResult) {
 		}
 		fmt.Fprintf(w, "  %-26s %8.2f %8.2f %8.2f\n", v.Name, v.Median, v.P99, v.XBare)
 	}
+	met := "missed"
+	if res.BackToBack <= 1.2 {
+		met = "met"
+	}
+	fmt.Fprintf(w, "a request right after another / 10 ms after: %.2f (target ≤ 1.20: %s)\n", res.BackToBack, met)
 	fmt.Fprintf(w, "service runs in a box built ahead: %d of %d; median stages (ms):\n", res.Claimed, res.Runs)
 	for _, s := range res.Stages {
 		fmt.Fprintf(w, "  %-20s %8.3f  (%d runs)\n", s.Name, s.Median, s.Runs)

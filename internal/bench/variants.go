@@ -26,6 +26,8 @@ type benchRunner struct {
 	// ISOLATE_NO_SERVICE=1 (the one-shot path measured here) unless a
 	// bench of the service's path says otherwise.
 	env []string
+	// peers are the other sandboxes the latency rounds measure.
+	peers Peers
 }
 
 // oneShotEnv is the environment of a one-shot isolate command: the

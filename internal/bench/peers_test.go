@@ -1,0 +1,79 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestIOIVersion(t *testing.T) {
+	for out, want := range map[string]bool{
+		"The process isolator 2.6\n(c) 2012--2026 Martin Mares and Bernard Blackham\n": true,
+		"The process isolator 1.10.1\n": true,
+		"The process isolator dev\n(isolate, compatible with ioi/isolate 2.x command lines)\n": false,
+		"true (GNU coreutils) 9.1\n": false,
+		"":                           false,
+	} {
+		if got := isIOIVersion(out); got != want {
+			t.Errorf("isIOIVersion(%q) = %v, want %v", out, got, want)
+		}
+	}
+}
+
+func TestGoJudgeURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://127.0.0.1:5050":   "http://127.0.0.1:5050",
+		"http://localhost:5050/":  "http://localhost:5050",
+		"https://judge.test/api/": "https://judge.test/api",
+	} {
+		if got, err := ParseGoJudgeURL(in); err != nil || got != want {
+			t.Errorf("ParseGoJudgeURL(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "127.0.0.1:5050", "ftp://x", "http://", "unix:///run/gj.sock", "http://a b"} {
+		if _, err := ParseGoJudgeURL(in); err == nil || !strings.Contains(err.Error(), "--go-judge") {
+			t.Errorf("ParseGoJudgeURL(%q): error %v, want one naming --go-judge", in, err)
+		}
+	}
+}
+
+func TestGoJudgeStatus(t *testing.T) {
+	if err := goJudgeStatus(200, []byte(`[{"status":"Accepted","exitStatus":0,"time":1000}]`)); err != nil {
+		t.Errorf("Accepted: %v", err)
+	}
+	for _, c := range []struct {
+		code int
+		body string
+		want string
+	}{
+		{500, "internal error", "HTTP 500"},
+		{200, `[{"status":"Internal Error","error":"fork/exec /bin/true: no such file"}]`, "Internal Error fork/exec"},
+		{200, `[]`, "not one result"},
+		{200, `{"status":"Accepted"}`, "not one result"},
+	} {
+		if err := goJudgeStatus(c.code, []byte(c.body)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%d %s: %v, want an error with %q", c.code, c.body, err, c.want)
+		}
+	}
+}
+
+// Without ioi/isolate on PATH and without a go-judge URL, each peer is
+// skipped with one line saying what to install or give.
+func TestPeersMissing(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	ps, err := Peers{}.peers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ps.close()
+	if len(ps.vs) != 0 {
+		t.Errorf("variants %v, want none", ps.vs)
+	}
+	for name, want := range map[string]string{VarIOI: "github.com/ioi/isolate", VarGoJudge: "--go-judge URL"} {
+		if why := ps.skipped[name]; !strings.Contains(why, want) || strings.Contains(why, "\n") {
+			t.Errorf("%s skipped: %q, want one line with %q", name, why, want)
+		}
+	}
+	if len(ps.skipped) != 2 {
+		t.Errorf("skipped %v, want ioi/isolate and go-judge only", ps.skipped)
+	}
+}

@@ -1,0 +1,250 @@
+package isolate
+
+// Boxes built ahead for a persistent box id (the ioi form's `--run` on an
+// initialised box, handed to the service). Judges run a box's tests one
+// after another, so once a run of box N has ended the pool builds the
+// next box of N at once, with that run's box part: the same box id (its
+// uid), image, tmp size, network, box/ directory, binds and syscall
+// policy. The next run of N takes it when its own box part is the same
+// and each directory it binds is the very directory the box bound (the
+// box holds them open, so an equal device and inode is the same
+// directory) and the id is free; otherwise the box built ahead is torn
+// down and the run builds its own. Until a run claims it, the box holds
+// neither the id's run lock nor its cgroup (lockAhead). Binds are bind mounts: what box/ and the bound
+// directories hold is what they hold at the run. The box is still never
+// used for two runs, and takes the run's limits, streams and command as
+// any pooled box does.
+
+import (
+	"fmt"
+	"os"
+	"reflect"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/isolate-sandbox/isolate/seccomp"
+)
+
+// aheadIdle is how long a box built ahead for a box id waits for the
+// id's next run.
+const aheadIdle = 5 * time.Second
+
+// maxAhead bounds the boxes built ahead for box ids, besides the pool's
+// Max: each is an idle init and its mounts, and a judge's boxes are
+// a few per CPU.
+const maxAhead = 32
+
+// lockAhead holds box id spec.BoxID for a box built ahead, apart from its
+// runs: a box built ahead holds no run's lock (a run of the id that was
+// not handed to the service takes it as if no box waited) and has no
+// cgroup (named after the id, made when a run claims the box). It only
+// keeps two boxes from being built ahead for one id.
+func (s *supervisor) lockAhead() error {
+	l, ok, err := tryLock("ahead-" + strconv.Itoa(s.spec.BoxID))
+	if err == nil && !ok {
+		err = fmt.Errorf("box %d is being built ahead elsewhere", s.spec.BoxID)
+	}
+	if err != nil {
+		return err
+	}
+	s.lock = &boxLock{id: s.spec.BoxID, lock: l}
+	return nil
+}
+
+// aheadBox is the box built (or being built) ahead for a box id.
+type aheadBox struct {
+	ready chan struct{} // closed once b and err are set
+	// wanted is closed by the run that waits for the box: it is built
+	// at once, not once the last run's caller has its answer.
+	wanted chan struct{}
+	b      *builtBox
+	err    error
+	spec   Spec          // the box part it was built with
+	binds  []*bindSource // the bind sources it bound (opened with the run's caller's rights), held open
+	dir    *os.File      // spec.BoxDir, held open (O_PATH)
+	// policy is the syscall policy its box was prepared with.
+	policy *seccomp.Program
+	built  time.Time
+}
+
+// aheadable says whether a run of spec gets a box built ahead for its
+// box id once it ends: a persistent box of the host image.
+func aheadable(sp *Spec) bool {
+	return sp.BoxID >= 0 && sp.BoxDir != "" && sp.BoxMount == nil && sp.ImageFile == "" &&
+		sp.ImageMount == nil && sp.ImageTree == nil && sp.ImageDir == "/"
+}
+
+// sameBoxPart says whether a box built for a's box part serves a run of
+// b: everything boxPlan and startInit read from the spec.
+func sameBoxPart(a, b *Spec) bool {
+	return a.BoxID == b.BoxID && a.ImageDir == b.ImageDir && a.TmpSize == b.TmpSize &&
+		a.HostNet == b.HostNet && a.BoxDir == b.BoxDir && policyName(a) == policyName(b) &&
+		reflect.DeepEqual(a.Binds, b.Binds)
+}
+
+// sameFile says whether two open files are the same inode.
+func sameFile(a, b *os.File) bool {
+	var x, y unix.Stat_t
+	if unix.Fstat(int(a.Fd()), &x) != nil || unix.Fstat(int(b.Fd()), &y) != nil {
+		return false
+	}
+	return x.Dev == y.Dev && x.Ino == y.Ino
+}
+
+// serves says whether box a, built ahead, may take the run of s: the same
+// box part, the same directories bound, box/ still the directory it was.
+func (a *aheadBox) serves(s *supervisor) bool {
+	if a.b == nil || !a.b.s.init.alive() || !sameBoxPart(&a.spec, s.spec) || len(a.binds) != len(s.binds) {
+		return false
+	}
+	for i, src := range s.binds {
+		if (src == nil) != (a.binds[i] == nil) || (src != nil && !sameFile(src.tree, a.binds[i].tree)) {
+			return false
+		}
+	}
+	cur, err := os.OpenFile(s.spec.BoxDir, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer cur.Close()
+	return sameFile(cur, a.dir)
+}
+
+// close tears the box down (if it was built) and lets go of its sources.
+func (a *aheadBox) close() {
+	if a.b != nil {
+		a.b.s.teardown()
+	}
+	for _, src := range a.binds {
+		if src != nil {
+			src.tree.Close()
+		}
+	}
+	if a.dir != nil {
+		a.dir.Close()
+	}
+}
+
+// claimAhead takes the box built ahead for the run's box id, waiting for
+// its build, or nil: then no box of the id's is left (a box that does not
+// serve the run is torn down, freeing the id). Nil-safe.
+func (p *pool) claimAhead(s *supervisor) *builtBox {
+	if p == nil || s.spec.BoxID < 0 {
+		return nil
+	}
+	p.mu.Lock()
+	a := p.ahead[s.spec.BoxID]
+	delete(p.ahead, s.spec.BoxID)
+	p.mu.Unlock()
+	if a == nil {
+		return nil
+	}
+	close(a.wanted)
+	<-a.ready
+	if a.err == nil && a.serves(s) {
+		// The run's own hold of the id, as a box it built would take:
+		// the id's box for the run (and its uid) is this one alone.
+		l, free, err := tryLockBox(s.spec.BoxID)
+		if err == nil && free {
+			b := a.b
+			a.b = nil
+			a.close()
+			b.s.lock.release()
+			b.s.lock = l
+			return b
+		}
+	}
+	a.close()
+	return nil
+}
+
+// aheadFor prepares the next box of the run s's box id, or nil for a run
+// that gets none (no pool, not a persistent box, a run that failed): it
+// holds the run's box directory. Start it with startAhead.
+// Nil-safe.
+func (p *pool) aheadFor(s *supervisor) *aheadBox {
+	if p == nil || !aheadable(s.spec) || s.report.Status == "" || s.report.Status == StatusXX {
+		return nil
+	}
+	dir, err := os.OpenFile(s.spec.BoxDir, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	spec := *s.spec
+	spec.Command, spec.CopyIn, spec.CopyOut, spec.Env = nil, nil, nil, nil
+	return &aheadBox{ready: make(chan struct{}), wanted: make(chan struct{}), spec: spec, dir: dir, policy: s.policy}
+}
+
+// startAhead builds a in the background once after (see EndAfter) is
+// closed and end (the end of the run's box; nil: it has ended) has run.
+// It reports false, having done nothing, when the pool has stopped or
+// holds maxAhead of them: the caller then ends the box itself.
+func (p *pool) startAhead(a *aheadBox, end func() error, after <-chan struct{}) bool {
+	p.mu.Lock()
+	if p.stopped || len(p.ahead) >= maxAhead {
+		p.mu.Unlock()
+		a.close()
+		return false
+	}
+	if old := p.ahead[a.spec.BoxID]; old != nil {
+		// Never claimed: its id's run was not this one's. Gone all the
+		// same.
+		go func() { <-old.ready; old.close() }()
+	}
+	p.ahead[a.spec.BoxID] = a
+	p.wg.Add(1)
+	p.mu.Unlock()
+	go func() {
+		defer p.wg.Done()
+		defer close(a.ready)
+		// As a claimed box's end (goEnd): off the caller's path, unless
+		// the id's next run waits for it (the caller's next command
+		// of the same request).
+		p.awaitCaller(after, a.wanted)
+		if end != nil {
+			reportEnd(end())
+		}
+		select {
+		case <-p.stop:
+			a.err = errPoolStopped
+			return
+		default:
+		}
+		a.b, a.binds, a.err = p.buildFor(&a.spec, a.policy)
+		a.built = time.Now()
+		if a.err != nil {
+			fmt.Fprintf(os.Stderr, "isolate: pool: build box %d ahead: %v\n", a.spec.BoxID, a.err)
+		}
+	}()
+	return true
+}
+
+var errPoolStopped = fmt.Errorf("the pool stopped")
+
+// reapAhead tears down the boxes built ahead that waited longer than
+// aheadIdle, or all of them with all (the pool stopping); p.mu held. The
+// teardowns run once p.mu is released: call the function returned.
+func (p *pool) reapAhead(now time.Time, all bool) func() {
+	var old []*aheadBox
+	for id, a := range p.ahead {
+		select {
+		case <-a.ready:
+		default:
+			if !all {
+				continue
+			}
+		}
+		if all || now.Sub(a.built) > aheadIdle {
+			old = append(old, a)
+			delete(p.ahead, id)
+		}
+	}
+	return func() {
+		for _, a := range old {
+			<-a.ready
+			a.close()
+		}
+	}
+}

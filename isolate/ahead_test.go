@@ -1,0 +1,89 @@
+package isolate_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/isolate-sandbox/isolate/api"
+	"github.com/isolate-sandbox/isolate/isolate"
+)
+
+// After a run of a persistent box, the pool builds the id's next box
+// ahead: the next run of the same box part claims it, and sees box/ as it
+// is then, in a box nothing ran in; a run whose box part differs, or
+// whose box/ was made anew, builds its own; a run of the id by another
+// process (no pool: a run not handed to the service) is never kept out.
+func TestPoolBuildsAheadForABoxID(t *testing.T) {
+	checkNothingLeft(t)
+	cfg := &isolate.Config{BoxRoot: filepath.Join(t.TempDir(), "boxes"), NumBoxes: isolate.DefaultNumBoxes}
+	pooled, err := isolate.NewHost(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pooled.StartPool(isolate.PoolConfig{Max: 1}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pooled.StopPool)
+	oneShot, err := isolate.NewHost(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = 731
+	initBox := func() string {
+		t.Helper()
+		dir, err := isolate.InitBox(cfg, id, isolate.Caller(), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return filepath.Join(dir, "box")
+	}
+	box := initBox()
+	t.Cleanup(func() { isolate.CleanupBox(cfg, id, false) })
+	run := func(h *isolate.Host, what, content, net string) *api.Report {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(box, "f"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		boxID := id
+		rep, err := h.Run(context.Background(), &api.Spec{BoxID: &boxID, Net: net, Args: []string{"/bin/sh", "-c",
+			"cat /box/f; ls /tmp; touch /tmp/used"}}, isolate.IO{})
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if rep.Status != api.StatusOK || rep.Stdout != content {
+			t.Fatalf("%s: %s %q, stdout %q (want %q), stderr %q", what, rep.Status, rep.Message, rep.Stdout, content, rep.Stderr)
+		}
+		return rep
+	}
+	if rep := run(pooled, "first run", "one\n", ""); claimed(rep) {
+		t.Error("the first run of a box id claimed a box")
+	}
+	for i, content := range []string{"two\n", "three\n"} {
+		if rep := run(pooled, "next run", content, ""); !claimed(rep) {
+			t.Errorf("run %d after the first did not claim the box built ahead: stages %v", i+2, rep.Sandbox.Stages)
+		}
+	}
+	if rep := run(pooled, "host network", "four\n", "host"); claimed(rep) {
+		t.Error("a run with another network claimed the box built for the last one")
+	}
+	// Another process's run of the id is not kept out by the box built
+	// ahead; the pool's next run still claims it.
+	run(oneShot, "a run without the pool", "five\n", "host")
+	if rep := run(pooled, "after one without the pool", "six\n", "host"); !claimed(rep) {
+		t.Error("the run after one without the pool did not claim the box built ahead")
+	}
+	// box/ made anew: the box built ahead bound the old one.
+	if err := isolate.CleanupBox(cfg, id, false); err != nil {
+		t.Fatal(err)
+	}
+	box = initBox()
+	if rep := run(pooled, "in a new box/", "seven\n", "host"); claimed(rep) {
+		t.Error("a run in a box/ made anew claimed the box built for the old one")
+	}
+	if rep := run(pooled, "next in the new box/", "eight\n", "host"); !claimed(rep) || strings.Contains(rep.Stdout, "used") {
+		t.Errorf("claimed %v, stdout %q", claimed(rep), rep.Stdout)
+	}
+}
