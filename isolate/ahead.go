@@ -146,7 +146,7 @@ func (p *pool) claimAhead(s *supervisor) *builtBox {
 	if a.err == nil && a.serves(s) {
 		// The run's own hold of the id, as a box it built would take:
 		// the id's box for the run (and its uid) is this one alone.
-		l, free, err := tryLockBox(s.spec.BoxID)
+		l, free, err := tryLockBox(s.host.lockDir(), s.spec.BoxID)
 		if err == nil && free {
 			b := a.b
 			a.b = nil
