@@ -75,6 +75,7 @@ type options struct {
 	storeCallerQuota     string
 	netHostGroups        groupList
 	seccompNoneGroups    groupList
+	q                    queueOptions
 }
 
 // groupList is a repeatable flag of groups, each a name or a gid, also
@@ -127,6 +128,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.storeCallerQuota, "store-caller-quota", "", "bytes of the file store one caller who is not root may hold (default a quarter of --store-quota)")
 	fs.Var(&o.netHostGroups, "net-host-group", "a group (name or gid; repeatable, or a comma list) whose members who are not root may ask net: host (default: root only)")
 	fs.Var(&o.seccompNoneGroups, "seccomp-none-group", "a group (name or gid; repeatable, or a comma list) whose members who are not root may ask seccomp: none (default: root only)")
+	o.q.flags(fs)
 	fs.StringVar(&o.caps.time, "max-time", "", "largest cpu_time_ms a request may ask (DUR)")
 	fs.StringVar(&o.caps.wall, "max-wall-time", "", "largest wall_time_ms (DUR)")
 	fs.StringVar(&o.caps.mem, "max-mem", "", "largest memory_bytes (SIZE)")
@@ -289,7 +291,12 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
-	srv := server.New(server.Config{
+	var srv *server.Server
+	worker, err := o.q.worker(o.parallel, &srv)
+	if err != nil {
+		return err
+	}
+	srv = server.New(server.Config{
 		Runner:   hostRunner{host},
 		Exec:     server.Judge{Host: host},
 		Store:    store,
@@ -299,7 +306,7 @@ func serve(args []string) error {
 		Policy:   *policy,
 		Health:   health,
 		Token:    token,
-		Metrics:  cli.metrics(),
+		Metrics:  append(cli.metrics(), queueMetrics(worker)...),
 	})
 	cli.serve(srv.Slot)
 	ul, err := server.ListenUnix(o.socket, gid)
@@ -324,6 +331,13 @@ func serve(args []string) error {
 		fmt.Fprintf(os.Stderr, " and %s", listeners[1].Addr())
 	}
 	fmt.Fprintf(os.Stderr, " (%d at once, up to %d boxes built ahead)\n", o.parallel, o.pool)
+	stopQueue := func(time.Duration) {}
+	if worker != nil {
+		ctx, stop := context.WithCancel(context.Background())
+		go worker.Run(ctx)
+		stopQueue = func(grace time.Duration) { stop(); worker.Drain(grace) }
+		fmt.Fprintf(os.Stderr, "isolate serve: taking jobs from the queue %s:jobs as %s\n", o.q.prefix, worker.Name())
+	}
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
@@ -331,13 +345,19 @@ func serve(args []string) error {
 	case s := <-sig:
 		fmt.Fprintf(os.Stderr, "isolate serve: %v: draining (up to %v)\n", s, o.grace)
 	case err := <-errs:
+		stopQueue(0)
 		cli.Shutdown(0)
 		srv.Shutdown(0)
 		return err
 	}
-	done := make(chan struct{})
-	go func() { cli.Shutdown(o.grace); close(done) }()
-	srv.Shutdown(o.grace)
+	// The queue stops taking jobs and finishes its own within the grace
+	// (its hard stop comes first, so that a job it cuts short stays
+	// pending rather than answered "the service is stopping").
+	done := make(chan struct{}, 2)
+	go func() { cli.Shutdown(o.grace); done <- struct{}{} }()
+	go func() { stopQueue(o.grace); done <- struct{}{} }()
+	srv.Shutdown(o.grace + time.Second)
+	<-done
 	<-done
 	return nil
 }
