@@ -29,6 +29,9 @@ go vet -tags "$TAGS" ./...
 unformatted=$(gofmt -l $(git ls-files '*.go'))
 [ -z "$unformatted" ] || { echo "gofmt needed: $unformatted" >&2; exit 1; }
 
+echo "== the Kubernetes manifests (deploy/: a module of its own, with the API types)"
+(cd deploy && go mod tidy -diff && go vet ./... && go test -count=1 ./...)
+
 work=$(mktemp -d /tmp/isolate-test.XXXXXX)
 chmod 0755 "$work" # the box user and the not-root test run binaries from here
 trap 'rm -rf "$work"' EXIT

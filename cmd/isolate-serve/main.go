@@ -55,6 +55,9 @@ func main() {
 	if len(os.Args) == 2 && os.Args[1] == "help-man" {
 		run = func([]string) error { return writeMan(os.Stdout) }
 	}
+	if len(os.Args) >= 2 && os.Args[1] == "probe" {
+		run = func(args []string) error { return probe(args[1:]) }
+	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "isolate serve: "+err.Error())
 		os.Exit(2)
