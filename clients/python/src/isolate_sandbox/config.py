@@ -7,7 +7,7 @@ from typing import Any, Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
 
 from .transport import KEEP_MODES, Mount
 
-BACKENDS = ("auto", "service", "cli", "local")
+BACKENDS = ("auto", "service", "cli", "local", "queue")
 STORE_POLICIES = ("never", "on_error", "always")
 IMPORT_MODES = ("block", "warn", "off")
 
@@ -37,7 +37,9 @@ class SandboxConfig:
     into every box; ``network`` the host's network (where the service allows it);
     ``busy_wait`` the seconds a call may retry a full service (None: within the call's bound;
     0: never); ``import_mode`` is ``block``, ``warn`` or ``off``; ``store_code`` is ``never``,
-    ``on_error`` or ``always``; ``service_url`` and ``token`` reach a service over TCP.
+    ``on_error`` or ``always``; ``service_url`` and ``token`` reach a service over TCP;
+    ``queue_url`` and ``queue_prefix`` the Redis queue its workers take jobs from (backend
+    ``queue``).
     """
 
     backend: str = "auto"
@@ -58,6 +60,8 @@ class SandboxConfig:
     busy_wait: Optional[float] = None
     service_url: Optional[str] = None
     token: Optional[str] = None
+    queue_url: Optional[str] = None
+    queue_prefix: str = "isolate"
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -71,6 +75,9 @@ class SandboxConfig:
                 f"unknown import mode {self.import_mode!r}; valid: {', '.join(IMPORT_MODES)}")
         positive_seconds("timeout", self.timeout)
         positive_seconds("compile_timeout", self.compile_timeout)
+        if self.backend == "queue" and not self.queue_url:
+            raise ValueError("the queue backend needs queue_url (ISOLATE_QUEUE_URL): "
+                             "the Redis the workers take jobs from")
         if self.busy_wait is not None and not (self.busy_wait >= 0
                                                and math.isfinite(self.busy_wait)):
             raise ValueError(f"busy_wait must be a finite number of seconds >= 0, "
@@ -117,6 +124,10 @@ class SandboxConfig:
             values["service_url"] = env["ISOLATE_URL"].strip()
         if env.get("ISOLATE_TOKEN"):
             values["token"] = env["ISOLATE_TOKEN"].strip()
+        if env.get("ISOLATE_QUEUE_URL"):
+            values["queue_url"] = env["ISOLATE_QUEUE_URL"].strip()
+        if env.get("ISOLATE_QUEUE_PREFIX"):
+            values["queue_prefix"] = env["ISOLATE_QUEUE_PREFIX"].strip()
         if env.get("SANDBOX_COMPILE_TIMEOUT_SEC"):
             values["compile_timeout"] = _number(env, "SANDBOX_COMPILE_TIMEOUT_SEC", float)
         if env.get("SANDBOX_DISK_MB"):
