@@ -121,6 +121,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 type jobKind struct {
 	name, body string
 	check      func(status string, body string) error
+	endpoint   string // "": run
 }
 
 func verdict(want string, cmd int) func(string, string) error {
@@ -225,27 +226,38 @@ func TestWorkers(t *testing.T) {
 	startRedis(t, r)
 
 	kinds := []jobKind{
-		{"ok", `{"commands":[{"args":["/bin/echo","hi"]}]}`, verdict("OK", 0)},
-		{"re", `{"commands":[{"args":["/bin/sh","-c","exit 3"]}]}`, verdict("RE", 0)},
-		{"to", `{"commands":[{"args":["/bin/sh","-c","while :; do :; done"],"cpu_time_ms":200}]}`, verdict("TO", 0)},
-		{"ml", `{"commands":[{"args":["/usr/bin/python3","-c","b = bytearray(512 << 20)"],"memory_bytes":67108864}]}`, verdict("ML", 0)},
-		{"pair", `{"commands":[{"args":["/bin/sh","-c","seq 1 100"]},{"args":["/usr/bin/wc","-l"]}],"pipes":[{"from":{"cmd":0,"fd":1},"to":{"cmd":1,"fd":0}}]}`, verdict("OK", 1)},
+		{"ok", `{"commands":[{"args":["/bin/echo","hi"]}]}`, verdict("OK", 0), ""},
+		{"re", `{"commands":[{"args":["/bin/sh","-c","exit 3"]}]}`, verdict("RE", 0), ""},
+		{"to", `{"commands":[{"args":["/bin/sh","-c","while :; do :; done"],"cpu_time_ms":200}]}`, verdict("TO", 0), ""},
+		{"ml", `{"commands":[{"args":["/usr/bin/python3","-c","b = bytearray(512 << 20)"],"memory_bytes":67108864}]}`, verdict("ML", 0), ""},
+		{"pair", `{"commands":[{"args":["/bin/sh","-c","seq 1 100"]},{"args":["/usr/bin/wc","-l"]}],"pipes":[{"from":{"cmd":0,"fd":1},"to":{"cmd":1,"fd":0}}]}`, verdict("OK", 1), ""},
+		{"ce", `{"lang":"c","source":"int main( {"}`, func(status, body string) error {
+			var r struct{ Status string }
+			if status != "200" || json.Unmarshal([]byte(body), &r) != nil || r.Status != "CE" {
+				return fmt.Errorf("want a 200 answer with CE, got %s %s", status, body)
+			}
+			return nil
+		}, "exec"},
 	}
 	bad := jobKind{"bad", `{"commands":[{"args":["/bin/true"],"memroy_bytes":1}]}`, func(status, body string) error {
 		if status != "400" || !strings.Contains(body, `"field":"commands[0].memroy_bytes"`) {
 			return fmt.Errorf("want the API's 400 naming commands[0].memroy_bytes, got %s %s", status, body)
 		}
 		return nil
-	}}
+	}, ""}
 	// Slow jobs first, one per slot: one of them is running on the
 	// worker that is killed.
 	want := map[string]jobKind{}
 	pipe := rdb.Pipeline()
 	add := func(id string, k jobKind) {
 		want[id] = k
-		pipe.XAdd(ctx, &redis.XAddArgs{Stream: keys.Jobs, Values: []string{"id", id, "body", k.body}})
+		endpoint := k.endpoint
+		if endpoint == "" {
+			endpoint = "run"
+		}
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: keys.Jobs, Values: []string{"id", id, "endpoint", endpoint, "body", k.body}})
 	}
-	slow := jobKind{"slow", `{"commands":[{"args":["/bin/sh","-c","sleep 2; : ` + marker + `"]}]}`, verdict("OK", 0)}
+	slow := jobKind{"slow", `{"commands":[{"args":["/bin/sh","-c","sleep 2; : ` + marker + `"]}]}`, verdict("OK", 0), ""}
 	for i := range 6 {
 		add(fmt.Sprintf("slow-%d", i), slow)
 	}
@@ -318,6 +330,18 @@ func TestWorkers(t *testing.T) {
 	}
 	if p := rdb.XPending(ctx, keys.Jobs, "isolate-workers").Val(); p.Count != 0 {
 		t.Errorf("%d jobs left pending", p.Count)
+	}
+
+	// A job whose result exists is acknowledged without running: its
+	// result stays the first job's.
+	before := rdb.HGet(ctx, keys.Result("ok-0"), "body").Val()
+	rdb.XAdd(ctx, &redis.XAddArgs{Stream: keys.Jobs, Values: []string{"id", "ok-0", "body", `{"commands":[{"args":["/bin/echo","again"]}]}`}})
+	waitFor(t, "the repeated job is acknowledged", func() bool { return rdb.XLen(ctx, keys.Jobs).Val() == 0 })
+	if after := rdb.HGet(ctx, keys.Result("ok-0"), "body").Val(); after != before {
+		t.Errorf("a job whose result existed ran again: %s", after)
+	}
+	if n := len(rdb.XRange(ctx, keys.Results, "-", "+").Val()); n != len(ids) {
+		t.Errorf("%d announcements for %d jobs", n, len(ids))
 	}
 
 	// The survivors drain on SIGTERM and take their announcements with them.
