@@ -101,8 +101,9 @@ const (
 	// DeadLetter stores the answer and dead-letters the job: the API
 	// refused it (a 4xx answer), so no delivery will ever run it.
 	DeadLetter
-	// Retry leaves the job pending, unanswered: the service was busy or
-	// stopping (429, 503), and another delivery will run it.
+	// Retry leaves the job pending, unanswered: the service was stopping
+	// (503), and another delivery will run it (a worker retries a 429
+	// itself before it gets here).
 	Retry
 )
 

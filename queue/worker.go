@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -343,6 +344,13 @@ func (w *Worker) handle(m redis.XMessage, claimed bool) {
 	}
 	stopRenewing := w.renew(m.ID)
 	status, body := w.cfg.Answer(ctx, caller.QueueJob, "POST", job.Path(), []byte(job.Body))
+	// The API's own callers filled the service's waiting queue (429):
+	// the job waits here, holding its slot of the worker, rather than
+	// counting a delivery each time it is turned away.
+	for b := newBackoff(); status == http.StatusTooManyRequests && ctx.Err() == nil && !w.draining.Load(); {
+		b.wait(ctx)
+		status, body = w.cfg.Answer(ctx, caller.QueueJob, "POST", job.Path(), []byte(job.Body))
+	}
 	stopRenewing()
 	if ctx.Err() != nil {
 		return // the drain's grace ended: the answer is the stop's, not the job's
