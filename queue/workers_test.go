@@ -174,7 +174,13 @@ func TestWorkers(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() {
+		// What a worker killed on a failure's way out left (the
+		// successful path checks there is nothing), then the roots.
 		for _, p := range mgr.Parents() {
+			boxes, _ := filepath.Glob(filepath.Join(p, "box-*"))
+			for _, b := range boxes {
+				os.Remove(b)
+			}
 			os.Remove(p)
 			os.Remove(filepath.Dir(p))
 		}
@@ -210,8 +216,16 @@ func TestWorkers(t *testing.T) {
 				t.Logf("%s:\n%s", w.name, w.log)
 			}
 			if w.cmd.ProcessState == nil {
-				w.cmd.Process.Kill()
-				w.cmd.Wait()
+				// Drained, so that its boxes are gone with it.
+				w.cmd.Process.Signal(syscall.SIGTERM)
+				stopped := make(chan struct{})
+				go func() { w.cmd.Wait(); close(stopped) }()
+				select {
+				case <-stopped:
+				case <-time.After(40 * time.Second):
+					w.cmd.Process.Kill()
+					<-stopped
+				}
 			}
 		}
 	}()
