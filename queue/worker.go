@@ -217,6 +217,9 @@ func (w *Worker) loop(ctx context.Context) {
 	backoff := newBackoff()
 	groupMade := false
 	var lastClaim time.Time
+	// XAUTOCLAIM scans the pending entries a window at a time: the next
+	// scan goes on where the last ended, and starts over at the end.
+	claimFrom := "0-0"
 	for ctx.Err() == nil {
 		if !groupMade {
 			err := w.rdb.XGroupCreateMkStream(ctx, w.keys.Jobs, w.cfg.Group, "0").Err()
@@ -250,10 +253,13 @@ func (w *Worker) loop(ctx context.Context) {
 		var err error
 		claimed := false
 		if time.Since(lastClaim) >= w.cfg.ClaimIdle/3 {
-			msgs, _, err = w.rdb.XAutoClaim(w.jobCtx, &redis.XAutoClaimArgs{Stream: w.keys.Jobs, Group: w.cfg.Group,
-				Consumer: w.cfg.Name, MinIdle: w.cfg.ClaimIdle, Start: "0-0", Count: int64(free)}).Result()
+			var next string
+			msgs, next, err = w.rdb.XAutoClaim(w.jobCtx, &redis.XAutoClaimArgs{Stream: w.keys.Jobs, Group: w.cfg.Group,
+				Consumer: w.cfg.Name, MinIdle: w.cfg.ClaimIdle, Start: claimFrom, Count: int64(free)}).Result()
 			if err == nil {
-				lastClaim = time.Now()
+				if claimFrom = next; next == "0-0" {
+					lastClaim = time.Now() // a whole scan done
+				}
 				claimed = len(msgs) > 0
 			}
 		}
