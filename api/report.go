@@ -82,6 +82,11 @@ type SandboxInfo struct {
 	// Stages are the supervisor's own timers, in seconds, for `isolate
 	// bench`: where the setup and teardown time went.
 	Stages map[string]float64 `json:"stages,omitempty"`
+	// Limits says, for a run without root, how each limit was enforced:
+	// "cgroup" (a delegated cgroup v2 subtree), "rlimit" (rlimits alone,
+	// which the caller allowed), "supervisor" (the wall clock), "none"
+	// (no limit asked). Root's limits are always the cgroup's: absent.
+	Limits map[string]string `json:"limits,omitempty"`
 }
 
 // ExecReport is `isolate exec`'s report: the outcome, and the report of

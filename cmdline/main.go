@@ -106,6 +106,9 @@ type invocation struct {
 	cred    *isolate.Cred   // Caller's credentials; nil: this process's
 	signals *relayedSignals // nil: this process's own
 	ctx     context.Context
+	// rootless: the run is a user's who is not root, in-process
+	// (rootless.go).
+	rootless bool
 	// resolved maps each relative host path resolved from Dir back to
 	// the path as given: messages name it as the caller wrote it, as
 	// isolate run from that directory would.
@@ -211,19 +214,24 @@ func RequireRoot() error {
 	return nil
 }
 
-// requireRoot is RequireRoot in-process; through the service, the service
-// admitted the caller, and opens every host path with its rights.
+// requireRoot checks who runs a box: through the service, the service
+// admitted the caller, and opens every host path with its rights;
+// in-process, root, or a user who is not root in rootless mode (the
+// service is not there, or the CLI would have handed the run over).
 func (iv *invocation) requireRoot() error {
-	if iv.Caller != nil {
-		return nil
+	if iv.Caller == nil {
+		iv.rootless = os.Geteuid() != 0
 	}
-	return RequireRoot()
+	return iv.checkRootlessFlags()
 }
 
 // host is the invocation's Host, or a new one.
 func (iv *invocation) host() (*isolate.Host, error) {
 	if iv.Host != nil {
 		return iv.Host, nil
+	}
+	if iv.rootless {
+		return iv.rootlessHost()
 	}
 	return isolate.NewHost(nil)
 }

@@ -103,6 +103,11 @@ func summary(r *isolate.Report) string {
 		fmt.Fprintf(&b, " (%s)", q[1:len(q)-1])
 	}
 	fmt.Fprintf(&b, " exit=%d cpu=%.3fs wall=%.3fs mem=%dKiB box=%d", r.ExitCode, r.CPUTime, r.WallTime, r.MemoryPeak>>10, r.BoxID)
+	if r.Sandbox.Cgroup == "none" {
+		// Without root or a cgroup: rlimits alone, which measure no
+		// memory peak (mem=0).
+		b.WriteString(" limits=rlimit")
+	}
 	if r.Signal != 0 {
 		fmt.Fprintf(&b, " signal=%d", r.Signal)
 	}

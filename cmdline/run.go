@@ -23,6 +23,8 @@ type runValues struct {
 	cpus, fsize, tmpSize, openFiles, stack, outputLimit      string
 	net, stdin, stdout, stderr, chdir, seccomp               string
 	report, meta                                             string
+	cgroupRoot                                               string // without root (rootless.go)
+	allowRlimitOnly                                          bool
 	bind, copyIn, copyOut, env                               cli.StringSlice
 	stream, json                                             bool
 }
@@ -59,6 +61,8 @@ func (iv *invocation) runFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "json", Usage: "print the report as JSON on stdout", Destination: &v.json},
 		&cli.StringFlag{Name: "report", Usage: "write the JSON report to `FILE`", Destination: &v.report},
 		&cli.StringFlag{Name: "meta", Aliases: []string{"M"}, Usage: "write an ioi/isolate-style meta `FILE`", Destination: &v.meta},
+		&cli.StringFlag{Name: "cgroup-root", Usage: "without root: the delegated cgroup v2 `DIR` to put boxes under", Destination: &v.cgroupRoot},
+		&cli.BoolFlag{Name: "allow-rlimit-only", Usage: "without root and a delegated cgroup: enforce the limits with rlimits alone", Destination: &v.allowRlimitOnly},
 	})
 }
 
@@ -192,29 +196,17 @@ func isMissingArgs(err error) bool {
 	return errors.As(err, &fe) && fe.Field == "args"
 }
 
-// specFields are the options behind the request's fields, to word a
-// field's error as the option the user gave.
-var specFields = map[string]string{
-	"cwd": "chdir", "net": "net", "box_id": "box-id", "image": "image", "lang": "lang", "seccomp": "seccomp",
-	"cpu_time_ms": "time", "wall_time_ms": "wall-time", "extra_time_ms": "extra-time", "memory_bytes": "mem",
-	"pids": "pids", "cpus": "cpus", "file_size_bytes": "fsize", "tmp_size_bytes": "tmp-size", "open_files": "open-files",
-	"stack_bytes": "stack", "output_limit_bytes": "output-limit", "binds": "bind", "copy_in": "copy-in",
-	"copy_out": "copy-out", "env": "env",
-}
-
 // flagError words a request field's error as the option's.
 func flagError(err error) error {
 	var fe *api.FieldError
 	if !errors.As(err, &fe) {
 		return err
 	}
-	field, _, _ := strings.Cut(fe.Field, ".")
-	field, _, _ = strings.Cut(field, "[")
-	if field == "args" {
+	if strings.HasPrefix(fe.Field, "args") {
 		return errors.New("no command given (isolate run [options] -- COMMAND [ARG...])")
 	}
-	if name, ok := specFields[field]; ok {
-		return fmt.Errorf("--%s %s", name, fe.Msg)
+	if f, ok := api.FieldOf(fe.Field); ok && f.Flag != "" {
+		return fmt.Errorf("--%s %s", f.Flag, fe.Msg)
 	}
 	return err
 }

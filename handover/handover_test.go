@@ -59,11 +59,18 @@ func TestMain(m *testing.M) {
 func startServer(t *testing.T, build string, run Runner, outcome func(string)) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "cli.sock")
+	serveOn(t, NewServer(build, run, outcome), sock)
+	return sock
+}
+
+// serveOn serves handovers with s on a fresh socket at sock until the
+// test ends.
+func serveOn(t *testing.T, s *Server, sock string) {
+	t.Helper()
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := NewServer(build, run, outcome)
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(l) }()
 	t.Cleanup(func() {
@@ -72,7 +79,6 @@ func startServer(t *testing.T, build string, run Runner, outcome func(string)) s
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return sock
 }
 
 // cli is the isolate binary pointed at sock, in dir.

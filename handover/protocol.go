@@ -21,6 +21,11 @@ const (
 	tagExit     = 'X'
 )
 
+// maxStrings bounds a request's arguments and variables together: more
+// than a command line can hold (ARG_MAX, 2 MiB of them and their
+// pointers, is about 150 000 of the shortest).
+const maxStrings = 1 << 18
+
 // headerSize is the request's header: magic and body length.
 const headerSize = 8
 
@@ -84,11 +89,15 @@ func decodeRequest(body []byte) (*request, error) {
 	}
 	argc := binary.NativeEndian.Uint32(body)
 	envc := binary.NativeEndian.Uint32(body[4:])
-	strs := bytes.Split(body[8:], []byte{0})
-	// A well-formed body ends with NUL: the split leaves one empty tail.
-	if len(strs) == 0 || len(strs[len(strs)-1]) != 0 || uint64(len(strs)-1) != fixedStrings+uint64(argc)+uint64(envc) {
+	// Counted before anything is built: a body of NULs would otherwise be
+	// millions of strings, 40 bytes of the service's memory each.
+	if uint64(argc)+uint64(envc) > maxStrings {
+		return nil, fmt.Errorf("request of %d arguments and %d variables (at most %d in all)", argc, envc, maxStrings)
+	}
+	if n := bytes.Count(body[8:], []byte{0}); uint64(n) != fixedStrings+uint64(argc)+uint64(envc) || body[len(body)-1] != 0 {
 		return nil, fmt.Errorf("request does not hold %d+%d+%d strings", fixedStrings, argc, envc)
 	}
+	strs := bytes.Split(body[8:], []byte{0})
 	s := make([]string, len(strs)-1)
 	for i := range s {
 		s[i] = string(strs[i])

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolate-sandbox/isolate/caller"
+	"github.com/isolate-sandbox/isolate/internal/connlimit"
 )
 
 // DefaultSocket is where the service listens for handovers by default.
@@ -86,6 +87,8 @@ type Server struct {
 	draining  bool
 	running   sync.WaitGroup
 	listeners []net.Listener
+	limits    connlimit.Limits
+	limited   []*connlimit.Listener
 }
 
 // NewServer accepts handovers from clients of build id build (a different
@@ -103,7 +106,10 @@ func NewServer(build string, run Runner, outcome func(string)) *Server {
 	return s
 }
 
-// Serve accepts handovers on l until Shutdown.
+// Serve accepts handovers on l until Shutdown, within the server's
+// connection limits (LimitConnections). Running out of descriptors
+// pauses it (an idle connection's place frees within requestTimeout); it
+// never ends it.
 func (s *Server) Serve(l *net.UnixListener) error {
 	s.mu.Lock()
 	if s.draining {
@@ -112,9 +118,11 @@ func (s *Server) Serve(l *net.UnixListener) error {
 		return nil
 	}
 	s.listeners = append(s.listeners, l)
+	limited := connlimit.New(l, s.limits)
+	s.limited = append(s.limited, limited)
 	s.mu.Unlock()
 	for {
-		c, err := l.AcceptUnix()
+		c, err := limited.Accept()
 		if err != nil {
 			s.mu.Lock()
 			draining := s.draining
@@ -122,13 +130,30 @@ func (s *Server) Serve(l *net.UnixListener) error {
 			if draining {
 				return nil
 			}
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				continue
-			}
 			return err
 		}
-		go s.handle(c)
+		go func() {
+			defer c.Close() // gives its place back
+			s.handle(c.(*connlimit.Conn).NetConn().(*net.UnixConn))
+		}()
 	}
+}
+
+// LimitConnections sets the most connections held at once, in all and
+// per uid, on the listeners Serve is given afterwards.
+func (s *Server) LimitConnections(l connlimit.Limits) {
+	s.mu.Lock()
+	s.limits = l
+	s.mu.Unlock()
+}
+
+// Connections are the connections held now, those closed at once for
+// being beyond the limits, and the accepts that found no descriptor (and
+// were retried).
+func (s *Server) Connections() (held int, refused, starved int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return connlimit.Totals(s.limited)
 }
 
 // Shutdown stops accepting, lets running handovers finish within grace,

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
@@ -157,7 +158,7 @@ func ioiExecute(ctx context.Context, o *Options, cfg *isolate.Config, pb *isolat
 	}
 	prep, err := host.PrepareSpec(spec)
 	if err != nil {
-		return xxReport(err.Error())
+		return xxReport(ioiWords(err).Error())
 	}
 	rep, err := prep.Run(ctx, io)
 	if err != nil {
@@ -290,4 +291,17 @@ func (c *Caller) path(p string) string {
 		return p
 	}
 	return c.Path(p)
+}
+
+// ioiWords words a request field's error as the ioi form's option
+// (api.Fields): "--dir /x: no such file or directory".
+func ioiWords(err error) error {
+	var fe *api.FieldError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	if f, ok := api.FieldOf(fe.Field); ok && f.IOI != "" {
+		return fmt.Errorf("--%s %s", f.IOI, fe.Msg)
+	}
+	return err
 }

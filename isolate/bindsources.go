@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -22,10 +23,15 @@ import (
 )
 
 // bindSource is one bind's source, opened: its detached copy, for init.
+// Without root the supervisor may not copy a mount (open_tree needs
+// CAP_SYS_ADMIN in the host's mount namespace): after the same checks,
+// init binds the path itself, in the user's own namespaces, where a swap
+// of the path could give the user nothing the user does not have.
 type bindSource struct {
 	tree   *os.File
 	dir    bool
-	initFD int // init's descriptor of tree
+	initFD int    // init's descriptor of tree
+	path   string // without root: the checked path, bound by init
 }
 
 // openBinds opens the run's bind sources (see bindSource), one per
@@ -46,7 +52,7 @@ func (s *supervisor) openBinds() error {
 			if b.FS != "" {
 				continue
 			}
-			src, err := openBindSource(t, s.caller(), b, devDev, &mounts)
+			src, err := openBindSource(t, s.caller(), b, devDev, &mounts, s.host.rootless != nil)
 			if err != nil {
 				return fmt.Errorf("bind %s: %w", b.Host, err)
 			}
@@ -58,7 +64,7 @@ func (s *supervisor) openBinds() error {
 
 func (s *supervisor) closeBinds() {
 	for _, b := range s.binds {
-		if b != nil {
+		if b != nil && b.tree != nil {
 			b.tree.Close()
 		}
 	}
@@ -83,7 +89,7 @@ func hostDevDevice() (uint64, error) {
 // openBindSource opens b.Host as caller, checks it, and copies it as a
 // detached mount (as this thread's own credentials: the supervisor's).
 // An optional source that does not exist is nil.
-func openBindSource(t *fsThread, caller Cred, b rootfs.Bind, devDev uint64, mounts *[]hostMount) (*bindSource, error) {
+func openBindSource(t *fsThread, caller Cred, b rootfs.Bind, devDev uint64, mounts *[]hostMount, byPath bool) (*bindSource, error) {
 	if _, ok := fdName(b.Host); ok {
 		return nil, errors.New("names a descriptor; a bind takes a file or directory")
 	}
@@ -127,6 +133,13 @@ func openBindSource(t *fsThread, caller Cred, b rootfs.Bind, devDev uint64, moun
 		if err := noKernelMountBelow(fd, mounts); err != nil {
 			return nil, err
 		}
+	}
+	if byPath {
+		path, err := filepath.Abs(b.Host)
+		if err != nil {
+			return nil, err
+		}
+		return &bindSource{dir: isDir, path: path}, nil
 	}
 	flags := uint(unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC | unix.AT_EMPTY_PATH)
 	if !b.NoRec {

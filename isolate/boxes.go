@@ -34,9 +34,10 @@ type boxLock struct {
 
 func runLockName(id int) string { return "box-" + strconv.Itoa(id) }
 
-// tryLockBox takes box id, or reports false when another run holds it.
-func tryLockBox(id int) (*boxLock, bool, error) {
-	l, ok, err := tryLock(runLockName(id))
+// tryLockBox takes box id (its lock in dir), or reports false when
+// another run holds it.
+func tryLockBox(dir string, id int) (*boxLock, bool, error) {
+	l, ok, err := tryLockIn(dir, runLockName(id))
 	if !ok {
 		return nil, false, err
 	}
@@ -44,10 +45,10 @@ func tryLockBox(id int) (*boxLock, bool, error) {
 }
 
 // lockBox takes box id, or the first free one below numBoxes when id < 0
-// that is not reserved (nil: none is).
-func lockBox(id, numBoxes int, reserved func(int) bool) (*boxLock, error) {
+// that is not reserved (nil: none is), with the locks in dir.
+func lockBox(dir string, id, numBoxes int, reserved func(int) bool) (*boxLock, error) {
 	if id >= 0 {
-		l, ok, err := tryLockBox(id)
+		l, ok, err := tryLockBox(dir, id)
 		if err != nil {
 			return nil, fmt.Errorf("lock box %d: %w", id, err)
 		}
@@ -60,7 +61,7 @@ func lockBox(id, numBoxes int, reserved func(int) bool) (*boxLock, error) {
 		if reserved != nil && reserved(i) {
 			continue
 		}
-		l, ok, err := tryLockBox(i)
+		l, ok, err := tryLockBox(dir, i)
 		if err != nil {
 			return nil, fmt.Errorf("lock box %d: %w", i, err)
 		}
@@ -85,15 +86,15 @@ func persistentIn(root string) func(int) bool {
 // cgroupName is the name of box id's cgroup.
 func cgroupName(id int) string { return "box-" + strconv.Itoa(id) }
 
-// sweepStale removes the cgroups of boxes no run holds: what a supervisor
-// killed with SIGKILL could not remove itself.
-func sweepStale(m *cgroup.Manager, own int) {
+// sweepStale removes the cgroups of boxes no run holds (their locks in
+// dir): what a supervisor killed with SIGKILL could not remove itself.
+func sweepStale(m *cgroup.Manager, dir string, own int) {
 	for _, name := range m.Boxes() {
 		id, err := strconv.Atoi(strings.TrimPrefix(name, "box-"))
 		if err != nil || id == own || !strings.HasPrefix(name, "box-") {
 			continue
 		}
-		l, ok, err := tryLockBox(id)
+		l, ok, err := tryLockBox(dir, id)
 		if err != nil || !ok {
 			continue
 		}
@@ -107,7 +108,7 @@ func sweepStale(m *cgroup.Manager, own int) {
 // program is killed with them). Only the cgroups this project makes for
 // box id are touched; a host without cgroups has none.
 func removeStaleCgroups(cfg *Config, id int) error {
-	l, free, err := tryLockBox(id)
+	l, free, err := tryLockBox(LockDir, id)
 	if err != nil || !free {
 		return err // held: a live run's cgroups are its own
 	}

@@ -33,13 +33,17 @@ type Config struct {
 	BoxRootSize int64
 	// Path is the file the configuration came from ("" for defaults).
 	Path string
+	// AllowRlimitOnly lets runs without root go on with rlimits alone
+	// where no cgroup subtree is delegated (allow_rlimit_only; as
+	// --allow-rlimit-only, rootless.go).
+	AllowRlimitOnly bool
 }
 
 // ignoredKeys are ioi/isolate settings that are accepted and have no
 // effect here, and why.
 var ignoredKeys = map[string]string{
 	"lock_root":       "box locks are files in " + LockDir + ", root's alone",
-	"restricted_init": "isolate runs only as root, so only root creates boxes",
+	"restricted_init": "persistent boxes are root's alone (a run without root gets fresh boxes of the user's)",
 	"syscall_flags":   "the default syscall policy always refuses keyctl, AF_VSOCK sockets, io_uring and the legacy syscall ABIs",
 }
 
@@ -124,6 +128,12 @@ func (c *Config) set(line string) error {
 		c.BoxRootSize = v << 10
 	case "box_size":
 		return fmt.Errorf("box_size: boxes have no file system of their own; box_root_size bounds the one they share")
+	case "allow_rlimit_only":
+		v, err := strconv.ParseBool(val)
+		if err != nil {
+			return fmt.Errorf("allow_rlimit_only = %s: must be 0 or 1", val)
+		}
+		c.AllowRlimitOnly = v
 	case "num_boxes":
 		v, err := strconv.Atoi(val)
 		if err != nil || v < 1 || v > MaxBoxes {

@@ -20,7 +20,7 @@ func UnheldBoxCgroups(h *Host) ([]string, error) {
 		if err != nil {
 			continue
 		}
-		l, free, err := tryLockBox(id)
+		l, free, err := tryLockBox(LockDir, id)
 		if err != nil {
 			return nil, err
 		}

@@ -38,6 +38,9 @@ type Host struct {
 	pool atomic.Pointer[pool]
 
 	lastSweep atomic.Int64 // UnixNano of the last sweep (host_sweep.go)
+
+	// rootless: the boxes are a user's who is not root (rootless.go).
+	rootless *rootless
 }
 
 // NewHost prepares the host with cfg; nil reads the configuration
@@ -54,7 +57,13 @@ func NewHost(cfg *Config) (*Host, error) {
 
 // Cgroups is the host's cgroup manager, found once.
 func (h *Host) Cgroups() (*cgroup.Manager, error) {
-	h.cgOnce.Do(func() { h.cg, h.cgErr = cgroup.NewManager(h.Config.CgroupRoot) })
+	h.cgOnce.Do(func() {
+		if h.rootless != nil {
+			h.cg, h.cgErr = h.rootless.cgroups()
+			return
+		}
+		h.cg, h.cgErr = cgroup.NewManager(h.Config.CgroupRoot)
+	})
 	return h.cg, h.cgErr
 }
 
@@ -171,7 +180,8 @@ func (h *Host) PrepareSpec(spec *Spec) (*Prepared, error) {
 func (p *Prepared) Run(ctx context.Context, stdio IO) (*api.Report, error) {
 	defer p.Close()
 	finish := func() error { return nil }
-	if p.persistent {
+	// (Persistent boxes are root's: a box id without root is the user's.)
+	if p.persistent && p.h.rootless == nil {
 		var err error
 		if finish, err = UsePersistent(p.spec, p.h.Config); err != nil {
 			return nil, err

@@ -17,7 +17,9 @@ func (h *Host) SweepStale() error {
 		return err
 	}
 	h.lastSweep.Store(time.Now().UnixNano())
-	sweepStale(m, -1)
+	if m != nil {
+		sweepStale(m, h.lockDir(), -1)
+	}
 	return nil
 }
 

@@ -72,6 +72,10 @@ void init_report_stages(void);
 /* PID 1's pid in the host's PID namespace: the supervisor reaches the
  * box's root through /proc/PID/root (--copy-in, --copy-out). */
 extern int init_box_host_pid;
+/* init_rootless: the box's user namespace was made by a user who is not
+ * root, with setgroups denied (run_init): the program keeps the caller's
+ * supplementary groups, which it cannot drop. */
+extern int init_rootless;
 
 /* The box part's operations (init_fs.c); 1 at BOX_END. */
 int init_box_op(struct op *op, int *announce);

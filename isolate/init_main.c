@@ -40,6 +40,7 @@
 #include "procs.h"
 
 int init_box_host_pid;
+int init_rootless;
 
 /* read_op reads the next record of the plan, or fails. */
 static void read_op(struct plan_reader *r, struct op *op) {
@@ -234,17 +235,20 @@ static int run_box(void) {
 }
 
 /* write_id_maps writes the ID maps (the text of uid_map and gid_map) of
- * process pid's user namespace. */
-static int write_id_maps(pid_t pid, const char *maps) {
-	static const char *files[] = {"uid_map", "gid_map"};
-	size_t n = strlen(maps);
-	for (int i = 0; i < 2; i++) {
+ * process pid's user namespace: maps for both, or, made by a user who is
+ * not root (gid_maps set), maps and gid_maps, after denying setgroups,
+ * as the kernel requires of an unprivileged gid_map. */
+static int write_id_maps(pid_t pid, const char *maps, const char *gid_maps) {
+	static const char *files[] = {"setgroups", "uid_map", "gid_map"};
+	const char *text[] = {"deny", maps, gid_maps ? gid_maps : maps};
+	for (int i = gid_maps ? 0 : 1; i < 3; i++) {
 		char path[64];
+		size_t n = strlen(text[i]);
 		snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, files[i]);
 		int fd = open(path, O_WRONLY | O_CLOEXEC);
 		if (fd < 0)
 			return -1;
-		ssize_t w = write(fd, maps, n);
+		ssize_t w = write(fd, text[i], n);
 		int err = errno;
 		close(fd);
 		if (w != (ssize_t)n)
@@ -288,8 +292,9 @@ static char pid1_stack[256 << 10] __attribute__((aligned(16)));
  * supervisor can start this process with vfork: Go must fully fork its
  * own address space to create a user namespace, which cost a millisecond
  * per run. */
-static int run_init(unsigned long flags, const char *maps) {
+static int run_init(unsigned long flags, const char *maps, const char *gid_maps) {
 	init_arena_on = 1;
+	init_rootless = gid_maps != NULL;
 	init_mark_start();
 	/* The box's /etc and mount points must be readable by the box user,
 	 * whatever umask the caller had. */
@@ -310,7 +315,7 @@ static int run_init(unsigned long flags, const char *maps) {
 	if (pid1 < 0)
 		init_fail("create namespaces", errno);
 	close(mapped[0]);
-	if (write_id_maps(pid1, maps) < 0)
+	if (write_id_maps(pid1, maps, gid_maps) < 0)
 		init_fail("write the user namespace's ID maps", errno);
 	int32_t host_pid = pid1;
 	if (write(mapped[1], &host_pid, sizeof host_pid) != sizeof host_pid)
@@ -337,7 +342,7 @@ __attribute__((constructor)) static void isolate_init_entry(void) {
 	isolate_start_args(&argc, &argv, &envp);
 #endif
 	if (argc >= 4 && strcmp(argv[1], ISOLATE_INIT_ARG) == 0)
-		_exit(run_init(strtoul(argv[2], NULL, 10), argv[3]));
+		_exit(run_init(strtoul(argv[2], NULL, 10), argv[3], argc >= 5 ? argv[4] : NULL));
 	/* The supervisor (or a test): see procs.h. A benchmark times other
 	 * processes as their callers would, with the kernel's default slack
 	 * (with 1 ms, Go's HTTP client took 2.5 ms longer to see an answer). */

@@ -320,6 +320,11 @@ static void start_command(int pipe_fd, const struct start_fds *f, int loaded, in
 		if (!prog.has_rlimit[res])
 			continue;
 		struct rlimit rl = {prog.rlimits[res], prog.rlimits[res]};
+		/* Without root, RLIMIT_CPU may be the CPU limit itself (no
+		 * cgroup): SIGXCPU at it tells the supervisor so, SIGKILL a second
+		 * later ends a program that ignores it. */
+		if (init_rootless && res == RLIMIT_CPU)
+			rl.rlim_max++;
 		if (syscall(SYS_prlimit64, 0, res, &rl, NULL) < 0)
 			child_fail(pipe_fd, CS_RLIMIT, errno);
 	}
@@ -334,7 +339,8 @@ static void start_command(int pipe_fd, const struct start_fds *f, int loaded, in
 	 * (init_drop_bounding_set). */
 	/* (The C library's setresuid and friends would apply the change to
 	 * every thread of a process through its own shared state.) */
-	if (syscall(SYS_setgroups, 0, NULL) < 0 || syscall(SYS_setresgid, prog.gid, prog.gid, prog.gid) < 0 ||
+	if ((!init_rootless && syscall(SYS_setgroups, 0, NULL) < 0) ||
+	    syscall(SYS_setresgid, prog.gid, prog.gid, prog.gid) < 0 ||
 	    syscall(SYS_setresuid, prog.uid, prog.uid, prog.uid) < 0)
 		child_fail(pipe_fd, CS_CRED, errno);
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)

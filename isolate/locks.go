@@ -22,10 +22,14 @@ const LockDir = "/run/isolate/locks"
 type lock struct{ fd int }
 
 // tryLock takes the lock of name, or reports false when someone holds it.
-func tryLock(name string) (*lock, bool, error) {
-	path := LockDir + "/" + name
+func tryLock(name string) (*lock, bool, error) { return tryLockIn(LockDir, name) }
+
+// tryLockIn is tryLock in dir: LockDir, or the directory of a user who
+// is not root (rootless.go).
+func tryLockIn(dir, name string) (*lock, bool, error) {
+	path := dir + "/" + name
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err == unix.ENOENT {
+	if err == unix.ENOENT && dir == LockDir {
 		if err = makeLockDir(); err == nil {
 			fd, err = unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 		}

@@ -3,6 +3,7 @@ package isolate
 import (
 	"os"
 	"sync"
+	"unsafe"
 )
 
 // capture reads one output stream of the program to its end: it keeps the
@@ -55,11 +56,19 @@ func (c *capture) keep(p []byte) {
 		c.truncated = true
 		p = p[:room]
 	}
+	// Grown as append would, but never past the limit: append's doubling
+	// would reserve up to twice the limit.
+	if need := len(c.buf) + len(p); need > cap(c.buf) && c.limit > 0 {
+		grown := make([]byte, len(c.buf), min(max(2*cap(c.buf), need, 4<<10), int(c.limit)))
+		copy(grown, c.buf)
+		c.buf = grown
+	}
 	c.buf = append(c.buf, p...)
 }
 
-// result waits for the end of the stream.
+// result waits for the end of the stream. The string shares the
+// capture's bytes, written no more: a copy would hold the output twice.
 func (c *capture) result() (string, bool) {
 	<-c.done
-	return string(c.buf), c.truncated
+	return unsafe.String(unsafe.SliceData(c.buf), len(c.buf)), c.truncated
 }

@@ -16,12 +16,19 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/cgroup"
 	"github.com/isolate-sandbox/isolate/rootfs"
 	"github.com/isolate-sandbox/isolate/seccomp"
 )
 
 func usagef(format string, a ...any) error { return &UsageError{Msg: fmt.Sprintf(format, a...)} }
+
+// fieldf is bad input in one request field, named by its JSON path: each
+// front end words it in its own vocabulary (api.Fields).
+func fieldf(field, format string, a ...any) error {
+	return &api.FieldError{Field: field, Msg: fmt.Sprintf(format, a...)}
+}
 
 // setupTimeout bounds how long init may take to build a box.
 const setupTimeout = 10 * time.Second
@@ -91,7 +98,7 @@ func run(ctx context.Context, p *Prepared, stdio IO) *Report {
 	spec := p.spec
 	s := &supervisor{initLink: initLink{ctx: ctx}, host: p.h, spec: spec, io: stdio, policy: p.policy, timer: newStageTimer()}
 	s.timer.stages["validate"] = p.checkTook.Seconds()
-	s.report = &Report{BoxID: -1, BlockedSyscalls: []seccomp.Blocked{}, Sandbox: SandboxInfo{Image: spec.Image, Seccomp: policyName(spec)}}
+	s.report = &Report{BoxID: -1, BlockedSyscalls: []seccomp.Blocked{}, Sandbox: SandboxInfo{Image: spec.Image, Seccomp: policyName(spec), Limits: p.h.enforcement(spec)}}
 	err := s.openCopyDst()
 	if err == nil {
 		err = s.openBinds()
@@ -202,42 +209,42 @@ func (p *Prepared) check() error {
 		return usagef("no command given (isolate run [options] -- COMMAND [ARG...])")
 	}
 	if n := p.h.numBoxes(); sp.BoxID >= n {
-		return usagef("box id %d is out of range (0-%d; num_boxes in %s raises it)", sp.BoxID, n-1, ConfigPath)
+		return fieldf("box_id", "%d is out of range (0-%d; num_boxes in %s raises it)", sp.BoxID, n-1, ConfigPath)
 	}
 	if sp.ImageDir == "" && sp.ImageFile == "" && sp.ImageMount == nil {
-		return usagef("unknown image %q", sp.Image)
+		return fieldf("image", "%q: unknown image", sp.Image)
 	}
 	if sp.Chdir != "" && sp.Chdir[0] != '/' {
-		return usagef("--chdir %q: must be an absolute path inside the box", sp.Chdir)
+		return fieldf("cwd", "%q: must be an absolute path inside the box", sp.Chdir)
 	}
-	for _, b := range sp.Binds {
+	for i, b := range sp.Binds {
 		if _, err := os.Stat(b.Host); err != nil {
-			return usagef("--bind %s: %v", b.Host, errors.Unwrap(err))
+			return fieldf(fmt.Sprintf("binds[%d].host", i), "%s: %v", b.Host, errors.Unwrap(err))
 		}
 		if b.Box == "" || b.Box[0] != '/' || boxPath(b.Box) == "/" {
-			return usagef("--bind %s:%s: the box path must be absolute and not /", b.Host, b.Box)
+			return fieldf(fmt.Sprintf("binds[%d].box", i), "%s:%s: the box path must be absolute and not /", b.Host, b.Box)
 		}
 	}
-	for _, c := range sp.CopyIn {
+	for i, c := range sp.CopyIn {
 		if _, err := os.Stat(c.From); err != nil {
-			return usagef("--copy-in %s: %v", c.From, errors.Unwrap(err))
+			return fieldf(fmt.Sprintf("copy_in[%d].from", i), "%s: %v", c.From, errors.Unwrap(err))
 		}
 	}
-	for _, c := range sp.CopyOut {
+	for i, c := range sp.CopyOut {
 		if _, err := os.Stat(dirOf(c.To)); err != nil {
-			return usagef("--copy-out %s: directory %s does not exist", c.To, dirOf(c.To))
+			return fieldf(fmt.Sprintf("copy_out[%d].to", i), "%s: directory %s does not exist", c.To, dirOf(c.To))
 		}
 	}
 	policy, err := p.h.policy(policyName(sp))
 	if err != nil {
 		var pe *seccomp.ProfileError
 		if errors.As(err, &pe) || os.IsNotExist(err) {
-			return usagef("--seccomp: %v", err)
+			return fieldf("seccomp", "%v", err)
 		}
 		return fmt.Errorf("compile seccomp policy: %w", err)
 	}
 	p.policy = policy
-	return nil
+	return p.h.checkWithoutRoot(sp)
 }
 
 // caller is whose rights the run's host paths are opened with.
@@ -280,7 +287,7 @@ func dirOf(p string) string {
 // lockBox takes a box id.
 func (s *supervisor) lockBox() error {
 	var err error
-	if s.lock, err = lockBox(s.spec.BoxID, s.host.numBoxes(), persistentIn(s.host.Config.BoxRoot)); err != nil {
+	if s.lock, err = lockBox(s.host.lockDir(), s.spec.BoxID, s.host.numBoxes(), persistentIn(s.host.Config.BoxRoot)); err != nil {
 		return err
 	}
 	s.report.BoxID = s.lock.id
@@ -316,9 +323,13 @@ func (s *supervisor) createCgroup() {
 			r.err = fmt.Errorf("cgroups: %w", err)
 			return
 		}
+		if mgr == nil { // rlimits alone (rootless.go)
+			r.mode = "none"
+			return
+		}
 		r.mode = mgr.Mode()
 		if host.sweepDue(start) {
-			sweepStale(mgr, id)
+			sweepStale(mgr, host.lockDir(), id)
 		}
 		if r.box, r.err = mgr.Create(cgroupName(id), limits); r.err != nil {
 			return
@@ -387,12 +398,14 @@ func (s *supervisor) startInit() error {
 		s.image, s.imageInInit = m.Path(), "/proc/self/fd/"+strconv.Itoa(fdControl+len(extra))
 		extra = append(extra, m.File())
 	}
-	if m := s.spec.BoxMount; m != nil {
+	if m := s.spec.BoxMount; m != nil && m.Dir() != "" {
+		s.boxInInit = m.Dir() // without root: a directory (rootless.go)
+	} else if m != nil {
 		s.boxInInit = "/proc/self/fd/" + strconv.Itoa(fdControl+len(extra))
 		extra = append(extra, m.File())
 	}
 	for _, b := range s.binds {
-		if b != nil {
+		if b != nil && b.tree != nil {
 			b.initFD = fdControl + len(extra)
 			extra = append(extra, b.tree)
 		}
@@ -423,11 +436,13 @@ func (s *supervisor) startInit() error {
 			PidFD:     &pidfd,
 		},
 	}
-	if err := os.MkdirAll(rootfs.StagingDir, 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", rootfs.StagingDir, err)
+	if s.host.rootless == nil { // (a user's own exists: rootless.go)
+		if err := os.MkdirAll(rootfs.StagingDir, 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", rootfs.StagingDir, err)
+		}
 	}
 	s.timer.mark("spawn-prep")
-	argv := []string{"isolate-init", InitArg, strconv.FormatUint(uint64(flags), 10), idMaps(FirstUID + s.lock.id)}
+	argv := append([]string{"isolate-init", InitArg, strconv.FormatUint(uint64(flags), 10)}, s.host.initMaps(s.lock.id)...)
 	pid, err := forkInitExe(argv, attr)
 	if err != nil {
 		return fmt.Errorf("start init: %w", err)
@@ -712,12 +727,13 @@ func (s *supervisor) boxPlan(announce bool) (*plan, error) {
 		GID:         boxUID,
 		BoxDir:      sp.BoxDir,
 		HostNet:     sp.HostNet,
+		Staging:     s.host.stagingDir(),
 	}
 	for i, b := range sp.Binds {
 		bind := rootfs.Bind{Host: b.Host, Box: boxPath(b.Box), Writable: b.Writable,
 			Dev: b.Dev, NoExec: b.NoExec, NoRec: b.NoRec, Optional: b.Optional, FS: b.FS}
 		if i < len(s.binds) && s.binds[i] != nil {
-			bind.Opened = &rootfs.OpenedSource{Tree: s.binds[i].initFD, Dir: s.binds[i].dir}
+			bind.Opened = &rootfs.OpenedSource{Tree: s.binds[i].initFD, Dir: s.binds[i].dir, Path: s.binds[i].path}
 		}
 		layout.Binds = append(layout.Binds, bind)
 	}
@@ -770,6 +786,9 @@ func (s *supervisor) commandPlan() *plan {
 	if sp.CPUTime > 0 {
 		// A backstop only: the supervisor kills at the exact limit.
 		rl(unix.RLIMIT_CPU, int64((sp.CPUTime+sp.ExtraTime)/time.Second)+2)
+	}
+	if s.host.rlimitsOnly() {
+		s.rlimitsForCgroup(rl)
 	}
 	if s.policy != nil && s.policy.Filter != nil {
 		p.seccomp(s.policy.Filter, s.notifySock)
@@ -902,7 +921,7 @@ func (s *supervisor) fill() error {
 	defer unix.Close(root)
 	err = withFSThread(func(t *fsThread) error {
 		for _, c := range s.spec.CopyIn {
-			if err := copyIn(t, root, c, s.caller(), boxCred(s.lock.id)); err != nil {
+			if err := copyIn(t, root, c, s.caller(), s.boxCred()); err != nil {
 				return fmt.Errorf("--copy-in %s: %w", c.From, err)
 			}
 		}
@@ -924,7 +943,8 @@ func (s *supervisor) supervise() error {
 	cpuBudget := sp.CPUTime + sp.ExtraTime
 	cpus := s.cpusUsable()
 	var cpuTimer *time.Timer
-	if sp.CPUTime > 0 {
+	// (Without a cgroup, RLIMIT_CPU alone: rootless.go.)
+	if sp.CPUTime > 0 && s.cg != nil {
 		cpuTimer = time.NewTimer(s.cpuTimeToLimit() - time.Since(start))
 		defer cpuTimer.Stop()
 		cpuCheck = cpuTimer.C
@@ -933,7 +953,7 @@ func (s *supervisor) supervise() error {
 	var memCheck <-chan time.Time
 	var memTimer *time.Timer
 	var thrash *thrashDetector
-	if sp.Memory > 0 {
+	if sp.Memory > 0 && s.cg != nil {
 		thrash = newThrashDetector(sp.Memory)
 		memTimer = time.NewTimer(thrashTick)
 		defer memTimer.Stop()
@@ -958,7 +978,7 @@ func (s *supervisor) supervise() error {
 			// find both limits run out at once: the CPU limit is the one the
 			// program hit, whichever timer it reads first.
 			limit := LimitWall
-			if sp.CPUTime > 0 {
+			if sp.CPUTime > 0 && s.cg != nil {
 				s.cg.SyncCPU()
 				if used, err := s.cg.CPUUsage(); err == nil && used >= cpuBudget {
 					limit = LimitCPU
@@ -1065,33 +1085,18 @@ func (s *supervisor) account(m *initMessage, wall time.Duration) error {
 		r.Message = m.ExecErr
 		r.StartFailure = startFailure(sp.Command[0], m)
 	}
-	total, err := s.cg.CPUUsage()
-	if err != nil {
-		return cgroupReadErr("read CPU usage", err)
-	}
-	// The cgroup's total is exact; the kernel's user/system split comes
-	// from the rusage of every process PID 1 reaped (the program's and
-	// what it left), else from the cgroup.
-	user, sys := time.Duration(m.UserNs), time.Duration(m.SysNs)
-	if user+sys == 0 {
-		user, sys, _ = s.cg.CPUSplit()
+	var total, user, sys time.Duration
+	var err error
+	if s.cg == nil {
+		total, user, sys = noCgroupUsage(m)
+	} else if total, user, sys, err = s.cgroupUsage(m); err != nil {
+		return err
 	}
 	if user+sys > 0 {
 		r.UserTime = (time.Duration(float64(total) * float64(user) / float64(user+sys))).Seconds()
 	}
 	r.CPUTime = total.Seconds()
 	r.SysTime = r.CPUTime - r.UserTime
-	if r.MemoryPeak, err = s.cg.MemoryPeak(); err != nil {
-		return cgroupReadErr("read memory peak", err)
-	}
-	ooms, err := s.cg.OOMKills()
-	if err != nil {
-		return cgroupReadErr("read OOM kills", err)
-	}
-	r.OOMKilled = ooms > 0
-	if r.PidsPeak, err = s.cg.PidsPeak(); err != nil {
-		return cgroupReadErr("read pids peak", err)
-	}
 	switch {
 	case ws.Signaled():
 		r.Signal = int(ws.Signal())
@@ -1099,7 +1104,8 @@ func (s *supervisor) account(m *initMessage, wall time.Duration) error {
 	default:
 		r.ExitCode = ws.ExitStatus()
 	}
-	overCPU := sp.CPUTime > 0 && total > sp.CPUTime
+	overCPU := sp.CPUTime > 0 && (total > sp.CPUTime || s.hitRlimitCPU(ws))
+	s.wallKillOverCPU(total)
 	switch {
 	case r.StartFailure != nil && r.StartFailure.Step != "execve":
 		// A step of the sandbox's own before the program's execve failed
@@ -1141,6 +1147,35 @@ func (s *supervisor) account(m *initMessage, wall time.Duration) error {
 		r.Status = StatusOK
 	}
 	return nil
+}
+
+// cgroupUsage reads what the box used from its cgroup into the report:
+// CPU time (the total, and the user/system split to apply to it),
+// memory peak, OOM kills, pids peak.
+func (s *supervisor) cgroupUsage(m *initMessage) (total, user, sys time.Duration, err error) {
+	r := s.report
+	if total, err = s.cg.CPUUsage(); err != nil {
+		return 0, 0, 0, cgroupReadErr("read CPU usage", err)
+	}
+	// The cgroup's total is exact; the kernel's user/system split comes
+	// from the rusage of every process PID 1 reaped (the program's and
+	// what it left), else from the cgroup.
+	user, sys = time.Duration(m.UserNs), time.Duration(m.SysNs)
+	if user+sys == 0 {
+		user, sys, _ = s.cg.CPUSplit()
+	}
+	if r.MemoryPeak, err = s.cg.MemoryPeak(); err != nil {
+		return 0, 0, 0, cgroupReadErr("read memory peak", err)
+	}
+	ooms, err := s.cg.OOMKills()
+	if err != nil {
+		return 0, 0, 0, cgroupReadErr("read OOM kills", err)
+	}
+	r.OOMKilled = ooms > 0
+	if r.PidsPeak, err = s.cg.PidsPeak(); err != nil {
+		return 0, 0, 0, cgroupReadErr("read pids peak", err)
+	}
+	return total, user, sys, nil
 }
 
 // teardown copies files out, lets init exit (the kernel then drops the
@@ -1280,7 +1315,7 @@ func (s *supervisor) copyOut() {
 		defer unix.Close(root)
 		var failed []string
 		for i, c := range s.spec.CopyOut {
-			if err := copyOut(t, root, c, s.copyDst[i], boxCred(s.lock.id), s.caller(), budget); err != nil {
+			if err := copyOut(t, root, c, s.copyDst[i], s.boxCred(), s.caller(), budget); err != nil {
 				failed = append(failed, "--copy-out "+c.From+": "+err.Error())
 			}
 		}

@@ -161,7 +161,12 @@ func (j *Job) makeBox() (*rootfs.Mounted, error) {
 	if j.spec.BoxID >= 0 {
 		owner, mode = isolate.FirstUID+j.spec.BoxID, 0o755
 	}
-	box, err := rootfs.MountTmpfs(j.spec.TmpSize, owner, owner, mode)
+	newBox := rootfs.MountTmpfs
+	if j.host.Rootless() {
+		// The box user is the caller: a directory of the caller's.
+		owner, newBox = os.Getuid(), j.host.RootlessBoxDir
+	}
+	box, err := newBox(j.spec.TmpSize, owner, owner, mode)
 	if err != nil {
 		return nil, fmt.Errorf("create the box: %w", err)
 	}

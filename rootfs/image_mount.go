@@ -31,6 +31,8 @@ type Mounted struct {
 	file *os.File
 	// Device is the loop device (for messages and tests).
 	Device string
+	dir    string // see HeldDir
+	remove func()
 }
 
 // MountSquashfs attaches path to a loop device and mounts it, detached.
@@ -55,8 +57,27 @@ func (m *Mounted) File() *os.File { return m.file }
 // Path is where this process sees the image's root.
 func (m *Mounted) Path() string { return "/proc/self/fd/" + strconv.Itoa(int(m.file.Fd())) }
 
-// Close drops this holder's reference.
-func (m *Mounted) Close() error { return m.file.Close() }
+// Close drops this holder's reference (and, for a HeldDir, removes the
+// directory).
+func (m *Mounted) Close() error {
+	err := m.file.Close()
+	if m.remove != nil {
+		m.remove()
+	}
+	return err
+}
+
+// HeldDir stands host directory path, open as dir, in for a mount: for a
+// user who is not root, who cannot mount one. remove runs at Close.
+func HeldDir(path string, dir *os.File, remove func()) *Mounted {
+	return &Mounted{file: dir, dir: path, remove: remove}
+}
+
+// Dir is a HeldDir's path: a box binds it by path, in its own mount
+// namespace (a directory of the host's, unlike a detached mount, cannot
+// be bound through a descriptor from another mount namespace). "" for a
+// mount.
+func (m *Mounted) Dir() string { return m.dir }
 
 // attachLoop binds path to a free loop device, read-only, cleared on last
 // close. It returns the device's name and an open descriptor of it.

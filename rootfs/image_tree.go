@@ -38,9 +38,11 @@ import (
 //     and `cleanup --images` wait for the runs on it and say so, a rebuild
 //     removes the old tree only when no run holds it (else the next
 //     removal does).
-//   - The trees are root's: TREES is root-only, and setuid and setgid bits
-//     are dropped on unpacking, so no host user runs an image's programs
-//     with privileges.
+//   - The trees are root's, readable by anyone (a user who is not root
+//     runs boxes from them too), but TREES is not listable (mode 0711),
+//     and setuid and setgid bits are dropped on unpacking, so no host user
+//     runs an image's programs with privileges. A user's run holds its
+//     tree's shared lock as root's runs do.
 
 // TreesDir holds the unpacked images.
 func TreesDir() string { return filepath.Join(ImagesDir(), "trees") }
@@ -115,10 +117,10 @@ func sameFile(f *os.File, path string) bool {
 // lockTrees serialises the changes to the cache (unpacking, sweeping the
 // debris of crashed ones): runs never take it.
 func lockTrees() (*os.File, error) {
-	if err := os.MkdirAll(TreesDir(), 0o700); err != nil {
+	if err := os.MkdirAll(TreesDir(), 0o711); err != nil {
 		return nil, fmt.Errorf("create %s: %w", TreesDir(), err)
 	}
-	if err := os.Chmod(TreesDir(), 0o700); err != nil {
+	if err := os.Chmod(TreesDir(), 0o711); err != nil {
 		return nil, err
 	}
 	f, err := os.OpenFile(filepath.Join(TreesDir(), ".lock"), os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC, 0o600)

@@ -30,6 +30,10 @@ type OpenedSource struct {
 	// (open_tree(OPEN_TREE_CLONE)).
 	Tree int
 	Dir  bool // the source is a directory
+	// Path, when set, is bound by init instead of Tree: a run without
+	// root, where the supervisor may not copy a mount and the caller is
+	// the user the box already runs as.
+	Path string
 }
 
 // Layout says what a box's file system holds.
@@ -54,6 +58,10 @@ type Layout struct {
 	// HostNet adds the host's resolv.conf, which only makes sense when
 	// the box shares the host's network.
 	HostNet bool
+	// Staging, when set, is the empty host directory the new root is
+	// mounted on instead of StagingDir (a user who is not root cannot
+	// create that one).
+	Staging string
 }
 
 // SystemDirs are the box paths every box gets read-only from its image

@@ -142,6 +142,9 @@ func (p *planner) bind(src, dst string, dir, writable, rec bool) {
 // run in the box's mount namespace, which starts as a copy of the host's.
 func Plan(l *Layout) ([]Op, error) {
 	p := &planner{root: StagingDir}
+	if l.Staging != "" {
+		p.root = l.Staging
+	}
 	p.add(MakePrivate{Step: "make mounts private"})
 	p.mount("mount the root tmpfs", "tmpfs", p.root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=16m")
 	for _, d := range systemDirs {
@@ -234,7 +237,15 @@ func (p *planner) userBind(b Bind) error {
 	} else {
 		p.touch("create "+dst, target)
 	}
-	p.add(MoveMount{Step: "bind " + b.Host + " on " + dst, Tree: o.Tree, Target: target})
+	if o.Path != "" {
+		flags := uint64(unix.MS_BIND)
+		if !b.NoRec {
+			flags |= unix.MS_REC
+		}
+		p.mount("bind "+b.Host+" on "+dst, o.Path, target, "", flags, "")
+	} else {
+		p.add(MoveMount{Step: "bind " + b.Host + " on " + dst, Tree: o.Tree, Target: target})
+	}
 	p.add(SetAttr{Step: "set attributes of " + dst, Path: target, Attrs: attrs, Recursive: !b.NoRec})
 	return nil
 }

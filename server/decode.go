@@ -13,34 +13,61 @@ import (
 	"github.com/isolate-sandbox/isolate/api"
 )
 
-// maxBody bounds a request body: inline files belong in the file store
-// beyond this.
-const maxBody = 64 << 20
+// DefaultMaxBodyBytes bounds a request body unless the service says
+// otherwise: inline files belong in the file store beyond this.
+const DefaultMaxBodyBytes = 4 << 20
+
+// maxInlineBytes bounds what one copy-out or pipe recording puts inline
+// in an answer.
+const maxInlineBytes = 64 << 20
+
+// maxItems bounds every array of a request while it is decoded, by the
+// array's JSON name (any other array: defaultMaxItems), so that a body of
+// "{},{},..." never becomes a million structs.
+var maxItems = map[string]int{
+	"args":     4096,
+	"env":      1024,
+	"binds":    256,
+	"copy_in":  256,
+	"copy_out": 256,
+	"pipes":    256,
+}
+
+const defaultMaxItems = 256
+
+// errBodyTooLarge is a body beyond the service's limit: 413.
+type errBodyTooLarge struct{ limit int64 }
+
+func (e errBodyTooLarge) Error() string {
+	return fmt.Sprintf("the body is larger than %d bytes, this service's limit (--max-body; upload big files to /v1/files)", e.limit)
+}
 
 // decode reads one JSON value of type T from body, strictly: unknown
-// fields, wrong types and trailing data are a *api.FieldError naming the
-// field's path ("commands[0].stdin.txt"), so the client learns which.
-func decode[T any](body io.Reader, v *T) error {
-	data, err := io.ReadAll(io.LimitReader(body, maxBody+1))
+// fields, wrong types, arrays beyond their bound and trailing data are a
+// *api.FieldError naming the field's path ("commands[0].stdin.txt"), so
+// the client learns which. The body is read up to limit bytes (beyond:
+// errBodyTooLarge), walked once token by token to check its shape
+// against T without building anything, and only then decoded into v:
+// what decoding makes is bounded by the body's size and the arrays'
+// bounds. commands bounds the commands array.
+func decode[T any](body io.Reader, v *T, limit int64, commands int) error {
+	data, err := io.ReadAll(io.LimitReader(body, limit+1))
 	if err != nil {
 		return &api.FieldError{Field: "(body)", Msg: err.Error()}
 	}
-	if len(data) > maxBody {
-		return &api.FieldError{Field: "(body)", Msg: fmt.Sprintf("larger than %d bytes (upload big files to /v1/files)", maxBody)}
+	if int64(len(data)) > limit {
+		return errBodyTooLarge{limit}
 	}
-	// First the shape, generically, to name an unknown field's path
-	// (encoding/json's own error does not say where the field was).
-	var generic any
-	gd := json.NewDecoder(bytes.NewReader(data))
-	gd.UseNumber()
-	if err := gd.Decode(&generic); err != nil {
-		return syntaxError(data, err)
+	// First the shape, walked token by token, to name an unknown field's
+	// path (encoding/json's own error does not say where the field was)
+	// and to refuse an array past its bound before it is built.
+	sc := shapeChecker{d: json.NewDecoder(bytes.NewReader(data)), commands: commands}
+	sc.d.UseNumber()
+	if err := sc.value(reflect.TypeOf(v).Elem(), "", ""); err != nil {
+		return sc.failure(data, err)
 	}
-	if gd.More() {
+	if _, err := sc.d.Token(); err != io.EOF {
 		return &api.FieldError{Field: "(body)", Msg: "data after the JSON value"}
-	}
-	if err := checkFields(generic, reflect.TypeOf(v).Elem(), ""); err != nil {
-		return err
 	}
 	d := json.NewDecoder(bytes.NewReader(data))
 	d.DisallowUnknownFields()
@@ -103,62 +130,63 @@ func describeType(t reflect.Type) string {
 	return t.String()
 }
 
-// checkFields walks a generically decoded JSON value beside the Go type
-// it is meant for and returns the first key the type has no field for,
-// or the first value of the wrong type, with its path.
-func checkFields(v any, t reflect.Type, path string) error {
+// shapeChecker walks a JSON value token by token beside the Go type it
+// is meant for and returns the first key the type has no field for, the
+// first value of the wrong type, or the first array past its bound, with
+// its path. It keeps nothing but the path.
+type shapeChecker struct {
+	d        *json.Decoder
+	commands int // bound of "commands"
+}
+
+// syntaxFailure is a token the decoder could not read.
+type syntaxFailure struct{ err error }
+
+func (e syntaxFailure) Error() string { return e.err.Error() }
+
+func (sc *shapeChecker) token() (json.Token, error) {
+	tok, err := sc.d.Token()
+	if err != nil {
+		return nil, syntaxFailure{err}
+	}
+	return tok, nil
+}
+
+func (sc *shapeChecker) failure(data []byte, err error) error {
+	if se, ok := err.(syntaxFailure); ok {
+		return syntaxError(data, se.err)
+	}
+	return err
+}
+
+// value checks the next value against t; name is the field's JSON name
+// (for an array's bound), path its place in the request.
+func (sc *shapeChecker) value(t reflect.Type, path, name string) error {
 	at := path
 	if at == "" {
 		at = "(body)"
 	}
-	wrong := func(got string) error {
-		return &api.FieldError{Field: at, Msg: fmt.Sprintf("expected %s, got %s", describeType(t), got)}
-	}
-	if v == nil {
-		return nil // null: the zero value, as encoding/json does
-	}
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	switch x := v.(type) {
-	case map[string]any:
-		if t.Kind() == reflect.Map {
-			for k, sub := range x {
-				if err := checkFields(sub, t.Elem(), path+"."+k); err != nil {
-					return err
-				}
-			}
-			return nil
+	wrong := func(got string) error {
+		return &api.FieldError{Field: at, Msg: fmt.Sprintf("expected %s, got %s", describeType(t), got)}
+	}
+	tok, err := sc.token()
+	if err != nil {
+		return err
+	}
+	switch x := tok.(type) {
+	case nil:
+		return nil // null: the zero value, as encoding/json does
+	case json.Delim:
+		if x == '[' {
+			return sc.array(t, path, name, wrong)
 		}
-		if t.Kind() != reflect.Struct {
-			return wrong("an object")
-		}
-		fields := jsonFields(t)
-		for k, sub := range x {
-			ft, ok := fields[k]
-			p := k
-			if path != "" {
-				p = path + "." + k
-			}
-			if !ok {
-				return &api.FieldError{Field: p, Msg: "unknown field"}
-			}
-			if err := checkFields(sub, ft, p); err != nil {
-				return err
-			}
-		}
-	case []any:
-		if t.Kind() != reflect.Slice || t.Elem().Kind() == reflect.Uint8 {
-			return wrong("an array")
-		}
-		for i, sub := range x {
-			if err := checkFields(sub, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
-				return err
-			}
-		}
+		return sc.object(t, path, wrong)
 	case string:
 		if t.Kind() != reflect.String && !(t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8) {
-			return wrong(fmt.Sprintf("the string %q", x))
+			return wrong(fmt.Sprintf("the string %q", truncated(x, 64)))
 		}
 	case bool:
 		if t.Kind() != reflect.Bool {
@@ -169,17 +197,81 @@ func checkFields(v any, t reflect.Type, path string) error {
 		case reflect.Float64, reflect.Float32:
 		case reflect.Int, reflect.Int64, reflect.Int32:
 			if _, err := strconv.ParseInt(string(x), 10, 64); err != nil {
-				return wrong("the number " + string(x))
+				return wrong("the number " + truncated(string(x), 64))
 			}
 		case reflect.Uint32, reflect.Uint64:
 			if _, err := strconv.ParseUint(string(x), 10, 64); err != nil {
-				return wrong("the number " + string(x))
+				return wrong("the number " + truncated(string(x), 64))
 			}
 		default:
-			return wrong("the number " + string(x))
+			return wrong("the number " + truncated(string(x), 64))
 		}
 	}
 	return nil
+}
+
+func (sc *shapeChecker) object(t reflect.Type, path string, wrong func(string) error) error {
+	var fields map[string]reflect.Type
+	switch t.Kind() {
+	case reflect.Map:
+	case reflect.Struct:
+		fields = jsonFields(t)
+	default:
+		return wrong("an object")
+	}
+	for sc.d.More() {
+		tok, err := sc.token()
+		if err != nil {
+			return err
+		}
+		k, _ := tok.(string)
+		p := k
+		if path != "" {
+			p = path + "." + k
+		}
+		ft := t
+		if t.Kind() == reflect.Map {
+			ft = t.Elem()
+		} else if ft = fields[k]; ft == nil {
+			return &api.FieldError{Field: truncated(p, 256), Msg: "unknown field"}
+		}
+		if err := sc.value(ft, p, k); err != nil {
+			return err
+		}
+	}
+	_, err := sc.token() // }
+	return err
+}
+
+func (sc *shapeChecker) array(t reflect.Type, path, name string, wrong func(string) error) error {
+	if t.Kind() != reflect.Slice || t.Elem().Kind() == reflect.Uint8 {
+		return wrong("an array")
+	}
+	bound, ok := maxItems[name]
+	switch {
+	case name == "commands" && sc.commands > 0:
+		bound = sc.commands
+	case !ok:
+		bound = defaultMaxItems
+	}
+	for i := 0; sc.d.More(); i++ {
+		if i == bound {
+			return &api.FieldError{Field: path, Msg: fmt.Sprintf("more than %d items, this service's bound", bound)}
+		}
+		if err := sc.value(t.Elem(), fmt.Sprintf("%s[%d]", path, i), ""); err != nil {
+			return err
+		}
+	}
+	_, err := sc.token() // ]
+	return err
+}
+
+// truncated keeps an error message short whatever the client sent.
+func truncated(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }
 
 // jsonFields maps the JSON names of a struct's fields, with embedded

@@ -23,14 +23,14 @@ func TestDecodeFieldPaths(t *testing.T) {
 		{`{"commands":[]}x`, "(body)"},
 	} {
 		var req RunRequest
-		err := decode(strings.NewReader(tc.body), &req)
+		err := decode(strings.NewReader(tc.body), &req, DefaultMaxBodyBytes, 4)
 		var fe *api.FieldError
 		if !errors.As(err, &fe) || fe.Field != tc.field {
 			t.Errorf("%s: %v, want the field %s", tc.body, err, tc.field)
 		}
 	}
 	var req RunRequest
-	if err := decode(strings.NewReader(`{"commands":[{"args":["/bin/true"]}]}`), &req); err != nil || len(req.Commands) != 1 {
+	if err := decode(strings.NewReader(`{"commands":[{"args":["/bin/true"]}]}`), &req, DefaultMaxBodyBytes, 4); err != nil || len(req.Commands) != 1 {
 		t.Fatalf("the minimal request: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -19,10 +20,11 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req ExecRequest
-	if err := decode(r.Body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, err)
+	leave, ok := read(s, w, r, &req)
+	if !ok {
 		return
 	}
+	defer leave()
 	who := callerOf(r)
 	if err := s.validateExec(&req, who); err != nil {
 		writeError(w, statusOf(err), err)
@@ -52,7 +54,10 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	}
 	var ev *events
 	if wantsStream(r) {
-		ev = newEvents(w)
+		var stop context.CancelCauseFunc
+		ctx, stop = context.WithCancelCause(ctx)
+		defer stop(nil)
+		ev = newEvents(w, s.cfg.WriteTimeout, stop)
 		stdio.Stdout, stdio.Stderr = ev.writer(0, "stdout"), ev.writer(0, "stderr")
 	}
 	rep, err := s.cfg.Exec.Exec(ctx, &req, stdio)
@@ -71,7 +76,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	case ev != nil:
 		ev.emit(Event{Exec: rep, Done: true})
 	default:
-		writeJSON(w, http.StatusOK, rep)
+		s.answer(w, http.StatusOK, rep)
 	}
 }
 

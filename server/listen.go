@@ -75,6 +75,9 @@ type callerKey struct{}
 // unix socket, the kernel says; over TCP nobody does.
 func connContext(ctx context.Context, c net.Conn) context.Context {
 	who := caller.Unknown
+	if lc, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = lc.NetConn() // as accepted, under the connection limits
+	}
 	if uc, ok := c.(*net.UnixConn); ok {
 		if raw, err := uc.SyscallConn(); err == nil {
 			raw.Control(func(fd uintptr) {

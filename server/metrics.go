@@ -55,6 +55,16 @@ func newMetrics(s *Server) *metrics {
 		gauge("isolate_filestore_quota_bytes", "The file store's quota.", func() float64 {
 			return float64(s.store.Quota())
 		}),
+		gauge("isolate_connections", "Connections the service holds now.", func() float64 {
+			h, _, _ := s.Connections()
+			return float64(h)
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "isolate_connections_refused_total", Help: "Connections closed as they came, beyond the limits in all or per uid.",
+		}, func() float64 {
+			_, r, _ := s.Connections()
+			return float64(r)
+		}),
 		prometheus.NewGoCollector(),
 		prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
 	)
@@ -91,6 +101,14 @@ func (r *statusRecorder) Flush() {
 		f.Flush()
 	}
 }
+
+// FlushError is Flush with its error, for http.ResponseController.
+func (r *statusRecorder) FlushError() error {
+	return http.NewResponseController(r.ResponseWriter).Flush()
+}
+
+// Unwrap lets http.ResponseController reach the connection's deadlines.
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 // observe counts and times each request of endpoint.
 func (m *metrics) observe(endpoint string, next http.HandlerFunc) http.HandlerFunc {

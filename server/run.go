@@ -13,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/caller"
@@ -22,10 +23,11 @@ import (
 
 func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	var req RunRequest
-	if err := decode(r.Body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, err)
+	leave, ok := read(s, w, r, &req)
+	if !ok {
 		return
 	}
+	defer leave()
 	who := callerOf(r)
 	if err := s.validate(&req, who); err != nil {
 		writeError(w, statusOf(err), err)
@@ -39,7 +41,10 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 
 	var ev *events
 	if wantsStream(r) {
-		ev = newEvents(w)
+		var stop context.CancelCauseFunc
+		ctx, stop = context.WithCancelCause(ctx)
+		defer stop(nil)
+		ev = newEvents(w, s.cfg.WriteTimeout, stop)
 	}
 	resp, err := s.run(ctx, &req, who, ev)
 	if err != nil {
@@ -54,7 +59,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		ev.finish(resp)
 		return
 	}
-	writeJSON(w, http.StatusOK, resp)
+	s.answer(w, http.StatusOK, resp)
 }
 
 // task is one request being run: its commands' streams, the pipes
@@ -69,11 +74,24 @@ type task struct {
 	own  [][]*os.File // per command: files to close when its run ends
 	recs []*recorder  // per pipe: the recorded traffic, or nil
 	wg   sync.WaitGroup
+	// inline is what the answer may still hold of copied-out files and
+	// recorded pipes, together (maxInlineBytes to begin with).
+	inlineMu sync.Mutex
+	inline   int64
+}
+
+// takeInline reserves up to n bytes of the answer's inline budget.
+func (t *task) takeInline(n int64) int64 {
+	t.inlineMu.Lock()
+	defer t.inlineMu.Unlock()
+	n = max(min(n, t.inline), 0)
+	t.inline -= n
+	return n
 }
 
 // run runs every command of req together and returns their results.
 func (s *Server) run(ctx context.Context, req *RunRequest, who caller.Caller, ev *events) (*RunResponse, error) {
-	t := &task{s: s, req: req, who: who, ev: ev, io: make([]isolate.IO, len(req.Commands)), own: make([][]*os.File, len(req.Commands))}
+	t := &task{s: s, req: req, who: who, ev: ev, io: make([]isolate.IO, len(req.Commands)), own: make([][]*os.File, len(req.Commands)), inline: maxInlineBytes}
 	defer t.cleanup()
 	if err := t.prepare(); err != nil {
 		return nil, err
@@ -91,6 +109,10 @@ func (s *Server) run(ctx context.Context, req *RunRequest, who caller.Caller, ev
 			// its peer sees end of file (or a broken pipe).
 			closeAll(t.own[i])
 			t.own[i] = nil
+			var fe *api.FieldError
+			if errors.As(err, &fe) {
+				err = fe.In(fmt.Sprintf("commands[%d]", i)) // the request's own path
+			}
 			if errs[i] = err; err == nil {
 				results[i] = t.result(i, rep)
 				if ev != nil {
@@ -127,10 +149,13 @@ func (t *task) prepare() error {
 		// the larger of the two.
 		limit := c.Spec.WithDefaults().OutputLimitBytes
 		want := int64(0)
-		for _, o := range []*Output{c.Stdout, c.Stderr} {
+		for j, o := range []*Output{c.Stdout, c.Stderr} {
 			switch {
 			case o == nil || o.Pipe:
 				want = max(want, limit)
+			case o.Collect.MaxBytes > t.s.maxOutput():
+				return &api.FieldError{Field: fmt.Sprintf("commands[%d].%s.collect.max_bytes", i, []string{"stdout", "stderr"}[j]),
+					Msg: fmt.Sprintf("%d is beyond this service's maximum %d", o.Collect.MaxBytes, t.s.maxOutput())}
 			case o.Collect.MaxBytes > 0:
 				want = max(want, o.Collect.MaxBytes)
 			default:
@@ -269,7 +294,7 @@ func (t *task) pipes() error {
 				r.Close()
 				return err
 			}
-			rec := &recorder{limit: p.RecordMaxBytes}
+			rec := &recorder{limit: t.takeInline(p.RecordMaxBytes)}
 			t.recs[i] = rec
 			t.wg.Add(1)
 			go func(from, to *os.File) {
@@ -344,14 +369,21 @@ func (t *task) takeOut(src string, co CopyOut) CopyOutResult {
 	if limit == 0 {
 		limit = api.DefaultOutputLimitBytes
 	}
-	data, err := io.ReadAll(io.LimitReader(f, limit))
+	// What the answer holds inline is bounded in all, whatever each
+	// copy-out asks.
+	data := make([]byte, t.takeInline(min(limit, res.Size)))
+	n, err := io.ReadFull(f, data)
+	if err == io.ErrUnexpectedEOF {
+		err = nil // the file shrank meanwhile
+	}
+	data = data[:n]
 	if err != nil {
 		res.Error = err.Error()
 		return res
 	}
 	res.Truncated = int64(len(data)) < res.Size
 	if utf8.Valid(data) {
-		s := string(data)
+		s := unsafe.String(unsafe.SliceData(data), len(data)) // data is written no more: no second copy
 		res.Text = &s
 	} else {
 		res.Base64 = data
@@ -410,11 +442,19 @@ func (rec *recorder) keep(p []byte) {
 		p = p[:room]
 		rec.trunc = true
 	}
+	// Grown as append would, but never past the limit.
+	if need := len(rec.buf) + len(p); need > cap(rec.buf) {
+		grown := make([]byte, len(rec.buf), min(max(2*cap(rec.buf), need, 4<<10), int(rec.limit)))
+		copy(grown, rec.buf)
+		rec.buf = grown
+	}
 	rec.buf = append(rec.buf, p...)
 }
 
+// result is what was kept, once the copier is done: the string shares
+// the bytes, written no more.
 func (rec *recorder) result() (string, bool) {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	return string(rec.buf), rec.trunc
+	return unsafe.String(unsafe.SliceData(rec.buf), len(rec.buf)), rec.trunc
 }

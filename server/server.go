@@ -6,10 +6,9 @@
 package server
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"strconv"
@@ -22,6 +21,7 @@ import (
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/caller"
 	"github.com/isolate-sandbox/isolate/filestore"
+	"github.com/isolate-sandbox/isolate/internal/connlimit"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
@@ -67,7 +67,27 @@ type Config struct {
 	Token string
 	// Metrics are more collectors for /metrics (the binary's own).
 	Metrics []prometheus.Collector
+
+	// Bounds of the service's own resources, whatever a request asks
+	// (0: the default).
+	MaxBodyBytes int64            // a request's body (DefaultMaxBodyBytes)
+	WriteTimeout time.Duration    // how long an answer, or a streamed event, waits for its client to read (DefaultWriteTimeout)
+	Conns        connlimit.Limits // connections held at once, in all and per uid (TCP: per address)
 }
+
+// Defaults of the service's own bounds.
+const (
+	// DefaultWriteTimeout: a client that reads nothing of its answer for
+	// this long is gone; its run is cancelled and its slots freed.
+	DefaultWriteTimeout = 30 * time.Second
+	// DefaultMaxOutputBytes caps output_limit_bytes (and a collected
+	// stream's max_bytes) when the service sets no --max-output: what one
+	// stream of one command may make the service hold.
+	DefaultMaxOutputBytes = 16 << 20
+	// readTimeout bounds how long a client may take to send a run's or
+	// an exec's body.
+	readTimeout = 30 * time.Second
+)
 
 // Server is one service: its handlers, queue and metrics.
 type Server struct {
@@ -78,6 +98,11 @@ type Server struct {
 	metrics *metrics
 	mux     *http.ServeMux
 
+	// places are the requests in the service at once (read, queued or
+	// running): Parallel + Queue. Beyond them a request gets 429 before
+	// its body is read: the service holds at most that many bodies.
+	places chan struct{}
+
 	draining atomic.Bool
 	inflight sync.WaitGroup // requests that run commands
 	// base is the context of every command: cancelled when a drain's
@@ -87,6 +112,7 @@ type Server struct {
 
 	mu      sync.Mutex
 	servers []*http.Server
+	limited []*connlimit.Listener
 }
 
 // New makes a service from cfg.
@@ -97,7 +123,17 @@ func New(cfg Config) *Server {
 	if cfg.Queue < 0 {
 		cfg.Queue = 0
 	}
-	s := &Server{cfg: cfg, runner: cfg.Runner, store: cfg.Store, queue: newQueue(cfg.Parallel, cfg.Queue), mux: http.NewServeMux()}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.Policy.Caps.OutputLimitBytes <= 0 {
+		cfg.Policy.Caps.OutputLimitBytes = DefaultMaxOutputBytes
+	}
+	s := &Server{cfg: cfg, runner: cfg.Runner, store: cfg.Store, queue: newQueue(cfg.Parallel, cfg.Queue), mux: http.NewServeMux(),
+		places: make(chan struct{}, cfg.Parallel+cfg.Queue)}
 	s.base, s.cancel = context.WithCancelCause(context.Background())
 	s.metrics = newMetrics(s)
 	handle := func(pattern, endpoint string, h http.HandlerFunc) {
@@ -125,7 +161,9 @@ func (s *Server) Handler() http.Handler {
 
 // Serve answers requests on l until Shutdown. A TCP listener needs a
 // token: nothing but the unix socket's permissions stands between a
-// client and root's sandbox otherwise.
+// client and root's sandbox otherwise. Connections beyond the limits
+// (cfg.Conns) are closed as they come; running out of descriptors pauses
+// the accept loop, never ends it.
 func (s *Server) Serve(l net.Listener) error {
 	if _, unixSocket := l.(*net.UnixListener); !unixSocket && s.cfg.Token == "" {
 		return errors.New("refusing to listen on TCP without a token (--token-file)")
@@ -135,15 +173,26 @@ func (s *Server) Serve(l net.Listener) error {
 		ConnContext:       connContext,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       5 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
 	}
+	limited := connlimit.New(l, s.cfg.Conns)
 	s.mu.Lock()
 	s.servers = append(s.servers, hs)
+	s.limited = append(s.limited, limited)
 	s.mu.Unlock()
-	err := hs.Serve(l)
+	err := hs.Serve(limited)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
 	return err
+}
+
+// Connections are the connections held now, those closed at once for
+// being beyond the limits, and the accepts that found no descriptor.
+func (s *Server) Connections() (held int, refused, starved int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return connlimit.Totals(s.limited)
 }
 
 // Shutdown drains: new requests get 503 at once, running ones finish
@@ -168,6 +217,56 @@ func (s *Server) Shutdown(grace time.Duration) {
 		cancel()
 		hs.Close()
 	}
+}
+
+// read takes a place in the service for a request (429 when there is
+// none) and decodes its body into v within the service's bounds (413
+// past the body's, 400 for the rest). It answers the client itself when
+// it fails; leave gives the place back.
+func read[T any](s *Server, w http.ResponseWriter, r *http.Request, v *T) (leave func(), ok bool) {
+	if r.ContentLength > s.cfg.MaxBodyBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, errBodyTooLarge{s.cfg.MaxBodyBytes})
+		return nil, false
+	}
+	select {
+	case s.places <- struct{}{}:
+	default:
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, fmt.Errorf("%w: the service holds %d requests already", errQueueFull, cap(s.places)))
+		return nil, false
+	}
+	leave = func() { <-s.places }
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Now().Add(readTimeout))
+	err := decode(r.Body, v, s.cfg.MaxBodyBytes, s.maxCommands())
+	// The connection's reads watch for the client going away from now on:
+	// a deadline passing would end the run.
+	rc.SetReadDeadline(time.Time{})
+	if err != nil {
+		leave()
+		writeError(w, statusOf(err), err)
+		return nil, false
+	}
+	return leave, true
+}
+
+// maxCommands is the most commands one request may run.
+func (s *Server) maxCommands() int {
+	if s.cfg.Policy.Caps.Commands > 0 {
+		return min(s.cfg.Parallel, s.cfg.Policy.Caps.Commands)
+	}
+	return s.cfg.Parallel
+}
+
+// maxOutput is the most bytes one captured stream may keep (New sets
+// the default cap).
+func (s *Server) maxOutput() int64 { return s.cfg.Policy.Caps.OutputLimitBytes }
+
+// answer sends a request's answer, within the write timeout: a client
+// that does not read it does not hold the request's slots for longer.
+func (s *Server) answer(w http.ResponseWriter, code int, v any) {
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+	writeJSON(w, code, v)
 }
 
 // admit lets a request that runs n commands in: not while draining (503),
@@ -270,16 +369,19 @@ func writeError(w http.ResponseWriter, code int, err error) {
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
-	// With its length known the answer goes out whole at the request's
-	// end (admit's flush), not chunked with its last chunk after it.
-	var body bytes.Buffer
-	enc := json.NewEncoder(&body)
-	enc.SetEscapeHTML(false)
-	enc.Encode(v)
+	a, err := encodeAnswer(v)
+	if err != nil {
+		code, a = http.StatusInternalServerError, &answer{head: []byte(`{"error":"the answer could not be encoded"}` + "\n")}
+	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(body.Len()))
+	// With its length known the answer goes out whole at the request's
+	// end (admit's flush), not chunked with its last chunk after it. A
+	// large one goes out in pieces as it is encoded.
+	if n := a.size(); n >= 0 {
+		w.Header().Set("Content-Length", strconv.Itoa(n))
+	}
 	w.WriteHeader(code)
-	w.Write(body.Bytes())
+	a.writeTo(w)
 }
 
 // statusOf is the HTTP status of a request's error: what this caller may
@@ -295,6 +397,8 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, errQueueFull):
 		return http.StatusTooManyRequests
+	case errors.As(err, new(errBodyTooLarge)):
+		return http.StatusRequestEntityTooLarge
 	}
 	return http.StatusInternalServerError
 }

@@ -1,11 +1,13 @@
 package server
 
 import (
-	"encoding/json"
+	"context"
+	"fmt"
 	"mime"
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/isolate-sandbox/isolate/api"
 )
@@ -41,17 +43,21 @@ type Event struct {
 // events writes a streamed answer; commands' copiers write concurrently,
 // one whole line at a time, each flushed at once.
 type events struct {
-	mu    sync.Mutex
-	w     http.ResponseWriter
-	enc   *json.Encoder
-	begun bool
-	err   error // the client went away: stop writing
+	mu      sync.Mutex
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+	stop    context.CancelCauseFunc
+	begun   bool
+	err     error // the client went away: stop writing
 }
 
-func newEvents(w http.ResponseWriter) *events {
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	return &events{w: w, enc: enc}
+// newEvents writes events to w, each within timeout: a client that
+// reads nothing for that long is gone, and stop ends the run (its boxes
+// are killed and its slots freed, rather than its output waiting for
+// the client).
+func newEvents(w http.ResponseWriter, timeout time.Duration, stop context.CancelCauseFunc) *events {
+	return &events{w: w, rc: http.NewResponseController(w), timeout: timeout, stop: stop}
 }
 
 func (e *events) emit(ev Event) {
@@ -66,10 +72,16 @@ func (e *events) emit(ev Event) {
 		e.w.WriteHeader(http.StatusOK)
 		e.begun = true
 	}
-	if e.err = e.enc.Encode(ev); e.err == nil {
-		if f, ok := e.w.(http.Flusher); ok {
-			f.Flush()
-		}
+	e.rc.SetWriteDeadline(time.Now().Add(e.timeout))
+	a, err := encodeAnswer(ev)
+	if err == nil {
+		err = a.writeTo(e.w)
+	}
+	if err == nil {
+		err = e.rc.Flush()
+	}
+	if e.err = err; err != nil {
+		e.stop(fmt.Errorf("the client stopped reading its answer (write timeout %v): %w", e.timeout, err))
 	}
 }
 

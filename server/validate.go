@@ -59,8 +59,8 @@ func (s *Server) validate(req *RunRequest, who caller.Caller) error {
 			if err := boxFile(f+".path", co.Path); err != nil {
 				return err
 			}
-			if co.InlineMaxBytes < 0 || co.InlineMaxBytes > maxBody {
-				return bad(f+".inline_max_bytes", "%d: must be 0 to %d", co.InlineMaxBytes, maxBody)
+			if co.InlineMaxBytes < 0 || co.InlineMaxBytes > maxInlineBytes {
+				return bad(f+".inline_max_bytes", "%d: must be 0 to %d", co.InlineMaxBytes, maxInlineBytes)
 			}
 			if co.Store && co.InlineMaxBytes != 0 {
 				return bad(f, "inline_max_bytes and store are exclusive")
@@ -158,8 +158,8 @@ func checkPipes(req *RunRequest) error {
 				return &api.FieldError{Field: f + "." + e.name, Msg: fmt.Sprintf("command %d sends stderr to stdout", e.end.Cmd)}
 			}
 		}
-		if p.RecordMaxBytes < 0 || p.RecordMaxBytes > maxBody {
-			return &api.FieldError{Field: f + ".record_max_bytes", Msg: fmt.Sprintf("%d: must be 0 to %d", p.RecordMaxBytes, maxBody)}
+		if p.RecordMaxBytes < 0 || p.RecordMaxBytes > maxInlineBytes {
+			return &api.FieldError{Field: f + ".record_max_bytes", Msg: fmt.Sprintf("%d: must be 0 to %d", p.RecordMaxBytes, maxInlineBytes)}
 		}
 	}
 	for i, c := range req.Commands {

@@ -73,6 +73,7 @@ func listenCLI(o *options, gid int, host *isolate.Host, policy *caller.Policy) (
 	cs.Server = handover.NewServer(build, cs.runHandedOver(host, policy), func(outcome string) {
 		cs.handovers.WithLabelValues(outcome).Inc()
 	})
+	cs.LimitConnections(o.conns)
 	l, err := server.ListenUnix(o.cliSocket, gid)
 	if err != nil {
 		return nil, fmt.Errorf("--cli-socket: %v", err)

@@ -33,6 +33,7 @@ import (
 	"github.com/isolate-sandbox/isolate/cgroup"
 	"github.com/isolate-sandbox/isolate/filestore"
 	"github.com/isolate-sandbox/isolate/handover"
+	"github.com/isolate-sandbox/isolate/internal/connlimit"
 	"github.com/isolate-sandbox/isolate/isolate"
 	"github.com/isolate-sandbox/isolate/rootfs"
 	"github.com/isolate-sandbox/isolate/server"
@@ -78,6 +79,9 @@ type options struct {
 	storeCallerQuota     string
 	netHostGroups        groupList
 	seccompNoneGroups    groupList
+	maxBody              string
+	writeTimeout         time.Duration
+	conns                connlimit.Limits
 	q                    queueOptions
 }
 
@@ -138,7 +142,11 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.caps.pids, "max-pids", "", "largest pids")
 	fs.StringVar(&o.caps.tmp, "max-tmp-size", "", "largest tmp_size_bytes (SIZE)")
 	fs.StringVar(&o.caps.fsize, "max-fsize", "", "largest file_size_bytes (SIZE)")
-	fs.StringVar(&o.caps.output, "max-output", "", "largest output_limit_bytes (SIZE)")
+	fs.StringVar(&o.caps.output, "max-output", "16M", "largest output_limit_bytes, and collected max_bytes (SIZE; at most 1G)")
+	fs.StringVar(&o.maxBody, "max-body", "4M", "largest request body (SIZE; at most 1G)")
+	fs.DurationVar(&o.writeTimeout, "write-timeout", server.DefaultWriteTimeout, "how long a client may leave its answer unread before its run is cancelled")
+	fs.IntVar(&o.conns.Total, "max-conns", connlimit.DefaultTotal, "connections held at once on each socket; more are closed as they come")
+	fs.IntVar(&o.conns.PerPeer, "max-conns-per-uid", connlimit.DefaultPerPeer, "connections one uid (over TCP: one address) may hold on each socket")
 	return fs
 }
 
@@ -159,6 +167,12 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if o.pool < 0 {
 		o.pool = 2 * o.parallel
+	}
+	if o.writeTimeout <= 0 {
+		return nil, errors.New("--write-timeout: must be above 0")
+	}
+	if o.conns.Total < 1 || o.conns.PerPeer < 1 {
+		return nil, errors.New("--max-conns, --max-conns-per-uid: must be 1 or more")
 	}
 	if o.listen != "" && o.tokenFile == "" {
 		return nil, errors.New("--listen needs --token-file: TCP clients are known by their token only")
@@ -198,8 +212,26 @@ func (c capFlags) parse() (caller.Caps, error) {
 		size("--max-pids", c.pids, &caps.Pids, api.ParseCount),
 		size("--max-tmp-size", c.tmp, &caps.TmpSizeBytes, api.ParseSize),
 		size("--max-fsize", c.fsize, &caps.FileSizeBytes, api.ParseSize),
-		size("--max-output", c.output, &caps.OutputLimitBytes, api.ParseSize),
+		bounded("--max-output", c.output, &caps.OutputLimitBytes),
 	)
+}
+
+// maxServiceBytes bounds the sizes of what the service itself holds per
+// request (--max-output, --max-body): never unlimited.
+const maxServiceBytes = 1 << 30
+
+// bounded reads a size of the service's own that cannot be turned off
+// ("": the service's default).
+func bounded(flag, v string, n *int64) error {
+	if v == "" {
+		return nil
+	}
+	x, err := api.ParseSize(v)
+	if err != nil || x <= 0 || x > maxServiceBytes {
+		return fmt.Errorf("%s %s: a size from 1 to 1G is needed (the service holds this much per request)", flag, v)
+	}
+	*n = x
+	return nil
 }
 
 // lookupGroup is the gid of group g (a name or a number) of the flag
@@ -228,6 +260,10 @@ func serve(args []string) error {
 	}
 	caps, err := o.caps.parse()
 	if err != nil {
+		return err
+	}
+	var maxBody int64
+	if err := bounded("--max-body", o.maxBody, &maxBody); err != nil {
 		return err
 	}
 	quota, err := api.ParseSize(o.storeQuota)
@@ -310,6 +346,10 @@ func serve(args []string) error {
 		Health:   health,
 		Token:    token,
 		Metrics:  append(cli.metrics(), queueMetrics(worker)...),
+
+		MaxBodyBytes: maxBody,
+		WriteTimeout: o.writeTimeout,
+		Conns:        o.conns,
 	})
 	cli.serve(srv.Slot)
 	ul, err := server.ListenUnix(o.socket, gid)

@@ -44,15 +44,23 @@ type child struct {
 	log  *bytes.Buffer
 }
 
-func startChild(t *testing.T, dir string) *child {
+func startChild(t testing.TB, dir string, args ...string) *child {
 	t.Helper()
 	c := &child{sock: filepath.Join(dir, "api.sock"), log: &bytes.Buffer{}}
-	c.cmd = exec.Command(os.Args[0], "--socket", c.sock, "--store", filepath.Join(dir, "files"), "--grace", "10s")
+	c.cmd = exec.Command(os.Args[0], append([]string{"--socket", c.sock, "--store", filepath.Join(dir, "files"), "--grace", "10s"}, args...)...)
 	c.cmd.Env = append(os.Environ(), serveChildEnv+"=1")
 	c.cmd.Stderr = c.log
 	if err := c.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// A test that fails before it stops its service still leaves none:
+	// the service's boxes die with it (parent-death signal).
+	t.Cleanup(func() {
+		if c.cmd.ProcessState == nil {
+			c.cmd.Process.Kill()
+			c.cmd.Wait()
+		}
+	})
 	waitFor(t, "the service answers", func() bool {
 		code, _ := c.get("/v1/version")
 		return code == 200
@@ -61,7 +69,10 @@ func startChild(t *testing.T, dir string) *child {
 }
 
 func (c *child) client() *http.Client {
-	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+	// One connection per request, closed after it: the service bounds the
+	// connections one uid holds, and a transport per call would leave each
+	// idle connection open.
+	return &http.Client{Transport: &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", c.sock)
 	}}}
@@ -87,7 +98,7 @@ func (c *child) post(path, body string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
@@ -199,10 +210,14 @@ func TestSIGKILLLeavesNothing(t *testing.T) {
 	// The next service's pool takes box ids from 0 up again: its box of
 	// the same name is another cgroup (directory).
 	pooledDir := cgroupIno(mgr, pooledBox)
-	waitFor(t, "a box is built ahead again", func() bool { _, b := c.get("/v1/health"); return !strings.Contains(b, `"pool":0`) })
+	waitFor(t, "a box is built ahead again", func() bool {
+		_, b := c.get("/v1/health")
+		return strings.Contains(b, `"pool":`) && !strings.Contains(b, `"pool":0`)
+	})
 	inits := childrenOf(c.cmd.Process.Pid)
 	if len(inits) < 3 {
-		t.Fatalf("the service has %d children (inits), want the two running boxes' and a waiting one's", len(inits))
+		_, h := c.get("/v1/health")
+		t.Fatalf("the service has %d children (inits), want the two running boxes' and a waiting one's (health: %s)", len(inits), h)
 	}
 	c.cmd.Process.Kill()
 	c.cmd.Wait()
@@ -254,18 +269,21 @@ func TestFlags(t *testing.T) {
 		{"--parallel", "0"},
 		{"extra"},
 		{"--no-such-flag"},
+		{"--write-timeout", "0s"},
+		{"--max-conns-per-uid", "0"},
 	} {
 		if _, err := parseFlags(args); err == nil {
 			t.Errorf("%v accepted", args)
 		}
 	}
-	for _, v := range []capFlags{{mem: "NaN"}, {time: "1x"}, {pids: "-1"}} {
+	// The service's own bounds are never off.
+	for _, v := range []capFlags{{mem: "NaN"}, {time: "1x"}, {pids: "-1"}, {output: "unlimited"}, {output: "0"}, {output: "2G"}} {
 		if _, err := v.parse(); err == nil {
 			t.Errorf("%+v accepted", v)
 		}
 	}
-	caps, err := capFlags{mem: "256M", time: "2s", output: "unlimited"}.parse()
-	if err != nil || caps.MemoryBytes != 256<<20 || caps.CPUTimeMs != 2000 || caps.OutputLimitBytes != 0 {
+	caps, err := capFlags{mem: "256M", time: "2s", output: "8M"}.parse()
+	if err != nil || caps.MemoryBytes != 256<<20 || caps.CPUTimeMs != 2000 || caps.OutputLimitBytes != 8<<20 {
 		t.Fatalf("%+v %v", caps, err)
 	}
 }

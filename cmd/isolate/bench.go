@@ -30,6 +30,7 @@ func benchCommand() *cli.Command {
 			&cli.BoolFlag{Name: "service", Usage: "measure the service instead: a service of its own, its API's latency (--runs rounds) and throughput against one-shot isolate run"},
 			&cli.Float64Flag{Name: "seconds", Value: 5, Usage: "with --service, `S` seconds per throughput measurement"},
 			&cli.StringFlag{Name: "serve-binary", Usage: "with --handover or --service, the isolate-serve `PATH` to start (default: beside isolate)"},
+			&cli.BoolFlag{Name: "rootless", Usage: "measure isolate run without root against unprivileged bwrap, as the same user (as root: nobody; --runs rounds)"},
 		},
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageErr(err) },
 		Action: func(c *cli.Context) error {
@@ -45,6 +46,9 @@ func benchCommand() *cli.Command {
 			}
 			if c.Bool("json") && c.Bool("markdown") {
 				return usageErr(errors.New("--json and --markdown exclude each other"))
+			}
+			if c.Bool("rootless") {
+				return benchRootless(c, runs)
 			}
 			if err := requireRoot(); err != nil {
 				return err

@@ -76,6 +76,7 @@ func TestMain(m *testing.M) {
 				return 1
 			}
 		}
+		recordMountsAtStart()
 		stopService := func() error { return nil }
 		if viaService {
 			var err error
@@ -377,26 +378,115 @@ func findLeaks() []string {
 	var leaks []string
 	leaks = append(leaks, cgroupParentsLeft()...)
 	for _, d := range boxCgroups("*") {
-		leaks = append(leaks, "cgroup "+d)
+		// A box id someone holds is a live run's, this suite's or another
+		// sandbox's on the same machine (a service and its pool): only a
+		// cgroup of a box nobody holds is left behind.
+		if !boxHeld(strings.TrimPrefix(filepath.Base(d), "box-")) {
+			leaks = append(leaks, "cgroup "+d)
+		}
 	}
-	leaks = append(leaks, boxUserProcesses(func(uid int, _ string) bool {
-		return uid >= isolate.FirstUID && uid < isolate.FirstUID+isolate.DefaultNumBoxes
+	leaks = append(leaks, boxUserProcesses(func(pid, uid int, _ string) bool {
+		return uid >= isolate.FirstUID && uid < isolate.FirstUID+isolate.DefaultNumBoxes && ownedHere(pid)
 	})...)
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
-		if cmdline, _ := os.ReadFile(p); bytes.Contains(cmdline, []byte(isolate.InitArg)) {
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if cmdline, _ := os.ReadFile(p); bytes.Contains(cmdline, []byte(isolate.InitArg)) && ownedHere(pid) {
 			leaks = append(leaks, "init process "+filepath.Dir(p))
 		}
 	}
 	mounts, _ := os.ReadFile("/proc/self/mountinfo")
 	for _, line := range strings.Split(string(mounts), "\n") {
 		// A persistent box's tmpfs is "isolate-box": no test leaves a box
-		// initialized.
-		if strings.Contains(line, "/run/isolate/") || strings.Contains(line, " isolate-box ") {
+		// initialized. The default box root's is another user's when it
+		// was there before the suite.
+		if (strings.Contains(line, "/run/isolate/") || strings.Contains(line, " isolate-box ")) && !mountsAtStart[mountPoint(line)] {
 			leaks = append(leaks, "mount "+line)
 		}
 	}
 	return leaks
+}
+
+// mountsAtStart are the sandbox mounts there before the suite: another
+// sandbox's on the same machine, not this suite's to account for.
+var mountsAtStart = map[string]bool{}
+
+func recordMountsAtStart() {
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(mounts), "\n") {
+		if strings.Contains(line, "/run/isolate/") || strings.Contains(line, " isolate-box ") {
+			mountsAtStart[mountPoint(line)] = true
+		}
+	}
+}
+
+// mountPoint is the mount point of a mountinfo line.
+func mountPoint(line string) string {
+	if f := strings.Fields(line); len(f) > 4 {
+		return f[4]
+	}
+	return ""
+}
+
+// boxHeld tells whether someone holds box id's lock: a run in progress.
+func boxHeld(id string) bool {
+	f, err := os.Open(filepath.Join(isolate.LockDir, "box-"+id))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return true
+	}
+	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false
+}
+
+// ownedHere tells whether a sandbox process is this suite's to account
+// for: one under a supervisor this test binary started, or an orphan
+// (its supervisor gone, it was handed to PID 1). One under a live
+// supervisor of its own, a service running beside the suite, is that
+// supervisor's.
+func ownedHere(pid int) bool {
+	for i := 0; i < 64 && pid > 1; i++ {
+		ppid := parentOf(pid)
+		switch {
+		case ppid <= 0:
+			return false
+		case ppid == 1 || ppid == os.Getpid():
+			return true
+		}
+		if cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(ppid) + "/cmdline"); !bytes.Contains(cmdline, []byte(isolate.InitArg)) {
+			return descendsFromHere(ppid) // the box's supervisor
+		}
+		pid = ppid
+	}
+	return false
+}
+
+// descendsFromHere tells whether pid is this test binary's descendant.
+func descendsFromHere(pid int) bool {
+	for i := 0; i < 64 && pid > 1; i++ {
+		if pid = parentOf(pid); pid == os.Getpid() {
+			return true
+		}
+	}
+	return false
+}
+
+// parentOf is pid's parent (PPid in /proc/PID/status), or -1.
+func parentOf(pid int) int {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "PPid:" {
+			ppid, _ := strconv.Atoi(f[1])
+			return ppid
+		}
+	}
+	return -1
 }
 
 // boxCgroups lists the box cgroups whose id matches the glob id.
@@ -411,7 +501,7 @@ func boxCgroups(id string) []string {
 
 // boxUserProcesses lists the processes whose real uid and command name
 // match.
-func boxUserProcesses(match func(uid int, name string) bool) []string {
+func boxUserProcesses(match func(pid, uid int, name string) bool) []string {
 	var found []string
 	procs, _ := filepath.Glob("/proc/[0-9]*/status")
 	for _, p := range procs {
@@ -426,7 +516,8 @@ func boxUserProcesses(match func(uid int, name string) bool) []string {
 				name = f[1]
 			}
 			if len(f) > 1 && f[0] == "Uid:" {
-				if uid, _ := strconv.Atoi(f[1]); match(uid, name) {
+				pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+				if uid, _ := strconv.Atoi(f[1]); match(pid, uid, name) {
 					found = append(found, "process "+filepath.Dir(p)+" uid "+f[1])
 				}
 			}
@@ -445,8 +536,12 @@ func cgroupParentsLeft() []string {
 	}
 	var left []string
 	for _, dir := range m.Parents() {
-		if _, err := os.Stat(dir); err == nil {
-			left = append(left, "cgroup parent "+dir)
+		// One holding a box is that box's, which the box cgroups' own
+		// check accounts for: it goes with the last box.
+		if boxes, err := filepath.Glob(filepath.Join(dir, "box-*")); err == nil && len(boxes) == 0 {
+			if _, err := os.Stat(dir); err == nil {
+				left = append(left, "cgroup parent "+dir)
+			}
 		}
 	}
 	return left

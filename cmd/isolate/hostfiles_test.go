@@ -1,6 +1,6 @@
 package main
 
-// Issue 12: what the root supervisor does on the host around a run, with
+// What the root supervisor does on the host around a run, with
 // paths the program controls. Decoy files only.
 
 import (

@@ -1,6 +1,6 @@
 package main
 
-// What a program can leave for the host around its run (issue 12): a tree
+// What a program can leave for the host around its run: a tree
 // too deep for a recursive walk, a /box filled past its size, names of
 // isolate's locks taken from inside. Box ids 370-379.
 

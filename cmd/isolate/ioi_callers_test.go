@@ -1045,7 +1045,7 @@ func boxLeftovers(id int) []string {
 // boxProcesses lists the processes of box id's user (with the command
 // name comm, if not empty).
 func boxProcesses(id int, comm string) []string {
-	return boxUserProcesses(func(uid int, name string) bool {
-		return uid == isolate.FirstUID+id && (comm == "" || name == comm)
+	return boxUserProcesses(func(pid, uid int, name string) bool {
+		return uid == isolate.FirstUID+id && (comm == "" || name == comm) && ownedHere(pid)
 	})
 }

@@ -315,8 +315,11 @@ func TestIOILimits(t *testing.T) {
 	}
 	// --share-net shares the host's network namespace.
 	links, _ := os.ReadDir("/sys/class/net")
-	_, shared := ioiMeta(t, "-b", "325", "--share-net", "--run", "--", "/bin/cat", "/proc/net/dev")
-	_, own := ioiMeta(t, "-b", "325", "--run", "--", "/bin/cat", "/proc/net/dev")
+	// (A last line that is not "name: value" ends the program's output:
+	// an interface's line would read as a meta key.)
+	netDev := []string{"/bin/sh", "-c", "while read -r l; do echo \"$l\"; done < /proc/net/dev; echo end"}
+	_, shared := ioiMeta(t, append([]string{"-b", "325", "--share-net", "--run", "--"}, netDev...)...)
+	_, own := ioiMeta(t, append([]string{"-b", "325", "--run", "--"}, netDev...)...)
 	for _, l := range links {
 		if !strings.Contains(shared.Stdout, l.Name()+":") {
 			t.Errorf("--share-net: the box does not see %s:\n%s", l.Name(), shared.Stdout)
@@ -778,5 +781,15 @@ func TestIOIRunWritesBoundedByCgMem(t *testing.T) {
 	fi, err := os.Stat(filepath.Join(dir, "box", "big"))
 	if res.Code != 1 || m["cg-oom-killed"] != "1" || err != nil || fi.Size() > 32<<20 {
 		t.Errorf("writing 100 MB with --cg-mem=32768: exit %d meta %v, box/big %v (%v)", res.Code, m, fi, err)
+	}
+}
+
+// A field the runtime checks is named as the ioi form's option.
+func TestIOINamesItsOwnOptions(t *testing.T) {
+	ioiBoxRoot(t)
+	ioiBox(t, 297)
+	m, res := ioiMeta(t, "-b", "297", "--dir=/x=/no/such/dir", "--run", "--", "/bin/true")
+	if res.Code != 2 || !strings.Contains(m["message"], "--dir /no/such/dir") {
+		t.Errorf("--dir of a missing directory: exit %d, meta %v, stderr %q", res.Code, m, res.Stderr)
 	}
 }

@@ -554,6 +554,18 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("%v: exit %d stdout %q stderr %q; want exit 2 and one line", args, res.Code, res.Stdout, res.Stderr)
 		}
 	}
+	// A field the runtime checks is named as the option the user gave.
+	for _, args := range [][]string{
+		{"run", "--bind", "/no/such/dir:/x", "--", "/bin/true"},
+		{"run", "--copy-in", "/no/such:/box/x", "--", "/bin/true"},
+		{"run", "--image", "nosuchimage", "--", "/bin/true"},
+		{"run", "--seccomp", "/no/such/profile.json", "--", "/bin/true"},
+		{"run", "--box-id", "5000", "--", "/bin/true"},
+	} {
+		if res := isolateCmd(t, "", args...); !strings.HasPrefix(res.Stderr, "isolate: "+args[1]+" ") {
+			t.Errorf("%v: stderr %q, want it to name %s", args, res.Stderr, args[1])
+		}
+	}
 	if after := findLeaks(); len(after) > len(before) {
 		t.Errorf("bad input left %v", after)
 	}

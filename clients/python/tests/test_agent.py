@@ -433,18 +433,19 @@ def test_an_agent_loop_as_a_socket_group_member(service: str) -> None:  # noqa: 
         ["symlink out -> /etc/shadow leads out of the project: not copied"]]
 
 
-def test_executor_result_too_large_to_copy_is_an_answer(service: str) -> None:  # noqa: F811
+def test_executor_result_too_large_to_copy_is_an_answer() -> None:
     """Output kept so large that result.json passes the copy's bound: an XX answer saying so,
-    on both transports, never an exception."""
+    on both transports, never an exception (a service that allows 40 MiB of output)."""
     code = ("import sys\nclass L:\n    def f(self):\n        print('o' * (40 << 20))\n"
             "        print('e' * (40 << 20), file=sys.stderr)\n        return 1\n")
-    for backend in ("cli", "service"):
-        config = SandboxConfig(backend=backend, socket_path=service, memory_mb=1024,
-                               max_output_kb=40 << 10)
-        out = SandboxExecutor(config).execute(code, "L", "f", None, 60, disk_mb=256)
-        assert (out["success"], out["status"]) == (False, "XX"), out["error"]
-        assert out["error"] == ("Sandbox failure: the result was not copied out: "
-                                "over 67108864 bytes"), backend
-        # Within the default disk limit the driver cannot even write it: that is said.
-        out = SandboxExecutor(config).execute(code, "L", "f", None, 60)
-        assert out["error"].startswith("Disk limit exceeded (64 MiB"), out["error"]
+    with running_service("--max-output", "40M") as (path, _):
+        for backend in ("cli", "service"):
+            config = SandboxConfig(backend=backend, socket_path=path, memory_mb=1024,
+                                   max_output_kb=40 << 10)
+            out = SandboxExecutor(config).execute(code, "L", "f", None, 60, disk_mb=256)
+            assert (out["success"], out["status"]) == (False, "XX"), out["error"]
+            assert out["error"] == ("Sandbox failure: the result was not copied out: "
+                                    "over 67108864 bytes"), backend
+            # Within the default disk limit the driver cannot even write it: that is said.
+            out = SandboxExecutor(config).execute(code, "L", "f", None, 60)
+            assert out["error"].startswith("Disk limit exceeded (64 MiB"), out["error"]

@@ -292,10 +292,11 @@ def test_auto_picks_the_service(service: str, monkeypatch: pytest.MonkeyPatch) -
     assert sandbox.execute_code("print(1+1)").stdout == "2\n"
 
 
-def as_nobody(script: str, socket_path: str) -> "subprocess.CompletedProcess[str]":
-    """A Python script run as nobody (no extra groups) with the client on its path."""
+def as_nobody(script: str, socket_path: str, **extra: str) -> "subprocess.CompletedProcess[str]":
+    """A Python script run as nobody (no extra groups) with the client on its path and the
+    ``extra`` variables."""
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(SRC), "ISOLATE_SOCKET": socket_path,
-           "PYTHONDONTWRITEBYTECODE": "1", "HOME": "/nonexistent"}
+           "PYTHONDONTWRITEBYTECODE": "1", "HOME": "/nonexistent", **extra}
     return subprocess.run([sys.executable, "-c", script], user=NOBODY.pw_uid,
                           group=NOBODY.pw_gid, extra_groups=[], env=env, cwd="/",
                           capture_output=True, text=True, timeout=120)

@@ -53,6 +53,7 @@ var checks = []func(*driver){
 	(*driver).killedSupervisor,
 	(*driver).systemdLayout,
 	(*driver).service,
+	(*driver).rootless,
 	(*driver).noLeftovers,
 }
 
@@ -62,6 +63,9 @@ type driver struct {
 	probeDir string // holds the probe, bound at /t in boxes
 	passed   int
 	failed   int
+	// The user's runs (rootless.go): scopes made, what they left.
+	scopes   int
+	userLeft []string
 }
 
 // check prints one result line.

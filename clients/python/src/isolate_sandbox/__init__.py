@@ -4,9 +4,10 @@ The sandbox (namespaces, cgroups, seccomp, a read-only root file system) is the 
 boundary. The import policy of :func:`analyze_code` is policy on top of it, not protection.
 
 Backends: ``service`` (``isolate serve``'s unix socket; any user its group admits), ``cli``
-(the ``isolate`` binary; root), ``local`` (a plain subprocess; NO isolation). ``auto`` picks the
-service when it answers, else the binary when root. ``queue`` sends each request as a job to
-the workers of a Redis queue (``isolate-serve --queue-url``; needs python3-redis).
+(the ``isolate`` binary, as root or as the caller's own user), ``local`` (a plain subprocess; NO
+isolation). ``auto`` picks the service when it answers, else the binary. ``queue`` sends each
+request as a job to the workers of a Redis queue (``isolate-serve --queue-url``; needs
+python3-redis).
 """
 
 from .artifacts import store_execution

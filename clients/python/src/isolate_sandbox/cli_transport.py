@@ -1,4 +1,6 @@
-"""The ``isolate`` binary as a subprocess (``isolate exec`` / ``isolate run``); needs root."""
+"""The ``isolate`` binary as a subprocess (``isolate exec`` / ``isolate run``), as root or as
+the caller's own user (isolate's runs without root: limits through a delegated cgroup v2
+subtree, or rlimits alone where the caller allows them)."""
 
 import json
 import os
@@ -20,9 +22,15 @@ SUMMARY_PREFIX = "isolate: "
 # How long isolate may take to end its run after SIGTERM, before SIGKILL.
 TERM_GRACE_SECONDS = 10.0
 
-# Only these of the caller's variables reach the isolate process (its own configuration).
+# Only these of the caller's variables reach the isolate process (its own configuration, and
+# where a caller who is not root keeps isolate's files: its box ids, locks and staging mount).
 # The box itself starts from an empty environment whatever isolate's is (CONTRACT.md).
 ISOLATE_ENV_PREFIX = "ISOLATE_"
+ISOLATE_ENV_NAMES = ("TMPDIR", "XDG_RUNTIME_DIR")
+
+# isolate's flags for the choices of a caller who is not root; a usage error (status 2, no
+# report) that names one is isolate refusing to run here without root, not bad input.
+ROOTLESS_FLAGS = ("--allow-rlimit-only", "--cgroup-root")
 
 
 def find_binary(explicit: Optional[str] = None) -> str:
@@ -78,16 +86,17 @@ class StderrSink(TextSink):
 
 
 class CLITransport:
-    """Runs requests with ``isolate exec --lang L`` and ``isolate run`` as root."""
+    """Runs requests with ``isolate exec --lang L`` and ``isolate run``, with this process's
+    rights. Without root, isolate makes the boxes under ``cgroup_root`` (a delegated cgroup v2
+    directory; None: its own cgroup, when delegated), or with rlimits alone when a request's
+    ``limits.allow_rlimit_only`` says so; where it can do neither, the call raises
+    SandboxUnavailableError with isolate's own line saying how to get one."""
 
     name = "cli"
 
-    def __init__(self, binary: Optional[str] = None) -> None:
-        if os.geteuid() != 0:
-            raise SandboxUnavailableError(
-                "the isolate binary needs root: run as root, or start the service "
-                "(isolate serve) and use its socket")
+    def __init__(self, binary: Optional[str] = None, cgroup_root: Optional[str] = None) -> None:
         self.binary = find_binary(binary)
+        self.cgroup_root = cgroup_root
 
     def exec(self, request: ExecRequest, on_stdout: Optional[OutputCallback] = None,
              on_stderr: Optional[OutputCallback] = None) -> Dict[str, Any]:
@@ -166,8 +175,11 @@ class CLITransport:
         says), return the report with the kept output. Past ``limits.call_timeout`` isolate
         is stopped (SIGTERM: it tears its box down) and CallTimeoutError raised."""
         report_path = os.path.join(tmp, "report.json")
+        if self.cgroup_root is not None:
+            argv = argv + ["--cgroup-root", self.cgroup_root]
         argv = argv + ["--stream", "--report", report_path] + tail
-        child_env = {k: v for k, v in os.environ.items() if k.startswith(ISOLATE_ENV_PREFIX)}
+        child_env = {k: v for k, v in os.environ.items()
+                     if k.startswith(ISOLATE_ENV_PREFIX) or k in ISOLATE_ENV_NAMES}
         if "GOCOVERDIR" in os.environ:
             # A coverage-instrumented isolate (the test command's) writes its counters there,
             # and warns on stderr without it.
@@ -197,6 +209,12 @@ class CLITransport:
             with open(report_path, encoding="utf-8") as f:
                 report: Dict[str, Any] = json.load(f)
         except (OSError, ValueError):
+            if code == 2 and os.geteuid() != 0 and any(f in text for f in ROOTLESS_FLAGS):
+                raise SandboxUnavailableError(
+                    f"the isolate binary cannot run here without root as configured: {text}. "
+                    "In this client: allow_rlimit_only=True (SANDBOX_ALLOW_RLIMIT_ONLY=1) "
+                    "enforces the limits with rlimits alone; cgroup_root= "
+                    "(SANDBOX_CGROUP_ROOT) names a delegated cgroup v2 directory") from None
             raise SandboxError(f"isolate exited with status {code}: {text or 'no report'}") \
                 from None
         phase = report.get("run") if "run" in report or "compile" in report else report
@@ -218,6 +236,8 @@ def limit_flags(limits: Limits) -> List[str]:
         flags += ["--tmp-size", f"{limits.disk_mb}M", "--fsize", f"{limits.disk_mb}M"]
     if limits.network:
         flags += ["--net", "host"]
+    if limits.allow_rlimit_only:
+        flags += ["--allow-rlimit-only"]
     return flags
 
 

@@ -36,10 +36,13 @@ class SandboxConfig:
     writable space and largest file (None: isolate's 64 MiB); ``mounts`` host directories bound
     into every box; ``network`` the host's network (where the service allows it);
     ``busy_wait`` the seconds a call may retry a full service (None: within the call's bound;
-    0: never); ``import_mode`` is ``block``, ``warn`` or ``off``; ``store_code`` is ``never``,
-    ``on_error`` or ``always``; ``service_url`` and ``token`` reach a service over TCP;
-    ``queue_url`` and ``queue_prefix`` the Redis queue its workers take jobs from (backend
-    ``queue``).
+    0: never); ``allow_rlimit_only`` lets the binary run without root where no cgroup v2
+    subtree is delegated to the caller, enforcing the limits with rlimits alone;
+    ``cgroup_root`` names the delegated cgroup v2 directory the binary makes boxes under
+    without root (None: the caller's own cgroup, when delegated); ``import_mode`` is
+    ``block``, ``warn`` or ``off``; ``store_code`` is ``never``, ``on_error`` or ``always``;
+    ``service_url`` and ``token`` reach a service over TCP; ``queue_url`` and
+    ``queue_prefix`` the Redis queue its workers take jobs from (backend ``queue``).
     """
 
     backend: str = "auto"
@@ -60,6 +63,8 @@ class SandboxConfig:
     busy_wait: Optional[float] = None
     service_url: Optional[str] = None
     token: Optional[str] = None
+    allow_rlimit_only: bool = False
+    cgroup_root: Optional[str] = None
     queue_url: Optional[str] = None
     queue_prefix: str = "isolate"
 
@@ -92,6 +97,8 @@ class SandboxConfig:
             raise ValueError(f"max_output_kb must be positive, not {self.max_output_kb!r}")
         if self.memory_mb <= 0:
             raise ValueError(f"memory_mb must be positive, not {self.memory_mb!r}")
+        if self.cgroup_root is not None and not os.path.isabs(self.cgroup_root):
+            raise ValueError(f"cgroup_root must be an absolute path, not {self.cgroup_root!r}")
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None,
@@ -143,6 +150,10 @@ class SandboxConfig:
             values["output_keep"] = env["SANDBOX_OUTPUT_KEEP"].strip().lower()
         if env.get("SANDBOX_BUSY_WAIT_SEC"):
             values["busy_wait"] = _number(env, "SANDBOX_BUSY_WAIT_SEC", float)
+        if env.get("SANDBOX_ALLOW_RLIMIT_ONLY"):
+            values["allow_rlimit_only"] = _flag(env, "SANDBOX_ALLOW_RLIMIT_ONLY")
+        if env.get("SANDBOX_CGROUP_ROOT"):
+            values["cgroup_root"] = env["SANDBOX_CGROUP_ROOT"].strip()
         values.update({k: v for k, v in overrides.items() if v is not None})
         if "blocked_imports" in values:
             values["blocked_imports"] = frozenset(values["blocked_imports"])

@@ -18,7 +18,11 @@ class ResultMeta:
     ``network`` and ``mounts``; ``notes`` says what the client did that the caller should
     know (a symlink left out of a project, collected files cut); ``report`` is isolate's full report
     (for ``exec``: ``{"status", "compile", "run"}``) with CPU time, peak memory, blocked syscalls;
-    ``artifact`` the file the execution was stored in, if it was.
+    ``artifact`` the file the execution was stored in, if it was; ``enforcement`` how each
+    limit was enforced when the binary ran without root (``{"memory": "rlimit", "pids":
+    "rlimit", "cpu": "rlimit", "cpus": "none", "wall": "supervisor"}``: ``cgroup`` under a
+    delegated subtree, ``rlimit`` without one, ``none`` for a limit not asked), empty where
+    root's cgroups enforced them all.
     """
 
     runtime: str
@@ -28,6 +32,7 @@ class ResultMeta:
     report: Dict[str, Any] = dataclasses.field(default_factory=dict)
     artifact: Optional[str] = None
     notes: List[str] = dataclasses.field(default_factory=list)
+    enforcement: Dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -124,9 +129,19 @@ def from_report(report: Dict[str, Any], runtime: str, limits: Limits,
         truncated=truncated,
         error=error,
         meta=ResultMeta(runtime=runtime, blocked_imports=list(blocked_imports or []),
-                        truncated=truncated, resource_limits=limits_of(limits), report=report),
+                        truncated=truncated, resource_limits=limits_of(limits), report=report,
+                        enforcement=enforcement_of(phase)),
         exception=exception,
     )
+
+
+def enforcement_of(phase: Dict[str, Any]) -> Dict[str, str]:
+    """The report's ``sandbox.limits``: how each limit was enforced (runs without root only)."""
+    sandbox = phase.get("sandbox")
+    limits = sandbox.get("limits") if isinstance(sandbox, dict) else None
+    if not isinstance(limits, dict):
+        return {}
+    return {str(name): str(how) for name, how in limits.items()}
 
 
 # The last "Name: value" line of a Python traceback (dotted names for exceptions of modules).

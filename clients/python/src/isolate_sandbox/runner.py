@@ -38,6 +38,7 @@ class SandboxRunner:
                 max_output_kb: Optional[int] = None, disk_mb: Optional[int] = None,
                 network: Optional[bool] = None, mounts: Any = None,
                 collect: Sequence[str] = (), collect_limits: Optional[CollectLimits] = None,
+                allow_rlimit_only: Optional[bool] = None,
                 on_stdout: Optional[OutputCallback] = None,
                 on_stderr: Optional[OutputCallback] = None) -> ExecutionResult:
         """Copy ``project_dir`` into a fresh box, run ``command`` there; return its outcome.
@@ -46,8 +47,10 @@ class SandboxRunner:
         ``collect``: glob patterns (relative to the project) of files to bring back in
         ``result.files`` after the command, bounded by ``collect_limits``. Symlinks that stay
         inside the project are made in the copy; others are left out and said in
-        ``result.meta.notes``. Raises ValueError when ``project_dir`` is not a directory, and
-        SandboxError naming a FIFO, socket or device in it (nothing is created then).
+        ``result.meta.notes``. ``allow_rlimit_only`` overrides the configuration's (see
+        :meth:`Sandbox.execute_code`). Raises ValueError when ``project_dir`` is not a
+        directory, and SandboxError naming a FIFO, socket or device in it (nothing is created
+        then).
         """
         if not os.path.isdir(project_dir):
             raise ValueError(f"project directory {project_dir!r} does not exist")
@@ -58,7 +61,8 @@ class SandboxRunner:
             if name in os.environ:
                 variables[name] = os.environ[name]
         variables.update(env or {})
-        limits = limits_from(self.config, timeout, memory_mb, max_output_kb, disk_mb, network)
+        limits = limits_from(self.config, timeout, memory_mb, max_output_kb, disk_mb, network,
+                             allow_rlimit_only=allow_rlimit_only)
         bounds = collect_limits or CollectLimits()
         argv, copy_out = ["/bin/sh", "-c", command], []  # type: Tuple[List[str], List[str]]
         if collect:

@@ -22,13 +22,13 @@ from .transport import ExecRequest, Limits, Mount, OutputCallback, RunRequest, T
 
 def select_transport(config: SandboxConfig) -> Transport:
     """The backend ``config.backend`` names; ``auto`` takes the service when its socket
-    answers, else the binary when this process is root, else raises one error saying what
-    to start."""
+    answers, else the binary (as root, or as this user: isolate's runs without root), else
+    raises one error saying what to start."""
     endpoint = config.service_url or config.socket_path
     if config.backend == "service" or (config.backend == "auto" and config.service_url):
         return ServiceTransport(endpoint, config.token, config.busy_wait)
     if config.backend == "cli":
-        return CLITransport(config.isolate_bin)
+        return CLITransport(config.isolate_bin, config.cgroup_root)
     if config.backend == "local":
         return LocalTransport()
     if config.backend == "queue" and config.queue_url:
@@ -38,18 +38,15 @@ def select_transport(config: SandboxConfig) -> Transport:
         return ServiceTransport(endpoint, config.token, config.busy_wait)
     if why.startswith("permission denied"):
         raise SandboxUnavailableError(why)
-    if os.geteuid() == 0:
-        try:
-            find_binary(config.isolate_bin)
-        except SandboxUnavailableError as e:
-            raise SandboxUnavailableError(
-                f"no isolate service answers on {config.socket_path}, and {e}") from None
-        return CLITransport(config.isolate_bin)
-    raise SandboxUnavailableError(
-        f"no isolate service answers on {config.socket_path} and this process is not root: "
-        "start the service (sudo isolate serve, or systemctl start isolate) and make sure "
-        "your user may use its socket, or run as root with the isolate binary; "
-        "SANDBOX_TYPE=local runs code WITHOUT isolation")
+    try:
+        find_binary(config.isolate_bin)
+    except SandboxUnavailableError as e:
+        raise SandboxUnavailableError(
+            f"no isolate service answers on {config.socket_path}, and {e}: start the service "
+            "(sudo isolate serve, or systemctl start isolate) and make sure your user may use "
+            "its socket, or give the binary; SANDBOX_TYPE=local runs code WITHOUT isolation"
+        ) from None
+    return CLITransport(config.isolate_bin, config.cgroup_root)
 
 
 class Sandbox:
@@ -66,13 +63,13 @@ class Sandbox:
 
     def limits(self, timeout: Optional[float] = None, memory_mb: Optional[int] = None,
                max_output_kb: Optional[int] = None, *, disk_mb: Optional[int] = None,
-               network: Optional[bool] = None, compile_timeout: Optional[float] = None
-               ) -> Limits:
+               network: Optional[bool] = None, compile_timeout: Optional[float] = None,
+               allow_rlimit_only: Optional[bool] = None) -> Limits:
         """This sandbox's limits, with the arguments given overriding them. The whole call is
         bounded by ``timeout`` plus ``compile_timeout`` when given (a compiled language) plus
         SETUP_SECONDS."""
         return limits_from(self.config, timeout, memory_mb, max_output_kb, disk_mb, network,
-                           compile_timeout)
+                           compile_timeout, allow_rlimit_only=allow_rlimit_only)
 
     def analyze(self, code: str, bypass: bool = False) -> SecurityReport:
         """The import policy's verdict on Python code under this sandbox's configuration."""
@@ -85,7 +82,7 @@ class Sandbox:
                      compile_timeout: Optional[float] = None, network: Optional[bool] = None,
                      mounts: Any = None, image: Optional[str] = None,
                      collect: Sequence[str] = (), collect_limits: Optional[CollectLimits] = None,
-                     bypass_security: bool = False,
+                     bypass_security: bool = False, allow_rlimit_only: Optional[bool] = None,
                      on_stdout: Optional[OutputCallback] = None,
                      on_stderr: Optional[OutputCallback] = None) -> ExecutionResult:
         """Compile (if needed) and run ``code``; never raises for what the program does.
@@ -98,6 +95,9 @@ class Sandbox:
         another image than the language's. ``collect``: glob patterns (relative to /box, where
         the program runs) of files to bring back in ``result.files``, bounded by
         ``collect_limits``; Python only (a compiled program's files: SandboxRunner).
+        ``allow_rlimit_only`` overrides the configuration's (the binary without root, where no
+        cgroup v2 subtree is delegated: rlimits alone; ``result.meta.enforcement`` says how
+        each limit was enforced).
         """
         lang = canonical_language(language)
         if collect and lang != "python":
@@ -106,7 +106,8 @@ class Sandbox:
         limits = self.limits(timeout, memory_mb, max_output_kb, disk_mb=disk_mb,
                              network=network, compile_timeout=(
                                  compile_timeout if compile_timeout is not None
-                                 else self.config.compile_timeout) if lang in COMPILED else None)
+                                 else self.config.compile_timeout) if lang in COMPILED else None,
+                             allow_rlimit_only=allow_rlimit_only)
         started = utc_now()
         blocked: List[str] = []
         if lang == "python":
@@ -191,8 +192,8 @@ def blocked_result(verdict: SecurityReport, runtime: str, limits: Limits) -> Exe
 
 def limits_from(config: SandboxConfig, timeout: Optional[float], memory_mb: Optional[int],
                 max_output_kb: Optional[int], disk_mb: Optional[int] = None,
-                network: Optional[bool] = None, compile_timeout: Optional[float] = None
-                ) -> Limits:
+                network: Optional[bool] = None, compile_timeout: Optional[float] = None, *,
+                allow_rlimit_only: Optional[bool] = None) -> Limits:
     """A call's limits: the configuration's, with the arguments given overriding them."""
     seconds = config.timeout if timeout is None else float(timeout)
     positive_seconds("timeout", seconds)
@@ -207,7 +208,9 @@ def limits_from(config: SandboxConfig, timeout: Optional[float], memory_mb: Opti
         extra = float(compile_timeout)
     limits = Limits(timeout=seconds, memory_mb=mb, max_output_bytes=kb * 1024,
                     disk_mb=disk, keep=config.output_keep,
-                    network=config.network if network is None else bool(network))
+                    network=config.network if network is None else bool(network),
+                    allow_rlimit_only=(config.allow_rlimit_only if allow_rlimit_only is None
+                                       else bool(allow_rlimit_only)))
     limits.call_timeout += extra
     return limits
 

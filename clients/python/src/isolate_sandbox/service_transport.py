@@ -237,7 +237,12 @@ class ServiceTransport:
         try:
             headers = {"Content-Type": "application/json", "Accept": NDJSON}
             headers.update(auth_headers(self.token))
-            conn.request("POST", path, data, headers)
+            try:
+                conn.request("POST", path, data, headers)
+            except (BrokenPipeError, ConnectionResetError):
+                # The service may answer before it reads a body (413 for one announced
+                # over its bound) and close: its answer says why, read it.
+                pass
             resp = conn.getresponse()
             if resp.status != 200:
                 raise error_of(resp.status, resp.reason, resp.read(65536),

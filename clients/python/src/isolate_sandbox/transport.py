@@ -42,7 +42,9 @@ class Limits:
     (compiling, queueing and setup included; default ``timeout`` + SETUP_SECONDS); ``pids``
     None keeps isolate's default; ``disk_mb`` the box's writable space (/box and /tmp) and its
     largest file, None keeps isolate's default; ``network`` gives the box the host's network
-    (where allowed)."""
+    (where allowed); ``allow_rlimit_only`` lets the binary run without root where no cgroup v2
+    subtree is delegated, enforcing the limits with rlimits alone (root and the service
+    ignore it)."""
 
     timeout: float
     memory_mb: int
@@ -52,6 +54,7 @@ class Limits:
     keep: str = "head_tail"
     network: bool = False
     call_timeout: float = 0.0
+    allow_rlimit_only: bool = False
 
     def __post_init__(self) -> None:
         if not self.call_timeout:

@@ -1,0 +1,180 @@
+"""The CLI transport as a caller who is not root (nobody), with no service: the binary's runs
+without root, through execute_code and SandboxRunner. nobody's processes start from this
+test's cgroup, which is not delegated to nobody: isolate has no cgroup subtree of nobody's to
+use on any host, so it either refuses or (allowed) enforces the limits with rlimits alone."""
+
+import json
+import os
+import shutil
+import tempfile
+from typing import Any, Iterator
+
+import pytest
+
+from conftest import isolate_binary
+from test_service import NOBODY, as_nobody
+
+NO_SERVICE = "/nonexistent/api.sock"
+# A command line no other process on the machine has: the leak check looks for it.
+SLEEPER = "sleep 37.25"
+
+needs_rootless = pytest.mark.skipif(
+    os.geteuid() != 0 or not os.access(isolate_binary(), os.X_OK)
+    or open("/proc/sys/user/max_user_namespaces").read().strip() == "0",
+    reason="needs root (to run as nobody), the isolate binary and user namespaces")
+
+pytestmark = needs_rootless
+
+# The script's prelude: facts(result) is what the tests compare, as JSON.
+PRELUDE = """import base64, json
+import isolate_sandbox as s
+from isolate_sandbox.result import run_report_of
+def facts(r):
+    run = run_report_of(r.meta.report)
+    return {"status": r.status, "stdout": r.stdout, "exit_code": r.exit_code,
+            "error": r.error, "runtime": r.meta.runtime, "enforcement": r.meta.enforcement,
+            "cgroup": run["sandbox"]["cgroup"], "memory_peak": run["memory_peak"],
+            "limit": run["limit"], "exception": r.exception and r.exception.name,
+            "files": {k: base64.b64encode(v).decode() for k, v in r.files.items()}}
+def refusal(call):
+    try:
+        call()
+    except s.SandboxUnavailableError as e:
+        return str(e)
+    return "ran"
+"""
+
+RLIMITS_ONLY = {"memory": "rlimit", "pids": "rlimit", "cpu": "rlimit", "cpus": "none",
+                "wall": "supervisor"}
+
+
+@pytest.fixture
+def home() -> Iterator[str]:
+    """nobody's TMPDIR (the client's temporary directories, isolate's own box ids and locks)
+    holding a project to copy in."""
+    path = tempfile.mkdtemp(prefix="pyrootless-")
+    project = os.path.join(path, "project")
+    os.mkdir(project)
+    with open(os.path.join(project, "data.txt"), "w") as f:
+        f.write("from the project\n")
+    for p in (path, project, os.path.join(project, "data.txt")):
+        os.chown(p, NOBODY.pw_uid, NOBODY.pw_gid)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path)
+
+
+def nobody_runs(home: str, script: str, **env: str) -> Any:
+    """``script`` (after PRELUDE) run as nobody with the binary, no service, ``home`` as
+    TMPDIR and an empty isolate configuration unless ``env`` names one (the host's could allow
+    rlimits); the JSON its last line prints."""
+    env.setdefault("ISOLATE_CONFIG", "/dev/null")
+    done = as_nobody(PRELUDE + script, NO_SERVICE, ISOLATE_BIN=isolate_binary(),
+                     ISOLATE_NO_SERVICE="1", TMPDIR=home, **env)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def assert_nothing_left(home: str) -> None:
+    """No temporary directory of the client, no box of isolate's, no mount and no process of
+    the runs remains: only the project and isolate's (empty) runtime directory."""
+    runtime = f"isolate-{NOBODY.pw_uid}"
+    assert set(os.listdir(home)) - {runtime} == {"project"}
+    for sub in ("boxes", "root"):
+        where = os.path.join(home, runtime, sub)
+        assert not os.path.isdir(where) or os.listdir(where) == [], where
+    with open("/proc/self/mountinfo") as f:
+        assert home not in f.read()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").strip().decode(errors="replace")
+        except OSError:
+            continue
+        assert cmdline != SLEEPER, f"process {pid} of a run remains"
+
+
+def test_ok_and_re_with_rlimits_say_how_limits_were_enforced(home: str) -> None:
+    answer = nobody_runs(home, f"""
+box = s.get_sandbox(allow_rlimit_only=True)
+runner = s.SandboxRunner(allow_rlimit_only=True)
+project = {os.path.join(home, "project")!r}
+print(json.dumps([box.runtime,
+                  facts(box.execute_code("print(6 * 7)", image="host")),
+                  facts(box.execute_code("raise ValueError('boom')", image="host")),
+                  facts(runner.execute("cat data.txt > out.txt; cat out.txt; exit 3", project,
+                                       collect=["out.txt"]))]))
+""")
+    runtime, ok, raised, command = answer
+    assert runtime == "cli"
+    assert (ok["status"], ok["stdout"], ok["exit_code"], ok["error"]) == ("OK", "42\n", 0, None)
+    assert (raised["status"], raised["exit_code"], raised["exception"], raised["error"]) == \
+        ("RE", 1, "ValueError", "ValueError: boom")
+    assert (command["status"], command["stdout"], command["exit_code"]) == \
+        ("RE", "from the project\n", 3)
+    assert command["files"] == {"out.txt": "ZnJvbSB0aGUgcHJvamVjdAo="}  # from the project\n
+    for r in (ok, raised, command):
+        assert r["runtime"] == "cli" and r["enforcement"] == RLIMITS_ONLY
+        # No cgroup: no peak memory measured, and the result still maps.
+        assert (r["cgroup"], r["memory_peak"]) == ("none", 0)
+    assert_nothing_left(home)
+
+
+def test_wall_timeout_allowed_from_the_environment(home: str) -> None:
+    answer = nobody_runs(home, f"""
+runner = s.SandboxRunner()
+print(json.dumps([facts(runner.execute({SLEEPER!r}, {os.path.join(home, "project")!r},
+                                       timeout=1)),
+                  facts(s.execute_code("while True: pass", image="host", timeout=1))]))
+""", SANDBOX_ALLOW_RLIMIT_ONLY="1")
+    slept, spun = answer
+    assert (slept["status"], slept["limit"], slept["error"]) == \
+        ("TO", "wall", "Code execution timed out after 1s")
+    assert slept["enforcement"] == RLIMITS_ONLY
+    assert (spun["status"], spun["error"]) == ("TO", "Code execution timed out after 1s")
+    assert_nothing_left(home)
+
+
+def test_refused_without_the_option_with_isolates_fix(home: str) -> None:
+    answer = nobody_runs(home, f"""
+project = {os.path.join(home, "project")!r}
+print(json.dumps([
+    refusal(lambda: s.execute_code("print(1)", image="host")),
+    refusal(lambda: s.SandboxRunner().execute("true", project)),
+    refusal(lambda: s.get_sandbox(cgroup_root="/sys/fs/cgroup", allow_rlimit_only=True)
+            .execute_code("print(1)", image="host")),
+]))
+""", SANDBOX_ALLOW_RLIMIT_ONLY="0")
+    plain, runner, named = answer
+    for said in (plain, runner):
+        assert said.startswith("the isolate binary cannot run here without root"), said
+        assert "systemd-run --user --scope -p Delegate=yes" in said
+        assert "allow_rlimit_only=True (SANDBOX_ALLOW_RLIMIT_ONLY=1)" in said
+    assert "--cgroup-root /sys/fs/cgroup: " in named and "SANDBOX_CGROUP_ROOT" in named
+    assert_nothing_left(home)
+
+
+def test_per_call_option_wins_over_the_environment(home: str) -> None:
+    answer = nobody_runs(home, """
+print(json.dumps([refusal(lambda: s.execute_code("print(1)", image="host",
+                                                 allow_rlimit_only=False)),
+                  facts(s.execute_code("print(1)", image="host"))]))
+""", SANDBOX_ALLOW_RLIMIT_ONLY="1")
+    refused, ran = answer
+    assert refused.startswith("the isolate binary cannot run here without root"), refused
+    assert (ran["status"], ran["stdout"]) == ("OK", "1\n")
+    assert_nothing_left(home)
+
+
+def test_isolates_configuration_allows_rlimits(home: str) -> None:
+    config = os.path.join(home, "isolate.conf")
+    with open(config, "w") as f:
+        f.write("allow_rlimit_only = 1\n")
+    answer = nobody_runs(home, """
+print(json.dumps(facts(s.execute_code("print(2)", image="host"))))
+""", ISOLATE_CONFIG=config)
+    assert (answer["status"], answer["stdout"], answer["enforcement"]) == \
+        ("OK", "2\n", RLIMITS_ONLY)
+    os.remove(config)
+    assert_nothing_left(home)

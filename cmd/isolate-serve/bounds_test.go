@@ -1,0 +1,141 @@
+package main
+
+// The service's own memory, measured on the service's process: what the
+// worst shapes of request make it hold (VmHWM, its peak resident set).
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// service is a service process started for a test or a benchmark; it
+// stops when the test ends.
+type service struct{ *child }
+
+func startService(tb testing.TB) *service {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		tb.Skip("needs root: starts sandboxes")
+	}
+	c := startChild(tb, tb.TempDir(), "--cli-socket", "none", "--parallel", "2")
+	tb.Cleanup(func() {
+		c.cmd.Process.Signal(syscall.SIGTERM)
+		c.cmd.Wait()
+	})
+	return &service{c}
+}
+
+// post sends body (streamed answer when stream) and reads the answer
+// through, keeping at most its first keep bytes.
+func (s *service) post(tb testing.TB, body io.Reader, stream bool, keep int) (int, []byte) {
+	tb.Helper()
+	req, _ := http.NewRequest("POST", "http://isolate/v1/run", body)
+	if stream {
+		req.Header.Set("Accept", "application/x-ndjson")
+	}
+	resp, err := s.client().Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var head bytes.Buffer
+	io.Copy(&head, io.LimitReader(resp.Body, int64(keep)))
+	io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, head.Bytes()
+}
+
+// peakRSS is the service's peak resident set, in bytes.
+func (s *service) peakRSS(tb testing.TB) int64 {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	tb.Fatal("no VmHWM")
+	return 0
+}
+
+// zeros is a request whose program writes n NUL bytes to stdout (six
+// bytes each in JSON: "\u0000"), kept up to limit.
+func zeros(n, limit int64) string {
+	return fmt.Sprintf(`{"commands":[{"args":["/bin/sh","-c","head -c %d /dev/zero"],"output_limit_bytes":%d,"wall_time_ms":120000}]}`, n, limit)
+}
+
+// A program's huge output leaves the service's memory at the output
+// limit, not at a multiple of it: the answer is written out in pieces.
+func TestHugeOutputLeavesTheServiceSmall(t *testing.T) {
+	s := startService(t)
+	const limit = 16 << 20
+	code, head := s.post(t, strings.NewReader(zeros(300<<20, limit)), false, 1<<30)
+	var resp struct {
+		Results []struct {
+			Stdout          string `json:"stdout"`
+			StdoutTruncated bool   `json:"stdout_truncated"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(head, &resp); code != 200 || err != nil || len(resp.Results) != 1 {
+		t.Fatalf("%d %v: %.200s", code, err, head)
+	}
+	if r := resp.Results[0]; len(r.Stdout) != limit || !r.StdoutTruncated {
+		t.Errorf("stdout of %d bytes, truncated %v: want %d, truncated", len(r.Stdout), r.StdoutTruncated, limit)
+	}
+	// Generous: the service's own memory, one kept stream, and slack.
+	// Encoding the answer whole took 6x the stream twice over and more.
+	if peak := s.peakRSS(t); peak > 160<<20 {
+		t.Errorf("the service's peak resident set is %d MiB after one run with a %d MiB output limit", peak>>20, limit>>20)
+	}
+}
+
+// BenchmarkServicePeakRSS sends the worst shapes of request, each to a
+// service process of its own, and reports the service's peak resident
+// set over that shape's requests (peak-MiB): it stays flat however much
+// output the program writes and however the body is shaped. Run as root:
+//
+//	go test -tags $TAGS -run '^$' -bench ServicePeakRSS -benchtime 3x ./cmd/isolate-serve
+func BenchmarkServicePeakRSS(b *testing.B) {
+	envs := func(size int) string { // a body of about size bytes, just under the limit
+		n := size / 8
+		return `{"commands":[{"args":["/bin/true"],"env":[` + strings.TrimSuffix(strings.Repeat(`"X=xxx",`, min(n, 1000)), ",") +
+			`],"copy_in":[{"path":"/box/f","text":"` + strings.Repeat("y", size-9000) + `"}]}]}`
+	}
+	items := func(size int) string { // an array of empty objects of about size bytes
+		return `{"commands":[{"args":["/bin/true"],"copy_in":[` + strings.TrimSuffix(strings.Repeat(`{},`, size/3), ",") + `]}]}`
+	}
+	shapes := []struct {
+		name   string
+		body   string
+		stream bool
+		want   int
+	}{
+		{"output=16MiB", zeros(16<<20, 16<<20), false, 200},
+		{"output=1GiB", zeros(1<<30, 16<<20), false, 200},
+		{"output=256MiB/stream", zeros(256<<20, 16<<20), true, 200},
+		{"body=4MiB", envs(4<<20 - 4096), false, 200},
+		{"body=64MiB", envs(64 << 20), false, 413},
+		{"items=4MiB", items(4<<20 - 4096), false, 400},
+	}
+	for _, shape := range shapes {
+		b.Run(shape.name, func(b *testing.B) {
+			s := startService(b)
+			for range b.N {
+				if code, head := s.post(b, strings.NewReader(shape.body), shape.stream, 300); code != shape.want {
+					b.Fatalf("%d, want %d: %s", code, shape.want, head)
+				}
+			}
+			b.ReportMetric(float64(s.peakRSS(b))/(1<<20), "peak-MiB")
+		})
+	}
+}

@@ -1,0 +1,31 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/isolate-sandbox/isolate/cmdline"
+	"github.com/isolate-sandbox/isolate/internal/bench"
+)
+
+// benchRootless measures `isolate run` by a user who is not root against
+// unprivileged bwrap by the same user (bench.RunRootless).
+func benchRootless(c *cli.Context, runs int) error {
+	self, err := os.Executable()
+	if err != nil {
+		return failure("bench: " + err.Error())
+	}
+	res, err := bench.RunRootless(bench.RootlessConfig{Bin: self, Version: cmdline.Version, Rounds: runs})
+	if err != nil {
+		return failure("bench: " + err.Error())
+	}
+	if c.Bool("json") {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	bench.PrintRootless(os.Stdout, res)
+	return nil
+}
