@@ -53,18 +53,18 @@ def queue_url() -> Iterator[str]:
                                "--grace", "5s", "--queue-url", url, "--queue-name", "pytest"],
                               stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     try:
-        client = QueueClient(url)
-        for _ in range(200):
-            try:
-                if client.redis.exists("isolate:worker:pytest"):
-                    break
-            except Exception:
-                pass
-            time.sleep(0.05)
-        else:
-            log.seek(0)
-            text = log.read().decode(errors="replace")
-            pytest.fail(f"the worker did not announce itself: {text}")
+        with QueueClient(url) as client:
+            for _ in range(200):
+                try:
+                    if client.redis.exists("isolate:worker:pytest"):
+                        break
+                except Exception:
+                    pass
+                time.sleep(0.05)
+            else:
+                log.seek(0)
+                text = log.read().decode(errors="replace")
+                pytest.fail(f"the worker did not announce itself: {text}")
         yield url
     finally:
         for proc in (worker, redis):
@@ -80,22 +80,23 @@ def queue_url() -> Iterator[str]:
 
 @needs_queue
 def test_submit_and_result(queue_url: str) -> None:
-    client = QueueClient(queue_url)
-    job = client.submit({"commands": [{"args": ["/bin/echo", "hi"]}]})
-    status, body = client.result(job, 30)
-    assert status == 200 and b'"stdout":"hi\\n"' in body
-    # An id that has its result is acknowledged without running again: the same answer.
-    again = client.submit({"commands": [{"args": ["/bin/echo", "other"]}]}, job_id=job)
-    assert again == job
-    time.sleep(0.5)
-    assert client.result(job, 5) == (status, body)
+    with QueueClient(queue_url) as client:
+        job = client.submit({"commands": [{"args": ["/bin/echo", "hi"]}]})
+        status, body = client.result(job, 30)
+        assert status == 200 and b'"stdout":"hi\\n"' in body
+        # An id that has its result is acknowledged without running again: the same answer.
+        again = client.submit({"commands": [{"args": ["/bin/echo", "other"]}]}, job_id=job)
+        assert again == job
+        time.sleep(0.5)
+        assert client.result(job, 5) == (status, body)
 
 
 @needs_queue
 def test_sandbox_on_the_queue(queue_url: str) -> None:
     box = Sandbox(SandboxConfig(backend="queue", queue_url=queue_url))
-    assert box.transport.name == "queue"
+    assert isinstance(box.transport, QueueTransport)
     result = box.execute_code("print(6 * 7)")
+    box.transport.client.close()
     assert result.success and result.stdout.strip() == "42", result.error
 
 
@@ -108,21 +109,22 @@ def test_refusal_is_the_apis(queue_url: str) -> None:
     with pytest.raises(ServiceError) as bad:
         transport.run(RunRequest(command=[], limits=Limits(1, 64, 1024)))
     assert bad.value.status == 400
+    transport.client.close()
 
 
 @needs_queue
 def test_dead_letter_without_answer(queue_url: str) -> None:
-    client = QueueClient(queue_url)
-    job = client.submit_json("{}", endpoint="files")
-    with pytest.raises(JobDeadError) as e:
-        client.result(job, 30)
+    with QueueClient(queue_url) as client:
+        job = client.submit_json("{}", endpoint="files")
+        with pytest.raises(JobDeadError) as e:
+            client.result(job, 30)
     assert e.value.reason == 'endpoint "files" of the job: want run or exec'
 
 
 @needs_queue
 def test_result_timeout(queue_url: str) -> None:
-    with pytest.raises(ResultTimeoutError):
-        QueueClient(queue_url).result("nobody-submitted-this", 0.3)
+    with QueueClient(queue_url) as client, pytest.raises(ResultTimeoutError):
+        client.result("nobody-submitted-this", 0.3)
 
 
 def test_without_the_redis_package(monkeypatch: pytest.MonkeyPatch) -> None:

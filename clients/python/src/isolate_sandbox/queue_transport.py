@@ -60,6 +60,17 @@ class QueueClient:
         self.redis = redis_module().Redis.from_url(url)
         self.prefix = prefix
 
+    def close(self) -> None:
+        """Close the client's connections to Redis."""
+        self.redis.close()
+        self.redis.connection_pool.disconnect()
+
+    def __enter__(self) -> "QueueClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
     def submit(self, body: Dict[str, Any], endpoint: str = "run",
                job_id: Optional[str] = None) -> str:
         """Queue one request (the JSON body of ``/v1/run`` or ``/v1/exec``); its job id (a
