@@ -1,7 +1,7 @@
 // Package caller is who asks the service for a run and what such a caller
 // may ask: one Caller value (who: the uid and groups the kernel recorded
 // at connect, or a bearer token; how: the HTTP API on the unix socket,
-// the CLI's handover, HTTP over TCP) that every front end builds, and one
+// the CLI's handover, HTTP over TCP, a job from the queue) that every front end builds, and one
 // Policy that every front end checks a request against. Front ends hold
 // no policy of their own: they build a Caller, call Policy.Check, and
 // word its refusal in their own vocabulary (HTTP 403 and the field, or
@@ -30,6 +30,10 @@ const (
 	Handover Via = "handover"
 	// TCP is the HTTP API on --listen, known by the bearer token only.
 	TCP Via = "tcp"
+	// Queue is a job taken from a Redis stream (--queue-url): whoever
+	// could write to the stream sent it, and nobody vouches for them, so
+	// it has a TCP caller's rights.
+	Queue Via = "queue"
 )
 
 // Caller is who sent a request, and how.
@@ -45,19 +49,30 @@ type Caller struct {
 // Unknown is a caller nobody vouches for: not root, in no group.
 var Unknown = Caller{Via: TCP, UID: -1, GID: -1}
 
+// QueueJob is the caller of every job taken from the queue: not root, in
+// no group.
+var QueueJob = Caller{Via: Queue, UID: -1, GID: -1}
+
+// vouched tells whether the kernel says who c is (the unix socket, the
+// handover, this process): never over TCP or the queue.
+func (c Caller) vouched() bool { return c.Via != TCP && c.Via != Queue }
+
 // Root tells whether the caller has root's rights on the host: uid 0 as
 // the kernel says (never a TCP caller, whatever its token).
-func (c Caller) Root() bool { return c.Via != TCP && c.UID == 0 }
+func (c Caller) Root() bool { return c.vouched() && c.UID == 0 }
 
 // InGroup tells whether the caller's gid or a supplementary group is gid.
 func (c Caller) InGroup(gid int) bool {
-	return c.Via != TCP && (c.GID == gid || slices.Contains(c.Groups, gid))
+	return c.vouched() && (c.GID == gid || slices.Contains(c.Groups, gid))
 }
 
 // String names the caller in messages and logs.
 func (c Caller) String() string {
-	if c.Via == TCP {
+	switch c.Via {
+	case TCP:
 		return "a TCP caller"
+	case Queue:
+		return "a queue job"
 	}
 	return fmt.Sprintf("uid %d (%s)", c.UID, c.Via)
 }

@@ -60,7 +60,7 @@ func (p *Policy) Check(c Caller, s *api.Spec, prefix string) error {
 	if !c.Capped() {
 		return nil
 	}
-	if (c.Via == API || c.Via == TCP) && s.OutputLimitBytes == api.Unlimited {
+	if (c.Via == API || c.Via == TCP || c.Via == Queue) && s.OutputLimitBytes == api.Unlimited {
 		return &api.FieldError{Field: prefix + "output_limit_bytes", Msg: "-1: the service keeps captured output in memory: give a size in bytes (0: the default)"}
 	}
 	return p.Caps.apply(s, prefix)
@@ -73,7 +73,7 @@ func (c Caller) Capped() bool { return c.Via != Process && !(c.Via == Handover &
 
 // allows tells whether c may ask what groups opt into: root always, a
 // caller in one of the groups, nobody else (never a TCP caller: it has
-// no groups).
+// no groups; nor a queue job).
 func (p *Policy) allows(c Caller, groups []int) bool {
 	if c.Root() {
 		return true
@@ -104,6 +104,8 @@ func (c Caller) StoreOwner() string {
 		return ""
 	case c.Via == TCP:
 		return "tcp"
+	case c.Via == Queue:
+		return "queue"
 	}
 	return fmt.Sprintf("uid:%d", c.UID)
 }

@@ -43,6 +43,14 @@ func TestCheck(t *testing.T) {
 		{"handover caps", other, api.Spec{MemoryBytes: 1 << 30}, "memory_bytes", false},
 		{"root's handover is not capped", rootHandover, api.Spec{MemoryBytes: 1 << 30}, "", false},
 		{"api caps root too", root, api.Spec{MemoryBytes: 1 << 30}, "memory_bytes", false},
+		{"queue job box id (nobody vouches for uid 0)", Caller{Via: Queue, UID: 0}, api.Spec{BoxID: &id}, "box_id", true},
+		{"queue job net host", QueueJob, api.Spec{Net: "host"}, "net", true},
+		{"queue job seccomp none", QueueJob, api.Spec{Seccomp: "none"}, "seccomp", true},
+		{"queue job image path", QueueJob, api.Spec{Image: "/srv/img"}, "image", true},
+		{"queue job binds", QueueJob, api.Spec{Binds: []api.Bind{{Host: "/x", Box: "/x"}}}, "binds", true},
+		{"queue job output unlimited", QueueJob, api.Spec{OutputLimitBytes: api.Unlimited}, "output_limit_bytes", false},
+		{"queue job caps", QueueJob, api.Spec{MemoryBytes: 1 << 30}, "memory_bytes", false},
+		{"queue job built image", QueueJob, api.Spec{Image: "python"}, "", false},
 	} {
 		spec := c.spec
 		err := p.Check(c.who, &spec, "")
@@ -56,6 +64,9 @@ func TestCheck(t *testing.T) {
 		case c.field != "" && errors.As(err, &ref) != c.deny:
 			t.Errorf("%s: %v: refusal %v, want %v", c.name, err, !c.deny, c.deny)
 		}
+	}
+	if (Caller{Via: Queue, UID: 0, Groups: []int{judges}}).InGroup(judges) || QueueJob.StoreOwner() != "queue" {
+		t.Errorf("a queue job is in no group and owns the store's %q files", "queue")
 	}
 	// The cap is the default of a request that leaves it unset.
 	var spec api.Spec

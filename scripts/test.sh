@@ -6,8 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # bubblewrap: the baseline the bench tests compare against (isolate
-# bench itself installs nothing).
-export PATH="$(./scripts/deps.sh bubblewrap):$PATH"
+# bench itself installs nothing). redis-server: the queue's tests start
+# their own; python3-redis: the Python client's queue transport.
+export PATH="$(./scripts/deps.sh bubblewrap redis-server python3-redis):$PATH"
 . scripts/cgo-env.sh
 # initbin: every box of a long-running process (the service, the pool and
 # server tests) starts the small init (isolate/initbin), built first.
@@ -27,6 +28,9 @@ echo "== vet and format"
 go vet -tags "$TAGS" ./...
 unformatted=$(gofmt -l $(git ls-files '*.go'))
 [ -z "$unformatted" ] || { echo "gofmt needed: $unformatted" >&2; exit 1; }
+
+echo "== the Kubernetes manifests (deploy/: a module of its own, with the API types)"
+(cd deploy && go mod tidy -diff && go vet ./... && go test -count=1 ./...)
 
 work=$(mktemp -d /tmp/isolate-test.XXXXXX)
 chmod 0755 "$work" # the box user and the not-root test run binaries from here

@@ -56,6 +56,9 @@ func main() {
 	if len(os.Args) == 2 && os.Args[1] == "help-man" {
 		run = func([]string) error { return writeMan(os.Stdout) }
 	}
+	if len(os.Args) >= 2 && os.Args[1] == "probe" {
+		run = func(args []string) error { return probe(args[1:]) }
+	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "isolate serve: "+err.Error())
 		os.Exit(2)
@@ -79,6 +82,7 @@ type options struct {
 	maxBody              string
 	writeTimeout         time.Duration
 	conns                connlimit.Limits
+	q                    queueOptions
 }
 
 // groupList is a repeatable flag of groups, each a name or a gid, also
@@ -131,6 +135,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.storeCallerQuota, "store-caller-quota", "", "bytes of the file store one caller who is not root may hold (default a quarter of --store-quota)")
 	fs.Var(&o.netHostGroups, "net-host-group", "a group (name or gid; repeatable, or a comma list) whose members who are not root may ask net: host (default: root only)")
 	fs.Var(&o.seccompNoneGroups, "seccomp-none-group", "a group (name or gid; repeatable, or a comma list) whose members who are not root may ask seccomp: none (default: root only)")
+	o.q.flags(fs)
 	fs.StringVar(&o.caps.time, "max-time", "", "largest cpu_time_ms a request may ask (DUR)")
 	fs.StringVar(&o.caps.wall, "max-wall-time", "", "largest wall_time_ms (DUR)")
 	fs.StringVar(&o.caps.mem, "max-mem", "", "largest memory_bytes (SIZE)")
@@ -325,7 +330,12 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
-	srv := server.New(server.Config{
+	var srv *server.Server
+	worker, err := o.q.worker(o.parallel, &srv)
+	if err != nil {
+		return err
+	}
+	srv = server.New(server.Config{
 		Runner:   hostRunner{host},
 		Exec:     server.Judge{Host: host},
 		Store:    store,
@@ -335,7 +345,7 @@ func serve(args []string) error {
 		Policy:   *policy,
 		Health:   health,
 		Token:    token,
-		Metrics:  cli.metrics(),
+		Metrics:  append(cli.metrics(), queueMetrics(worker)...),
 
 		MaxBodyBytes: maxBody,
 		WriteTimeout: o.writeTimeout,
@@ -364,6 +374,13 @@ func serve(args []string) error {
 		fmt.Fprintf(os.Stderr, " and %s", listeners[1].Addr())
 	}
 	fmt.Fprintf(os.Stderr, " (%d at once, up to %d boxes built ahead)\n", o.parallel, o.pool)
+	stopQueue := func(time.Duration) {}
+	if worker != nil {
+		ctx, stop := context.WithCancel(context.Background())
+		go worker.Run(ctx)
+		stopQueue = func(grace time.Duration) { stop(); worker.Drain(grace) }
+		fmt.Fprintf(os.Stderr, "isolate serve: taking jobs from the queue %s:jobs as %s\n", o.q.prefix, worker.Name())
+	}
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
@@ -371,13 +388,19 @@ func serve(args []string) error {
 	case s := <-sig:
 		fmt.Fprintf(os.Stderr, "isolate serve: %v: draining (up to %v)\n", s, o.grace)
 	case err := <-errs:
+		stopQueue(0)
 		cli.Shutdown(0)
 		srv.Shutdown(0)
 		return err
 	}
-	done := make(chan struct{})
-	go func() { cli.Shutdown(o.grace); close(done) }()
-	srv.Shutdown(o.grace)
+	// The queue stops taking jobs and finishes its own within the grace
+	// (its hard stop comes first, so that a job it cuts short stays
+	// pending rather than answered "the service is stopping").
+	done := make(chan struct{}, 2)
+	go func() { cli.Shutdown(o.grace); done <- struct{}{} }()
+	go func() { stopQueue(o.grace); done <- struct{}{} }()
+	srv.Shutdown(o.grace + time.Second)
+	<-done
 	<-done
 	return nil
 }

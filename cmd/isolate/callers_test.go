@@ -467,6 +467,9 @@ func TestCallerTableCoversSecurityMD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if !strings.Contains(string(doc), "| TCP token caller | queue job (`--queue-url`) |") {
+		t.Error("SECURITY.md's caller table lacks the queue job's column (caller.Queue)")
+	}
 	rows := callerTableRows(string(doc))
 	if len(rows) < 10 {
 		t.Fatalf("SECURITY.md's caller table has %d rows: %q", len(rows), rows)

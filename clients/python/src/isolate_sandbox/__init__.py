@@ -5,7 +5,9 @@ boundary. The import policy of :func:`analyze_code` is policy on top of it, not 
 
 Backends: ``service`` (``isolate serve``'s unix socket; any user its group admits), ``cli``
 (the ``isolate`` binary, as root or as the caller's own user), ``local`` (a plain subprocess; NO
-isolation). ``auto`` picks the service when it answers, else the binary.
+isolation). ``auto`` picks the service when it answers, else the binary. ``queue`` sends each
+request as a job to the workers of a Redis queue (``isolate-serve --queue-url``; needs
+python3-redis).
 """
 
 from .artifacts import store_execution
@@ -21,12 +23,14 @@ from .result import ExceptionInfo
 from .sandbox import Sandbox, execute_code, execute_file, get_sandbox, run_code
 from .transport import Mount
 from .security import SecurityReport, analyze_code
+from .queue_transport import JobDeadError, QueueClient, ResultTimeoutError
 
 __all__ = [
     "DEFAULT_BLOCKED_IMPORTS", "ExecutionResult", "ResultMeta", "Sandbox", "SandboxConfig",
     "SandboxError", "SandboxExecutor", "SandboxRunner", "SandboxUnavailableError", "ServiceError",
     "SecurityReport", "analyze_code", "execute_code", "execute_file",
     "get_sandbox", "run_python_code", "store_execution", "run_code", "Mount", "CollectLimits",
-    "CallTimeoutError", "RefusedError", "ExceptionInfo",
+    "CallTimeoutError", "RefusedError", "ExceptionInfo", "QueueClient", "JobDeadError",
+    "ResultTimeoutError",
 ]
 __version__ = "0.1.0"

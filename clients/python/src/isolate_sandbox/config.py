@@ -7,7 +7,7 @@ from typing import Any, Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
 
 from .transport import KEEP_MODES, Mount
 
-BACKENDS = ("auto", "service", "cli", "local")
+BACKENDS = ("auto", "service", "cli", "local", "queue")
 STORE_POLICIES = ("never", "on_error", "always")
 IMPORT_MODES = ("block", "warn", "off")
 
@@ -41,7 +41,8 @@ class SandboxConfig:
     ``cgroup_root`` names the delegated cgroup v2 directory the binary makes boxes under
     without root (None: the caller's own cgroup, when delegated); ``import_mode`` is
     ``block``, ``warn`` or ``off``; ``store_code`` is ``never``, ``on_error`` or ``always``;
-    ``service_url`` and ``token`` reach a service over TCP.
+    ``service_url`` and ``token`` reach a service over TCP; ``queue_url`` and
+    ``queue_prefix`` the Redis queue its workers take jobs from (backend ``queue``).
     """
 
     backend: str = "auto"
@@ -64,6 +65,8 @@ class SandboxConfig:
     token: Optional[str] = None
     allow_rlimit_only: bool = False
     cgroup_root: Optional[str] = None
+    queue_url: Optional[str] = None
+    queue_prefix: str = "isolate"
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -77,6 +80,9 @@ class SandboxConfig:
                 f"unknown import mode {self.import_mode!r}; valid: {', '.join(IMPORT_MODES)}")
         positive_seconds("timeout", self.timeout)
         positive_seconds("compile_timeout", self.compile_timeout)
+        if self.backend == "queue" and not self.queue_url:
+            raise ValueError("the queue backend needs queue_url (ISOLATE_QUEUE_URL): "
+                             "the Redis the workers take jobs from")
         if self.busy_wait is not None and not (self.busy_wait >= 0
                                                and math.isfinite(self.busy_wait)):
             raise ValueError(f"busy_wait must be a finite number of seconds >= 0, "
@@ -125,6 +131,10 @@ class SandboxConfig:
             values["service_url"] = env["ISOLATE_URL"].strip()
         if env.get("ISOLATE_TOKEN"):
             values["token"] = env["ISOLATE_TOKEN"].strip()
+        if env.get("ISOLATE_QUEUE_URL"):
+            values["queue_url"] = env["ISOLATE_QUEUE_URL"].strip()
+        if env.get("ISOLATE_QUEUE_PREFIX"):
+            values["queue_prefix"] = env["ISOLATE_QUEUE_PREFIX"].strip()
         if env.get("SANDBOX_COMPILE_TIMEOUT_SEC"):
             values["compile_timeout"] = _number(env, "SANDBOX_COMPILE_TIMEOUT_SEC", float)
         if env.get("SANDBOX_DISK_MB"):

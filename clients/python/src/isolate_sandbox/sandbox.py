@@ -15,6 +15,7 @@ from .languages import COMPILED, SOURCE_NAMES, canonical_language, language_of_f
 from .local_transport import LocalTransport
 from .result import ExecutionResult, ResultMeta, format_seconds, from_report, limits_of
 from .security import SecurityReport, analyze_code
+from .queue_transport import QueueTransport
 from .service_transport import ServiceTransport, probe
 from .transport import ExecRequest, Limits, Mount, OutputCallback, RunRequest, Transport
 
@@ -30,6 +31,8 @@ def select_transport(config: SandboxConfig) -> Transport:
         return CLITransport(config.isolate_bin, config.cgroup_root)
     if config.backend == "local":
         return LocalTransport()
+    if config.backend == "queue" and config.queue_url:
+        return QueueTransport(config.queue_url, config.queue_prefix)
     why = probe(endpoint)
     if why is None:
         return ServiceTransport(endpoint, config.token, config.busy_wait)

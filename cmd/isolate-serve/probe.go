@@ -1,0 +1,53 @@
+package main
+
+// `isolate-serve probe`: GET /v1/health on the service's unix socket,
+// with the token when the service has one, for probes that cannot carry
+// a secret (a Kubernetes httpGet probe's headers are in the manifest).
+// Exit status 0 when the service is ready, 1 when not, 2 on bad flags.
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/isolate-sandbox/isolate/server"
+)
+
+func probe(args []string) error {
+	fs := flag.NewFlagSet("isolate-serve probe", flag.ContinueOnError)
+	socket := fs.String("socket", server.DefaultSocket, "the service's unix socket")
+	tokenFile := fs.String("token-file", "", "the service's bearer token (its --token-file)")
+	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for the answer")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	req, _ := http.NewRequest("GET", "http://isolate/v1/health", nil)
+	if *tokenFile != "" {
+		token, err := server.ReadToken(*tokenFile)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	client := &http.Client{Timeout: *timeout, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", *socket)
+		}}}
+	resp, err := client.Do(req)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "isolate serve probe: "+err.Error())
+		os.Exit(1)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	os.Stdout.Write(body)
+	if resp.StatusCode != http.StatusOK {
+		os.Exit(1)
+	}
+	return nil
+}

@@ -1,0 +1,107 @@
+package main
+
+// --queue-url: the queue front end (package queue), a worker taking jobs
+// from a Redis stream and answering each through this service's own
+// handlers. Only this binary links go-redis; the one-shot isolate does
+// not.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/isolate-sandbox/isolate/caller"
+	"github.com/isolate-sandbox/isolate/queue"
+	"github.com/isolate-sandbox/isolate/server"
+)
+
+// queueOptions are the queue front end's flags.
+type queueOptions struct {
+	url, urlFile, prefix, group, name string
+	capacity, maxDeliveries           int
+	claimIdle, resultTTL              time.Duration
+}
+
+func (q *queueOptions) flags(fs *flag.FlagSet) {
+	fs.StringVar(&q.url, "queue-url", "", "also take jobs from this Redis: redis://[user:pass@]host:port/db, rediss://... (TLS) or unix:///path?db=N (docs/QUEUE.md)")
+	fs.StringVar(&q.urlFile, "queue-url-file", "", "file holding the --queue-url (mode 0600: it may hold a password)")
+	fs.StringVar(&q.prefix, "queue-prefix", "isolate", "prefix of the queue's Redis keys: PREFIX:jobs, PREFIX:results, PREFIX:dead, PREFIX:result:ID, PREFIX:worker:NAME")
+	fs.StringVar(&q.group, "queue-group", "isolate-workers", "consumer group of the jobs stream (created if missing)")
+	fs.StringVar(&q.name, "queue-name", "", "this worker's name in the group (default: the host name)")
+	fs.IntVar(&q.capacity, "queue-capacity", 0, "jobs this worker runs at once (default --parallel)")
+	fs.IntVar(&q.maxDeliveries, "queue-max-deliveries", 3, "a job delivered more often goes to the dead letters")
+	fs.DurationVar(&q.claimIdle, "queue-claim-idle", 30*time.Second, "how long a dead worker's job waits before another worker claims it")
+	fs.DurationVar(&q.resultTTL, "queue-result-ttl", 24*time.Hour, "how long a job's result is kept")
+}
+
+// metrics are the collectors the service's /metrics adds for the queue.
+func queueMetrics(w *queue.Worker) []prometheus.Collector {
+	if w == nil {
+		return nil
+	}
+	return w.Metrics()
+}
+
+// worker makes the queue's worker (nil without --queue-url), answering
+// through srv once it is set.
+func (q *queueOptions) worker(parallel int, srv **server.Server) (*queue.Worker, error) {
+	url := q.url
+	if q.urlFile != "" {
+		if url != "" {
+			return nil, errors.New("--queue-url and --queue-url-file: give one")
+		}
+		var err error
+		if url, err = readSecret(q.urlFile); err != nil {
+			return nil, fmt.Errorf("--queue-url-file: %v", err)
+		}
+	}
+	if url == "" {
+		return nil, nil
+	}
+	name := q.name
+	if name == "" {
+		name, _ = os.Hostname()
+	}
+	capacity := q.capacity
+	if capacity <= 0 {
+		capacity = parallel
+	}
+	return queue.New(queue.Config{
+		URL: url, Prefix: q.prefix, Group: q.group, Name: name, Version: version,
+		Capacity: capacity, ClaimIdle: q.claimIdle, MaxDeliveries: q.maxDeliveries, ResultTTL: q.resultTTL,
+		Answer: func(ctx context.Context, who caller.Caller, method, path string, body []byte) (int, []byte) {
+			return (*srv).Answer(ctx, who, method, path, body)
+		},
+		Log: func(line string) { fmt.Fprintln(os.Stderr, "isolate serve: "+line) },
+	})
+}
+
+// readSecret reads one line from a file only its owner may read.
+func readSecret(path string) (string, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("%s: mode %04o lets others read it (chmod 600)", path, st.Mode().Perm())
+	}
+	b := make([]byte, 4096)
+	n, _ := f.Read(b)
+	line := strings.TrimSpace(string(b[:n]))
+	if line == "" || strings.ContainsAny(line, " \t\r\n") {
+		return "", fmt.Errorf("%s: want one non-empty line", path)
+	}
+	return line, nil
+}

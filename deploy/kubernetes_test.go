@@ -1,0 +1,249 @@
+// Package deploy checks the Kubernetes manifests of deploy/kubernetes: a
+// module of its own, so that the main module does not depend on the
+// Kubernetes API types.
+package deploy
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/yaml"
+)
+
+// manifests decodes every file of kubernetes/ strictly (an unknown or
+// duplicate field is an error, as kubectl --validate=strict says) into
+// its kind's API type.
+func manifests(t *testing.T) map[string]any {
+	t.Helper()
+	files, err := filepath.Glob("kubernetes/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests in kubernetes/: %v", err)
+	}
+	objs := map[string]any{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(data), "\n---") {
+			t.Fatalf("%s: one object per file", f)
+		}
+		var tm metav1.TypeMeta
+		if err := yaml.Unmarshal(data, &tm); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		var obj any
+		switch tm.APIVersion + " " + tm.Kind {
+		case "v1 Namespace":
+			obj = &corev1.Namespace{}
+		case "v1 ConfigMap":
+			obj = &corev1.ConfigMap{}
+		case "v1 Secret":
+			obj = &corev1.Secret{}
+		case "v1 Service":
+			obj = &corev1.Service{}
+		case "apps/v1 DaemonSet":
+			obj = &appsv1.DaemonSet{}
+		default:
+			t.Fatalf("%s: %s %s: a kind this test does not know", f, tm.APIVersion, tm.Kind)
+		}
+		if err := yaml.UnmarshalStrict(data, obj); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if _, twice := objs[tm.Kind]; twice {
+			t.Fatalf("%s: a second %s", f, tm.Kind)
+		}
+		objs[tm.Kind] = obj
+	}
+	for _, kind := range []string{"Namespace", "ConfigMap", "Secret", "Service", "DaemonSet"} {
+		if objs[kind] == nil {
+			t.Fatalf("no %s among the manifests", kind)
+		}
+	}
+	return objs
+}
+
+func TestManifests(t *testing.T) {
+	objs := manifests(t)
+	ns := objs["Namespace"].(*corev1.Namespace)
+	cm := objs["ConfigMap"].(*corev1.ConfigMap)
+	secret := objs["Secret"].(*corev1.Secret)
+	svc := objs["Service"].(*corev1.Service)
+	ds := objs["DaemonSet"].(*appsv1.DaemonSet)
+	for _, m := range []metav1.ObjectMeta{cm.ObjectMeta, secret.ObjectMeta, svc.ObjectMeta, ds.ObjectMeta} {
+		if m.Namespace != ns.Name {
+			t.Errorf("%s is in namespace %q, want %q", m.Name, m.Namespace, ns.Name)
+		}
+	}
+	pod := ds.Spec.Template.Spec
+	if len(pod.Containers) != 1 {
+		t.Fatalf("%d containers, want the service alone", len(pod.Containers))
+	}
+	c := pod.Containers[0]
+
+	// On labelled nodes only, matched by its own selector.
+	if pod.NodeSelector["isolate-sandbox.io/worker"] != "true" {
+		t.Errorf("nodeSelector %v: runs on every node, not the labelled ones", pod.NodeSelector)
+	}
+	sel, err := metav1.LabelSelectorAsMap(ds.Spec.Selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range sel {
+		if ds.Spec.Template.Labels[k] != v {
+			t.Errorf("the DaemonSet's selector %s=%s does not match its pods", k, v)
+		}
+		if svc.Spec.Selector[k] != v {
+			t.Errorf("the Service's selector lacks %s=%s", k, v)
+		}
+	}
+
+	// The service's flags: the queue and the token from the Secret's
+	// files, every $(VAR) a variable the pod has.
+	args := map[string]string{}
+	for _, a := range c.Args {
+		k, v, _ := strings.Cut(a, "=")
+		args[k] = v
+	}
+	vars := map[string]bool{}
+	for _, e := range c.Env {
+		vars[e.Name] = true
+	}
+	for _, from := range c.EnvFrom {
+		if from.ConfigMapRef == nil || from.ConfigMapRef.Name != cm.Name {
+			t.Errorf("envFrom %+v: want the ConfigMap %s", from, cm.Name)
+		}
+		for k := range cm.Data {
+			vars[k] = true
+		}
+	}
+	for _, a := range c.Args {
+		for _, m := range regexp.MustCompile(`\$\(([A-Z_]+)\)`).FindAllStringSubmatch(a, -1) {
+			if !vars[m[1]] {
+				t.Errorf("%s: $(%s) is no variable of the pod", a, m[1])
+			}
+		}
+	}
+	secretDir := ""
+	for _, v := range pod.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == secret.Name {
+			if v.Secret.DefaultMode == nil || *v.Secret.DefaultMode&0o077 != 0 {
+				t.Errorf("the Secret's files are readable by others: isolate-serve refuses a token file others may read")
+			}
+			for _, m := range c.VolumeMounts {
+				if m.Name == v.Name {
+					secretDir = m.MountPath
+				}
+			}
+		}
+	}
+	for flag, key := range map[string]string{"--token-file": "token", "--queue-url-file": "queue-url"} {
+		if _, ok := secret.StringData[key]; !ok {
+			t.Errorf("the Secret has no %s", key)
+		}
+		if args[flag] != secretDir+"/"+key {
+			t.Errorf("%s=%s, want the Secret's %s (%s/%s)", flag, args[flag], key, secretDir, key)
+		}
+	}
+	if _, ok := args["--queue-url"]; ok {
+		t.Error("--queue-url in the arguments: the URL may hold a password; use --queue-url-file")
+	}
+
+	// The TCP API: on the named port the Service targets, with a token.
+	port := intstr.FromString("http")
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort != port {
+		t.Errorf("the Service's ports %+v: want one, targeting the container's %q", svc.Spec.Ports, "http")
+	}
+	if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool {
+		return p.Name == "http" && args["--listen"] == ":"+strconv.Itoa(int(p.ContainerPort))
+	}) {
+		t.Errorf("the container's port http is not --listen %s", args["--listen"])
+	}
+	if svc.Spec.Type != corev1.ServiceTypeClusterIP {
+		t.Errorf("Service type %s: the API stays inside the cluster", svc.Spec.Type)
+	}
+
+	// Probes on /v1/health through the socket, with the token.
+	for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+		if p == nil || p.Exec == nil || !slices.Contains(p.Exec.Command, "probe") ||
+			!slices.Contains(p.Exec.Command, "--socket="+args["--socket"]) || !slices.Contains(p.Exec.Command, "--token-file="+args["--token-file"]) {
+			t.Errorf("%s probe %+v: want isolate-serve probe on --socket with --token-file", name, p)
+		}
+	}
+
+	// Resources: requests, and a memory limit that holds PARALLEL boxes
+	// at MAX_MEM.
+	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() {
+		t.Error("no cpu or memory request")
+	}
+	parallel, maxMem := atoi(cm.Data["PARALLEL"]), size(cm.Data["MAX_MEM"])
+	if lim := c.Resources.Limits.Memory().Value(); parallel == 0 || maxMem == 0 || lim < parallel*maxMem {
+		t.Errorf("memory limit %d < PARALLEL %d x MAX_MEM %d", lim, parallel, maxMem)
+	}
+
+	// Draining: the kubelet waits longer than --grace.
+	grace := atoi(strings.TrimSuffix(args["--grace"], "s"))
+	if pod.TerminationGracePeriodSeconds == nil || *pod.TerminationGracePeriodSeconds <= grace {
+		t.Errorf("terminationGracePeriodSeconds must exceed --grace %s", args["--grace"])
+	}
+
+	// Privileges: exactly what docs/QUEUE.md says, nothing of the host's
+	// namespaces, no API credentials.
+	if sc := c.SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged {
+		t.Error("the container is not privileged: isolate needs the node's cgroups, mounts and namespaces (docs/QUEUE.md)")
+	}
+	if pod.HostNetwork || pod.HostPID || pod.HostIPC {
+		t.Error("the pod shares a host namespace: the boxes need none of them")
+	}
+	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+		t.Error("the pod mounts a service account token: a box escape would hold API credentials")
+	}
+	stateMounted := false
+	for _, v := range pod.Volumes {
+		if v.HostPath != nil {
+			if v.HostPath.Path != "/var/lib/isolate" {
+				t.Errorf("host path %s: the only host mount is /var/lib/isolate", v.HostPath.Path)
+			}
+			for _, m := range c.VolumeMounts {
+				stateMounted = stateMounted || m.Name == v.Name && m.MountPath == "/var/lib/isolate"
+			}
+		}
+	}
+	if !stateMounted {
+		t.Error("/var/lib/isolate (images, persistent boxes) is not the node's")
+	}
+}
+
+func atoi(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+// size reads isolate's sizes as the ConfigMap gives them: N, NK, NM, NG
+// (powers of 1024).
+func size(s string) int64 {
+	mult := int64(1)
+	if n := len(s); n > 0 {
+		switch s[n-1] {
+		case 'K':
+			mult = 1 << 10
+		case 'M':
+			mult = 1 << 20
+		case 'G':
+			mult = 1 << 30
+		}
+		if mult > 1 {
+			s = s[:n-1]
+		}
+	}
+	return atoi(s) * mult
+}
