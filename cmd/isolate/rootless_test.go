@@ -35,7 +35,11 @@ func rootlessEnv(t *testing.T) (env []string, tmp string) {
 	if d := os.Getenv("ISOLATE_IMAGES_DIR"); d != "" {
 		env = append(env, "ISOLATE_IMAGES_DIR="+d)
 	}
-	if cover := os.Getenv("ISOLATE_COVERDIR"); cover != "" {
+	cover := os.Getenv("ISOLATE_COVERDIR")
+	if cover == "" {
+		cover = os.Getenv("GOCOVERDIR") // the service's pass keeps it only there
+	}
+	if cover != "" {
 		// An instrumented binary writes its counters where nobody may
 		// (else it warns on stderr); they join the suite's afterwards.
 		own := filepath.Join(tmp, "cover")
