@@ -82,7 +82,10 @@ log "podman stop"
 podman stop -t 60 "$name" > /dev/null
 code=$(podman inspect -f '{{.State.ExitCode}}' "$name")
 [ "$code" = 0 ] || { podman logs "$name"; fail "the service exited $code on SIGTERM"; }
+# Podman's own clean-up of the stopped container can still hold its /dev/shm
+# for a moment ("device or resource busy"): a few tries, then its error.
+for _ in 1 2 3 4 5; do podman rm "$name" > /dev/null 2>&1 && break; sleep 1; done
+podman container exists "$name" && podman rm "$name" > /dev/null
 # The cgroup subtree deploy/run.sh gave it: nothing left in it.
-podman rm "$name" > /dev/null
 deploy/cgroup-subtree.sh remove "isolate-container-$name" > /dev/null || fail "the container left cgroups"
 log "1 passed, 0 failed"
