@@ -571,6 +571,11 @@ func TestIOISignals(t *testing.T) {
 		if lines := strings.Split(stderr, "\n"); len(lines) > 1 || strings.Contains(stderr, "goroutine") {
 			t.Errorf("%s: stderr has %d lines:\n%s", name, len(lines), stderr)
 		}
+		if viaService {
+			// The service tears an interrupted run down after its
+			// caller has gone: what counts is that nothing stays.
+			waitFor(t, name+": the box's cgroups and processes gone", func() bool { return len(boxLeftovers(id)) == 0 })
+		}
 		if left := boxLeftovers(id); len(left) > 0 {
 			t.Errorf("%s: left behind: %v", name, left)
 		}
