@@ -16,7 +16,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 from .errors import CallTimeoutError, SandboxError, SandboxUnavailableError
 from .service_transport import ServiceTransport, error_of
-from .transport import Limits, Mount, OutputCallback, TextSink
+from .transport import Limits, Mount, TextSink
 
 # The longest a single blocking read of the results stream waits, in milliseconds: the wait
 # is re-checked against the caller's deadline between reads.
@@ -130,13 +130,9 @@ class QueueTransport(ServiceTransport):
         self.token = None
         self.busy_wait = 0.0  # workers wait for free slots themselves: never a 429
 
-    def _post_once(self, path: str, data: str, limits: Limits, deadline: float,
-                   on_stdout: Optional[OutputCallback], on_stderr: Optional[OutputCallback],
-                   mounts: Sequence[Mount]
+    def _post_once(self, path: str, data: str, limits: Limits, deadline: float, left: float,
+                   sinks: Tuple[TextSink, TextSink], mounts: Sequence[Mount]
                    ) -> Tuple[Dict[str, Any], Tuple[TextSink, TextSink]]:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise CallTimeoutError(limits.call_timeout)
         try:
             job_id = self.client.submit_json(data, path.rsplit("/", 1)[-1])
             status, body = self.client.result(job_id, left)
@@ -147,8 +143,6 @@ class QueueTransport(ServiceTransport):
         if status != 200:
             raise error_of(status, http.HTTPStatus(status).phrase, body, None, mounts)
         answer: Dict[str, Any] = json.loads(body)
-        sinks = (TextSink(on_stdout, limits.max_output_bytes, limits.keep),
-                 TextSink(on_stderr, limits.max_output_bytes, limits.keep))
         # The whole answer at once (no stream): its output goes through the sinks as a
         # stream's would, so that the caller's callbacks and head-and-tail cut still apply.
         report = (answer.get("results") or [{}])[0] if "results" in answer else answer.get("run")

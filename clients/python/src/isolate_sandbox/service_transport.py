@@ -209,9 +209,13 @@ class ServiceTransport:
             busy_until = min(deadline, started + self.busy_wait)
         attempt = 0
         while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise CallTimeoutError(limits.call_timeout)
+            sinks = (TextSink(on_stdout, limits.max_output_bytes, limits.keep),
+                     TextSink(on_stderr, limits.max_output_bytes, limits.keep))
             try:
-                return self._post_once(path, data, limits, deadline, on_stdout, on_stderr,
-                                       mounts)
+                return self._post_once(path, data, limits, deadline, left, sinks, mounts)
             except ServiceError as e:
                 if e.status != 429:
                     raise
@@ -224,16 +228,12 @@ class ServiceTransport:
                 attempt += 1
                 time.sleep(wait)
 
-    def _post_once(self, path: str, data: str, limits: Limits, deadline: float,
-                   on_stdout: Optional[OutputCallback], on_stderr: Optional[OutputCallback],
-                   mounts: Sequence[Mount]
+    def _post_once(self, path: str, data: str, limits: Limits, deadline: float, left: float,
+                   sinks: Tuple[TextSink, TextSink], mounts: Sequence[Mount]
                    ) -> Tuple[Dict[str, Any], Tuple[TextSink, TextSink]]:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise CallTimeoutError(limits.call_timeout)
+        """One try of the request, ``left`` seconds before its deadline; its output goes to
+        ``sinks``."""
         conn = connection(self.endpoint, left)
-        sinks = (TextSink(on_stdout, limits.max_output_bytes, limits.keep),
-                 TextSink(on_stderr, limits.max_output_bytes, limits.keep))
         try:
             headers = {"Content-Type": "application/json", "Accept": NDJSON}
             headers.update(auth_headers(self.token))
