@@ -3,6 +3,8 @@
 import os
 import pathlib
 import shutil
+import signal
+import subprocess
 import tempfile
 from typing import Iterator, Set
 
@@ -68,3 +70,15 @@ def open_fds() -> Set[str]:
 def isolate_tmp() -> Set[str]:
     """The client's temporary directories in the session's temporary directory."""
     return set(os.listdir(tempfile.gettempdir()))
+
+
+def stop(proc: "subprocess.Popen[bytes]") -> None:
+    """Terminate a process the tests started; kill it if it takes more than 20 seconds."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -4,7 +4,6 @@ real worker (isolate-serve --queue-url beside ISOLATE_BIN), both started and sto
 import importlib
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -12,7 +11,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from conftest import isolate_binary
+from conftest import isolate_binary, stop
 from isolate_sandbox import (JobDeadError, QueueClient, ResultTimeoutError, Sandbox,
                              SandboxConfig, SandboxUnavailableError)
 from isolate_sandbox.errors import RefusedError, ServiceError
@@ -68,12 +67,7 @@ def queue_url() -> Iterator[str]:
         yield url
     finally:
         for proc in (worker, redis):
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc)
         log.close()
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -8,7 +8,6 @@ import os
 import pathlib
 import pwd
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from typing import Iterator, List, Tuple
 
 import pytest
 
-from conftest import isolate_binary, open_fds
+from conftest import isolate_binary, open_fds, stop
 from isolate_sandbox import (Sandbox, SandboxConfig, SandboxError, SandboxExecutor, SandboxRunner,
                              SandboxUnavailableError, ServiceError, get_sandbox)
 from isolate_sandbox.service_transport import (ServiceTransport, copied_out, env_list, error_of,
@@ -61,13 +60,7 @@ def running_service(*extra: str) -> Iterator[Tuple[str, str]]:
             pytest.fail(f"isolate-serve did not come up: {text}")
         yield path, text
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop(proc)
         log.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
