@@ -205,13 +205,6 @@ def cut_marker(count: int) -> str:
     return f"\n[... {count} bytes cut ...]\n"
 
 
-def keep_text(text: str, limit: int, keep: str) -> Tuple[str, bool]:
-    """``text`` cut to ``limit`` bytes as a TextSink would cut it; and whether it was."""
-    sink = TextSink(None, limit, keep)
-    sink.emit(text)
-    return sink.text, sink.truncated
-
-
 def pump(proc: "subprocess.Popen[bytes]", sinks: List[Tuple[IO[bytes], TextSink]],
          deadline: float) -> bool:
     """Read the pipes into their sinks until all close or ``deadline`` (monotonic) passes.
