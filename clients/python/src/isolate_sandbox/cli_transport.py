@@ -110,11 +110,7 @@ class CLITransport:
                 argv += ["--image", request.image]
             argv += limit_flags(request.limits) + mount_flags(request.mounts)
             argv += env_flags(request.env)
-            if request.stdin:
-                stdin = os.path.join(tmp, "stdin")
-                with open(stdin, "w", encoding="utf-8") as f:
-                    f.write(request.stdin)
-                argv += ["--stdin", stdin]
+            argv += stdin_flags(tmp, request.stdin)
             tail = [source] + (["--"] + list(request.args) if request.args else [])
             return self._invoke(argv, tail, request.env, request.limits, tmp,
                                 on_stdout, on_stderr)
@@ -143,11 +139,7 @@ class CLITransport:
                 argv += ["--copy-in", f"{script}:{SETUP_SCRIPT}"]
                 command, cwd = ["/bin/sh", SETUP_SCRIPT] + command, "/box"
             argv += ["--chdir", cwd]
-            if request.stdin:
-                stdin = os.path.join(tmp, "stdin")
-                with open(stdin, "w", encoding="utf-8") as f:
-                    f.write(request.stdin)
-                argv += ["--stdin", stdin]
+            argv += stdin_flags(tmp, request.stdin)
             for host, box in request.copy_in:
                 argv += ["--copy-in", f"{host}:{box}"]
             outputs = {}
@@ -258,6 +250,16 @@ def env_flags(env: Mapping[str, str]) -> List[str]:
             raise ValueError(f"bad environment variable name {name!r}")
         flags += ["-E", name]
     return flags
+
+
+def stdin_flags(tmp: str, text: str) -> List[str]:
+    """``--stdin`` of a file in ``tmp`` that holds ``text``; none for no text."""
+    if not text:
+        return []
+    path = os.path.join(tmp, "stdin")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return ["--stdin", path]
 
 
 def read_bounded(path: str) -> Optional[bytes]:
