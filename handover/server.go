@@ -134,7 +134,8 @@ func (s *Server) Serve(l *net.UnixListener) error {
 		}
 		go func() {
 			defer c.Close() // gives its place back
-			s.handle(c.(*connlimit.Conn).NetConn().(*net.UnixConn))
+			lc := c.(*connlimit.Conn)
+			s.handle(lc.NetConn().(*net.UnixConn), lc.Cred)
 		}()
 	}
 }
@@ -194,8 +195,9 @@ func (s *Server) tell(outcome string) {
 	}
 }
 
-// handle serves one connection: one handover.
-func (s *Server) handle(c *net.UnixConn) {
+// handle serves one connection: one handover; cred is its peer's
+// credentials when the connection limits read them (else nil).
+func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred) {
 	defer c.Close()
 	c.SetReadDeadline(time.Now().Add(requestTimeout))
 	req, files, err := readRequest(c)
@@ -212,7 +214,7 @@ func (s *Server) handle(c *net.UnixConn) {
 	var peer caller.Caller
 	raw, err := c.SyscallConn()
 	if err == nil {
-		raw.Control(func(fd uintptr) { peer, err = caller.FromSocket(int(fd), caller.Handover) })
+		raw.Control(func(fd uintptr) { peer, err = caller.FromSocket(int(fd), cred, caller.Handover) })
 	}
 	if err != nil {
 		s.decline(c, err.Error())

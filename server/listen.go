@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolate-sandbox/isolate/caller"
+	"github.com/isolate-sandbox/isolate/internal/connlimit"
 )
 
 // DefaultSocket is where the service listens by default.
@@ -75,13 +76,14 @@ type callerKey struct{}
 // unix socket, the kernel says; over TCP nobody does.
 func connContext(ctx context.Context, c net.Conn) context.Context {
 	who := caller.Unknown
-	if lc, ok := c.(interface{ NetConn() net.Conn }); ok {
-		c = lc.NetConn() // as accepted, under the connection limits
+	var cred *unix.Ucred
+	if lc, ok := c.(*connlimit.Conn); ok {
+		c, cred = lc.NetConn(), lc.Cred // as accepted, under the connection limits
 	}
 	if uc, ok := c.(*net.UnixConn); ok {
 		if raw, err := uc.SyscallConn(); err == nil {
 			raw.Control(func(fd uintptr) {
-				if cl, err := caller.FromSocket(int(fd), caller.API); err == nil {
+				if cl, err := caller.FromSocket(int(fd), cred, caller.API); err == nil {
 					who = cl
 				}
 			})
