@@ -86,9 +86,8 @@ type Server struct {
 	mu        sync.Mutex
 	draining  bool
 	running   sync.WaitGroup
-	listeners []net.Listener
 	limits    connlimit.Limits
-	limited   []*connlimit.Listener
+	listeners []*connlimit.Listener // each closes the listener it wraps
 }
 
 // NewServer accepts handovers from clients of build id build (a different
@@ -117,9 +116,8 @@ func (s *Server) Serve(l *net.UnixListener) error {
 		l.Close()
 		return nil
 	}
-	s.listeners = append(s.listeners, l)
 	limited := connlimit.New(l, s.limits)
-	s.limited = append(s.limited, limited)
+	s.listeners = append(s.listeners, limited)
 	s.mu.Unlock()
 	for {
 		c, err := limited.Accept()
@@ -154,7 +152,7 @@ func (s *Server) LimitConnections(l connlimit.Limits) {
 func (s *Server) Connections() (held int, refused, starved int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return connlimit.Totals(s.limited)
+	return connlimit.Totals(s.listeners)
 }
 
 // Shutdown stops accepting, lets running handovers finish within grace,
