@@ -50,7 +50,8 @@ func main() {
 	// them are the rest), and every further P adds idle threads that spin
 	// and wake: half the CPUs it may use, at least one. On 2 CPUs, one P
 	// instead of two took up to 1.9 ms less CPU per run and gave as much
-	// throughput or more (interleaved A/B runs of both builds).
+	// throughput or more (isolate bench --service, run in turns against a
+	// build of each).
 	runtime.GOMAXPROCS(max(1, usableCPUs()/2))
 	run := serve
 	if len(os.Args) == 2 && os.Args[1] == "help-man" {
