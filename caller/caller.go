@@ -79,13 +79,15 @@ func (c Caller) String() string {
 
 // FromSocket is the caller at the other end of the unix socket fd, as the
 // kernel recorded it when the caller connected: uid and gid
-// (SO_PEERCRED) and supplementary groups (SO_PEERGROUPS, Linux 4.13). No
-// later change of the caller, and no process that reused its PID, can
-// stand in for it.
-func FromSocket(fd int, via Via) (Caller, error) {
-	cred, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
-	if err != nil {
-		return Unknown, fmt.Errorf("the caller's credentials: %w", err)
+// (SO_PEERCRED; cred when they were read already, else nil) and
+// supplementary groups (SO_PEERGROUPS, Linux 4.13). No later change of
+// the caller, and no process that reused its PID, can stand in for it.
+func FromSocket(fd int, cred *unix.Ucred, via Via) (Caller, error) {
+	if cred == nil {
+		var err error
+		if cred, err = unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED); err != nil {
+			return Unknown, fmt.Errorf("the caller's credentials: %w", err)
+		}
 	}
 	groups, err := peerGroups(fd)
 	if err != nil {

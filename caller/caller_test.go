@@ -16,7 +16,7 @@ func TestFromSocket(t *testing.T) {
 	}
 	defer unix.Close(fds[0])
 	defer unix.Close(fds[1])
-	c, err := FromSocket(fds[0], Handover)
+	c, err := FromSocket(fds[0], nil, Handover)
 	if err != nil {
 		t.Fatal(err)
 	}

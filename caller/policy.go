@@ -3,6 +3,7 @@ package caller
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/isolate-sandbox/isolate/api"
 )
@@ -82,14 +83,7 @@ func (p *Policy) allows(c Caller, groups []int) bool {
 }
 
 // isPath tells an image given as a host path from a name.
-func isPath(image string) bool {
-	for i := 0; i < len(image); i++ {
-		if image[i] == '/' {
-			return true
-		}
-	}
-	return false
-}
+func isPath(image string) bool { return strings.Contains(image, "/") }
 
 // MayUseStore tells whether c may read or delete a stored file its owner
 // put: root may, any other caller only its own.

@@ -167,11 +167,7 @@ func (s *Store) expire() {
 
 func (s *Store) removeLocked(id string, e *entry) {
 	delete(s.files, id)
-	s.used -= e.size
-	s.usedBy[e.owner] -= e.size
-	if s.usedBy[e.owner] == 0 {
-		delete(s.usedBy, e.owner)
-	}
+	s.releaseLocked(e.owner, e.size)
 	os.Remove(s.path(id))
 }
 
@@ -264,9 +260,17 @@ func (s *Store) reserve(owner string, n int64) (quota int64, ok bool) {
 
 func (s *Store) release(owner string, n int64) {
 	s.mu.Lock()
-	s.used -= n
-	s.usedBy[owner] -= n
+	s.releaseLocked(owner, n)
 	s.mu.Unlock()
+}
+
+// releaseLocked uncounts n bytes of owner's; an owner left with none
+// leaves the map.
+func (s *Store) releaseLocked(owner string, n int64) {
+	s.used -= n
+	if s.usedBy[owner] -= n; s.usedBy[owner] == 0 {
+		delete(s.usedBy, owner)
+	}
 }
 
 // Open opens the file id for reading, if may allows its owner: a file of

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/isolate-sandbox/isolate/internal/connlimit"
 	"github.com/isolate-sandbox/isolate/internal/fdtest"
@@ -33,7 +32,7 @@ func TestOneUIDsIdleConnectionsLeaveOthersTheirRuns(t *testing.T) {
 	// Enough descriptors for the flooder's share and a run, far fewer
 	// than its connections (lowered once the flooder has its own).
 	fdtest.Flood(t, sock, 200, func() { fdtest.Lower(t, 40) })
-	waitFor(t, "the flooder's connections past its share to be refused", func() bool {
+	fdtest.WaitFor(t, "the flooder's connections past its share to be refused", func() bool {
 		_, refused, _ := s.Connections()
 		return refused >= 200-8
 	})
@@ -58,17 +57,6 @@ func startLimitedServer(t *testing.T, lim connlimit.Limits) (*Server, string) {
 	serveOn(t, s, sock)
 	os.Chmod(sock, 0o666)
 	return s, sock
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("never happened: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // A request of more strings than a command line holds is refused before

@@ -86,9 +86,8 @@ type Server struct {
 	mu        sync.Mutex
 	draining  bool
 	running   sync.WaitGroup
-	listeners []net.Listener
 	limits    connlimit.Limits
-	limited   []*connlimit.Listener
+	listeners []*connlimit.Listener // each closes the listener it wraps
 }
 
 // NewServer accepts handovers from clients of build id build (a different
@@ -117,9 +116,8 @@ func (s *Server) Serve(l *net.UnixListener) error {
 		l.Close()
 		return nil
 	}
-	s.listeners = append(s.listeners, l)
 	limited := connlimit.New(l, s.limits)
-	s.limited = append(s.limited, limited)
+	s.listeners = append(s.listeners, limited)
 	s.mu.Unlock()
 	for {
 		c, err := limited.Accept()
@@ -134,7 +132,8 @@ func (s *Server) Serve(l *net.UnixListener) error {
 		}
 		go func() {
 			defer c.Close() // gives its place back
-			s.handle(c.(*connlimit.Conn).NetConn().(*net.UnixConn))
+			lc := c.(*connlimit.Conn)
+			s.handle(lc.NetConn().(*net.UnixConn), lc.Cred)
 		}()
 	}
 }
@@ -153,7 +152,7 @@ func (s *Server) LimitConnections(l connlimit.Limits) {
 func (s *Server) Connections() (held int, refused, starved int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return connlimit.Totals(s.limited)
+	return connlimit.Totals(s.listeners)
 }
 
 // Shutdown stops accepting, lets running handovers finish within grace,
@@ -194,8 +193,9 @@ func (s *Server) tell(outcome string) {
 	}
 }
 
-// handle serves one connection: one handover.
-func (s *Server) handle(c *net.UnixConn) {
+// handle serves one connection: one handover; cred is its peer's
+// credentials when the connection limits read them (else nil).
+func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred) {
 	defer c.Close()
 	c.SetReadDeadline(time.Now().Add(requestTimeout))
 	req, files, err := readRequest(c)
@@ -212,7 +212,7 @@ func (s *Server) handle(c *net.UnixConn) {
 	var peer caller.Caller
 	raw, err := c.SyscallConn()
 	if err == nil {
-		raw.Control(func(fd uintptr) { peer, err = caller.FromSocket(int(fd), caller.Handover) })
+		raw.Control(func(fd uintptr) { peer, err = caller.FromSocket(int(fd), cred, caller.Handover) })
 	}
 	if err != nil {
 		s.decline(c, err.Error())

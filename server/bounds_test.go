@@ -133,8 +133,8 @@ func TestClientsThatNeverReadFreeTheirSlots(t *testing.T) {
 		defer c.Close()
 		fmt.Fprintf(c, "POST /v1/run HTTP/1.1\r\nHost: isolate\r\nAccept: application/x-ndjson\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 	}
-	waitFor(t, "both streams to run", func() bool { return s.running() == 2 })
-	waitFor(t, "the slots of the clients that never read to be freed", func() bool { return s.running() == 0 })
+	fdtest.WaitFor(t, "both streams to run", func() bool { return s.running() == 2 })
+	fdtest.WaitFor(t, "the slots of the clients that never read to be freed", func() bool { return s.running() == 0 })
 	if r := s.run(t, `{"commands":[{"args":["/bin/true"]}]}`).Results[0]; r.Status != api.StatusOK {
 		t.Fatalf("the next run: %s", r.Status)
 	}
@@ -145,7 +145,7 @@ func TestClientsThatNeverReadFreeTheirSlots(t *testing.T) {
 func TestOneUIDsIdleConnectionsAreBounded(t *testing.T) {
 	s := startService(t, func(c *Config) { c.Conns = connlimit.Limits{PerPeer: 8} })
 	fdtest.Flood(t, s.sock, 200, nil)
-	waitFor(t, "the flooder's connections past its share to be closed", func() bool {
+	fdtest.WaitFor(t, "the flooder's connections past its share to be closed", func() bool {
 		_, refused, _ := s.Connections()
 		return refused >= 200-8
 	})

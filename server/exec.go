@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -52,12 +51,9 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		defer f.Close()
 		stdio.Stdin = f
 	}
-	var ev *events
-	if wantsStream(r) {
-		var stop context.CancelCauseFunc
-		ctx, stop = context.WithCancelCause(ctx)
-		defer stop(nil)
-		ev = newEvents(w, s.cfg.WriteTimeout, stop)
+	ctx, ev, end := s.stream(ctx, w, r)
+	defer end(nil)
+	if ev != nil {
 		stdio.Stdout, stdio.Stderr = ev.writer(0, "stdout"), ev.writer(0, "stderr")
 	}
 	rep, err := s.cfg.Exec.Exec(ctx, &req, stdio)

@@ -195,19 +195,6 @@ func (s *service) run(t *testing.T, body string) *RunResponse {
 	return &resp
 }
 
-// waitFor polls cond until it holds; the deadline only keeps a broken
-// service from hanging the suite.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("never happened: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func (s *service) running() int {
 	r, _ := s.queue.lengths()
 	return r

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolate-sandbox/isolate/caller"
+	"github.com/isolate-sandbox/isolate/internal/connlimit"
 )
 
 // DefaultSocket is where the service listens by default.
@@ -75,13 +76,14 @@ type callerKey struct{}
 // unix socket, the kernel says; over TCP nobody does.
 func connContext(ctx context.Context, c net.Conn) context.Context {
 	who := caller.Unknown
-	if lc, ok := c.(interface{ NetConn() net.Conn }); ok {
-		c = lc.NetConn() // as accepted, under the connection limits
+	var cred *unix.Ucred
+	if lc, ok := c.(*connlimit.Conn); ok {
+		c, cred = lc.NetConn(), lc.Cred // as accepted, under the connection limits
 	}
 	if uc, ok := c.(*net.UnixConn); ok {
 		if raw, err := uc.SyscallConn(); err == nil {
 			raw.Control(func(fd uintptr) {
-				if cl, err := caller.FromSocket(int(fd), caller.API); err == nil {
+				if cl, err := caller.FromSocket(int(fd), cred, caller.API); err == nil {
 					who = cl
 				}
 			})
@@ -97,28 +99,37 @@ func callerOf(r *http.Request) caller.Caller {
 	return caller.Unknown
 }
 
-// ReadToken reads a bearer token from path: a file only its owner may
-// read (as ssh insists for keys), holding one non-empty line.
+// ReadToken reads a bearer token from path (ReadSecret).
 func ReadToken(path string) (string, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	tok, err := ReadSecret(path)
 	if err != nil {
 		return "", fmt.Errorf("token file: %w", err)
+	}
+	return tok, nil
+}
+
+// ReadSecret reads a secret from path: a file only its owner may read
+// (as ssh insists for keys), holding one non-empty line.
+func ReadSecret(path string) (string, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return "", err
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return "", fmt.Errorf("token file: %w", err)
+		return "", err
 	}
 	if st.Mode().Perm()&0o077 != 0 {
-		return "", fmt.Errorf("token file %s: mode %04o lets others read it (chmod 600)", path, st.Mode().Perm())
+		return "", fmt.Errorf("%s: mode %04o lets others read it (chmod 600)", path, st.Mode().Perm())
 	}
 	b := make([]byte, 4096)
 	n, _ := f.Read(b)
-	tok := strings.TrimSpace(string(b[:n]))
-	if tok == "" || strings.ContainsAny(tok, " \t\r\n") {
-		return "", fmt.Errorf("token file %s: want one non-empty line", path)
+	line := strings.TrimSpace(string(b[:n]))
+	if line == "" || strings.ContainsAny(line, " \t\r\n") {
+		return "", fmt.Errorf("%s: want one non-empty line", path)
 	}
-	return tok, nil
+	return line, nil
 }
 
 // requireToken lets through only requests that carry the bearer token,

@@ -39,13 +39,8 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	}
 	defer done()
 
-	var ev *events
-	if wantsStream(r) {
-		var stop context.CancelCauseFunc
-		ctx, stop = context.WithCancelCause(ctx)
-		defer stop(nil)
-		ev = newEvents(w, s.cfg.WriteTimeout, stop)
-	}
+	ctx, ev, end := s.stream(ctx, w, r)
+	defer end(nil)
 	resp, err := s.run(ctx, &req, who, ev)
 	if err != nil {
 		if ev != nil && ev.started() {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/isolate-sandbox/isolate/caller"
+	"github.com/isolate-sandbox/isolate/internal/fdtest"
 )
 
 func TestRunTrue(t *testing.T) {
@@ -376,14 +377,14 @@ func TestQueueFull(t *testing.T) {
 			}
 		}()
 	}
-	waitFor(t, "one running, one waiting", func() bool { r, w := s.queue.lengths(); return r == 1 && w == 1 })
+	fdtest.WaitFor(t, "one running, one waiting", func() bool { r, w := s.queue.lengths(); return r == 1 && w == 1 })
 	code, b := s.do(t, "POST", "/v1/run", `{"commands":[{"args":["/bin/true"]}]}`)
 	if code != http.StatusTooManyRequests {
 		t.Fatalf("beyond the queue: %d %s", code, b)
 	}
 	cancel()
 	wg.Wait()
-	waitFor(t, "the queue empties", func() bool { r, w := s.queue.lengths(); return r == 0 && w == 0 })
+	fdtest.WaitFor(t, "the queue empties", func() bool { r, w := s.queue.lengths(); return r == 0 && w == 0 })
 }
 
 func TestCancelOnDisconnect(t *testing.T) {
@@ -399,20 +400,20 @@ func TestCancelOnDisconnect(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	waitFor(t, "the box runs", func() bool { return processWith(marker) })
+	fdtest.WaitFor(t, "the box runs", func() bool { return processWith(marker) })
 	cancel()
 	<-done
-	waitFor(t, "the box is gone", func() bool { return !processWith(marker) && s.running() == 0 })
+	fdtest.WaitFor(t, "the box is gone", func() bool { return !processWith(marker) && s.running() == 0 })
 }
 
 func TestDrain(t *testing.T) {
 	s := startService(t, nil)
 	result := make(chan *RunResponse, 1)
 	go func() { result <- s.run(t, `{"commands":[{"args":["/bin/sh","-c","sleep 0.3; echo finished"]}]}`) }()
-	waitFor(t, "the request runs", func() bool { return s.running() == 1 })
+	fdtest.WaitFor(t, "the request runs", func() bool { return s.running() == 1 })
 	shut := make(chan struct{})
 	go func() { s.Shutdown(time.Minute); close(shut) }()
-	waitFor(t, "draining", func() bool { return s.draining.Load() })
+	fdtest.WaitFor(t, "draining", func() bool { return s.draining.Load() })
 	code, b := s.do(t, "POST", "/v1/run", `{"commands":[{"args":["/bin/true"]}]}`)
 	if code != http.StatusServiceUnavailable {
 		t.Fatalf("while draining: %d %s", code, b)
@@ -429,7 +430,7 @@ func TestDrainGraceKills(t *testing.T) {
 	s := startService(t, nil)
 	result := make(chan *RunResponse, 1)
 	go func() { result <- s.run(t, `{"commands":[{"args":["/bin/sleep","30"]}]}`) }()
-	waitFor(t, "the request runs", func() bool { return s.running() == 1 })
+	fdtest.WaitFor(t, "the request runs", func() bool { return s.running() == 1 })
 	s.Shutdown(50 * time.Millisecond)
 	select {
 	case resp := <-result:

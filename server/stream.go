@@ -52,6 +52,17 @@ type events struct {
 	err     error // the client went away: stop writing
 }
 
+// stream is the streamed answer of a request that asks for one (else
+// nil), with ctx, which ends the run when the client stops reading it;
+// end releases ctx.
+func (s *Server) stream(ctx context.Context, w http.ResponseWriter, r *http.Request) (_ context.Context, ev *events, end context.CancelCauseFunc) {
+	if !wantsStream(r) {
+		return ctx, nil, func(error) {}
+	}
+	ctx, end = context.WithCancelCause(ctx)
+	return ctx, newEvents(w, s.cfg.WriteTimeout, end), end
+}
+
 // newEvents writes events to w, each within timeout: a client that
 // reads nothing for that long is gone, and stop ends the run (its boxes
 // are killed and its slots freed, rather than its output waiting for

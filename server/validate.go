@@ -14,16 +14,9 @@ func (s *Server) validate(req *RunRequest, who caller.Caller) error {
 	bad := func(field, format string, a ...any) error {
 		return &api.FieldError{Field: field, Msg: fmt.Sprintf(format, a...)}
 	}
-	n := len(req.Commands)
-	if n == 0 {
+	// decode bounded the commands (maxCommands) as it read them.
+	if len(req.Commands) == 0 {
 		return bad("commands", "no command given")
-	}
-	maxCmds := s.cfg.Parallel
-	if s.cfg.Policy.Caps.Commands > 0 {
-		maxCmds = min(maxCmds, s.cfg.Policy.Caps.Commands)
-	}
-	if n > maxCmds {
-		return bad("commands", "%d commands: this service runs at most %d at once", n, maxCmds)
 	}
 	for i := range req.Commands {
 		c := &req.Commands[i]

@@ -50,7 +50,8 @@ func main() {
 	// them are the rest), and every further P adds idle threads that spin
 	// and wake: half the CPUs it may use, at least one. On 2 CPUs, one P
 	// instead of two took up to 1.9 ms less CPU per run and gave as much
-	// throughput or more (interleaved A/B runs of both builds).
+	// throughput or more (isolate bench --service, run in turns against a
+	// build of each).
 	runtime.GOMAXPROCS(max(1, usableCPUs()/2))
 	run := serve
 	if len(os.Args) == 2 && os.Args[1] == "help-man" {
@@ -142,8 +143,8 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.caps.pids, "max-pids", "", "largest pids")
 	fs.StringVar(&o.caps.tmp, "max-tmp-size", "", "largest tmp_size_bytes (SIZE)")
 	fs.StringVar(&o.caps.fsize, "max-fsize", "", "largest file_size_bytes (SIZE)")
-	fs.StringVar(&o.caps.output, "max-output", "16M", "largest output_limit_bytes, and collected max_bytes (SIZE; at most 1G)")
-	fs.StringVar(&o.maxBody, "max-body", "4M", "largest request body (SIZE; at most 1G)")
+	fs.StringVar(&o.caps.output, "max-output", megs(server.DefaultMaxOutputBytes), "largest output_limit_bytes, and collected max_bytes (SIZE; at most 1G)")
+	fs.StringVar(&o.maxBody, "max-body", megs(server.DefaultMaxBodyBytes), "largest request body (SIZE; at most 1G)")
 	fs.DurationVar(&o.writeTimeout, "write-timeout", server.DefaultWriteTimeout, "how long a client may leave its answer unread before its run is cancelled")
 	fs.IntVar(&o.conns.Total, "max-conns", connlimit.DefaultTotal, "connections held at once on each socket; more are closed as they come")
 	fs.IntVar(&o.conns.PerPeer, "max-conns-per-uid", connlimit.DefaultPerPeer, "connections one uid (over TCP: one address) may hold on each socket")
@@ -215,6 +216,10 @@ func (c capFlags) parse() (caller.Caps, error) {
 		bounded("--max-output", c.output, &caps.OutputLimitBytes),
 	)
 }
+
+// megs writes a default size of the service's, a whole number of MiB,
+// as its flag takes it: the flag's default is the service's own.
+func megs(n int64) string { return strconv.FormatInt(n>>20, 10) + "M" }
 
 // maxServiceBytes bounds the sizes of what the service itself holds per
 // request (--max-output, --max-body): never unlimited.

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/isolate-sandbox/isolate/cgroup"
+	"github.com/isolate-sandbox/isolate/internal/fdtest"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
@@ -61,7 +62,7 @@ func startChild(t testing.TB, dir string, args ...string) *child {
 			c.cmd.Wait()
 		}
 	})
-	waitFor(t, "the service answers", func() bool {
+	fdtest.WaitFor(t, "the service answers", func() bool {
 		code, _ := c.get("/v1/version")
 		return code == 200
 	})
@@ -96,17 +97,6 @@ func (c *child) post(path, body string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
-}
-
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("never happened: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func processWith(marker string) bool {
@@ -196,21 +186,21 @@ func TestSIGKILLLeavesNothing(t *testing.T) {
 	// A box id of its own: other test binaries run boxes meanwhile, from
 	// id 0 up, and a box another run holds is rightly not swept.
 	go c.post("/v1/run", `{"commands":[{"box_id":97,"args":["/bin/sh","-c","sleep 30; : `+marker+`"]}]}`)
-	waitFor(t, "the box runs", func() bool { return processWith(marker) })
+	fdtest.WaitFor(t, "the box runs", func() bool { return processWith(marker) })
 	box := boxOf(t, marker)
 	// A box built ahead runs a command, others wait for theirs.
-	waitFor(t, "a box is built ahead", func() bool {
+	fdtest.WaitFor(t, "a box is built ahead", func() bool {
 		_, b := c.get("/v1/health")
 		return strings.Contains(b, `"pool":`) && !strings.Contains(b, `"pool":0`)
 	})
 	pooledMarker := marker + "-pooled"
 	go c.post("/v1/run", `{"commands":[{"args":["/bin/sh","-c","sleep 30; : `+pooledMarker+`"]}]}`)
-	waitFor(t, "the pooled box runs", func() bool { return processWith(pooledMarker) })
+	fdtest.WaitFor(t, "the pooled box runs", func() bool { return processWith(pooledMarker) })
 	pooledBox := boxOf(t, pooledMarker)
 	// The next service's pool takes box ids from 0 up again: its box of
 	// the same name is another cgroup (directory).
 	pooledDir := cgroupIno(mgr, pooledBox)
-	waitFor(t, "a box is built ahead again", func() bool {
+	fdtest.WaitFor(t, "a box is built ahead again", func() bool {
 		_, b := c.get("/v1/health")
 		return strings.Contains(b, `"pool":`) && !strings.Contains(b, `"pool":0`)
 	})
@@ -222,7 +212,7 @@ func TestSIGKILLLeavesNothing(t *testing.T) {
 	c.cmd.Process.Kill()
 	c.cmd.Wait()
 	// No box outlives the service, running or waiting.
-	waitFor(t, "the boxes die with the service", func() bool {
+	fdtest.WaitFor(t, "the boxes die with the service", func() bool {
 		return !processWith(marker) && !processWith(pooledMarker) && !anyAlive(inits)
 	})
 

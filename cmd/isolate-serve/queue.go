@@ -11,8 +11,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,7 +56,7 @@ func (q *queueOptions) worker(parallel int, srv **server.Server) (*queue.Worker,
 			return nil, errors.New("--queue-url and --queue-url-file: give one")
 		}
 		var err error
-		if url, err = readSecret(q.urlFile); err != nil {
+		if url, err = server.ReadSecret(q.urlFile); err != nil {
 			return nil, fmt.Errorf("--queue-url-file: %v", err)
 		}
 	}
@@ -81,27 +79,4 @@ func (q *queueOptions) worker(parallel int, srv **server.Server) (*queue.Worker,
 		},
 		Log: func(line string) { fmt.Fprintln(os.Stderr, "isolate serve: "+line) },
 	})
-}
-
-// readSecret reads one line from a file only its owner may read.
-func readSecret(path string) (string, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return "", err
-	}
-	if st.Mode().Perm()&0o077 != 0 {
-		return "", fmt.Errorf("%s: mode %04o lets others read it (chmod 600)", path, st.Mode().Perm())
-	}
-	b := make([]byte, 4096)
-	n, _ := f.Read(b)
-	line := strings.TrimSpace(string(b[:n]))
-	if line == "" || strings.ContainsAny(line, " \t\r\n") {
-		return "", fmt.Errorf("%s: want one non-empty line", path)
-	}
-	return line, nil
 }

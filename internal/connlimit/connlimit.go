@@ -80,13 +80,13 @@ func (l *Listener) Accept() (net.Conn, error) {
 			continue
 		}
 		backoff = 0
-		key := peerKey(c)
+		key, cred := peerKey(c)
 		if !l.take(key) {
 			l.Refused.Add(1)
 			c.Close()
 			continue
 		}
-		return &Conn{Conn: c, release: func() { l.give(key) }}, nil
+		return &Conn{Conn: c, Cred: cred, release: func() { l.give(key) }}, nil
 	}
 }
 
@@ -145,30 +145,37 @@ func Totals(ls []*Listener) (held int, refused, starved int64) {
 }
 
 // peerKey names who is at the other end: the uid the kernel recorded at
-// connect on a unix socket, the address over TCP.
-func peerKey(c net.Conn) string {
+// connect on a unix socket (with the credentials it read, nil when it
+// could not), the address over TCP.
+func peerKey(c net.Conn) (string, *unix.Ucred) {
 	switch c := c.(type) {
 	case *net.UnixConn:
-		uid := -1
+		var cred *unix.Ucred
 		if raw, err := c.SyscallConn(); err == nil {
 			raw.Control(func(fd uintptr) {
-				if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
-					uid = int(cred.Uid)
-				}
+				cred, _ = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 			})
 		}
-		return "uid " + strconv.Itoa(uid)
+		uid := -1
+		if cred != nil {
+			uid = int(cred.Uid)
+		}
+		return "uid " + strconv.Itoa(uid), cred
 	case *net.TCPConn:
 		if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-			return "ip " + a.IP.String()
+			return "ip " + a.IP.String(), nil
 		}
 	}
-	return c.RemoteAddr().String()
+	return c.RemoteAddr().String(), nil
 }
 
 // Conn is an accepted connection; closing it gives its place back.
 type Conn struct {
 	net.Conn
+	// Cred is the peer's credentials on a unix socket as the kernel
+	// recorded them at connect (SO_PEERCRED), read once for the limits;
+	// nil over TCP, or when they could not be read.
+	Cred    *unix.Ucred
 	once    sync.Once
 	release func()
 }

@@ -1,6 +1,7 @@
 // Package fdtest starves a test's own process of descriptors, and floods
 // a socket with idle connections from another user, for tests of
-// services' accept loops and connection limits.
+// services' accept loops and connection limits; WaitFor polls for what
+// such a service does in its own time.
 package fdtest
 
 import (
@@ -30,10 +31,19 @@ func StarveAccept(tb testing.TB, sock string, starved func() int64) {
 		tb.Fatalf("connect with the last descriptor: %v", err)
 	}
 	defer c.Close()
-	for deadline := time.Now().Add(20 * time.Second); starved() == 0; time.Sleep(5 * time.Millisecond) {
+	WaitFor(tb, "the service's accept to find itself without a descriptor", func() bool { return starved() > 0 })
+}
+
+// WaitFor polls cond until it holds; the deadline only keeps a broken
+// service from hanging the suite.
+func WaitFor(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
 		if time.Now().After(deadline) {
-			tb.Fatal("the service's accept never found itself without a descriptor")
+			tb.Fatalf("never happened: %s", what)
 		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
