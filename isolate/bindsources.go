@@ -63,12 +63,17 @@ func (s *supervisor) openBinds() error {
 }
 
 func (s *supervisor) closeBinds() {
-	for _, b := range s.binds {
+	closeBindSources(s.binds)
+	s.binds = nil
+}
+
+// closeBindSources lets go of the detached copies of bind sources.
+func closeBindSources(binds []*bindSource) {
+	for _, b := range binds {
 		if b != nil && b.tree != nil {
 			b.tree.Close()
 		}
 	}
-	s.binds = nil
 }
 
 // hostDevDevice is the device of the host's /dev when that is a devtmpfs
