@@ -59,15 +59,9 @@ func FindDelegated(dir string) Delegation {
 	if !filepath.IsAbs(dir) || !strings.HasPrefix(dir+"/", mnt+"/") || dir == mnt {
 		return Delegation{Why: fmt.Sprintf("%s is not a cgroup below %s", dir, mnt)}
 	}
-	have, err := readFile(filepath.Join(dir, "cgroup.controllers"))
+	missing, err := missingControllers(filepath.Join(dir, "cgroup.controllers"))
 	if err != nil {
 		return Delegation{Why: fmt.Sprintf("%s: %v", dir, errors.Unwrap(err))}
-	}
-	var missing []string
-	for _, c := range v2Controllers {
-		if !contains(strings.Fields(string(have)), c) {
-			missing = append(missing, c)
-		}
 	}
 	if len(missing) > 0 {
 		return Delegation{Why: fmt.Sprintf("cgroup %s does not offer the %s controllers", dir, strings.Join(missing, ", "))}
@@ -91,18 +85,9 @@ const supervisorLeaf = "isolate-supervisor"
 // boxes; a named subtree must hold no process.
 func PrepareDelegated(d Delegation) error {
 	ctl := filepath.Join(d.Dir, "cgroup.subtree_control")
-	enabled, err := readFile(ctl)
-	if err != nil {
+	want, err := missingControllers(ctl)
+	if err != nil || len(want) == 0 {
 		return err
-	}
-	var want []string
-	for _, c := range v2Controllers {
-		if !contains(strings.Fields(string(enabled)), c) {
-			want = append(want, "+"+c)
-		}
-	}
-	if len(want) == 0 {
-		return nil
 	}
 	procs, err := readFile(filepath.Join(d.Dir, "cgroup.procs"))
 	if err != nil {
@@ -123,8 +108,9 @@ func PrepareDelegated(d Delegation) error {
 			return fmt.Errorf("move isolate into %s: %w", leaf, err)
 		}
 	}
-	if err := writeFile(ctl, strings.Join(want, " ")); err != nil {
-		return fmt.Errorf("enable %s in %s: %w", strings.Join(want, " "), d.Dir, err)
+	enable := "+" + strings.Join(want, " +")
+	if err := writeFile(ctl, enable); err != nil {
+		return fmt.Errorf("enable %s in %s: %w", enable, d.Dir, err)
 	}
 	return nil
 }

@@ -106,16 +106,9 @@ func (m *Manager) ensureParents() error {
 // package created. The parent of dir must already offer them: we never
 // write to a cgroup we did not create.
 func enableV2Controllers(dir string) error {
-	have, err := readFile(filepath.Join(dir, "cgroup.controllers"))
+	missing, err := missingControllers(filepath.Join(dir, "cgroup.controllers"))
 	if err != nil {
 		return err
-	}
-	avail := strings.Fields(string(have))
-	var missing []string
-	for _, c := range v2Controllers {
-		if !contains(avail, c) {
-			missing = append(missing, c)
-		}
 	}
 	if len(missing) > 0 {
 		// The kernel lets a cgroup enable controllers for its children only
@@ -134,6 +127,24 @@ func enableV2Controllers(dir string) error {
 		return fmt.Errorf("enable %q in %s: %w", ctl, dir, err)
 	}
 	return nil
+}
+
+// missingControllers are the box controllers (v2Controllers) that the
+// controller list in file (cgroup.controllers, cgroup.subtree_control)
+// lacks.
+func missingControllers(file string) ([]string, error) {
+	have, err := readFile(file)
+	if err != nil {
+		return nil, err
+	}
+	list := strings.Fields(string(have))
+	var missing []string
+	for _, c := range v2Controllers {
+		if !contains(list, c) {
+			missing = append(missing, c)
+		}
+	}
+	return missing, nil
 }
 
 // Boxes lists the names of the box cgroups that exist now.

@@ -10,10 +10,10 @@ package isolate
 // box holds them open, so an equal device and inode is the same
 // directory) and the id is free; otherwise the box built ahead is torn
 // down and the run builds its own. Until a run claims it, the box holds
-// neither the id's run lock nor its cgroup (lockAhead). Binds are bind mounts: what box/ and the bound
-// directories hold is what they hold at the run. The box is still never
-// used for two runs, and takes the run's limits, streams and command as
-// any pooled box does.
+// neither the id's run lock nor its cgroup (lockAhead). Binds are bind
+// mounts: what box/ and the bound directories hold is what they hold at
+// the run. The box is still never used for two runs, and takes the run's
+// limits, streams and command as any pooled box does.
 
 import (
 	"fmt"
@@ -117,11 +117,7 @@ func (a *aheadBox) close() {
 	if a.b != nil {
 		a.b.s.teardown()
 	}
-	for _, src := range a.binds {
-		if src != nil {
-			src.tree.Close()
-		}
-	}
+	closeBindSources(a.binds)
 	if a.dir != nil {
 		a.dir.Close()
 	}

@@ -63,12 +63,17 @@ func (s *supervisor) openBinds() error {
 }
 
 func (s *supervisor) closeBinds() {
-	for _, b := range s.binds {
+	closeBindSources(s.binds)
+	s.binds = nil
+}
+
+// closeBindSources lets go of the detached copies of bind sources.
+func closeBindSources(binds []*bindSource) {
+	for _, b := range binds {
 		if b != nil && b.tree != nil {
 			b.tree.Close()
 		}
 	}
-	s.binds = nil
 }
 
 // hostDevDevice is the device of the host's /dev when that is a devtmpfs
@@ -169,8 +174,9 @@ var kernelFSTypes = map[string]bool{
 	"fusectl": true,
 }
 
-// hostMount is a line of this process's mountinfo: where, and what.
-type hostMount struct{ point, fsType string }
+// hostMount is a line of this process's mountinfo: where, what, and
+// its source.
+type hostMount struct{ point, fsType, source string }
 
 // noKernelMountBelow refuses a directory (fd) below which a kernel
 // interface is mounted: a recursive bind would bring that mount along
@@ -195,7 +201,8 @@ func noKernelMountBelow(fd int, mounts *[]hostMount) error {
 	return nil
 }
 
-// readMounts reads this process's mount table.
+// readMounts reads this process's mount table, in its order (a mount
+// after one on the same point is on top of it).
 func readMounts() ([]hostMount, error) {
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
@@ -206,8 +213,8 @@ func readMounts() ([]hostMount, error) {
 		// ID PARENT MAJ:MIN ROOT POINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER
 		fields := strings.Fields(line)
 		for i, f := range fields {
-			if f == "-" && i > 4 && i+1 < len(fields) {
-				mounts = append(mounts, hostMount{point: unescapeMount(fields[4]), fsType: fields[i+1]})
+			if f == "-" && i > 4 && i+2 < len(fields) {
+				mounts = append(mounts, hostMount{point: unescapeMount(fields[4]), fsType: fields[i+1], source: unescapeMount(fields[i+2])})
 				break
 			}
 		}

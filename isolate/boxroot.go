@@ -10,7 +10,6 @@ package isolate
 // operator mounted on the box root is used as it is, and never unmounted.
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -50,27 +49,13 @@ func realDir(dir string) string {
 // topMount is the file system type and source of what is mounted last on
 // dir, from this process's mount table; ok is false when nothing is.
 func topMount(dir string) (fstype, source string, ok bool, err error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return "", "", false, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 10 || unescapeMount(fields[4]) != dir {
-			continue
-		}
-		for i := 6; i+2 < len(fields); i++ {
-			if fields[i] == "-" {
-				fstype, source, ok = fields[i+1], unescapeMount(fields[i+2]), true
-				break
-			}
+	mounts, err := readMounts()
+	for _, m := range mounts {
+		if m.point == dir {
+			fstype, source, ok = m.fsType, m.source, true
 		}
 	}
-	return fstype, source, ok, sc.Err()
+	return fstype, source, ok, err
 }
 
 // unescapeMount undoes the mount table's octal escapes (\040 for a space).

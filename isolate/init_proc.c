@@ -186,11 +186,10 @@ static void child_entry(void *arg) {
 /* init_clone_run starts a process that runs fn(arg) and never returns.
  * With clone3 (Linux 5.3) on x86-64 it shares this process's memory
  * (CLONE_VM) and runs on the given stack: the kernel copies no page
- * tables, and neither process takes copy-on-write faults afterwards. Where
- * a page fault is dear (~10 us on a guest without hardware-assisted
- * paging), fork + exec + wait of /bin/true takes 2.2 ms against 1.5 ms
- * with vfork. The new process starts on its own stack, so it
- * may use nothing of this frame: the assembly calls fn at once. Elsewhere,
+ * tables, and neither process takes copy-on-write faults afterwards,
+ * which cost most where a page fault is dear (a guest without
+ * hardware-assisted paging). The new process starts on its own stack, so
+ * it may use nothing of this frame: the assembly calls fn at once. Elsewhere,
  * and before 5.3, the child gets a copy of the address space, as fork
  * makes. */
 long init_clone_run(struct clone3_args *args, char *stack, size_t size, void (*fn)(void *), void *arg) {

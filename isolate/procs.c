@@ -5,9 +5,8 @@
  * the Go runtime sizes its scheduler (GOMAXPROCS) from the CPUs in the
  * process's affinity mask, and with two or more Ps every goroutine it
  * starts while booting wakes an idle thread, which spins, faults in its
- * stack and sleeps again: on a 2-CPU VM booting with one P
- * took 1 ms off an `isolate run` (24.4 -> 23.4 ms, interleaved A/B) and
- * ~150 page faults. The environment cannot be changed here (Go
+ * stack and sleeps again: time and page faults on every `isolate run`
+ * that one P never spends. The environment cannot be changed here (Go
  * reads it from the ELF stack, not from environ), and runtime.GOMAXPROCS
  * in main comes after the boot it should have shaped.
  *

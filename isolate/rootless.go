@@ -142,14 +142,15 @@ func (h *Host) stagingDir() string {
 	return ""
 }
 
-// initMaps are init's ID map arguments for box id: root maps itself and
-// the box's own host uid; a user who is not root can map only itself, to
-// the box user, and its gid alone (init then denies setgroups).
-func (h *Host) initMaps(id int) []string {
+// appendInitMaps appends init's ID map arguments for box id to argv:
+// root maps itself and the box's own host uid; a user who is not root can
+// map only itself, to the box user, and its gid alone (init then denies
+// setgroups).
+func (h *Host) appendInitMaps(argv []string, id int) []string {
 	if r := h.rootless; r != nil {
-		return []string{fmt.Sprintf("%d %d 1\n", boxUID, r.uid), fmt.Sprintf("%d %d 1\n", boxUID, r.gid)}
+		return append(argv, fmt.Sprintf("%d %d 1\n", boxUID, r.uid), fmt.Sprintf("%d %d 1\n", boxUID, r.gid))
 	}
-	return []string{idMaps(FirstUID + id)}
+	return append(argv, idMaps(FirstUID+id))
 }
 
 // boxCred is whose rights box files are handled with on the host: the

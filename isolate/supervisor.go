@@ -452,7 +452,7 @@ func (s *supervisor) startInit() error {
 		}
 	}
 	s.timer.mark("spawn-prep")
-	argv := append([]string{"isolate-init", InitArg, strconv.FormatUint(uint64(flags), 10)}, s.host.initMaps(s.lock.id)...)
+	argv := s.host.appendInitMaps(append(make([]string, 0, 5), "isolate-init", InitArg, strconv.FormatUint(uint64(flags), 10)), s.lock.id)
 	pid, err := forkInitExe(argv, attr)
 	if err != nil {
 		return fmt.Errorf("start init: %w", err)

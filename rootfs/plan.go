@@ -269,10 +269,17 @@ func (p *planner) etc(l *Layout) error {
 	for _, f := range files {
 		p.add(WriteFile{Step: "write /etc/" + f.name, Path: p.in("etc/" + f.name), Mode: fileMode, Content: f.content})
 	}
+	// Bound by path: only an entry reached without a symlink (the image's
+	// etc/ opened without one, the entry itself not one), so that no link
+	// in the image names a file of the host.
+	etc, err := openInImage(l.Image, "etc", unix.O_PATH|unix.O_DIRECTORY, unix.RESOLVE_NO_SYMLINKS|unix.RESOLVE_BENEATH)
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(etc)
 	for _, name := range imageEtc {
-		// Bound by path: only an entry reached without a symlink, so that
-		// no link in the image names a file of the host.
-		if st, err := statInImage(l.Image, "etc/"+name); err == nil {
+		var st unix.Stat_t
+		if unix.Fstatat(etc, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT != unix.S_IFLNK {
 			p.bind(filepath.Join(l.source(), "etc", name), "/etc/"+name, st.Mode&unix.S_IFMT == unix.S_IFDIR, false, true)
 		}
 	}
@@ -297,18 +304,6 @@ func readInImage(image, rel string) ([]byte, error) {
 		return nil, fmt.Errorf("%s: not a regular file", f.Name())
 	}
 	return io.ReadAll(io.LimitReader(f, maxImageFile))
-}
-
-// statInImage looks at rel of the image directory image, reached without
-// any symlink (RESOLVE_NO_SYMLINKS, RESOLVE_BENEATH).
-func statInImage(image, rel string) (unix.Stat_t, error) {
-	var st unix.Stat_t
-	fd, err := openInImage(image, rel, unix.O_PATH, unix.RESOLVE_NO_SYMLINKS|unix.RESOLVE_BENEATH)
-	if err != nil {
-		return st, err
-	}
-	defer unix.Close(fd)
-	return st, unix.Fstat(fd, &st)
 }
 
 // openInImage opens rel below the image directory with openat2's resolve
