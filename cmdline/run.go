@@ -76,7 +76,7 @@ func (iv *invocation) runCommand() *cli.Command {
 			return usageErr(err)
 		},
 		Action: func(c *cli.Context) error {
-			if err := iv.requireRoot(); err != nil {
+			if err := iv.checkRunner(); err != nil {
 				return err
 			}
 			spec, err := iv.specFromFlags(c)
