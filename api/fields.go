@@ -1,6 +1,10 @@
 package api
 
-import "strings"
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
 
 // Field is one request field as each front end names it: the API's JSON
 // name (the root of a FieldError's path), the native CLI's option and the
@@ -50,4 +54,18 @@ func FieldOf(path string) (Field, bool) {
 		}
 	}
 	return Field{}, false
+}
+
+// OptionError words err, if it is a FieldError on a field with an option,
+// as that option, named by option from the field's entry: "--bind /x: no
+// such file or directory". Any other error is err.
+func OptionError(err error, option func(Field) string) error {
+	var fe *FieldError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	if f, ok := FieldOf(fe.Field); ok && option(f) != "" {
+		return fmt.Errorf("--%s %s", option(f), fe.Msg)
+	}
+	return err
 }

@@ -31,7 +31,7 @@ func (iv *invocation) execCommand() *cli.Command {
 }
 
 func (iv *invocation) execAction(c *cli.Context) error {
-	if err := iv.requireRoot(); err != nil {
+	if err := iv.checkRunner(); err != nil {
 		return err
 	}
 	// What exec creates (the box directory, the source, init's mount

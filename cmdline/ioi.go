@@ -114,8 +114,9 @@ func (iv *invocation) runIOI(args []string) int {
 	}
 	// ioi/isolate's own words, unprefixed (Piston shows them to its
 	// users); a failure of the sandbox also with -s, as its die() does.
-	if outcome := ioi.Outcome(rep); outcome == isolate.StatusXX || !o.Silent() {
+	outcome := ioi.Outcome(rep)
+	if outcome == isolate.StatusXX || !o.Silent() {
 		fmt.Fprintln(iv.Stderr, ioi.StatusLine(rep))
 	}
-	return exitStatus(ioi.Outcome(rep))
+	return exitStatus(outcome)
 }

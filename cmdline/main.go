@@ -214,11 +214,11 @@ func RequireRoot() error {
 	return nil
 }
 
-// requireRoot checks who runs a box: through the service, the service
+// checkRunner checks who runs a box: through the service, the service
 // admitted the caller, and opens every host path with its rights;
 // in-process, root, or a user who is not root in rootless mode (the
 // service is not there, or the CLI would have handed the run over).
-func (iv *invocation) requireRoot() error {
+func (iv *invocation) checkRunner() error {
 	if iv.Caller == nil {
 		iv.rootless = os.Geteuid() != 0
 	}

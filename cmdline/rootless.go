@@ -7,9 +7,9 @@ import (
 )
 
 // checkRootlessFlags refuses --cgroup-root in a run that has root (the
-// service's too, whoever its caller is): it would choose nothing there. A permission,
-// --allow-rlimit-only is accepted and unused: root's limits are always the
-// cgroup's.
+// service's too, whoever its caller is): it would choose nothing there.
+// --allow-rlimit-only, a permission, is accepted and unused: root's limits
+// are always the cgroup's.
 func (iv *invocation) checkRootlessFlags() error {
 	if !iv.rootless && iv.values.cgroupRoot != "" {
 		return usageErr(errors.New("--cgroup-root is for a run without root (root's boxes go under cg_root of the configuration)"))

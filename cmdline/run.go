@@ -76,7 +76,7 @@ func (iv *invocation) runCommand() *cli.Command {
 			return usageErr(err)
 		},
 		Action: func(c *cli.Context) error {
-			if err := iv.requireRoot(); err != nil {
+			if err := iv.checkRunner(); err != nil {
 				return err
 			}
 			spec, err := iv.specFromFlags(c)
@@ -205,10 +205,7 @@ func flagError(err error) error {
 	if strings.HasPrefix(fe.Field, "args") {
 		return errors.New("no command given (isolate run [options] -- COMMAND [ARG...])")
 	}
-	if f, ok := api.FieldOf(fe.Field); ok && f.Flag != "" {
-		return fmt.Errorf("--%s %s", f.Flag, fe.Msg)
-	}
-	return err
+	return api.OptionError(err, func(f api.Field) string { return f.Flag })
 }
 
 // stdioFromFlags opens the host files --stdin, --stdout and --stderr

@@ -293,12 +293,5 @@ func (c *Caller) path(p string) string {
 // ioiWords words a request field's error as the ioi form's option
 // (api.Fields): "--dir /x: no such file or directory".
 func ioiWords(err error) error {
-	var fe *api.FieldError
-	if !errors.As(err, &fe) {
-		return err
-	}
-	if f, ok := api.FieldOf(fe.Field); ok && f.IOI != "" {
-		return fmt.Errorf("--%s %s", f.IOI, fe.Msg)
-	}
-	return err
+	return api.OptionError(err, func(f api.Field) string { return f.IOI })
 }

@@ -53,7 +53,7 @@ type Config struct {
 	Log func(string)
 }
 
-// Defaults fills what c leaves unset.
+// defaults fills what c leaves unset.
 func (c *Config) defaults() {
 	if c.Prefix == "" {
 		c.Prefix = "isolate"
@@ -315,7 +315,7 @@ func (w *Worker) handle(m redis.XMessage, claimed bool) {
 		// XAUTOCLAIM counted this delivery; the pending entry says how
 		// many there were.
 		var p []redis.XPendingExt
-		err := retry(ctx, w, func() error {
+		err := w.retry(ctx, func() error {
 			var err error
 			p, err = w.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: w.keys.Jobs, Group: w.cfg.Group,
 				Start: m.ID, End: m.ID, Count: 1}).Result()
@@ -329,7 +329,7 @@ func (w *Worker) handle(m redis.XMessage, claimed bool) {
 		}
 	}
 	var exists int64
-	if err := retry(ctx, w, func() error {
+	if err := w.retry(ctx, func() error {
 		var err error
 		exists, err = w.rdb.Exists(ctx, w.keys.Result(job.ID)).Result()
 		return err
@@ -446,7 +446,7 @@ func (w *Worker) finish(ctx context.Context, msgID string, job Job, f finishing)
 	args := []any{int64(w.cfg.ResultTTL / time.Second), w.cfg.ResultsMax, w.cfg.Group, msgID, id,
 		status, f.body, w.cfg.Name, f.dead, job.Endpoint, job.Body, f.deliveries}
 	var stored int64
-	err := retry(ctx, w, func() error {
+	err := w.retry(ctx, func() error {
 		var err error
 		stored, err = finishScript.Run(ctx, w.rdb, keys, args...).Int64()
 		return err
@@ -508,10 +508,13 @@ func (w *Worker) heartbeat(ctx context.Context) {
 	}
 }
 
-// backoff is the wait between tries of Redis: doubling from 100 ms to 5 s.
+// backoff is the wait between tries of Redis: doubling from firstBackoff
+// to 5 s.
 type backoff struct{ next time.Duration }
 
-func newBackoff() *backoff { return &backoff{next: 100 * time.Millisecond} }
+const firstBackoff = 100 * time.Millisecond
+
+func newBackoff() *backoff { return &backoff{next: firstBackoff} }
 
 func (b *backoff) wait(ctx context.Context) {
 	select {
@@ -540,7 +543,7 @@ func (w *Worker) failed(ctx context.Context, err error, b *backoff) {
 // ok notes a successful Redis command: the outage, if any, is over.
 func (w *Worker) ok(b *backoff) {
 	w.redisUp.Store(true)
-	b.next = 100 * time.Millisecond
+	b.next = firstBackoff
 	w.outage.Lock()
 	if w.inOutage {
 		w.inOutage = false
@@ -550,7 +553,7 @@ func (w *Worker) ok(b *backoff) {
 }
 
 // retry runs f until it succeeds or ctx ends (the drain's grace).
-func retry(ctx context.Context, w *Worker, f func() error) error {
+func (w *Worker) retry(ctx context.Context, f func() error) error {
 	b := newBackoff()
 	for {
 		err := f()

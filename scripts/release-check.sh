@@ -15,6 +15,9 @@ trap 'rm -rf "$tmp"' EXIT
 
 fail() { echo "release-check: $arch: $*" >&2; exit 1; }
 
+# commands lists the commands a --help output on stdin names.
+commands() { awk '/^COMMANDS:/{on=1; next} on && /^$/{on=0} on {sub(",", "", $1); print $1}'; }
+
 # check_help RUN CMD...: `CMD --help` exits 0 with its own help, and so
 # does every subcommand that help lists.
 check_help() {
@@ -23,7 +26,7 @@ check_help() {
 	grep -q "^   isolate $* - " <<<"$out" || fail "isolate $* --help: not its help: $out"
 	checked=$((checked + 1))
 	local sub
-	for sub in $(awk '/^COMMANDS:/{on=1; next} on && /^$/{on=0} on {sub(",", "", $1); print $1}' <<<"$out"); do
+	for sub in $(commands <<<"$out"); do
 		[ "$sub" = help ] || check_help "$@" "$sub"
 	done
 }
@@ -44,7 +47,7 @@ for arch in amd64 arm64; do
 	[ "$got" = "isolate $version" ] || fail "isolate version says '$got', not 'isolate $version'"
 	checked=0
 	top=$("${run[@]}" "$dir/isolate" --help)
-	for cmd in $(awk '/^COMMANDS:/{on=1; next} on && /^$/{on=0} on {sub(",", "", $1); print $1}' <<<"$top"); do
+	for cmd in $(commands <<<"$top"); do
 		# serve execs isolate-serve, checked below (qemu-user cannot
 		# exec a foreign binary from inside a foreign one).
 		case $cmd in help | serve) ;; *) check_help "$cmd" ;; esac

@@ -76,17 +76,13 @@ func benchCommand() *cli.Command {
 			if err != nil {
 				return failure("bench: " + err.Error())
 			}
-			switch {
-			case c.Bool("json"):
-				enc := json.NewEncoder(os.Stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(res)
-			case c.Bool("markdown"):
-				bench.PrintMarkdown(os.Stdout, res)
-			default:
-				bench.PrintText(os.Stdout, res)
-			}
-			return nil
+			return jsonOr(c, res, func() {
+				if c.Bool("markdown") {
+					bench.PrintMarkdown(os.Stdout, res)
+				} else {
+					bench.PrintText(os.Stdout, res)
+				}
+			})
 		},
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"os"
 
 	"github.com/urfave/cli/v2"
@@ -21,11 +20,5 @@ func benchRootless(c *cli.Context, runs int) error {
 	if err != nil {
 		return failure("bench: " + err.Error())
 	}
-	if c.Bool("json") {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
-	}
-	bench.PrintRootless(os.Stdout, res)
-	return nil
+	return jsonOr(c, res, func() { bench.PrintRootless(os.Stdout, res) })
 }

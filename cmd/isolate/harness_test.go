@@ -303,17 +303,24 @@ func isolateCmd(t testing.TB, stdin string, args ...string) result {
 	if os.Getenv("ISOLATE_COVERDIR") == "" {
 		cmd.Env = os.Environ()
 	}
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)
 	}
+	return runResult(t, cmd)
+}
+
+// runResult runs cmd, its output and exit status collected; a command
+// that cannot start fails the test.
+func runResult(t testing.TB, cmd *exec.Cmd) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()
 	} else if err != nil {
-		t.Fatalf("run isolate %v: %v", args, err)
+		t.Fatalf("run %v: %v", cmd.Args, err)
 	}
 	return result{Stdout: out.String(), Stderr: errb.String(), Code: code}
 }

@@ -54,16 +54,7 @@ func isolateCmdPath(t *testing.T, argv ...string) result {
 	if d := os.Getenv("ISOLATE_COVERDIR"); d != "" {
 		cmd.Env = append(cmd.Env, "GOCOVERDIR="+d)
 	}
-	var out, errb strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("run %v: %v", argv, err)
-	}
-	return result{Stdout: out.String(), Stderr: errb.String(), Code: code}
+	return runResult(t, cmd)
 }
 
 func TestDeepTreeInExec(t *testing.T) {

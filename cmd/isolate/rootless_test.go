@@ -66,16 +66,7 @@ func asNobody(t *testing.T, env []string, args ...string) result {
 	cmd.Env = env
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("run isolate %v as nobody: %v", args, err)
-	}
-	return result{Stdout: out.String(), Stderr: errb.String(), Code: code}
+	return runResult(t, cmd)
 }
 
 // rootlessRun is `isolate run --allow-rlimit-only --json ARGS` as nobody.

@@ -86,13 +86,13 @@ func RunRootless(c RootlessConfig) (*RootlessResult, error) {
 		{name: VarRootlessIsolate, argv: isolateArgv},
 	}
 	var skipped map[string]string
-	if bwrap, err := exec.LookPath("bwrap"); err != nil {
-		skipped = map[string]string{VarRootlessBwrap: "bwrap not found (apt-get install bubblewrap)"}
+	if bwrap, err := findBwrap(); err != nil {
+		skipped = map[string]string{VarRootlessBwrap: err.Error()}
 	} else {
 		vs = append(vs, variant{name: VarRootlessBwrap, argv: BwrapArgs(bwrap)})
 	}
 	// The report says how the limits were enforced (once, untimed).
-	out, err := asUser(append(isolateArgv[:len(isolateArgv)-2:len(isolateArgv)-2], "--json", "--", "/bin/true"), env, cred, true)
+	out, err := asUser(append(isolateArgv[:len(isolateArgv)-2:len(isolateArgv)-2], "--json", "--", "/bin/true"), env, cred)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", VarRootlessIsolate, err)
 	}
@@ -111,7 +111,7 @@ func RunRootless(c RootlessConfig) (*RootlessResult, error) {
 			cmd.Env = env
 			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 			if err := cmd.Run(); err != nil {
-				_, err = asUser(v.argv, env, cred, false)
+				_, err = asUser(v.argv, env, cred)
 				return nil, fmt.Errorf("%s: %w", v.name, err)
 			}
 			if round < 0 {
@@ -138,7 +138,7 @@ func RunRootless(c RootlessConfig) (*RootlessResult, error) {
 
 // asUser runs argv once as cred (nil: this process's user) and returns
 // its standard output, or an error with what it said.
-func asUser(argv, env []string, cred *syscall.Credential, wantOutput bool) ([]byte, error) {
+func asUser(argv, env []string, cred *syscall.Credential) ([]byte, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
@@ -147,9 +147,6 @@ func asUser(argv, env []string, cred *syscall.Credential, wantOutput bool) ([]by
 	out, err := cmd.Output()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v: %s", strings.Join(argv, " "), err, strings.TrimSpace(errb.String()))
-	}
-	if !wantOutput {
-		return nil, nil
 	}
 	return out, nil
 }

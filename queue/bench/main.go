@@ -24,9 +24,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/isolate-sandbox/isolate/queue"
 )
 
 const job = `{"commands":[{"args":["/bin/true"]}]}`
+
+// qkeys are the Redis keys of the service's default prefix.
+var qkeys = queue.KeysOf("isolate")
 
 func main() {
 	serve := flag.String("serve", "bin/isolate-serve", "the isolate-serve binary")
@@ -119,17 +124,17 @@ func run(serve string, runs, burst int) error {
 		id := fmt.Sprintf("bench-%d", seq)
 		seqMu.Unlock()
 		last := "$"
-		if m, err := rdb.XRevRangeN(ctx, "isolate:results", "+", "-", 1).Result(); err == nil && len(m) == 1 {
+		if m, err := rdb.XRevRangeN(ctx, qkeys.Results, "+", "-", 1).Result(); err == nil && len(m) == 1 {
 			last = m[0].ID
 		}
-		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "isolate:jobs", Values: []string{"id", id, "body", job}}).Err(); err != nil {
+		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: qkeys.Jobs, Values: []string{"id", id, "body", job}}).Err(); err != nil {
 			return err
 		}
 		for {
-			if n, _ := rdb.Exists(ctx, "isolate:result:"+id).Result(); n == 1 {
+			if n, _ := rdb.Exists(ctx, qkeys.Result(id)).Result(); n == 1 {
 				return nil
 			}
-			s, err := rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{"isolate:results", last}, Block: time.Second}).Result()
+			s, err := rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{qkeys.Results, last}, Block: time.Second}).Result()
 			if err != nil && err != redis.Nil {
 				return err
 			}
@@ -226,12 +231,12 @@ func throughputQueue(ctx context.Context, rdb *redis.Client, n int) float64 {
 	t := time.Now()
 	pipe := rdb.Pipeline()
 	for i := range n {
-		pipe.XAdd(ctx, &redis.XAddArgs{Stream: "isolate:jobs", Values: []string{"id", prefix + fmt.Sprint(i), "body", job}})
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: qkeys.Jobs, Values: []string{"id", prefix + fmt.Sprint(i), "body", job}})
 	}
 	pipe.Exec(ctx)
 	keys := make([]string, n)
 	for i := range keys {
-		keys[i] = "isolate:result:" + prefix + fmt.Sprint(i)
+		keys[i] = qkeys.Result(prefix + fmt.Sprint(i))
 	}
 	for {
 		if c, _ := rdb.Exists(ctx, keys...).Result(); c == int64(n) {
