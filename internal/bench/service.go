@@ -7,14 +7,16 @@ package bench
 // throughput with 1, 2 and 4 concurrent clients, the service against
 // one-shot `isolate run`, in alternating rounds (the machine's speed
 // drifts within minutes: one block of each compares badly).
+//
+// The client speaks just enough HTTP/1.1 for the service's answers, so
+// that the isolate binary links no net/http.
 
 import (
-	"context"
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -111,7 +113,10 @@ func RunService(c ServiceConfig) (*ServiceResult, error) {
 	apiSock := filepath.Join(svc.dir, "api.sock")
 	res := &ServiceResult{Machine: describeMachine(c.Version), Rounds: c.Rounds, Parallel: parallel}
 	meter := newCPUMeter()
-	client := newAPIClient(apiSock)
+	client, err := dialAPI(apiSock)
+	if err != nil {
+		return nil, err
+	}
 	defer client.close()
 	env := oneShotEnv()
 	oneShot := func() error { _, err := timed([]string{c.Bin, "run", "--", "/bin/true"}, env, nil); return err }
@@ -173,7 +178,10 @@ func RunService(c ServiceConfig) (*ServiceResult, error) {
 		var api, apiCPU, one, oneCPU []float64
 		measureAPI := func() error {
 			n, cpu, err := throughputFor(clients, c.Seconds, func() (func() error, func(), error) {
-				cl := newAPIClient(apiSock)
+				cl, err := dialAPI(apiSock)
+				if err != nil {
+					return nil, nil, err
+				}
 				cl.keep = false
 				return cl.post, cl.close, nil
 			})
@@ -288,39 +296,102 @@ func liveCPU(pid string) time.Duration {
 // apiClient posts /bin/true over one keep-alive connection to the API's
 // unix socket, and keeps the answers (read after the timing, by stages).
 type apiClient struct {
-	http    *http.Client
+	conn    net.Conn
+	r       *bufio.Reader
 	keep    bool // keep the answers
 	answers [][]byte
 }
 
-func newAPIClient(sock string) *apiClient {
-	return &apiClient{keep: true, http: &http.Client{Transport: &http.Transport{
-		DisableCompression: true,
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		},
-	}}}
+func dialAPI(sock string) (*apiClient, error) {
+	conn, err := net.Dial("unix", sock)
+	if err != nil {
+		return nil, fmt.Errorf("the service's API: %w", err)
+	}
+	return &apiClient{conn: conn, r: bufio.NewReader(conn), keep: true}, nil
 }
 
-func (a *apiClient) close() { a.http.CloseIdleConnections() }
+func (a *apiClient) close() { a.conn.Close() }
 
 func (a *apiClient) post() error {
-	resp, err := a.http.Post("http://isolate/v1/run", "application/json", strings.NewReader(apiRequest))
+	req := "POST /v1/run HTTP/1.1\r\nHost: isolate\r\nContent-Type: application/json\r\nContent-Length: " +
+		strconv.Itoa(len(apiRequest)) + "\r\n\r\n" + apiRequest
+	if _, err := io.WriteString(a.conn, req); err != nil {
+		return err
+	}
+	status, body, err := readResponse(a.r)
 	if err != nil {
 		return err
 	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != 200 || !strings.Contains(string(body), `"status":"OK"`) {
-		return fmt.Errorf("%d %s", resp.StatusCode, body)
+	if status != 200 || !strings.Contains(string(body), `"status":"OK"`) {
+		return fmt.Errorf("%d %s", status, body)
 	}
 	if a.keep {
 		a.answers = append(a.answers, body)
 	}
 	return nil
+}
+
+// readResponse reads one HTTP/1.1 response: its status and body, sized
+// by Content-Length or chunked.
+func readResponse(r *bufio.Reader) (status int, body []byte, err error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return 0, nil, err
+	}
+	if f := strings.Fields(line); len(f) < 2 {
+		return 0, nil, fmt.Errorf("bad status line %q", line)
+	} else if status, err = strconv.Atoi(f[1]); err != nil {
+		return 0, nil, fmt.Errorf("bad status line %q", line)
+	}
+	length, chunked := -1, false
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return 0, nil, err
+		}
+		line = strings.TrimRight(line, "\r\n")
+		if line == "" {
+			break
+		}
+		name, value, _ := strings.Cut(line, ":")
+		value = strings.TrimSpace(value)
+		switch strings.ToLower(name) {
+		case "content-length":
+			if length, err = strconv.Atoi(value); err != nil {
+				return 0, nil, fmt.Errorf("bad Content-Length %q", value)
+			}
+		case "transfer-encoding":
+			chunked = strings.EqualFold(value, "chunked")
+		}
+	}
+	switch {
+	case chunked:
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return 0, nil, err
+			}
+			size, _, _ := strings.Cut(strings.TrimSpace(line), ";")
+			n, err := strconv.ParseInt(size, 16, 32)
+			if err != nil {
+				return 0, nil, fmt.Errorf("bad chunk size %q", line)
+			}
+			chunk := make([]byte, n+2) // the chunk and its CRLF
+			if _, err := io.ReadFull(r, chunk); err != nil {
+				return 0, nil, err
+			}
+			if n == 0 {
+				return status, body, nil
+			}
+			body = append(body, chunk[:n]...)
+		}
+	case length >= 0:
+		body = make([]byte, length)
+		_, err = io.ReadFull(r, body)
+		return status, body, err
+	default:
+		return 0, nil, fmt.Errorf("an answer with neither Content-Length nor chunks (status %d)", status)
+	}
 }
 
 // stages are the median of each stage of the answers' reports, how many
