@@ -8,12 +8,12 @@ package bench
 // peer that is not there is skipped with one line saying what to install.
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -46,11 +46,13 @@ type Peers struct {
 	GoJudge string
 }
 
-// ParseGoJudgeURL checks a --go-judge URL: http or https, with a host.
+// ParseGoJudgeURL checks a --go-judge URL: http, with a host (the bench
+// speaks plain HTTP/1.1, so the isolate binary links no net/http or TLS;
+// go-judge listens on plain HTTP).
 func ParseGoJudgeURL(s string) (string, error) {
 	u, err := url.Parse(s)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", fmt.Errorf("--go-judge %q: want the http:// or https:// URL of a go-judge", s)
+	if err != nil || u.Scheme != "http" || u.Host == "" {
+		return "", fmt.Errorf("--go-judge %q: want the http:// URL of a go-judge", s)
 	}
 	return strings.TrimSuffix(u.String(), "/"), nil
 }
@@ -165,23 +167,36 @@ const goJudgeRequest = `{"cmd":[{"args":["/bin/true"],"env":["PATH=/usr/bin:/bin
 	`"files":[{"content":""},{"name":"stdout","max":10240},{"name":"stderr","max":10240}],` +
 	`"cpuLimit":10000000000,"memoryLimit":268435456,"procLimit":50}]}`
 
-// goJudgeVariant posts /bin/true to go-judge at base, once to check that
-// it answers and runs it.
+// goJudgeVariant posts /bin/true to go-judge at base (http://HOST:PORT),
+// once to check that it answers and runs it. The request is written by
+// hand over one kept-alive connection, as the service's API is posted:
+// the isolate binary links no net/http.
 func goJudgeVariant(base string) (variant, error) {
-	client := &http.Client{Timeout: 30 * time.Second}
+	u, err := url.Parse(base) // checked by ParseGoJudgeURL
+	if err != nil {
+		return variant{}, err
+	}
+	path := strings.TrimSuffix(u.Path, "/") + "/run"
+	var conn net.Conn
+	var r *bufio.Reader
 	post := func(*sink) (sample, error) {
 		start := time.Now()
-		resp, err := client.Post(base+"/run", "application/json", strings.NewReader(goJudgeRequest))
-		if err != nil {
-			return sample{}, fmt.Errorf("go-judge at %s: %w", base, err)
+		if conn == nil {
+			c, err := net.DialTimeout("tcp", u.Host, 30*time.Second)
+			if err != nil {
+				return sample{}, fmt.Errorf("go-judge at %s: %w", base, err)
+			}
+			conn, r = c, bufio.NewReader(c)
 		}
-		body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		resp.Body.Close()
+		conn.SetDeadline(start.Add(30 * time.Second))
+		code, body, err := postJSON(conn, r, u.Host, path, goJudgeRequest)
 		took := sample{wall: time.Since(start)}
 		if err != nil {
+			conn.Close()
+			conn = nil // dialled again by the next round
 			return took, fmt.Errorf("go-judge at %s: %w", base, err)
 		}
-		return took, goJudgeStatus(resp.StatusCode, body)
+		return took, goJudgeStatus(code, body)
 	}
 	if _, err := post(nil); err != nil {
 		return variant{}, err
@@ -192,7 +207,7 @@ func goJudgeVariant(base string) (variant, error) {
 // goJudgeStatus checks go-judge's answer: HTTP 200 and one result,
 // Accepted.
 func goJudgeStatus(code int, body []byte) error {
-	if code != http.StatusOK {
+	if code != 200 {
 		return fmt.Errorf("go-judge POST /run: HTTP %d: %s", code, lastLine(body))
 	}
 	var results []struct {

@@ -21,15 +21,15 @@ func TestIOIVersion(t *testing.T) {
 
 func TestGoJudgeURL(t *testing.T) {
 	for in, want := range map[string]string{
-		"http://127.0.0.1:5050":   "http://127.0.0.1:5050",
-		"http://localhost:5050/":  "http://localhost:5050",
-		"https://judge.test/api/": "https://judge.test/api",
+		"http://127.0.0.1:5050":  "http://127.0.0.1:5050",
+		"http://localhost:5050/": "http://localhost:5050",
+		"http://judge.test/api/": "http://judge.test/api",
 	} {
 		if got, err := ParseGoJudgeURL(in); err != nil || got != want {
 			t.Errorf("ParseGoJudgeURL(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "127.0.0.1:5050", "ftp://x", "http://", "unix:///run/gj.sock", "http://a b"} {
+	for _, in := range []string{"", "127.0.0.1:5050", "ftp://x", "https://judge.test", "http://", "unix:///run/gj.sock", "http://a b"} {
 		if _, err := ParseGoJudgeURL(in); err == nil || !strings.Contains(err.Error(), "--go-judge") {
 			t.Errorf("ParseGoJudgeURL(%q): error %v, want one naming --go-judge", in, err)
 		}

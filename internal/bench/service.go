@@ -313,12 +313,7 @@ func dialAPI(sock string) (*apiClient, error) {
 func (a *apiClient) close() { a.conn.Close() }
 
 func (a *apiClient) post() error {
-	req := "POST /v1/run HTTP/1.1\r\nHost: isolate\r\nContent-Type: application/json\r\nContent-Length: " +
-		strconv.Itoa(len(apiRequest)) + "\r\n\r\n" + apiRequest
-	if _, err := io.WriteString(a.conn, req); err != nil {
-		return err
-	}
-	status, body, err := readResponse(a.r)
+	status, body, err := postJSON(a.conn, a.r, "isolate", "/v1/run", apiRequest)
 	if err != nil {
 		return err
 	}
@@ -329,6 +324,17 @@ func (a *apiClient) post() error {
 		a.answers = append(a.answers, body)
 	}
 	return nil
+}
+
+// postJSON sends one HTTP/1.1 POST of a JSON body on a kept-alive
+// connection and reads its answer.
+func postJSON(w io.Writer, r *bufio.Reader, host, path, body string) (status int, answer []byte, err error) {
+	req := "POST " + path + " HTTP/1.1\r\nHost: " + host + "\r\nContent-Type: application/json\r\nContent-Length: " +
+		strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	if _, err := io.WriteString(w, req); err != nil {
+		return 0, nil, err
+	}
+	return readResponse(r)
 }
 
 // readResponse reads one HTTP/1.1 response: its status and body, sized
