@@ -1107,55 +1107,21 @@ func (s *supervisor) account(m *initMessage, wall time.Duration) error {
 	}
 	r.CPUTime = total.Seconds()
 	r.SysTime = r.CPUTime - r.UserTime
-	switch {
-	case ws.Signaled():
-		r.Signal = int(ws.Signal())
-		r.ExitCode = 128 + r.Signal
-	default:
-		r.ExitCode = ws.ExitStatus()
-	}
-	overCPU := sp.CPUTime > 0 && (total > sp.CPUTime || s.hitRlimitCPU(ws))
-	s.wallKillOverCPU(total)
-	switch {
-	case r.StartFailure != nil && r.StartFailure.Step != "execve":
-		// A step of the sandbox's own before the program's execve failed
-		// (its working directory, credentials, limits, filter): that is
-		// the sandbox failing, not the program. A program that is not
-		// there stays RE 127, as a shell says it.
-		r.Status, r.Cause = StatusXX, r.StartFailure
-	case r.Killed && r.Limit == LimitMemory:
-		// Not the OOM killer: the sandbox ended a box stuck at its limit
-		// (thrash.go). oom_killed says which.
-		r.Status = StatusML
-		r.Message = "memory limit exceeded: killed by the sandbox, stuck reclaiming its own pages at the limit"
-		if r.OOMKilled {
-			r.Message = "memory limit exceeded"
-		}
-	case r.Killed:
-		r.Status = StatusTO
-		if r.Limit == LimitCPU {
-			r.Message = "CPU time limit exceeded"
-		} else {
-			r.Message = "wall time limit exceeded"
-		}
-	case r.OOMKilled:
-		r.Status = StatusML
-		r.Message = "memory limit exceeded"
-	case overCPU:
-		r.Status, r.Limit, r.Message = StatusTO, LimitCPU, "CPU time limit exceeded"
-	case ws.Signaled():
-		r.Status = StatusSG
-		if r.Message == "" {
-			r.Message = "caught signal " + strconv.Itoa(r.Signal)
-		}
-	case r.ExitCode != 0:
-		r.Status = StatusRE
-		if r.Message == "" {
-			r.Message = "exited with status " + strconv.Itoa(r.ExitCode)
-		}
-	default:
-		r.Status = StatusOK
-	}
+	v := verdict(verdictInput{
+		Wait:         ws,
+		ExecErr:      m.ExecErr,
+		StartFailure: r.StartFailure,
+		CPU:          total,
+		CPULimit:     sp.CPUTime,
+		ExtraTime:    sp.ExtraTime,
+		Killed:       r.Killed,
+		KillLimit:    r.Limit,
+		OOMKilled:    r.OOMKilled,
+		NoCgroup:     s.cg == nil,
+		RlimitsOnly:  s.host.rlimitsOnly(),
+	})
+	r.Status, r.Limit, r.Message, r.Cause = v.Status, v.Limit, v.Message, v.Cause
+	r.ExitCode, r.Signal = v.ExitCode, v.Signal
 	return nil
 }
 
