@@ -538,6 +538,12 @@ func (s *supervisor) fill() error {
 	defer unix.Close(root)
 	err = withFSThread(func(t *fsThread) error {
 		for _, c := range s.spec.CopyIn {
+			if c.Content != nil {
+				if err := contentIn(t, root, c, s.boxCred()); err != nil {
+					return fmt.Errorf("copy in %s: %w", boxPath(c.To), err)
+				}
+				continue
+			}
 			if err := copyIn(t, root, c, s.caller(), s.boxCred()); err != nil {
 				return fmt.Errorf("--copy-in %s: %w", c.From, err)
 			}
