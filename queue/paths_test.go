@@ -214,6 +214,12 @@ func TestBusyService(t *testing.T) {
 	if n := g.rdb.Exists(ctx, g.keys.Result("busy")).Val(); n != 0 {
 		t.Errorf("the job has a result while the service was full: %v", g.rdb.HGetAll(ctx, g.keys.Result("busy")).Val())
 	}
+	// Held by its worker, delivered once: being turned away is no
+	// delivery more.
+	p := g.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: g.keys.Jobs, Group: "isolate-workers", Start: msgID, End: msgID, Count: 1}).Val()
+	if len(p) != 1 || p[0].Consumer != "b0" || p[0].RetryCount != 1 {
+		t.Errorf("while turned away, the job's pending entry: %+v", p)
+	}
 	first.Close()
 	second.Close()
 	waitFor(t, "the job is answered", func() bool { return g.rdb.Exists(ctx, g.keys.Result("busy")).Val() == 1 })
