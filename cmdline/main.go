@@ -141,7 +141,7 @@ func Main(ctx context.Context, inv *Invocation) Exit {
 // main executes the command line and returns the exit status.
 func (iv *invocation) main() int {
 	args := iv.Args
-	if isIOIForm(args[1:]) {
+	if IsIOIForm(args[1:]) {
 		return iv.runIOI(args[1:])
 	}
 	app := iv.newApp()

@@ -15,20 +15,15 @@ import (
 	"os"
 	"path"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
-// CgroupRoot is the directory under which box cgroups are made
+// CgroupRoot is the directory under which host's box cgroups are made
 // (--print-cg-root).
-func CgroupRoot(cfg *isolate.Config) (string, error) {
-	host, err := isolate.NewHost(cfg)
-	if err != nil {
-		return "", err
-	}
+func CgroupRoot(host *isolate.Host) (string, error) {
 	m, err := host.Cgroups()
 	if err != nil {
 		return "", err
@@ -190,14 +185,10 @@ func ioiSpec(o *Options, pb *isolate.PersistentBox, caller *Caller) (*isolate.Sp
 	s.Stack = o.stackKB * 1024
 	if s.Stack == 0 {
 		// ioi/isolate's default stack is unlimited (RLIM_INFINITY, which
-		// also makes glibc give threads its default stack size). A spec
-		// cannot say "infinity", so the box inherits it from isolate,
-		// up to the hard limit isolate itself got.
-		var rl syscall.Rlimit
-		if syscall.Getrlimit(syscall.RLIMIT_STACK, &rl) == nil {
-			rl.Cur = rl.Max
-			syscall.Setrlimit(syscall.RLIMIT_STACK, &rl)
-		}
+		// also makes glibc give threads its default stack size), up to
+		// the hard limit isolate itself got: set in the program, not in
+		// this process, which may be the service's.
+		s.Stack = isolate.StackAsHard
 	}
 	s.HostNet = o.shareNet
 	s.Env = ioiEnv(o, caller.Env)
