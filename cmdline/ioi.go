@@ -76,14 +76,14 @@ func (iv *invocation) runIOI(args []string) int {
 	}
 	switch o.Mode() {
 	case ioi.ModeInit:
-		dir, err := ioi.Init(o, cfg)
+		dir, err := ioi.Init(o, host)
 		if err != nil {
 			return ioiUsage(err)
 		}
 		fmt.Fprintln(iv.Stdout, dir)
 		return exitOK
 	case ioi.ModeCleanup:
-		if err := ioi.Cleanup(o, cfg); err != nil {
+		if err := ioi.Cleanup(o, host); err != nil {
 			return ioiUsage(err)
 		}
 		return exitOK

@@ -5,7 +5,8 @@ package ioi
 // box layout, meta file and exit statuses (see MIGRATING.md). The
 // isolation is ours: user namespace, seccomp, cgroups on v1, hybrid and
 // v2 hosts alike. The CLI parses with Parse, calls Init, Cleanup, CgroupRoot
-// or Run, and prints.
+// or Run on the Host of its front end (the CLI's one, or the service's),
+// and prints.
 
 import (
 	"context"
@@ -90,15 +91,16 @@ func Run(ctx context.Context, o *Options, host *isolate.Host, caller *Caller) (*
 	return rep, nil
 }
 
-// Init creates the box (--init) and returns its directory.
-func Init(o *Options, cfg *isolate.Config) (string, error) {
-	return isolate.InitBox(cfg, o.boxID, o.owner(), o.wait)
+// Init creates the box (--init) in host's box root and returns its
+// directory.
+func Init(o *Options, host *isolate.Host) (string, error) {
+	return isolate.InitBox(host.Config, o.boxID, o.owner(), o.wait)
 }
 
 // Cleanup removes the box (--cleanup), and its cgroups if a killed
 // isolate left them.
-func Cleanup(o *Options, cfg *isolate.Config) error {
-	return isolate.CleanupBox(cfg, o.boxID, o.wait)
+func Cleanup(o *Options, host *isolate.Host) error {
+	return isolate.CleanupBox(host.Config, o.boxID, o.wait)
 }
 
 // owner is who gets box/ back: the caller, or --as-uid/--as-gid.
