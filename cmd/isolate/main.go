@@ -29,11 +29,11 @@ func main() {
 	// Every command runs at most one box and exits with it.
 	isolate.OneShotProcess()
 	if cmdline.IsIOIForm(os.Args[1:]) {
-		// ioi/isolate sets umask 022 at its start: the files its form
-		// creates for the caller (a meta file, box/ output) get its
-		// modes. Set here, once, for this process alone; the library
-		// never sets it (the service shares its process with every run,
-		// and takes only callers whose umask is its own).
+		// ioi/isolate sets umask 022 once it has parsed its options:
+		// what its form creates (the box, the program's output files)
+		// gets its modes. Set here, once, for this process alone; the
+		// library never sets it (the service shares its process with
+		// every run, and takes only callers whose umask is its own).
 		unix.Umask(0o022)
 	}
 	exit := cmdline.Main(context.Background(), &cmdline.Invocation{
