@@ -39,7 +39,7 @@ type Spec struct {
 	FileSize  int64   // RLIMIT_FSIZE
 	TmpSize   int64   // size of /box and /tmp
 	OpenFiles int64   // RLIMIT_NOFILE
-	Stack     int64   // RLIMIT_STACK
+	Stack     int64   // RLIMIT_STACK; StackAsHard: the hard limit init has
 	AddrSpace int64   // RLIMIT_AS (ioi's -m); 0: none
 
 	OutputLimit int64 // bytes kept per captured stream
@@ -93,6 +93,13 @@ type Copy struct {
 	// copy-out time.
 	Sink func(f *os.File, size int64) error
 }
+
+// StackAsHard as a Spec's Stack raises the program's RLIMIT_STACK to
+// the hard limit the box's init inherited (RLIM_INFINITY if that is
+// unlimited, which also gives threads glibc's default stack size): the
+// ioi form's default. Init sets it in the program alone, since raising
+// the supervisor's own would change every later run of its process.
+const StackAsHard int64 = -1
 
 // Defaults are the contract's defaults for a run.
 func Defaults() Spec {

@@ -403,7 +403,16 @@ func (s *supervisor) commandPlan() *plan {
 	}
 	rl(unix.RLIMIT_FSIZE, sp.FileSize)
 	rl(unix.RLIMIT_NOFILE, sp.OpenFiles)
-	rl(unix.RLIMIT_STACK, sp.Stack)
+	if sp.Stack == StackAsHard {
+		// Read, never changed: the supervisor's own limits are the
+		// service's, shared by every run. Init inherited them.
+		var cur unix.Rlimit
+		if unix.Getrlimit(unix.RLIMIT_STACK, &cur) == nil {
+			p.rlimit(unix.RLIMIT_STACK, cur.Max)
+		}
+	} else {
+		rl(unix.RLIMIT_STACK, sp.Stack)
+	}
 	rl(unix.RLIMIT_AS, sp.AddrSpace)
 	if sp.CPUTime > 0 {
 		// A backstop only: the supervisor kills at the exact limit.
