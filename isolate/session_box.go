@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/isolate-sandbox/isolate/api"
+	"github.com/isolate-sandbox/isolate/cgroup"
 )
 
 // Session is a box that lives across calls (session.go). Its supervisor
@@ -30,6 +31,11 @@ type Session struct {
 
 	done       chan struct{}
 	dispatched chan struct{} // the dispatcher has seen init's last message
+
+	// cg is the session's cgroup while it lives: usage reads it under
+	// cgMu, which close holds to take it away before tearing down.
+	cgMu sync.RWMutex
+	cg   *cgroup.Box
 }
 
 // proc is a Process's state.
@@ -99,6 +105,7 @@ func (h *Host) startSession(ctx context.Context, spec *api.Spec) (*Session, erro
 	}
 	// The start is over: the session's box lives on its own.
 	sv.ctx = context.Background()
+	s.cg = sv.cg
 	go s.dispatch()
 	return s, nil
 }
@@ -359,9 +366,11 @@ func (s *Session) signal(id uint64, sig syscall.Signal) error {
 }
 
 func (s *Session) usage() (SessionUsage, error) {
-	cg := s.sv.cg
+	s.cgMu.RLock()
+	defer s.cgMu.RUnlock()
+	cg := s.cg
 	if cg == nil {
-		return SessionUsage{}, errors.New("the session has no cgroup")
+		return SessionUsage{}, s.endedErr()
 	}
 	var u SessionUsage
 	var err error
@@ -390,10 +399,10 @@ func (s *Session) err() error {
 	return s.ended
 }
 
-// endedErr is why a call finds the session ended (s.mu held or not).
+// endedErr is why a call finds the session ended.
 func (s *Session) endedErr() error {
-	if s.ended != nil {
-		return s.ended
+	if err := s.err(); err != nil {
+		return err
 	}
 	return ErrSessionEnded
 }
@@ -410,6 +419,9 @@ func (s *Session) close() error {
 		s.ended = ErrSessionEnded
 	}
 	s.mu.Unlock()
+	s.cgMu.Lock()
+	s.cg = nil
+	s.cgMu.Unlock()
 	sv := s.sv
 	// Init kills everything in the box and reaps it once its control
 	// socket closes (teardown closes it, then removes the emptied cgroup).
