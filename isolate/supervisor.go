@@ -88,6 +88,8 @@ type supervisor struct {
 	ahead bool
 	// claimed is the box built ahead that this run took from the pool.
 	claimed *pendingBox
+	// session: the box serves many commands (session_box.go).
+	session bool
 }
 
 // run performs one sandboxed run: take a box the pool built ahead, or
@@ -762,6 +764,9 @@ func (s *supervisor) boxPlan(announce bool) (*plan, error) {
 		// The filter the pool expects its boxes' commands to have (the
 		// default): a command with another one gets a fresh process.
 		p.prepare(s.policy.Filter, s.policy.Notify)
+	}
+	if s.session {
+		p.session()
 	}
 	p.boxEnd(announce)
 	return p, nil
