@@ -44,3 +44,6 @@ func (s *Session) openFile(path string) (*os.File, FileInfo, error) {
 func (s *Session) stat(path string) (FileInfo, error)                   { return FileInfo{}, errNotYet }
 func (s *Session) list(path string, maxEntries int) ([]FileInfo, error) { return nil, errNotYet }
 func (s *Session) remove(path string) error                             { return errNotYet }
+
+// sessionOutputLimit is the session's output_limit_bytes (0: the default).
+func (s *Session) sessionOutputLimit() int64 { return 0 }
