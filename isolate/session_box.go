@@ -442,3 +442,6 @@ func (s *Session) close() error {
 	}
 	return nil
 }
+
+// sessionOutputLimit is the session's output_limit_bytes (0: the default).
+func (s *Session) sessionOutputLimit() int64 { return 0 }
