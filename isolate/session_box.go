@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -313,43 +312,26 @@ func (p *proc) supervise(cs *supervisor, first initMessage, before SessionUsage,
 }
 
 // commandVerdict fills a session command's report from init's exited.
+// The session's cgroup is shared by its commands: an OOM kill in it is
+// this command's only when this command died of SIGKILL meanwhile.
 func commandVerdict(r *Report, sp *Spec, m *initMessage, killedFor string, oomKilled bool) {
 	ws := syscall.WaitStatus(m.WaitStatus)
+	killed := ws.Signaled() && ws.Signal() == syscall.SIGKILL
 	r.WallTime = time.Duration(m.WallNs).Seconds()
 	r.UserTime = time.Duration(m.UserNs).Seconds()
 	r.SysTime = time.Duration(m.SysNs).Seconds()
 	r.CPUTime = r.UserTime + r.SysTime
 	r.MaxRSS = m.MaxRSS * 1024
 	r.CSWVoluntary, r.CSWInvoluntary = m.NVCSW, m.NIVCSW
-	if ws.Signaled() {
-		r.Signal = int(ws.Signal())
-		r.ExitCode = 128 + r.Signal
-	} else {
-		r.ExitCode = ws.ExitStatus()
-	}
+	in := verdictInput{Wait: ws, ExecErr: m.ExecErr, CPU: time.Duration(m.UserNs + m.SysNs),
+		Killed: killedFor != "", KillLimit: killedFor, OOMKilled: oomKilled && killed}
 	if m.ExecErr != "" {
-		r.Message = m.ExecErr
-		r.StartFailure = startFailure(sp.Command[0], m)
+		in.StartFailure = startFailure(sp.Command[0], m)
+		r.StartFailure = in.StartFailure
 	}
-	killed := ws.Signaled() && ws.Signal() == syscall.SIGKILL
-	switch {
-	case r.StartFailure != nil && r.StartFailure.Step != "execve":
-		r.Status, r.Cause = StatusXX, r.StartFailure
-	case killedFor != "" && killed:
-		r.Status, r.Killed, r.Limit, r.Message = StatusTO, true, killedFor, "wall time limit exceeded"
-	case oomKilled && killed:
-		r.Status, r.OOMKilled, r.Limit, r.Message = StatusML, true, LimitMemory, "memory limit exceeded"
-	case ws.Signaled():
-		r.Status = StatusSG
-		r.Message = "caught signal " + strconv.Itoa(r.Signal)
-	case r.ExitCode != 0:
-		r.Status = StatusRE
-		if r.Message == "" {
-			r.Message = "exited with status " + strconv.Itoa(r.ExitCode)
-		}
-	default:
-		r.Status = StatusOK
-	}
+	v := verdict(in)
+	r.Status, r.Limit, r.Message, r.Cause, r.ExitCode, r.Signal = v.Status, v.Limit, v.Message, v.Cause, v.ExitCode, v.Signal
+	r.Killed, r.OOMKilled = in.Killed, in.OOMKilled
 }
 
 func (p *proc) signal(sig syscall.Signal) error {

@@ -200,3 +200,35 @@ func TestSessionClose(t *testing.T) {
 	}
 	<-s.Done()
 }
+
+// The parts of a session's time to interactive, in-process (isolate bench
+// --sessions measures it through the service).
+func BenchmarkSessionInteractive(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+	h, err := isolate.NewHost(&isolate.Config{BoxRoot: isolate.DefaultBoxRoot, NumBoxes: isolate.DefaultNumBoxes})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var start, run, end time.Duration
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		s, err := h.StartSession(context.Background(), &api.Spec{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if rep, err := s.Run(isolate.SessionCommand{Args: []string{"python3", "-V"}}, isolate.IO{}); err != nil || rep.Status != api.StatusOK {
+			b.Fatal(err, rep)
+		}
+		t2 := time.Now()
+		if err := s.Close(); err != nil {
+			b.Fatal(err)
+		}
+		start, run, end = start+t1.Sub(t0), run+time.Since(t1)-time.Since(t2), end+time.Since(t2)
+	}
+	b.ReportMetric(float64(start.Microseconds())/float64(b.N)/1000, "start-ms")
+	b.ReportMetric(float64(run.Microseconds())/float64(b.N)/1000, "run-ms")
+	b.ReportMetric(float64(end.Microseconds())/float64(b.N)/1000, "close-ms")
+}

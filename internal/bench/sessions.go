@@ -24,6 +24,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // SessionsConfig is what `isolate bench --sessions` measures.
@@ -165,9 +167,16 @@ func RunSessions(c SessionsConfig) (*SessionsResult, error) {
 	}
 	defer cl.conn.Close()
 	res := &SessionsResult{Machine: describeMachine(c.Version), Rounds: c.Rounds, BurstSize: c.BurstSize, Idle: c.Idle}
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		return nil, errors.New("python3 is not on PATH: the sessions' figures are python3's")
+	// The python3 a box finds: the same binary, bare and in a session.
+	python := ""
+	for _, dir := range []string{"/usr/local/bin", "/usr/bin", "/bin"} {
+		if p := filepath.Join(dir, "python3"); unix.Access(p, unix.X_OK) == nil {
+			python = p
+			break
+		}
+	}
+	if python == "" {
+		return nil, errors.New("no python3 in /usr/local/bin, /usr/bin or /bin: the sessions' figures are python3's")
 	}
 
 	// Sequential, interleaved with the same command run bare.
