@@ -456,6 +456,10 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Background {
+		if s.draining.Load() {
+			sessionErr(w, errStopping)
+			return
+		}
 		s.startBackground(w, sess, cmd, req.Stdin)
 		return
 	}
@@ -690,8 +694,9 @@ func (s *Server) handleProcessWait(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	// Waiting is not using: a session whose lease ends meanwhile ends.
-	done()
+	// Waiting is a use, as any request in progress; the lease still
+	// ends the session, and the command with it.
+	defer done()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -363,13 +363,21 @@ func (r *sessions) get(id, owner string) (s *session, done func(), err error) {
 	if s == nil || s.owner != owner {
 		return nil, nil, errNoSession
 	}
+	now := r.now()
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.ended {
+		s.mu.Unlock()
 		return nil, nil, errNoSession
 	}
+	// Its time is up, though its timer has not fired yet.
+	if s.expired(now) != "" {
+		s.mu.Unlock()
+		r.end(s, nil)
+		return nil, nil, errNoSession
+	}
+	defer s.mu.Unlock()
 	s.busy++
-	s.lastUsed = r.now()
+	s.lastUsed = now
 	var once sync.Once
 	return s, func() {
 		once.Do(func() {
