@@ -278,6 +278,14 @@ func (f *fakeService) create(t *testing.T, who caller.Caller, body string) strin
 	return a.ID
 }
 
+// waitAnswer is what a wait for a command answers once it ended: its
+// report, with its id beside it.
+type waitAnswer struct {
+	ID      uint64 `json:"id"`
+	Running bool   `json:"running"`
+	api.Report
+}
+
 func decodeAs[T any](t *testing.T, b []byte) T {
 	t.Helper()
 	var v T
@@ -333,18 +341,21 @@ func TestSessionLifecycleFake(t *testing.T) {
 		t.Fatalf("stdin: %d %s", code, b)
 	}
 	code, b = f.do(t, alice, "POST", pbase+"/wait", `{"timeout_ms": 10000}`)
-	st := decodeAs[ProcessState](t, b)
-	if code != 200 || st.Running || st.Report == nil || st.Report.Stdout != "first second" {
+	st := decodeAs[waitAnswer](t, b)
+	if code != 200 || st.Running || st.ID != bg.ID || st.Stdout != "first second" {
 		t.Fatalf("wait: %d %s", code, b)
 	}
 	// Signals reach a background command.
 	code, b = f.do(t, alice, "POST", base+"/commands", `{"args": ["sleep"], "background": true}`)
 	sleeper := decodeAs[struct{ ID uint64 }](t, b).ID
+	if code, b := f.do(t, alice, "POST", fmt.Sprintf("%s/commands/%d/wait", base, sleeper), `{"timeout_ms": 1}`); code != 200 || string(b) != fmt.Sprintf(`{"id":%d,"args":["sleep"],"running":true}`+"\n", sleeper) {
+		t.Fatalf("wait, still running: %d %s", code, b)
+	}
 	if code, b := f.do(t, alice, "POST", fmt.Sprintf("%s/commands/%d/signal", base, sleeper), `{"signal": "TERM"}`); code != 200 {
 		t.Fatalf("signal: %d %s", code, b)
 	}
 	code, b = f.do(t, alice, "POST", fmt.Sprintf("%s/commands/%d/wait", base, sleeper), "")
-	if st := decodeAs[ProcessState](t, b); code != 200 || st.Report == nil || st.Report.Status != "SG" || st.Report.Signal != 15 {
+	if st := decodeAs[waitAnswer](t, b); code != 200 || st.Status != "SG" || st.Signal != 15 {
 		t.Fatalf("signalled: %d %s", code, b)
 	}
 	// The session's description: usage, its commands.

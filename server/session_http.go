@@ -279,7 +279,7 @@ func sessionEnv(spec *api.Spec) []string {
 
 func (s *Server) handleSessionCreate(w http.ResponseWriter, r *http.Request) {
 	var req SessionRequest
-	leave, ok := read(s, w, r, &req)
+	leave, ok := readBody(s, w, r, &req)
 	if !ok {
 		return
 	}
@@ -378,7 +378,7 @@ func (s *Server) handleSessionDelete(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleSessionTimeout(w http.ResponseWriter, r *http.Request) {
 	var req timeoutRequest
-	leave, ok := read(s, w, r, &req)
+	leave, ok := readBody(s, w, r, &req)
 	if !ok {
 		return
 	}
@@ -702,10 +702,19 @@ func (s *Server) handleProcessWait(w http.ResponseWriter, r *http.Request) {
 	select {
 	case <-sp.p.Done():
 	case <-t.C:
+		s.answer(w, http.StatusOK, ProcessState{ID: sp.p.ID(), Args: sp.args, Running: true})
+		return
 	case <-r.Context().Done():
 		return
 	}
-	s.answer(w, http.StatusOK, processState(sp))
+	st := processState(sp)
+	// The report itself, with the command's id and args beside it.
+	s.answer(w, http.StatusOK, struct {
+		ID      uint64   `json:"id"`
+		Args    []string `json:"args"`
+		Running bool     `json:"running"`
+		*api.Report
+	}{st.ID, st.Args, false, st.Report})
 }
 
 func (s *Server) handleContextCreate(w http.ResponseWriter, r *http.Request) {

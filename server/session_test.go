@@ -230,8 +230,8 @@ for i in range(600):
 		t.Fatalf("signal: %d %s", code, b)
 	}
 	code, b = s.do(t, "POST", proc+"/wait", `{"timeout_ms": 60000}`)
-	var st ProcessState
-	if json.Unmarshal(b, &st); code != 200 || st.Running || st.Report == nil || st.Report.Signal != 15 {
+	var st waitAnswer
+	if json.Unmarshal(b, &st); code != 200 || st.Running || st.Signal != 15 {
 		t.Fatalf("the server after TERM: %d %s", code, b)
 	}
 
@@ -246,7 +246,7 @@ for i in range(600):
 		t.Fatalf("stdin: %d %s", code, b)
 	}
 	code, b = s.do(t, "POST", proc+"/wait", `{"timeout_ms": 60000}`)
-	if json.Unmarshal(b, &st); code != 200 || st.Report == nil || st.Report.Stdout != "ONE TWO THREE" {
+	if json.Unmarshal(b, &st); code != 200 || st.Stdout != "ONE TWO THREE" {
 		t.Fatalf("tr's report: %d %s", code, b)
 	}
 }
