@@ -186,7 +186,6 @@ func absoluteBoxPaths(next http.Handler) http.Handler {
 
 // sessionErr is the answer to a session's error.
 func sessionErr(w http.ResponseWriter, err error) {
-	var errno syscall.Errno
 	switch {
 	case errors.Is(err, errNoSession), errors.Is(err, isolate.ErrSessionEnded):
 		writeError(w, http.StatusNotFound, errNoSession)
@@ -196,6 +195,18 @@ func sessionErr(w http.ResponseWriter, err error) {
 	case errors.Is(err, errStopping):
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, err)
+	default:
+		writeError(w, statusOf(err), err)
+	}
+}
+
+// fileErr is the answer to an error of a session's file: the path's
+// fault (400, 404 naming it), a full file system (507), or the session's.
+func fileErr(w http.ResponseWriter, err error) {
+	var errno syscall.Errno
+	switch {
+	case errors.Is(err, errNoSession), errors.Is(err, isolate.ErrSessionEnded):
+		sessionErr(w, err)
 	case errors.Is(err, fs.ErrNotExist):
 		writeError(w, http.StatusNotFound, &api.FieldError{Field: "path", Msg: "no such file in the box"})
 	case errors.As(err, &errno) && (errno == syscall.ENOSPC || errno == syscall.EDQUOT || errno == syscall.EFBIG):
@@ -203,7 +214,7 @@ func sessionErr(w http.ResponseWriter, err error) {
 	case errors.As(err, &errno):
 		writeError(w, http.StatusBadRequest, &api.FieldError{Field: "path", Msg: err.Error()})
 	default:
-		writeError(w, statusOf(err), err)
+		sessionErr(w, err)
 	}
 }
 
@@ -960,7 +971,7 @@ func (s *Server) handleSessionFilePut(w http.ResponseWriter, r *http.Request) {
 	// system bounds it, not the service's memory.
 	n, err := sess.box.WriteFile(boxPath(r), r.Body, mode)
 	if err != nil {
-		sessionErr(w, err)
+		fileErr(w, err)
 		return
 	}
 	s.answer(w, http.StatusOK, map[string]any{"path": boxPath(r), "size": n})
@@ -979,7 +990,7 @@ func (s *Server) handleSessionFileGet(w http.ResponseWriter, r *http.Request) {
 	case q.Get("stat") == "1":
 		info, err := sess.box.Stat(p)
 		if err != nil {
-			sessionErr(w, err)
+			fileErr(w, err)
 			return
 		}
 		s.answer(w, http.StatusOK, info)
@@ -987,7 +998,7 @@ func (s *Server) handleSessionFileGet(w http.ResponseWriter, r *http.Request) {
 	case q.Get("list") == "1":
 		entries, err := sess.box.List(p, maxListEntries)
 		if err != nil {
-			sessionErr(w, err)
+			fileErr(w, err)
 			return
 		}
 		if entries == nil {
@@ -998,7 +1009,7 @@ func (s *Server) handleSessionFileGet(w http.ResponseWriter, r *http.Request) {
 	}
 	f, info, err := sess.box.OpenFile(p)
 	if err != nil {
-		sessionErr(w, err)
+		fileErr(w, err)
 		return
 	}
 	defer f.Close()
@@ -1032,7 +1043,7 @@ func (s *Server) handleSessionFileDelete(w http.ResponseWriter, r *http.Request)
 	}
 	defer done()
 	if err := sess.box.Remove(boxPath(r)); err != nil {
-		sessionErr(w, err)
+		fileErr(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
