@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -319,7 +320,7 @@ func (s *Server) handleSessionCreate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), err)
 		return
 	}
-	sess := s.sessions.add(owner, box, sessionEnv(spec), spec.WithDefaults().OutputLimitBytes, lease, idle)
+	sess := s.sessions.add(owner, box, sessionEnv(spec), lease, idle)
 	if sess == nil {
 		sessionErr(w, errStopping)
 		return
@@ -343,6 +344,11 @@ func (s *session) answer(full bool) SessionAnswer {
 		for _, c := range s.contexts {
 			a.Contexts = append(a.Contexts, c.state())
 		}
+		// Oldest first: "ctx-2" before "ctx-10".
+		sort.Slice(a.Contexts, func(i, j int) bool {
+			x, y := a.Contexts[i].ID, a.Contexts[j].ID
+			return len(x) < len(y) || len(x) == len(y) && x < y
+		})
 	}
 	s.mu.Unlock()
 	if full {

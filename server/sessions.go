@@ -182,7 +182,6 @@ type session struct {
 	owner   string
 	box     SessionBox
 	env     []string // the session's environment, which a command's env adds to
-	output  int64    // the session's output limit
 	created time.Time
 
 	mu          sync.Mutex
@@ -276,9 +275,9 @@ var errStopping = errors.New("the service is stopping")
 
 // add records a started session in the place reserve took, with its
 // lease and idle time, and watches its box and its deadlines.
-func (r *sessions) add(owner string, box SessionBox, env []string, output int64, lease, idle time.Duration) *session {
+func (r *sessions) add(owner string, box SessionBox, env []string, lease, idle time.Duration) *session {
 	now := r.now()
-	s := &session{reg: r, id: newID(), owner: owner, box: box, env: env, output: output, created: now,
+	s := &session{reg: r, id: newID(), owner: owner, box: box, env: env, created: now,
 		lease: lease, idle: idle, expires: now.Add(lease), lastUsed: now,
 		procs: map[uint64]*sessionProc{}, contexts: map[string]*codeContext{}}
 	r.mu.Lock()
