@@ -541,8 +541,10 @@ func (s *Server) startBackground(w http.ResponseWriter, sess *session, cmd isola
 	sp := &sessionProc{p: p, args: cmd.Args, background: true, stdin: wr, stdinEnd: rd}
 	go func() {
 		<-p.Done()
-		sp.closeStdin()
+		// The read end first: a write blocked on the full pipe fails
+		// (EPIPE) rather than wait for a reader that is gone.
 		rd.Close()
+		sp.closeStdin()
 	}()
 	if err := sess.addProc(sp); err != nil {
 		p.Signal(syscall.SIGKILL)

@@ -249,6 +249,29 @@ for i in range(600):
 	if json.Unmarshal(b, &st); code != 200 || st.Stdout != "ONE TWO THREE" {
 		t.Fatalf("tr's report: %d %s", code, b)
 	}
+	if code, b := s.do(t, "POST", proc+"/stdin", "more"); code != 409 {
+		t.Fatalf("stdin of an ended command: %d %s", code, b)
+	}
+
+	// A write its command never reads does not outlive the command.
+	code, b = s.do(t, "POST", "/v1/sessions/"+id+"/commands", `{"args": ["sleep", "600"], "background": true}`)
+	if json.Unmarshal(b, &bg); code != 201 {
+		t.Fatalf("sleep: %d %s", code, b)
+	}
+	proc = fmt.Sprintf("/v1/sessions/%s/commands/%d", id, bg.ID)
+	written := make(chan int, 1)
+	go func() {
+		code, _ := s.do(t, "POST", proc+"/stdin", strings.Repeat("x", 4<<20))
+		written <- code
+	}()
+	// Whether the write is blocked on the full pipe when the kill comes
+	// or comes after it, it fails rather than hangs.
+	if code, b := s.do(t, "POST", proc+"/signal", `{"signal": "KILL"}`); code != 200 {
+		t.Fatalf("signal: %d %s", code, b)
+	}
+	if code := <-written; code != 409 {
+		t.Errorf("a write to a command killed meanwhile: %d", code)
+	}
 }
 
 // The lease ends a session while a foreground command runs (it answers
