@@ -703,7 +703,9 @@ func (s *Server) handleProcessWait(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	defer leave()
+	// A waiter holds no place of the service's: waits as long as ten
+	// minutes would take every one.
+	leave()
 	d, err := msField("timeout_ms", req.TimeoutMs, maxWait, maxWait, "at most 10 minutes a request")
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err)
