@@ -664,3 +664,40 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// Waiters on a command hold none of the service's request places: more
+// of them than there are places leave room for a command.
+func TestSessionWaitersHoldNoPlaceFake(t *testing.T) {
+	f := newFakeService(t, nil) // 2 + 4 places
+	id := f.create(t, alice, `{}`)
+	_, b := f.do(t, alice, "POST", "/v1/sessions/"+id+"/commands", `{"args": ["sleep"], "background": true}`)
+	pid := decodeAs[struct{ ID uint64 }](t, b).ID
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, b := f.do(t, alice, "POST", fmt.Sprintf("/v1/sessions/%s/commands/%d/wait", id, pid), `{"timeout_ms": 600000}`)
+			if w := decodeAs[waitAnswer](t, b); code != 200 || w.Status != "SG" {
+				t.Errorf("a waiter: %d %s", code, b)
+			}
+		}()
+	}
+	for {
+		f.sessions.mu.Lock()
+		s := f.sessions.byID[id]
+		f.sessions.mu.Unlock()
+		s.mu.Lock()
+		busy := s.busy
+		s.mu.Unlock()
+		if busy == 8 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if code, b := f.do(t, alice, "POST", "/v1/sessions/"+id+"/commands", `{"args": ["echo", "room"]}`); code != 200 {
+		t.Errorf("a command beside 8 waiters: %d %s", code, b)
+	}
+	f.do(t, alice, "POST", fmt.Sprintf("/v1/sessions/%s/commands/%d/signal", id, pid), `{"signal": "KILL"}`)
+	wg.Wait()
+}

@@ -586,8 +586,9 @@ func (s *Server) processOf(w http.ResponseWriter, r *http.Request) (*session, *s
 func processState(sp *sessionProc) ProcessState {
 	st := ProcessState{ID: sp.p.ID(), Args: sp.args, Running: !sp.ended()}
 	if !st.Running {
-		st.Report = sp.p.Wait()
-		st.Report.Sandbox.Via = "service"
+		rep := *sp.p.Wait() // a copy: the report is every request's
+		rep.Sandbox.Via = "service"
+		st.Report = &rep
 	}
 	return st
 }
