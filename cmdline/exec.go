@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
-	"golang.org/x/sys/unix"
 
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/isolate"
@@ -34,10 +33,6 @@ func (iv *invocation) execAction(c *cli.Context) error {
 	if err := iv.checkRunner(); err != nil {
 		return err
 	}
-	// What exec creates (the box directory, the source, init's mount
-	// points) must be readable by the box user, whatever the caller's
-	// umask.
-	unix.Umask(0o022)
 	job, wall, err := iv.execJobFromFlags(c)
 	if err != nil {
 		return usageErr(flagError(err))

@@ -4,16 +4,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"syscall"
 
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/ioi"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
-// isIOIForm tells whether the command line is ioi/isolate's form: one of
-// its commands among the options, before any "--".
-func isIOIForm(args []string) bool {
+// IsIOIForm tells whether the command line (without argv[0]) is
+// ioi/isolate's form: one of its commands among the options, before any
+// "--".
+func IsIOIForm(args []string) bool {
 	for _, a := range args {
 		switch a {
 		case "--":
@@ -43,8 +43,8 @@ func (iv *invocation) runIOI(args []string) int {
 	}
 	if o.Mode() == ioi.ModeCheckConfig {
 		// As ioi/isolate: parse the configuration, say nothing if it is
-		// valid.
-		if _, err := isolate.LoadConfig(); err != nil {
+		// valid. The Host's is the one the runs would take.
+		if _, err := iv.host(); err != nil {
 			return ioiUsage(err)
 		}
 		return exitOK
@@ -62,9 +62,10 @@ func (iv *invocation) runIOI(args []string) int {
 			return ioiUsage(err)
 		}
 	}
-	syscall.Umask(0o022)
 	// The service's runs share its Host: its configuration, cgroup
-	// manager, compiled syscall policies and boxes built ahead.
+	// manager, compiled syscall policies and boxes built ahead. Nothing
+	// here changes the process's own state (umask, limits): through the
+	// service, that process is shared by every run.
 	host, err := iv.host()
 	if err != nil {
 		return ioiUsage(err)
@@ -75,19 +76,19 @@ func (iv *invocation) runIOI(args []string) int {
 	}
 	switch o.Mode() {
 	case ioi.ModeInit:
-		dir, err := ioi.Init(o, cfg)
+		dir, err := ioi.Init(o, host)
 		if err != nil {
 			return ioiUsage(err)
 		}
 		fmt.Fprintln(iv.Stdout, dir)
 		return exitOK
 	case ioi.ModeCleanup:
-		if err := ioi.Cleanup(o, cfg); err != nil {
+		if err := ioi.Cleanup(o, host); err != nil {
 			return ioiUsage(err)
 		}
 		return exitOK
 	case ioi.ModePrintCgRoot:
-		root, err := ioi.CgroupRoot(cfg)
+		root, err := ioi.CgroupRoot(host)
 		if err != nil {
 			return ioiUsage(err)
 		}

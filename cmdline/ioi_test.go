@@ -11,15 +11,15 @@ import (
 // in package ioi), and by nothing else.
 func TestIOIFormByItsCommands(t *testing.T) {
 	for _, mode := range []string{ioi.ModeInit, ioi.ModeRun, ioi.ModeCleanup, ioi.ModeVersion, ioi.ModePrintCgRoot, ioi.ModeCheckConfig} {
-		if !isIOIForm([]string{"-b", "1", "--" + mode}) {
+		if !IsIOIForm([]string{"-b", "1", "--" + mode}) {
 			t.Errorf("--%s: not the ioi form", mode)
 		}
-		if isIOIForm([]string{"-b", "1", "--", "--" + mode}) {
+		if IsIOIForm([]string{"-b", "1", "--", "--" + mode}) {
 			t.Errorf("-- --%s: the ioi form", mode)
 		}
 	}
 	for _, args := range [][]string{{"run", "--", "/bin/true"}, {"-b", "1", "--meta=m"}, {"--box-id", "1"}} {
-		if isIOIForm(args) {
+		if IsIOIForm(args) {
 			t.Errorf("%q: the ioi form", args)
 		}
 	}

@@ -52,7 +52,9 @@ type Invocation struct {
 	// Admit, when set, waits for one of the service's run slots for a
 	// capped caller (Caller.Capped) and returns its release.
 	Admit func(ctx context.Context) (release func(), err error)
-	Host  *isolate.Host // nil: isolate.NewHost(nil) for each run
+	// Host is the front end's one Host (the service's); nil: the
+	// invocation makes its own, once (the CLI's, one per process).
+	Host *isolate.Host
 	// Signals are the signals relayed for the caller; nil: this
 	// process's own are caught (from the moment a run begins).
 	Signals <-chan syscall.Signal
@@ -106,6 +108,7 @@ type invocation struct {
 	cred    *isolate.Cred   // Caller's credentials; nil: this process's
 	signals *relayedSignals // nil: this process's own
 	ctx     context.Context
+	ownHost *isolate.Host // made by host() when Invocation.Host is nil
 	// rootless: the run is a user's who is not root, in-process
 	// (rootless.go).
 	rootless bool
@@ -141,7 +144,7 @@ func Main(ctx context.Context, inv *Invocation) Exit {
 // main executes the command line and returns the exit status.
 func (iv *invocation) main() int {
 	args := iv.Args
-	if isIOIForm(args[1:]) {
+	if IsIOIForm(args[1:]) {
 		return iv.runIOI(args[1:])
 	}
 	app := iv.newApp()
@@ -225,15 +228,24 @@ func (iv *invocation) checkRunner() error {
 	return iv.checkRootlessFlags()
 }
 
-// host is the invocation's Host, or a new one.
+// host is the invocation's Host: the front end's, or its own, made on
+// first use.
 func (iv *invocation) host() (*isolate.Host, error) {
 	if iv.Host != nil {
 		return iv.Host, nil
 	}
-	if iv.rootless {
-		return iv.rootlessHost()
+	if iv.ownHost == nil {
+		var err error
+		if iv.rootless {
+			iv.ownHost, err = iv.rootlessHost()
+		} else {
+			iv.ownHost, err = isolate.NewHost(nil)
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
-	return isolate.NewHost(nil)
+	return iv.ownHost, nil
 }
 
 // path is a host path the caller named, resolved from the caller's

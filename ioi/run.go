@@ -5,7 +5,8 @@ package ioi
 // box layout, meta file and exit statuses (see MIGRATING.md). The
 // isolation is ours: user namespace, seccomp, cgroups on v1, hybrid and
 // v2 hosts alike. The CLI parses with Parse, calls Init, Cleanup, CgroupRoot
-// or Run, and prints.
+// or Run on the Host of its front end (the CLI's one, or the service's),
+// and prints.
 
 import (
 	"context"
@@ -15,20 +16,15 @@ import (
 	"os"
 	"path"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
-// CgroupRoot is the directory under which box cgroups are made
+// CgroupRoot is the directory under which host's box cgroups are made
 // (--print-cg-root).
-func CgroupRoot(cfg *isolate.Config) (string, error) {
-	host, err := isolate.NewHost(cfg)
-	if err != nil {
-		return "", err
-	}
+func CgroupRoot(host *isolate.Host) (string, error) {
 	m, err := host.Cgroups()
 	if err != nil {
 		return "", err
@@ -95,15 +91,16 @@ func Run(ctx context.Context, o *Options, host *isolate.Host, caller *Caller) (*
 	return rep, nil
 }
 
-// Init creates the box (--init) and returns its directory.
-func Init(o *Options, cfg *isolate.Config) (string, error) {
-	return isolate.InitBox(cfg, o.boxID, o.owner(), o.wait)
+// Init creates the box (--init) in host's box root and returns its
+// directory.
+func Init(o *Options, host *isolate.Host) (string, error) {
+	return isolate.InitBox(host.Config, o.boxID, o.owner(), o.wait)
 }
 
 // Cleanup removes the box (--cleanup), and its cgroups if a killed
 // isolate left them.
-func Cleanup(o *Options, cfg *isolate.Config) error {
-	return isolate.CleanupBox(cfg, o.boxID, o.wait)
+func Cleanup(o *Options, host *isolate.Host) error {
+	return isolate.CleanupBox(host.Config, o.boxID, o.wait)
 }
 
 // owner is who gets box/ back: the caller, or --as-uid/--as-gid.
@@ -190,14 +187,10 @@ func ioiSpec(o *Options, pb *isolate.PersistentBox, caller *Caller) (*isolate.Sp
 	s.Stack = o.stackKB * 1024
 	if s.Stack == 0 {
 		// ioi/isolate's default stack is unlimited (RLIM_INFINITY, which
-		// also makes glibc give threads its default stack size). A spec
-		// cannot say "infinity", so the box inherits it from isolate,
-		// up to the hard limit isolate itself got.
-		var rl syscall.Rlimit
-		if syscall.Getrlimit(syscall.RLIMIT_STACK, &rl) == nil {
-			rl.Cur = rl.Max
-			syscall.Setrlimit(syscall.RLIMIT_STACK, &rl)
-		}
+		// also makes glibc give threads its default stack size), up to
+		// the hard limit isolate itself got: set in the program, not in
+		// this process, which may be the service's.
+		s.Stack = isolate.StackAsHard
 	}
 	s.HostNet = o.shareNet
 	s.Env = ioiEnv(o, caller.Env)

@@ -188,6 +188,12 @@ func openInBox(ctx context.Context, mounts []mountPoint, name string, write bool
 		if err != nil {
 			return nil, fail(err)
 		}
+		// ioi/isolate's mode (0666 under its umask 022) whatever this
+		// process's umask, which is never changed here.
+		if err := unix.Fchmod(fd, 0o644); err != nil {
+			unix.Close(fd)
+			return nil, fail(err)
+		}
 		return os.NewFile(uintptr(fd), p), nil
 	}
 	if err != nil {

@@ -178,6 +178,61 @@ func copyIn(t *fsThread, rootFD int, c Copy, caller, box Cred) error {
 	return nil
 }
 
+// contentIn writes c.Content into the box's file c.To (made with its
+// missing directories), as the box user, as copyIn writes a file.
+func contentIn(t *fsThread, rootFD int, c Copy, box Cred) error {
+	dst := boxPath(c.To)
+	if err := t.become(box); err != nil {
+		return err
+	}
+	parent, err := mkdirInBox(rootFD, filepath.Dir(dst))
+	if err != nil {
+		return fmt.Errorf("open %s in the box: %w", filepath.Dir(dst), openErr(err))
+	}
+	defer unix.Close(parent)
+	mode := c.Mode.Perm()
+	if mode == 0 {
+		mode = 0o644
+	}
+	fd, err := (&treeCopy{}).createInBox(parent, filepath.Base(dst), uint32(mode))
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(fd), dst)
+	defer f.Close()
+	// (A plain Writer: io.Copy on the file could hand the copy to
+	// another thread, without the box user's rights.)
+	if _, err := io.Copy(struct{ io.Writer }{f}, c.Content); err != nil {
+		return err
+	}
+	// The mode as asked, whatever the umask took from it.
+	return f.Chmod(mode)
+}
+
+// sinkOut gives c.Sink the box's regular file c.From, opened with the
+// box user's rights; the sink runs with the thread's own.
+func sinkOut(t *fsThread, rootFD int, c Copy, box Cred) error {
+	src := boxPath(c.From)
+	if err := t.become(box); err != nil {
+		return err
+	}
+	fd, err := openInBox(rootFD, src, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err != nil {
+		return fmt.Errorf("open %s in the box: %w", src, openErr(err))
+	}
+	st, err := checkFile(fd, false)
+	if err != nil {
+		unix.Close(fd)
+		return err
+	}
+	f := os.NewFile(uintptr(fd), src)
+	defer f.Close()
+	if err := t.become(t.orig); err != nil {
+		return err
+	}
+	return c.Sink(f, st.Size)
+}
+
 // copyOut copies the box's file or directory c.From to the host
 // destination dst (opened with the caller's rights before the run). The
 // path is resolved inside the box with the box user's rights; inside a

@@ -114,6 +114,10 @@ func (h *Host) policy(name string) (*seccomp.Program, error) {
 type IO struct {
 	Stdin          interface{ Read([]byte) (int, error) }
 	Stdout, Stderr interface{ Write([]byte) (int, error) }
+	// CopyIn and CopyOut are files given and taken as data (Copy's
+	// Content and Sink), after the spec's own copies: a front end's
+	// inline content or its own files, never a path on the host.
+	CopyIn, CopyOut []Copy
 }
 
 // Prepared is a checked and resolved run: nothing exists for it yet.
@@ -250,10 +254,10 @@ func (h *Host) Resolve(a *api.Spec) (*Spec, error) {
 		s.Binds = append(s.Binds, Bind{Host: b.Host, Box: b.Box, Writable: b.Writable})
 	}
 	for _, c := range a.CopyIn {
-		s.CopyIn = append(s.CopyIn, Copy(c))
+		s.CopyIn = append(s.CopyIn, Copy{From: c.From, To: c.To})
 	}
 	for _, c := range a.CopyOut {
-		s.CopyOut = append(s.CopyOut, Copy(c))
+		s.CopyOut = append(s.CopyOut, Copy{From: c.From, To: c.To})
 	}
 	s.HostNet = a.Net == "host"
 	s.StderrToStdout = a.StderrToStdout

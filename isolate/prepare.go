@@ -78,6 +78,10 @@ func (s *supervisor) caller() Cred { return credOf(s.spec.Caller) }
 func (s *supervisor) openCopyDst() error {
 	return withFSThread(func(t *fsThread) error {
 		for _, c := range s.spec.CopyOut {
+			if c.Sink != nil {
+				s.copyDst = append(s.copyDst, nil) // (taken as data)
+				continue
+			}
 			h, err := openHostPath(t, s.caller(), c.To)
 			if err != nil {
 				return fmt.Errorf("--copy-out %w", err) // err names the path
@@ -90,7 +94,9 @@ func (s *supervisor) openCopyDst() error {
 
 func (s *supervisor) closeCopyDst() {
 	for _, h := range s.copyDst {
-		h.close()
+		if h != nil {
+			h.close()
+		}
 	}
 	s.copyDst = nil
 }

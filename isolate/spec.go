@@ -1,6 +1,7 @@
 package isolate
 
 import (
+	"os"
 	"time"
 
 	"github.com/isolate-sandbox/isolate/api"
@@ -38,7 +39,7 @@ type Spec struct {
 	FileSize  int64   // RLIMIT_FSIZE
 	TmpSize   int64   // size of /box and /tmp
 	OpenFiles int64   // RLIMIT_NOFILE
-	Stack     int64   // RLIMIT_STACK
+	Stack     int64   // RLIMIT_STACK; StackAsHard: the hard limit init has
 	AddrSpace int64   // RLIMIT_AS (ioi's -m); 0: none
 
 	OutputLimit int64 // bytes kept per captured stream
@@ -75,11 +76,30 @@ type Spec struct {
 type Bind = rootfs.Bind
 
 // Copy is a file or directory copied into the box before the run, or out
-// of it after.
+// of it after: between the caller's host path and the box's, or, given
+// as data (IO.CopyIn, IO.CopyOut), between the front end and the box.
 type Copy struct {
 	From string
 	To   string
+	// Content, for a copy-in given as data, is read into the box's file
+	// To, created with mode Mode (0: 0644) as the box user's; From is
+	// unused.
+	Content interface{ Read([]byte) (int, error) }
+	Mode    os.FileMode
+	// Sink, for a copy-out taken as data, is given the box's file From,
+	// open for reading (a regular file: a directory, FIFO or device is
+	// an error), and its size; To is unused. It runs with the
+	// supervisor's own rights, on a thread of its own, within the run's
+	// copy-out time.
+	Sink func(f *os.File, size int64) error
 }
+
+// StackAsHard as a Spec's Stack raises the program's RLIMIT_STACK to
+// the hard limit the box's init inherited (RLIM_INFINITY if that is
+// unlimited, which also gives threads glibc's default stack size): the
+// ioi form's default. Init sets it in the program alone, since raising
+// the supervisor's own would change every later run of its process.
+const StackAsHard int64 = -1
 
 // Defaults are the contract's defaults for a run.
 func Defaults() Spec {

@@ -403,7 +403,16 @@ func (s *supervisor) commandPlan() *plan {
 	}
 	rl(unix.RLIMIT_FSIZE, sp.FileSize)
 	rl(unix.RLIMIT_NOFILE, sp.OpenFiles)
-	rl(unix.RLIMIT_STACK, sp.Stack)
+	if sp.Stack == StackAsHard {
+		// Read, never changed: the supervisor's own limits are the
+		// service's, shared by every run. Init inherited them.
+		var cur unix.Rlimit
+		if unix.Getrlimit(unix.RLIMIT_STACK, &cur) == nil {
+			p.rlimit(unix.RLIMIT_STACK, cur.Max)
+		}
+	} else {
+		rl(unix.RLIMIT_STACK, sp.Stack)
+	}
 	rl(unix.RLIMIT_AS, sp.AddrSpace)
 	if sp.CPUTime > 0 {
 		// A backstop only: the supervisor kills at the exact limit.
@@ -538,6 +547,12 @@ func (s *supervisor) fill() error {
 	defer unix.Close(root)
 	err = withFSThread(func(t *fsThread) error {
 		for _, c := range s.spec.CopyIn {
+			if c.Content != nil {
+				if err := contentIn(t, root, c, s.boxCred()); err != nil {
+					return fmt.Errorf("copy in %s: %w", boxPath(c.To), err)
+				}
+				continue
+			}
 			if err := copyIn(t, root, c, s.caller(), s.boxCred()); err != nil {
 				return fmt.Errorf("--copy-in %s: %w", c.From, err)
 			}

@@ -86,7 +86,7 @@ type supervisor struct {
 // builds the box), start the program, supervise, account, tear down. A
 // failure of the sandbox itself is a report with status XX.
 func run(ctx context.Context, p *Prepared, stdio IO) *Report {
-	spec := p.spec
+	spec := withDataCopies(p.spec, stdio)
 	s := &supervisor{initLink: initLink{ctx: ctx}, host: p.h, spec: spec, io: stdio, policy: p.policy, timer: newStageTimer()}
 	s.timer.stages["validate"] = p.checkTook.Seconds()
 	s.report = &Report{BoxID: -1, BlockedSyscalls: []seccomp.Blocked{}, Sandbox: SandboxInfo{Image: spec.Image, Seccomp: policyName(spec), Limits: p.h.enforcement(spec)}}
@@ -138,4 +138,16 @@ func appendMsg(a, b string) string {
 		return b
 	}
 	return a + "; " + b
+}
+
+// withDataCopies is spec with the copies stdio gives as data after its
+// own (the prepared spec stays as it is).
+func withDataCopies(spec *Spec, stdio IO) *Spec {
+	if len(stdio.CopyIn) == 0 && len(stdio.CopyOut) == 0 {
+		return spec
+	}
+	sp := *spec
+	sp.CopyIn = append(append([]Copy(nil), spec.CopyIn...), stdio.CopyIn...)
+	sp.CopyOut = append(append([]Copy(nil), spec.CopyOut...), stdio.CopyOut...)
+	return &sp
 }

@@ -162,6 +162,12 @@ func (s *supervisor) copyOut() {
 		defer unix.Close(root)
 		var failed []string
 		for i, c := range s.spec.CopyOut {
+			if c.Sink != nil {
+				if err := sinkOut(t, root, c, s.boxCred()); err != nil {
+					failed = append(failed, "copy out "+boxPath(c.From)+": "+err.Error())
+				}
+				continue
+			}
 			if err := copyOut(t, root, c, s.copyDst[i], s.boxCred(), s.caller(), budget); err != nil {
 				failed = append(failed, "--copy-out "+c.From+": "+err.Error())
 			}

@@ -202,6 +202,12 @@ func copySource(caller *isolate.Cred, src string, dir *os.File, name string, own
 		out.Close()
 		return err
 	}
+	// Readable by the box user whatever the umask: nothing here may set
+	// the process's own, which the service shares.
+	if err := out.Chmod(0o644); err != nil {
+		out.Close()
+		return err
+	}
 	return out.Close()
 }
 

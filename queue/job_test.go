@@ -3,6 +3,7 @@ package queue
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestDecodeJob: what a job message may hold, and the one error naming
@@ -67,5 +68,23 @@ func TestPoisoned(t *testing.T) {
 	p, why := Poisoned(4, 3)
 	if !p || !strings.Contains(why, "delivered 4 times without a result (at most 3)") {
 		t.Errorf("4 deliveries of at most 3: %v %q", p, why)
+	}
+}
+
+// TestAgeOf: the lag is the age of an entry by its id's clock.
+func TestAgeOf(t *testing.T) {
+	now := time.UnixMilli(1_800_000_000_000)
+	for _, c := range []struct {
+		id   string
+		want time.Duration
+	}{
+		{"1799999996500-0", 3500 * time.Millisecond},
+		{"1800000000000-7", 0},
+		{"1800000001000-0", 0}, // added by a clock ahead of the one read now
+		{"not-an-id", 0},
+	} {
+		if got := AgeOf(c.id, now); got != c.want {
+			t.Errorf("%s: %v, want %v", c.id, got, c.want)
+		}
 	}
 }

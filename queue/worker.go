@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -144,7 +145,7 @@ func New(cfg Config) (*Worker, error) {
 	gauge := func(name, help string) prometheus.Gauge {
 		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
 	}
-	w.lag = gauge("isolate_queue_lag_jobs", "Jobs of the stream not yet delivered to the consumer group (Redis's lag).")
+	w.lag = gauge("isolate_queue_lag_seconds", "Age of the oldest job in the stream, waiting or delivered and unanswered (a finished job is deleted), by Redis's clock; 0 when the stream is empty.")
 	w.pending = gauge("isolate_queue_pending_jobs", "Jobs delivered to a worker of the group and not yet acknowledged.")
 	w.depth = gauge("isolate_queue_depth_jobs", "Jobs in the stream: waiting or pending (a finished job is deleted).")
 	for _, r := range []string{"refused", "malformed", "poison"} {
@@ -492,10 +493,12 @@ func (w *Worker) heartbeat(ctx context.Context) {
 		if groups, err := w.rdb.XInfoGroups(ctx, w.keys.Jobs).Result(); err == nil {
 			for _, g := range groups {
 				if g.Name == w.cfg.Group {
-					w.lag.Set(float64(max(g.Lag, 0)))
 					w.pending.Set(float64(g.Pending))
 				}
 			}
+		}
+		if lag, err := w.oldestAge(ctx); err == nil {
+			w.lag.Set(lag.Seconds())
 		}
 		if n, err := w.rdb.XLen(ctx, w.keys.Jobs).Result(); err == nil {
 			w.depth.Set(float64(n))
@@ -506,6 +509,36 @@ func (w *Worker) heartbeat(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// oldestAge is how long the oldest job in the stream has been there: a
+// finished job is deleted, so the first entry is the oldest one waiting
+// or running. Its id is Redis's clock in milliseconds when it was added
+// (XADD *), read against Redis's clock now, so the workers' clocks do
+// not matter.
+func (w *Worker) oldestAge(ctx context.Context) (time.Duration, error) {
+	pipe := w.rdb.Pipeline()
+	first := pipe.XRangeN(ctx, w.keys.Jobs, "-", "+", 1)
+	now := pipe.Time(ctx)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, err
+	}
+	if len(first.Val()) == 0 {
+		return 0, nil
+	}
+	return AgeOf(first.Val()[0].ID, now.Val()), nil
+}
+
+// AgeOf is the age at now of the stream entry id (MS-SEQ, MS Redis's
+// clock when it was added): 0 for an id that is not such, or from the
+// future.
+func AgeOf(id string, now time.Time) time.Duration {
+	msPart, _, _ := strings.Cut(id, "-")
+	ms, err := strconv.ParseInt(msPart, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return max(now.Sub(time.UnixMilli(ms)), 0)
 }
 
 // backoff is the wait between tries of Redis: doubling from firstBackoff

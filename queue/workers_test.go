@@ -92,12 +92,14 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-func startWorker(t *testing.T, serve, dir, redisSock, cgroupRoot, name string) *workerProc {
+// startWorker starts worker name; flags given after the defaults
+// replace them (the last of a flag given twice counts).
+func startWorker(t *testing.T, serve, dir, redisSock, cgroupRoot, name string, flags ...string) *workerProc {
 	t.Helper()
 	w := &workerProc{name: name, log: &lockedBuffer{}}
-	w.cmd = exec.Command(serve, "--socket", filepath.Join(dir, name+".sock"), "--cli-socket", "none",
+	w.cmd = exec.Command(serve, append([]string{"--socket", filepath.Join(dir, name+".sock"), "--cli-socket", "none",
 		"--store", filepath.Join(dir, name+"-store"), "--parallel", "2", "--pool", "1", "--grace", "30s",
-		"--queue-url", "unix://"+redisSock, "--queue-name", name, "--queue-claim-idle", "2s")
+		"--queue-url", "unix://" + redisSock, "--queue-name", name, "--queue-claim-idle", "2s"}, flags...)...)
 	w.cmd.Env = append(os.Environ(), "ISOLATE_CGROUP_ROOT="+cgroupRoot)
 	w.cmd.Stderr = w.log
 	if err := w.cmd.Start(); err != nil {
@@ -114,6 +116,26 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("never happened: %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitProgress waits for cond, however long it takes while its count
+// keeps growing: a run of thousands of jobs has no deadline of its own,
+// only one for standing still.
+func waitProgress(t *testing.T, what string, cond func() (int64, bool)) {
+	t.Helper()
+	last, since := int64(-1), time.Now()
+	for {
+		n, done := cond()
+		if done {
+			return
+		}
+		if n > last {
+			last, since = n, time.Now()
+		} else if time.Since(since) > 30*time.Second {
+			t.Fatalf("never happened: %s (stuck at %d for 30 s)", what, n)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
@@ -139,7 +161,21 @@ func verdict(want string, cmd int) func(string, string) error {
 	}
 }
 
-func TestWorkers(t *testing.T) {
+// rig is a test's Redis (not started), its workers, and the cgroup root
+// their boxes go under.
+type rig struct {
+	serve, dir, marker, cgroupRoot string
+	r                              *redisServer
+	mgr                            *cgroup.Manager
+	rdb                            *redis.Client
+	keys                           Keys
+	workers                        []*workerProc
+}
+
+// newRig makes a test's rig; its workers are drained (or killed, past
+// 40 s) and its cgroups removed when the test ends.
+func newRig(t *testing.T) *rig {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the workers start sandboxes")
 	}
@@ -147,28 +183,19 @@ func TestWorkers(t *testing.T) {
 	if bin == "" {
 		t.Skip("ISOLATE_BIN: the isolate binary, with isolate-serve beside it")
 	}
-	serve := filepath.Join(filepath.Dir(bin), "isolate-serve")
-	jobs := 40
-	if v := os.Getenv("ISOLATE_QUEUE_JOBS"); v != "" {
-		jobs, _ = strconv.Atoi(v)
-	}
-	outage := 3 * time.Second
-	if v := os.Getenv("ISOLATE_QUEUE_OUTAGE"); v != "" {
-		outage, _ = time.ParseDuration(v)
-	}
-	dir := t.TempDir()
-	os.Chmod(dir, 0o755)
-	r := &redisServer{dir: dir, sock: filepath.Join(dir, "redis.sock")}
-	t.Cleanup(r.stop)
-	marker := fmt.Sprintf("queue-test-%d", os.Getpid())
+	g := &rig{serve: filepath.Join(filepath.Dir(bin), "isolate-serve"), dir: t.TempDir(), keys: KeysOf("isolate")}
+	os.Chmod(g.dir, 0o755)
+	g.r = &redisServer{dir: g.dir, sock: filepath.Join(g.dir, "redis.sock")}
+	t.Cleanup(g.r.stop)
+	g.marker = fmt.Sprintf("queue-test-%d-%s", os.Getpid(), strings.ToLower(t.Name()))
 	// Boxes in cgroups of the test's own, so that what is left is ours
 	// and not another test binary's.
-	cgroupRoot := "/" + marker
-	mgr, err := cgroup.NewManager(cgroupRoot)
-	if err != nil {
+	g.cgroupRoot = "/" + g.marker
+	var err error
+	if g.mgr, err = cgroup.NewManager(g.cgroupRoot); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range mgr.Parents() {
+	for _, p := range g.mgr.Parents() {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -176,7 +203,7 @@ func TestWorkers(t *testing.T) {
 	t.Cleanup(func() {
 		// What a worker killed on a failure's way out left (the
 		// successful path checks there is nothing), then the roots.
-		for _, p := range mgr.Parents() {
+		for _, p := range g.mgr.Parents() {
 			boxes, _ := filepath.Glob(filepath.Join(p, "box-*"))
 			for _, b := range boxes {
 				os.Remove(b)
@@ -185,33 +212,10 @@ func TestWorkers(t *testing.T) {
 			os.Remove(filepath.Dir(p))
 		}
 	})
-	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: r.sock, MaxRetries: -1})
-	defer rdb.Close()
-	keys := KeysOf("isolate")
-
-	// The poison job: delivered three times to a worker that never
-	// answered (as a job that kills its worker each time would be),
-	// before any real worker starts.
-	startRedis(t, r)
-	if err := rdb.XGroupCreateMkStream(ctx, keys.Jobs, "isolate-workers", "0").Err(); err != nil {
-		t.Fatal(err)
-	}
-	poisonID := rdb.XAdd(ctx, &redis.XAddArgs{Stream: keys.Jobs, Values: []string{"id", "poison",
-		"body", `{"commands":[{"args":["/bin/sh","-c","sleep 1; : ` + marker + `-poison"]}]}`}}).Val()
-	rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "isolate-workers", Consumer: "ghost", Streams: []string{keys.Jobs, ">"}, Count: 1})
-	for range 2 {
-		rdb.XClaim(ctx, &redis.XClaimArgs{Stream: keys.Jobs, Group: "isolate-workers", Consumer: "ghost", Messages: []string{poisonID}})
-	}
-	r.stop()
-
-	// Redis is unreachable when the workers start.
-	workers := []*workerProc{}
-	for i := range 3 {
-		workers = append(workers, startWorker(t, serve, dir, r.sock, cgroupRoot, fmt.Sprintf("w%d", i)))
-	}
-	defer func() {
-		for _, w := range workers {
+	g.rdb = redis.NewClient(&redis.Options{Network: "unix", Addr: g.r.sock, MaxRetries: -1})
+	t.Cleanup(func() { g.rdb.Close() })
+	t.Cleanup(func() {
+		for _, w := range g.workers {
 			if t.Failed() {
 				t.Logf("%s:\n%s", w.name, w.log)
 			}
@@ -228,7 +232,63 @@ func TestWorkers(t *testing.T) {
 				}
 			}
 		}
-	}()
+	})
+	return g
+}
+
+// start starts worker name on the rig's Redis (flags: as startWorker's).
+func (g *rig) start(t *testing.T, name string, flags ...string) *workerProc {
+	t.Helper()
+	w := startWorker(t, g.serve, g.dir, g.r.sock, g.cgroupRoot, name, flags...)
+	g.workers = append(g.workers, w)
+	return w
+}
+
+// nothingLeft checks, once every worker has stopped, that no box
+// process and no box cgroup of the test is left.
+func (g *rig) nothingLeft(t *testing.T) {
+	t.Helper()
+	if processWith(g.marker) {
+		t.Error("a box process of the test is still running")
+	}
+	if boxes := g.mgr.Boxes(); len(boxes) > 0 {
+		t.Errorf("box cgroups left: %v", boxes)
+	}
+}
+
+func TestWorkers(t *testing.T) {
+	g := newRig(t)
+	jobs := 40
+	if v := os.Getenv("ISOLATE_QUEUE_JOBS"); v != "" {
+		jobs, _ = strconv.Atoi(v)
+	}
+	outage := 3 * time.Second
+	if v := os.Getenv("ISOLATE_QUEUE_OUTAGE"); v != "" {
+		outage, _ = time.ParseDuration(v)
+	}
+	r, marker, rdb, keys := g.r, g.marker, g.rdb, g.keys
+	ctx := context.Background()
+
+	// A poison job of a worker that went before any of these started:
+	// delivered three times to a consumer that never answered
+	// (TestPoisonJob kills the workers that take one).
+	startRedis(t, r)
+	if err := rdb.XGroupCreateMkStream(ctx, keys.Jobs, "isolate-workers", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	poisonID := rdb.XAdd(ctx, &redis.XAddArgs{Stream: keys.Jobs, Values: []string{"id", "poison",
+		"body", `{"commands":[{"args":["/bin/sh","-c","sleep 1; : ` + marker + `-poison"]}]}`}}).Val()
+	rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "isolate-workers", Consumer: "ghost", Streams: []string{keys.Jobs, ">"}, Count: 1})
+	for range 2 {
+		rdb.XClaim(ctx, &redis.XClaimArgs{Stream: keys.Jobs, Group: "isolate-workers", Consumer: "ghost", Messages: []string{poisonID}})
+	}
+	r.stop()
+
+	// Redis is unreachable when the workers start.
+	workers := []*workerProc{}
+	for i := range 3 {
+		workers = append(workers, g.start(t, fmt.Sprintf("w%d", i)))
+	}
 	waitFor(t, "every worker says Redis does not answer", func() bool {
 		for _, w := range workers {
 			if !strings.Contains(w.log.String(), "queue: Redis: ") {
@@ -292,7 +352,7 @@ func TestWorkers(t *testing.T) {
 	workers[0].cmd.Process.Kill()
 	workers[0].cmd.Wait()
 	// Its boxes die with it.
-	workers = append(workers, startWorker(t, serve, dir, r.sock, cgroupRoot, "w3"))
+	workers = append(workers, g.start(t, "w3"))
 
 	// Redis goes away mid-run and comes back with what it had.
 	r.stop()
@@ -300,9 +360,9 @@ func TestWorkers(t *testing.T) {
 	startRedis(t, r)
 
 	ids := append([]string{"poison"}, keysOf(want)...)
-	waitFor(t, "every job has a result", func() bool {
+	waitProgress(t, "every job has a result", func() (int64, bool) {
 		n, err := rdb.Exists(ctx, resultKeys(keys, ids)...).Result()
-		return err == nil && n == int64(len(ids))
+		return n, err == nil && n == int64(len(ids))
 	})
 
 	// Exactly one announcement of each, and the dead letters.
@@ -381,12 +441,7 @@ func TestWorkers(t *testing.T) {
 	}
 
 	// Nothing left: no box process, no box cgroup.
-	if processWith(marker) {
-		t.Error("a box process of the test is still running")
-	}
-	if boxes := mgr.Boxes(); len(boxes) > 0 {
-		t.Errorf("box cgroups left: %v", boxes)
-	}
+	g.nothingLeft(t)
 }
 
 func keysOf(m map[string]jobKind) []string {

@@ -41,11 +41,7 @@ func ListenUnix(path string, gid int) (*net.UnixListener, error) {
 			return nil, err
 		}
 	}
-	// No moment when the socket exists with a wider mode: bind under a
-	// umask that leaves only the owner, then open it to the group.
-	old := unix.Umask(0o177)
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	unix.Umask(old)
+	l, err := listenOwnerOnly(path)
 	if err != nil {
 		return nil, err
 	}
@@ -145,4 +141,37 @@ func requireToken(token string, next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// listenOwnerOnly listens on a new unix socket at path that only its
+// owner may connect to, at no moment wider: the socket's own inode is
+// made 0600 before bind(2), which gives the file that mode (less the
+// umask). The process's umask, shared by everything in it, is not
+// touched.
+func listenOwnerOnly(path string) (*net.UnixListener, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, os.NewSyscallError("socket", err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close() // the listener holds a descriptor of its own
+	if err := unix.Fchmod(fd, 0o600); err != nil {
+		return nil, os.NewSyscallError("fchmod", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		return nil, &net.OpError{Op: "listen", Net: "unix", Addr: &net.UnixAddr{Name: path, Net: "unix"}, Err: os.NewSyscallError("bind", err)}
+	}
+	if err := unix.Listen(fd, unix.SOMAXCONN); err != nil {
+		os.Remove(path)
+		return nil, os.NewSyscallError("listen", err)
+	}
+	fl, err := net.FileListener(f)
+	if err != nil {
+		os.Remove(path)
+		return nil, err
+	}
+	l := fl.(*net.UnixListener)
+	// As net.ListenUnix's: closing it removes the socket file.
+	l.SetUnlinkOnClose(true)
+	return l, nil
 }

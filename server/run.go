@@ -8,10 +8,8 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"unicode/utf8"
 	"unsafe"
 
@@ -64,10 +62,10 @@ type task struct {
 	req  *RunRequest
 	who  caller.Caller // whose files of the store it may read, and whose it makes
 	ev   *events
-	dir  string // the request's work directory, made when needed
 	io   []isolate.IO
-	own  [][]*os.File // per command: files to close when its run ends
-	recs []*recorder  // per pipe: the recorded traffic, or nil
+	outs [][]CopyOutResult // per command: its copied-out files
+	own  [][]*os.File      // per command: files to close when its run ends
+	recs []*recorder       // per pipe: the recorded traffic, or nil
 	wg   sync.WaitGroup
 	// inline is what the answer may still hold of copied-out files and
 	// recorded pipes, together (maxInlineBytes to begin with).
@@ -86,7 +84,7 @@ func (t *task) takeInline(n int64) int64 {
 
 // run runs every command of req together and returns their results.
 func (s *Server) run(ctx context.Context, req *RunRequest, who caller.Caller, ev *events) (*RunResponse, error) {
-	t := &task{s: s, req: req, who: who, ev: ev, io: make([]isolate.IO, len(req.Commands)), own: make([][]*os.File, len(req.Commands)), inline: maxInlineBytes}
+	t := &task{s: s, req: req, who: who, ev: ev, io: make([]isolate.IO, len(req.Commands)), outs: make([][]CopyOutResult, len(req.Commands)), own: make([][]*os.File, len(req.Commands)), inline: maxInlineBytes}
 	defer t.cleanup()
 	if err := t.prepare(); err != nil {
 		return nil, err
@@ -201,72 +199,43 @@ func storeErr(field string, err error) error {
 	return err
 }
 
-// workDir is the request's own host directory, made on first use.
-func (t *task) workDir() (string, error) {
-	if t.dir != "" {
-		return t.dir, nil
-	}
-	d, err := newWorkDir("req-")
-	if err != nil {
-		return "", err
-	}
-	t.dir = d
-	return d, nil
-}
-
-// copyIn writes each copy_in's content to a file of the request's own,
-// which the runner copies into the box as the box user's.
+// copyIn gives each copy_in's content to the runtime as data: the text
+// or bytes of the request, or the store's file, written into the box as
+// the box user's.
 func (t *task) copyIn(i int, c *Command) error {
 	for j, ci := range c.CopyIn {
-		dir, err := t.workDir()
-		if err != nil {
-			return err
-		}
-		src := filepath.Join(dir, fmt.Sprintf("in-%d-%d", i, j))
-		mode := os.FileMode(ci.Mode)
-		if mode == 0 {
-			mode = 0o644
-		}
-		f, err := os.OpenFile(src, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, mode)
-		if err != nil {
-			return err
-		}
+		cp := isolate.Copy{To: ci.Path, Mode: os.FileMode(ci.Mode)}
 		switch {
 		case ci.Text != nil:
-			_, err = f.WriteString(*ci.Text)
+			cp.Content = strings.NewReader(*ci.Text)
 		case ci.Base64 != nil:
-			_, err = f.Write(*ci.Base64)
+			cp.Content = bytes.NewReader(*ci.Base64)
 		default:
-			var sf *os.File
-			sf, _, err = t.s.store.Open(ci.File, t.who.MayUseStore)
+			f, _, err := t.s.store.Open(ci.File, t.who.MayUseStore)
 			if err != nil {
-				f.Close()
 				return storeErr(fmt.Sprintf("commands[%d].copy_in[%d].file", i, j), err)
 			}
-			_, err = io.Copy(f, sf)
-			sf.Close()
+			t.own[i] = append(t.own[i], f)
+			cp.Content = f
 		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return err
-		}
-		os.Chmod(src, mode) // the umask's bits back
-		c.Spec.CopyIn = append(c.Spec.CopyIn, api.Copy{From: src, To: ci.Path})
+		t.io[i].CopyIn = append(t.io[i].CopyIn, cp)
 	}
 	return nil
 }
 
-// copyOutPlan asks the runner to copy each copy_out file to the
-// request's directory; result reads it from there.
+// copyOutPlan takes each copy_out file from the runtime as data, into
+// the command's result: inline up to its bound, or into the store.
 func (t *task) copyOutPlan(i int, c *Command) error {
+	t.outs[i] = make([]CopyOutResult, len(c.CopyOut))
 	for j, co := range c.CopyOut {
-		dir, err := t.workDir()
-		if err != nil {
-			return err
-		}
-		c.Spec.CopyOut = append(c.Spec.CopyOut, api.Copy{From: co.Path, To: filepath.Join(dir, fmt.Sprintf("out-%d-%d", i, j))})
+		res := &t.outs[i][j]
+		*res = CopyOutResult{Path: co.Path, Error: "not copied out (absent from the box, or not a regular file)"}
+		// (A file the store cannot take is the result's error, not the
+		// command's: the runtime copied it out.)
+		t.io[i].CopyOut = append(t.io[i].CopyOut, isolate.Copy{From: co.Path, Sink: func(f *os.File, size int64) error {
+			*res = t.takeOut(f, size, co)
+			return nil
+		}})
 	}
 	return nil
 }
@@ -327,30 +296,16 @@ func (t *task) result(i int, rep *api.Report) Result {
 	cut(c.Stdout, &rep.Stdout, &rep.StdoutTruncated)
 	cut(c.Stderr, &rep.Stderr, &rep.StderrTruncated)
 	if len(c.CopyOut) > 0 {
-		res.CopyOut = make([]CopyOutResult, len(c.CopyOut))
-		for j, co := range c.CopyOut {
-			res.CopyOut[j] = t.takeOut(filepath.Join(t.dir, fmt.Sprintf("out-%d-%d", i, j)), co)
-		}
+		res.CopyOut = t.outs[i]
 	}
 	return res
 }
 
-// takeOut reads a copied-out file from the request's directory: inline
-// up to its limit, or into the file store.
-func (t *task) takeOut(src string, co CopyOut) CopyOutResult {
+// takeOut takes a copied-out file, open and of size bytes: inline up to
+// its limit, or into the file store.
+func (t *task) takeOut(f *os.File, size int64, co CopyOut) CopyOutResult {
 	res := CopyOutResult{Path: co.Path}
-	f, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		res.Error = "not copied out (absent from the box, or not a regular file)"
-		return res
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() {
-		res.Error = "not a regular file"
-		return res
-	}
-	res.Size = st.Size()
+	res.Size = size
 	if co.Store {
 		info, err := t.s.store.Put(t.who.StoreOwner(), f, 0)
 		if err != nil {
@@ -389,9 +344,6 @@ func (t *task) takeOut(src string, co CopyOut) CopyOutResult {
 func (t *task) cleanup() {
 	for i := range t.own {
 		closeAll(t.own[i])
-	}
-	if t.dir != "" {
-		os.RemoveAll(t.dir)
 	}
 }
 

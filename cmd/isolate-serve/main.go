@@ -308,8 +308,11 @@ func serve(args []string) error {
 			return err
 		}
 	}
-	// What the service writes for boxes (copy_in files) must be readable
-	// by the box user, whatever the caller's umask.
+	// Set once, here, for the whole process: files the service creates
+	// for callers (the ioi form's meta and output files, copy-outs) get
+	// the modes the CLI gives them in-process (ioi/isolate's umask 022),
+	// and the CLI hands over only runs of callers with this umask. The
+	// library never changes it: this process is shared by every run.
 	syscall.Umask(0o022)
 	host, err := isolate.NewHost(nil)
 	if err != nil {
@@ -360,7 +363,7 @@ func serve(args []string) error {
 		Parallel: o.parallel,
 		Queue:    o.queue,
 		Policy:   *policy,
-		Health:   health,
+		Health:   func() server.Health { return health(host) },
 		Token:    token,
 		Metrics:  append(cli.metrics(), queueMetrics(worker)...),
 
@@ -437,10 +440,12 @@ func (r hostRunner) Run(ctx context.Context, spec *api.Spec, stdio isolate.IO) (
 
 func (r hostRunner) Ready() int { return r.h.PoolReady() }
 
-// health is what only the host knows: its cgroups and images.
-func health() server.Health {
+// health is what only the host knows: its cgroups and images. The
+// cgroups are checked anew (they may have gone since the start), at the
+// root the Host's configuration names.
+func health(host *isolate.Host) server.Health {
 	h := server.Health{Ready: true, Cgroup: string(cgroup.DetectMode()), Images: []string{}}
-	if _, err := cgroup.NewManager(os.Getenv("ISOLATE_CGROUP_ROOT")); err != nil {
+	if _, err := cgroup.NewManager(host.Config.CgroupRoot); err != nil {
 		h.Ready = false
 		h.Reasons = append(h.Reasons, "cgroups: "+err.Error())
 	}

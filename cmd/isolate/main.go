@@ -13,6 +13,8 @@ import (
 	"context"
 	"os"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/isolate-sandbox/isolate/cmdline"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
@@ -26,6 +28,14 @@ func main() {
 	isolate.MaybeInit()
 	// Every command runs at most one box and exits with it.
 	isolate.OneShotProcess()
+	if cmdline.IsIOIForm(os.Args[1:]) {
+		// ioi/isolate sets umask 022 once it has parsed its options:
+		// what its form creates (the box, the program's output files)
+		// gets its modes. Set here, once, for this process alone; the
+		// library never sets it (the service shares its process with
+		// every run, and takes only callers whose umask is its own).
+		unix.Umask(0o022)
+	}
 	exit := cmdline.Main(context.Background(), &cmdline.Invocation{
 		Args: os.Args, Env: os.Environ(), Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 	})
