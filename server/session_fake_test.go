@@ -216,16 +216,16 @@ func (b *fakeBox) Close() error {
 	return nil
 }
 
-// fakeService is a service over a fakeHost, reached through its handler
+// sessionFake is a service over a fakeHost, reached through its handler
 // with the caller each request names.
-type fakeService struct {
+type sessionFake struct {
 	*Server
 	host  *fakeHost
 	clock time.Time
 	mu    sync.Mutex
 }
 
-func newFakeService(t *testing.T, adjust func(*Config)) *fakeService {
+func newSessionFake(t *testing.T, adjust func(*Config)) *sessionFake {
 	h := &fakeHost{t: t}
 	store, err := filestore.Open(filepath.Join(t.TempDir(), "files"), 1<<20, 0, time.Hour)
 	if err != nil {
@@ -236,14 +236,14 @@ func newFakeService(t *testing.T, adjust func(*Config)) *fakeService {
 	if adjust != nil {
 		adjust(&cfg)
 	}
-	f := &fakeService{Server: New(cfg), host: h, clock: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	f := &sessionFake{Server: New(cfg), host: h, clock: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
 	f.sessions.now = func() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.clock }
 	t.Cleanup(func() { f.Shutdown(time.Second) })
 	return f
 }
 
 // advance moves the registry's clock and checks every session against it.
-func (f *fakeService) advance(d time.Duration) {
+func (f *sessionFake) advance(d time.Duration) {
 	f.mu.Lock()
 	f.clock = f.clock.Add(d)
 	f.mu.Unlock()
@@ -258,7 +258,7 @@ var (
 )
 
 // do sends one request as who.
-func (f *fakeService) do(t *testing.T, who caller.Caller, method, path, body string) (int, []byte) {
+func (f *sessionFake) do(t *testing.T, who caller.Caller, method, path, body string) (int, []byte) {
 	t.Helper()
 	r := httptest.NewRequest(method, "http://isolate"+path, strings.NewReader(body))
 	r = r.WithContext(context.WithValue(r.Context(), callerKey{}, who))
@@ -268,7 +268,7 @@ func (f *fakeService) do(t *testing.T, who caller.Caller, method, path, body str
 }
 
 // create makes a session as who and returns its id.
-func (f *fakeService) create(t *testing.T, who caller.Caller, body string) string {
+func (f *sessionFake) create(t *testing.T, who caller.Caller, body string) string {
 	t.Helper()
 	code, b := f.do(t, who, "POST", "/v1/sessions", body)
 	var a struct{ ID string }
@@ -296,7 +296,7 @@ func decodeAs[T any](t *testing.T, b []byte) T {
 }
 
 func TestSessionLifecycleFake(t *testing.T) {
-	f := newFakeService(t, nil)
+	f := newSessionFake(t, nil)
 	code, b := f.do(t, alice, "POST", "/v1/sessions", `{"timeout_ms": 60000, "idle_timeout_ms": 30000}`)
 	created := decodeAs[struct {
 		ID            string    `json:"id"`
@@ -387,7 +387,7 @@ func TestSessionLifecycleFake(t *testing.T) {
 // Another caller's session is not found, word for word as an unknown
 // one, whatever it asks; a caller's list holds its own only.
 func TestSessionOwnerFake(t *testing.T) {
-	f := newFakeService(t, nil)
+	f := newSessionFake(t, nil)
 	id := f.create(t, alice, `{}`)
 	f.do(t, alice, "PUT", "/v1/sessions/"+id+"/files/secret.txt", "alice's")
 	_, unknown := f.do(t, bob, "GET", "/v1/sessions/0123456789abcdef0123456789abcdef", "")
@@ -416,7 +416,7 @@ func TestSessionOwnerFake(t *testing.T) {
 }
 
 func TestSessionCapsFake(t *testing.T) {
-	f := newFakeService(t, nil) // 4 in all, 2 per caller
+	f := newSessionFake(t, nil) // 4 in all, 2 per caller
 	a1 := f.create(t, alice, `{}`)
 	f.create(t, alice, `{}`)
 	if code, b := f.do(t, alice, "POST", "/v1/sessions", `{}`); code != 429 || !strings.Contains(string(b), "--max-sessions-per-caller") {
@@ -441,7 +441,7 @@ func TestSessionCapsFake(t *testing.T) {
 // The lease ends a session even while a command runs (which answers
 // XX); idle time ends one nobody uses, never one in use.
 func TestSessionExpiryFake(t *testing.T) {
-	f := newFakeService(t, nil)
+	f := newSessionFake(t, nil)
 	id := f.create(t, alice, `{"timeout_ms": 60000, "idle_timeout_ms": 600000}`)
 	answered := make(chan []byte)
 	go func() {
@@ -498,7 +498,7 @@ func TestSessionExpiryFake(t *testing.T) {
 }
 
 func TestSessionBadInputFake(t *testing.T) {
-	f := newFakeService(t, func(c *Config) {
+	f := newSessionFake(t, func(c *Config) {
 		c.Policy.Caps.MemoryBytes = 256 << 20
 		c.Policy.Caps.WallTimeMs = 10000
 		c.SessionMaxTimeout = time.Hour
@@ -573,7 +573,7 @@ func TestSessionBadInputFake(t *testing.T) {
 }
 
 func TestSessionFilesFake(t *testing.T) {
-	f := newFakeService(t, nil)
+	f := newSessionFake(t, nil)
 	base := "/v1/sessions/" + f.create(t, alice, `{}`) + "/files"
 	big := strings.Repeat("0123456789", 100_000)
 	if code, b := f.do(t, alice, "PUT", base+"/dir/a.txt?mode=0600", big); code != 200 || string(b) != `{"path":"dir/a.txt","size":1000000}`+"\n" {
@@ -606,7 +606,7 @@ func TestSessionFilesFake(t *testing.T) {
 
 // The service's shutdown ends every session and kills what runs there.
 func TestSessionShutdownFake(t *testing.T) {
-	f := newFakeService(t, nil)
+	f := newSessionFake(t, nil)
 	for _, who := range []caller.Caller{alice, bob} {
 		id := f.create(t, who, `{}`)
 		f.do(t, who, "POST", "/v1/sessions/"+id+"/commands", `{"args": ["sleep"], "background": true}`)
@@ -624,7 +624,7 @@ func TestSessionShutdownFake(t *testing.T) {
 
 // Without code contexts in the host, /code says so.
 func TestSessionCodeUnavailableFake(t *testing.T) {
-	f := newFakeService(t, nil)
+	f := newSessionFake(t, nil)
 	id := f.create(t, alice, `{}`)
 	if code, b := f.do(t, alice, "POST", "/v1/sessions/"+id+"/code", `{"code": "1+1"}`); code != 501 {
 		t.Errorf("code: %d %s", code, b)
@@ -637,7 +637,7 @@ func TestSessionCodeUnavailableFake(t *testing.T) {
 // A session past its lease is gone for a request that comes before its
 // timer fires; the metrics count the sessions alive.
 func TestSessionExpiredOnUseFake(t *testing.T) {
-	f := newFakeService(t, nil)
+	f := newSessionFake(t, nil)
 	id := f.create(t, alice, `{"timeout_ms": 1000}`)
 	f.create(t, bob, `{}`)
 	_, b := f.do(t, root, "GET", "/metrics", "")
@@ -668,7 +668,7 @@ func grepLines(s, sub string) string {
 // Waiters on a command hold none of the service's request places: more
 // of them than there are places leave room for a command.
 func TestSessionWaitersHoldNoPlaceFake(t *testing.T) {
-	f := newFakeService(t, nil) // 2 + 4 places
+	f := newSessionFake(t, nil) // 2 + 4 places
 	id := f.create(t, alice, `{}`)
 	_, b := f.do(t, alice, "POST", "/v1/sessions/"+id+"/commands", `{"args": ["sleep"], "background": true}`)
 	pid := decodeAs[struct{ ID uint64 }](t, b).ID
