@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/isolate-sandbox/isolate/api"
+	"github.com/isolate-sandbox/isolate/cgroup"
 )
 
 // session makes a session on s and deletes it when the test ends.
@@ -356,6 +357,37 @@ func TestManySessions(t *testing.T) {
 		t.Skip("-short: a thousand sessions take a while")
 	}
 	const n, clients = 1000, 4
+	needRoot(t)
+	mgr, err := cgroup.NewManager(os.Getenv("ISOLATE_CGROUP_ROOT"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	boxesBefore := map[string]bool{}
+	for _, b := range mgr.Boxes() {
+		boxesBefore[b] = true
+	}
+	// Box cgroups are checked once the service has stopped (cleanups run
+	// last first), when its pool's boxes are gone too. Other test
+	// binaries' come and go meanwhile: a leak is one new since the start
+	// that stays.
+	t.Cleanup(func() {
+		newBoxes := func() (left []string) {
+			for _, b := range mgr.Boxes() {
+				if !boxesBefore[b] {
+					left = append(left, b)
+				}
+			}
+			return left
+		}
+		left := newBoxes()
+		for deadline := time.Now().Add(time.Minute); len(left) > 0 && time.Now().Before(deadline); {
+			time.Sleep(20 * time.Millisecond)
+			left = newBoxes()
+		}
+		if len(left) > 0 {
+			t.Errorf("box cgroups left: %s", strings.Join(left, " "))
+		}
+	})
 	s := startService(t, func(c *Config) { c.Parallel = clients; c.MaxSessions = clients; c.MaxSessionsPerCaller = clients })
 	mountsBefore := mounts(t)
 	var next, failed atomic.Int64
