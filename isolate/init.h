@@ -53,6 +53,11 @@ void init_put_num(const char *key, long long v);
 void init_flush(void); /* ends the message and sends what is put */
 void init_send(void);  /* sends what is put: whole messages, ended */
 
+/* init_put_exited sends "exited" for the program (id 0) or a session's
+ * command id: its wait status, wall time and rusage; with step, it could
+ * not be started (init_prog.argv[0] for execve), errno err. */
+void init_put_exited(uint64_t id, int ws, int64_t wall, const struct rusage *ru, const char *step, int err);
+
 /* init_fail reports a failed step and ends init. */
 void init_fail(const char *step, int err) __attribute__((noreturn));
 /* init_fail_op reports a failed operation: its step, the op, the path it

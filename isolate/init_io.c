@@ -286,6 +286,30 @@ static void __attribute__((noreturn)) send_error(const char *step, const char *o
 	_exit(1);
 }
 
+void init_put_exited(uint64_t id, int ws, int64_t wall, const struct rusage *ru, const char *step, int err) {
+	init_put("{\"type\":\"" ISOLATE_MSG_EXITED "\"");
+	if (id)
+		init_put_num("id", (long long)id);
+	init_put_num("pid", init_box_host_pid);
+	init_put_num("ws", ws);
+	init_put_num("wall_ns", wall);
+	init_put_num("utime_ns", (long long)ru->ru_utime.tv_sec * 1000000000 + ru->ru_utime.tv_usec * 1000);
+	init_put_num("stime_ns", (long long)ru->ru_stime.tv_sec * 1000000000 + ru->ru_stime.tv_usec * 1000);
+	init_put_num("maxrss_kb", ru->ru_maxrss);
+	init_put_num("nvcsw", ru->ru_nvcsw);
+	init_put_num("nivcsw", ru->ru_nivcsw);
+	if (step) {
+		/* It could not be started: exec_err as a shell would say it. */
+		char text[512];
+		snprintf(text, sizeof text, "%s: %s", strcmp(step, "execve") == 0 ? init_prog.argv[0] : step, strerror(err));
+		init_put_str("exec_err", text);
+		init_put_str("step", step);
+		init_put_num("errno", err);
+	}
+	init_put("}");
+	init_flush();
+}
+
 void init_fail(const char *step, int err) { send_error(step, NULL, NULL, err); }
 
 void init_fail_op(const struct op *op, const char *path, int err) {

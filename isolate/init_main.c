@@ -55,29 +55,6 @@ static void read_op(struct plan_reader *r, struct op *op) {
 	init_fail("read plan", errno ? errno : EPIPE);
 }
 
-static void report_exited(int ws, int64_t wall, struct rusage *ru, const char *start_step, int start_err) {
-	init_put("{\"type\":\"" ISOLATE_MSG_EXITED "\"");
-	init_put_num("pid", init_box_host_pid);
-	init_put_num("ws", ws);
-	init_put_num("wall_ns", wall);
-	init_put_num("utime_ns", (long long)ru->ru_utime.tv_sec * 1000000000 + ru->ru_utime.tv_usec * 1000);
-	init_put_num("stime_ns", (long long)ru->ru_stime.tv_sec * 1000000000 + ru->ru_stime.tv_usec * 1000);
-	init_put_num("maxrss_kb", ru->ru_maxrss);
-	init_put_num("nvcsw", ru->ru_nvcsw);
-	init_put_num("nivcsw", ru->ru_nivcsw);
-	if (start_step) {
-		/* It could not be started: exec_err as a shell would say it. */
-		char text[512];
-		snprintf(text, sizeof text, "%s: %s", strcmp(start_step, "execve") == 0 ? init_prog.argv[0] : start_step,
-		         strerror(start_err));
-		init_put_str("exec_err", text);
-		init_put_str("step", start_step);
-		init_put_num("errno", start_err);
-	}
-	init_put("}");
-	init_flush();
-}
-
 /* wait_control blocks until the supervisor closes the control socket. */
 static void wait_control(void) {
 	char c;
@@ -142,7 +119,7 @@ static int run_box(void) {
 	if (start_step) {
 		/* It could not be started: report it as a shell would, 127. */
 		wait4(pid, &ws, 0, &ru);
-		report_exited(127 << 8, init_now_ns() - start, &ru, start_step, start_err);
+		init_put_exited(0, 127 << 8, init_now_ns() - start, &ru, start_step, start_err);
 		if (init_prog.hold)
 			wait_control();
 		return 0;
@@ -227,7 +204,7 @@ static int run_box(void) {
 		main_ru.ru_utime = all.ru_utime;
 		main_ru.ru_stime = all.ru_stime;
 	}
-	report_exited(main_ws, end - start, &main_ru, NULL, 0);
+	init_put_exited(0, main_ws, end - start, &main_ru, NULL, 0);
 	/* Without --copy-out nothing needs the box any more: tearing it down
 	 * (the kernel drops the namespaces and mounts) overlaps the
 	 * supervisor's accounting. */

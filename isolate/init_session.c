@@ -38,28 +38,6 @@ struct running {
 static struct running *running;
 static size_t nrunning, caprunning;
 
-static void put_exited(uint64_t id, int ws, int64_t wall, const struct rusage *ru, const char *step, int err,
-                       const char *program) {
-	init_put("{\"type\":\"" ISOLATE_MSG_EXITED "\"");
-	init_put_num("id", (long long)id);
-	init_put_num("ws", ws);
-	init_put_num("wall_ns", wall);
-	init_put_num("utime_ns", (long long)ru->ru_utime.tv_sec * 1000000000 + ru->ru_utime.tv_usec * 1000);
-	init_put_num("stime_ns", (long long)ru->ru_stime.tv_sec * 1000000000 + ru->ru_stime.tv_usec * 1000);
-	init_put_num("maxrss_kb", ru->ru_maxrss);
-	init_put_num("nvcsw", ru->ru_nvcsw);
-	init_put_num("nivcsw", ru->ru_nivcsw);
-	if (step) {
-		char text[512];
-		snprintf(text, sizeof text, "%s: %s", strcmp(step, "execve") == 0 ? program : step, strerror(err));
-		init_put_str("exec_err", text);
-		init_put_str("step", step);
-		init_put_num("errno", err);
-	}
-	init_put("}");
-	init_flush();
-}
-
 /* free_op gives back what init_read_op allocated for op. */
 static void free_op(struct op *op) {
 	init_free((void *)op->step);
@@ -101,7 +79,7 @@ static void start_command(const sigset_t *oldmask, struct plan_reader *plan) {
 		int ws;
 		while (wait4(pid, &ws, 0, &ru) < 0 && errno == EINTR)
 			;
-		put_exited(init_prog.id, 127 << 8, init_now_ns() - start, &ru, step, err, init_prog.argv[0]);
+		init_put_exited(init_prog.id, 127 << 8, init_now_ns() - start, &ru, step, err);
 	} else {
 		if (nrunning == caprunning) {
 			size_t c = caprunning ? caprunning * 2 : 16;
@@ -163,7 +141,7 @@ static void reap(void) {
 			return;
 		for (size_t i = 0; i < nrunning; i++)
 			if (running[i].pid == w) {
-				put_exited(running[i].id, ws, init_now_ns() - running[i].start, &ru, NULL, 0, NULL);
+				init_put_exited(running[i].id, ws, init_now_ns() - running[i].start, &ru, NULL, 0);
 				running[i] = running[--nrunning];
 				break;
 			}

@@ -94,6 +94,7 @@ func TestProtocolOps(t *testing.T) {
 			`prepare step="prepare the program's process" 1 ` + quote(string(filter))},
 		{"prepare, no listener", func(p *plan) { p.prepare(filter[:8], false) },
 			`prepare step="prepare the program's process" 0 ` + quote(string(filter[:8]))},
+		{"session", func(p *plan) { p.session() }, `session step="serve a session"`},
 		{"box-end", func(p *plan) { p.boxEnd(false) }, `box-end step="box built" 0`},
 		{"box-end, announced", func(p *plan) { p.boxEnd(true) }, `box-end step="box built" 1`},
 		{"argv", func(p *plan) { p.argv([]string{"/bin/sh", "-c", "echo \"hi\""}) },
@@ -115,7 +116,9 @@ func TestProtocolOps(t *testing.T) {
 		{"stderr-to-stdout", func(p *plan) { p.stderrToStdout() }, `stderr-to-stdout step="stderr to stdout"`},
 		{"hold", func(p *plan) { p.hold() }, `hold step="keep the box for copy-out"`},
 		{"tell-start", func(p *plan) { p.tellStart() }, `tell-start step="tell the start at once"`},
+		{"command-id", func(p *plan) { p.commandID(math.MaxUint64) }, `command-id step="command number" ` + maxU64},
 		{"end", func(p *plan) { p.end() }, `end step="end"`},
+		{"signal", func(p *plan) { p.signal(3, int(unix.SIGTERM)) }, fmt.Sprintf(`signal step="signal" 3 %d`, unix.SIGTERM)},
 	}
 	covered := map[string]bool{}
 	var all plan

@@ -95,13 +95,9 @@ func benchCommand() *cli.Command {
 // one-shot CLI handed over to it (--handover; the service checks the
 // binary it takes runs from: this one, by path), or its API (--service).
 func benchWithService(c *cli.Context, runs int, peers bench.Peers) error {
-	self, err := os.Executable()
+	self, serve, err := benchBinaries(c)
 	if err != nil {
-		return failure("bench: " + err.Error())
-	}
-	serve := c.String("serve-binary")
-	if serve == "" {
-		serve = filepath.Join(filepath.Dir(self), serveBinary)
+		return err
 	}
 	if c.Bool("service") {
 		res, err := bench.RunService(bench.ServiceConfig{Bin: self, ServeBin: serve, Version: cmdline.Version, Rounds: runs, Seconds: c.Float64("seconds"), ThroughputRounds: 3})
@@ -117,15 +113,24 @@ func benchWithService(c *cli.Context, runs int, peers bench.Peers) error {
 	return jsonOr(c, res, func() { bench.PrintHandover(os.Stdout, res, c.Bool("markdown")) })
 }
 
-// benchSessions measures sessions of a service the bench starts.
-func benchSessions(c *cli.Context, runs int) error {
-	self, err := os.Executable()
-	if err != nil {
-		return failure("bench: " + err.Error())
+// benchBinaries are this isolate binary and the isolate-serve a bench
+// starts: --serve-binary, else the one beside it.
+func benchBinaries(c *cli.Context) (self, serve string, err error) {
+	if self, err = os.Executable(); err != nil {
+		return "", "", failure("bench: " + err.Error())
 	}
-	serve := c.String("serve-binary")
+	serve = c.String("serve-binary")
 	if serve == "" {
 		serve = filepath.Join(filepath.Dir(self), serveBinary)
+	}
+	return self, serve, nil
+}
+
+// benchSessions measures sessions of a service the bench starts.
+func benchSessions(c *cli.Context, runs int) error {
+	self, serve, err := benchBinaries(c)
+	if err != nil {
+		return err
 	}
 	res, err := bench.RunSessions(bench.SessionsConfig{Bin: self, ServeBin: serve, Version: cmdline.Version, Rounds: runs,
 		Bursts: 5, BurstSize: 20, Idle: 20, Seconds: c.Float64("seconds")})

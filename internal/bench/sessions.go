@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -254,6 +255,17 @@ func p99(xs []float64) float64 {
 // burstOf runs n time-to-interactive rounds at once.
 func burstOf(sock string, n int) ([]float64, error) {
 	times := make([]float64, n)
+	err := eachClient(sock, n, func(i int, cl *sessionClient) error {
+		d, err := cl.interactive()
+		times[i] = ms(d)
+		return err
+	})
+	return times, err
+}
+
+// eachClient runs fn for n clients at once, each on a connection of its
+// own.
+func eachClient(sock string, n int, fn func(i int, cl *sessionClient) error) error {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
@@ -266,12 +278,11 @@ func burstOf(sock string, n int) ([]float64, error) {
 				return
 			}
 			defer cl.conn.Close()
-			d, err := cl.interactive()
-			times[i], errs[i] = ms(d), err
+			errs[i] = fn(i, cl)
 		}(i)
 	}
 	wg.Wait()
-	return times, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // idleDensity holds n sessions, each with its python context started, and
@@ -321,42 +332,26 @@ func idleDensity(cl *sessionClient, svc *service, res *SessionsResult, n int) er
 func createDeleteRate(sock string, res *SessionsResult, seconds float64) error {
 	cpu0, start := treeCPU(), time.Now()
 	deadline := start.Add(time.Duration(seconds * float64(time.Second)))
-	var count int64
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for i := range errs {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			cl, err := dialSessions(sock)
+	var count atomic.Int64
+	err := eachClient(sock, 2, func(_ int, cl *sessionClient) error {
+		for time.Now().Before(deadline) {
+			id, err := cl.create()
+			if err == nil {
+				err = cl.remove(id)
+			}
 			if err != nil {
-				errs[i] = err
-				return
+				return err
 			}
-			defer cl.conn.Close()
-			for time.Now().Before(deadline) {
-				id, err := cl.create()
-				if err == nil {
-					err = cl.remove(id)
-				}
-				if err != nil {
-					errs[i] = err
-					return
-				}
-				mu.Lock()
-				count++
-				mu.Unlock()
-			}
-		}(i)
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+			count.Add(1)
+		}
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	wall, cpu := time.Since(start), treeCPU()-cpu0
-	res.PerSecond = float64(count) / wall.Seconds()
-	res.PerCPUSecond = float64(count) / cpu.Seconds()
+	res.PerSecond = float64(count.Load()) / wall.Seconds()
+	res.PerCPUSecond = float64(count.Load()) / cpu.Seconds()
 	return nil
 }
 
