@@ -3,44 +3,154 @@ package api
 import (
 	"errors"
 	"fmt"
+	"math"
+	"reflect"
 	"strings"
+	"time"
 )
 
-// Field is one request field as each front end names it: the API's JSON
-// name (the root of a FieldError's path), the native CLI's option and the
-// ioi form's. Front ends word a FieldError from this table, so the same
-// mistake reads "commands[0].binds[0].host" over HTTP, "--bind" on the
-// command line and "--dir" in the ioi form.
+// Field is one request field as each front end names it and bounds it:
+// the API's JSON name (the root of a FieldError's path), the native CLI's
+// option and its one-letter alias, the ioi form's option, how a value is
+// written and bounded (Kind), the CLI's default and help. The CLI's limit
+// options are made from this table, Validate bounds the limits by it, and
+// front ends word a FieldError from it, so the same mistake reads
+// "commands[0].binds[0].host" over HTTP, "--bind" on the command line and
+// "--dir" in the ioi form.
 type Field struct {
-	JSON string
-	Flag string // isolate run's option, without dashes
-	IOI  string // the ioi form's option, without dashes; "" where it has none
+	JSON  string
+	Flag  string // isolate run's option, without dashes; "" where it has none
+	Short string // its one-letter alias
+	IOI   string // the ioi form's option, without dashes; "" where it has none
+	Kind  Kind
+	// Default is the CLI's default as its help shows it ("": none); the
+	// request's 0 means the same (Defaults).
+	Default string
+	Usage   string // the CLI's help line
 }
 
-// Fields are the request's fields that have an option.
+// Kind is how a field's value is written on a command line, held in a
+// Spec and bounded.
+type Kind uint8
+
+const (
+	// Other: a front end reads and checks the field itself.
+	Other Kind = iota
+	// Duration: milliseconds in a Spec (*_ms); DUR on a command line
+	// (ParseDuration). 0 to 1e9 ms, or Unlimited.
+	Duration
+	// Size: bytes in a Spec (*_bytes); SIZE on a command line
+	// (ParseSize). 0 to MaxSize, or Unlimited.
+	Size
+	// Count: a number of things (ParseCount). 0 to MaxSize, or Unlimited.
+	Count
+	// CPUs: CPU bandwidth, a fraction of the machine's CPUs (ParseCPUs).
+	CPUs
+)
+
+// Fields are the request's fields that have an option, or a bound.
 var Fields = []Field{
-	{"cwd", "chdir", "chdir"},
-	{"net", "net", "share-net"},
-	{"box_id", "box-id", "box-id"},
-	{"image", "image", ""},
-	{"lang", "lang", ""},
-	{"seccomp", "seccomp", ""},
-	{"cpu_time_ms", "time", "time"},
-	{"wall_time_ms", "wall-time", "wall-time"},
-	{"extra_time_ms", "extra-time", "extra-time"},
-	{"memory_bytes", "mem", "cg-mem"},
-	{"address_space_bytes", "", "mem"},
-	{"pids", "pids", "processes"},
-	{"cpus", "cpus", ""},
-	{"file_size_bytes", "fsize", "fsize"},
-	{"tmp_size_bytes", "tmp-size", ""},
-	{"open_files", "open-files", "open-files"},
-	{"stack_bytes", "stack", "stack"},
-	{"output_limit_bytes", "output-limit", ""},
-	{"binds", "bind", "dir"},
-	{"copy_in", "copy-in", ""},
-	{"copy_out", "copy-out", ""},
-	{"env", "env", "env"},
+	{JSON: "cwd", Flag: "chdir", IOI: "chdir"},
+	{JSON: "net", Flag: "net", IOI: "share-net"},
+	{JSON: "box_id", Flag: "box-id", IOI: "box-id"},
+	{JSON: "image", Flag: "image"},
+	{JSON: "lang", Flag: "lang"},
+	{JSON: "seccomp", Flag: "seccomp"},
+	{JSON: "cpu_time_ms", Flag: "time", Short: "t", IOI: "time", Kind: Duration,
+		Usage: "CPU time limit `DUR` of the whole program"},
+	{JSON: "wall_time_ms", Flag: "wall-time", Short: "w", IOI: "wall-time", Kind: Duration,
+		Usage: "wall-clock limit `DUR` (default 2×time+1s, else 60s)"},
+	{JSON: "extra_time_ms", Flag: "extra-time", Short: "x", IOI: "extra-time", Kind: Duration,
+		Usage: "kill only after time+`DUR`"},
+	{JSON: "memory_bytes", Flag: "mem", Short: "m", IOI: "cg-mem", Kind: Size, Default: "512M",
+		Usage: "memory limit `SIZE` (cgroup)"},
+	{JSON: "address_space_bytes", IOI: "mem", Kind: Size},
+	{JSON: "pids", Flag: "pids", Short: "p", IOI: "processes", Kind: Count, Default: "64",
+		Usage: "processes and threads at once"},
+	{JSON: "cpus", Flag: "cpus", Kind: CPUs, Usage: "CPU bandwidth `F` (e.g. 0.5)"},
+	{JSON: "file_size_bytes", Flag: "fsize", Short: "f", IOI: "fsize", Kind: Size, Default: "64M",
+		Usage: "largest file `SIZE`"},
+	{JSON: "tmp_size_bytes", Flag: "tmp-size", Kind: Size, Default: "64M", Usage: "`SIZE` of /box and /tmp"},
+	{JSON: "open_files", Flag: "open-files", IOI: "open-files", Kind: Count, Default: "256", Usage: "RLIMIT_NOFILE"},
+	{JSON: "stack_bytes", Flag: "stack", IOI: "stack", Kind: Size, Default: "8M", Usage: "RLIMIT_STACK `SIZE`"},
+	{JSON: "output_limit_bytes", Flag: "output-limit", Kind: Size, Default: "1M", Usage: "bytes kept per captured stream"},
+	{JSON: "binds", Flag: "bind", IOI: "dir"},
+	{JSON: "copy_in", Flag: "copy-in"},
+	{JSON: "copy_out", Flag: "copy-out"},
+	{JSON: "env", Flag: "env", IOI: "env"},
+}
+
+// Set parses text, as a command line writes a value of f's kind, into s.
+func (f Field) Set(s *Spec, text string) error {
+	v := f.value(s)
+	var err error
+	switch f.Kind {
+	case Duration:
+		var d time.Duration
+		if d, err = ParseDuration(text); err == nil {
+			v.SetInt(Millis(d))
+		}
+	case Size:
+		var n int64
+		if n, err = ParseSize(text); err == nil {
+			v.SetInt(n)
+		}
+	case Count:
+		var n int64
+		if n, err = ParseCount(text); err == nil {
+			v.SetInt(n)
+		}
+	case CPUs:
+		var n float64
+		if n, err = ParseCPUs(text); err == nil {
+			v.SetFloat(n)
+		}
+	default:
+		return fmt.Errorf("%s: not a limit", f.JSON)
+	}
+	return err
+}
+
+// check bounds f's value in s, for the kinds that have bounds.
+func (f Field) check(s *Spec) error {
+	bad := func(format string, a ...any) error {
+		return &FieldError{Field: f.JSON, Msg: fmt.Sprintf(format, a...)}
+	}
+	switch f.Kind {
+	case Duration:
+		if v := f.value(s).Int(); v < Unlimited || v > maxMs {
+			return bad("%d: must be 0 to %d ms, or %d for none", v, int64(maxMs), Unlimited)
+		}
+	case Size, Count:
+		if v := f.value(s).Int(); v < Unlimited || v > MaxSize {
+			return bad("%d: must be 0 to %d, or %d for none", v, int64(MaxSize), Unlimited)
+		}
+	case CPUs:
+		if v := f.value(s).Float(); math.IsNaN(v) || math.IsInf(v, 0) || (v < 0 && v != Unlimited) || v > MaxCPUs {
+			return bad("%v: must be a number of CPUs up to %d, or %d for unlimited", v, MaxCPUs, Unlimited)
+		}
+	}
+	return nil
+}
+
+// specFields maps a Spec's JSON names to its fields' indexes.
+var specFields = func() map[string]int {
+	t := reflect.TypeOf(Spec{})
+	m := map[string]int{}
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		m[name] = i
+	}
+	return m
+}()
+
+// value is f's field in s (f must be one of Spec's).
+func (f Field) value(s *Spec) reflect.Value {
+	i, ok := specFields[f.JSON]
+	if !ok {
+		panic("api: no Spec field " + f.JSON)
+	}
+	return reflect.ValueOf(s).Elem().Field(i)
 }
 
 // FieldOf is the table's entry for a FieldError's path ("binds[0].host":

@@ -2,7 +2,6 @@ package api
 
 import (
 	"fmt"
-	"math"
 	"path"
 	"strings"
 )
@@ -178,30 +177,10 @@ func (s *Spec) Validate() error {
 	if s.BoxID != nil && *s.BoxID < 0 {
 		return bad("box_id", "%d: must be 0 or more", *s.BoxID)
 	}
-	times := []struct {
-		field string
-		v     int64
-	}{{"cpu_time_ms", s.CPUTimeMs}, {"wall_time_ms", s.WallTimeMs}, {"extra_time_ms", s.ExtraTimeMs}}
-	for _, t := range times {
-		if t.v < Unlimited || t.v > maxMs {
-			return bad(t.field, "%d: must be 0 to %d ms, or %d for none", t.v, int64(maxMs), Unlimited)
+	for _, f := range Fields {
+		if err := f.check(s); err != nil {
+			return err
 		}
-	}
-	limits := []struct {
-		field string
-		v     int64
-	}{
-		{"memory_bytes", s.MemoryBytes}, {"address_space_bytes", s.AddressSpaceBytes}, {"pids", s.Pids},
-		{"file_size_bytes", s.FileSizeBytes}, {"tmp_size_bytes", s.TmpSizeBytes}, {"open_files", s.OpenFiles},
-		{"stack_bytes", s.StackBytes}, {"output_limit_bytes", s.OutputLimitBytes},
-	}
-	for _, l := range limits {
-		if l.v < Unlimited || l.v > MaxSize {
-			return bad(l.field, "%d: must be 0 to %d, or %d for none", l.v, int64(MaxSize), Unlimited)
-		}
-	}
-	if math.IsNaN(s.CPUs) || math.IsInf(s.CPUs, 0) || (s.CPUs < 0 && s.CPUs != Unlimited) || s.CPUs > MaxCPUs {
-		return bad("cpus", "%v: must be a number of CPUs up to %d, or %d for unlimited", s.CPUs, MaxCPUs, Unlimited)
 	}
 	for i, b := range s.Binds {
 		f := fmt.Sprintf("binds[%d]", i)

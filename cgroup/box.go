@@ -346,6 +346,15 @@ func (b *Box) PidsPeak() (int64, error) {
 	return readValue(b.pidsPeak, buf[:])
 }
 
+// Pids is how many tasks the box holds now.
+func (b *Box) Pids() (int64, error) {
+	dir := b.dirs[""]
+	if b.mode.usesV1() {
+		dir = b.dirs["pids"]
+	}
+	return readInt(filepath.Join(dir, "pids.current"))
+}
+
 // Destroy kills what is left in the box and removes its cgroup
 // directories, then the parents ("isolate") if no other box is in them:
 // nothing of isolate stays in the cgroup tree after its last box. Removing

@@ -19,34 +19,57 @@ import (
 // a regexp on each call, which cost about half a millisecond per run.
 // Each invocation has its own.
 type runValues struct {
-	boxID, image, lang, time, wallTime, extraTime, mem, pids string
-	cpus, fsize, tmpSize, openFiles, stack, outputLimit      string
-	net, stdin, stdout, stderr, chdir, seccomp               string
-	report, meta                                             string
-	cgroupRoot                                               string // without root (rootless.go)
-	allowRlimitOnly                                          bool
-	bind, copyIn, copyOut, env                               cli.StringSlice
-	stream, json                                             bool
+	boxID, image, lang                         string
+	limits                                     [len(limitFields)]string // as limitFields
+	net, stdin, stdout, stderr, chdir, seccomp string
+	report, meta                               string
+	cgroupRoot                                 string // without root (rootless.go)
+	allowRlimitOnly                            bool
+	bind, copyIn, copyOut, env                 cli.StringSlice
+	stream, json                               bool
+}
+
+// limitFields are the fields of api.Fields that are limits with a
+// command-line option, in the table's order: run's limit options are
+// made from them.
+var limitFields = [...]api.Field{
+	field("cpu_time_ms"), field("wall_time_ms"), field("extra_time_ms"), field("memory_bytes"), field("pids"),
+	field("cpus"), field("file_size_bytes"), field("tmp_size_bytes"), field("open_files"), field("stack_bytes"),
+	field("output_limit_bytes"),
+}
+
+// field is api.Fields' entry of a limit with an option.
+func field(json string) api.Field {
+	for _, f := range api.Fields {
+		if f.JSON == json && f.Flag != "" && f.Kind != api.Other {
+			return f
+		}
+	}
+	panic("cmdline: no limit option for " + json)
+}
+
+// limitFlags are run's limit options, from api.Fields.
+func (v *runValues) limitFlags() []cli.Flag {
+	flags := make([]cli.Flag, len(limitFields))
+	for i, f := range limitFields {
+		var aliases []string
+		if f.Short != "" {
+			aliases = []string{f.Short}
+		}
+		flags[i] = &cli.StringFlag{Name: f.Flag, Aliases: aliases, Value: f.Default, Usage: f.Usage, Destination: &v.limits[i]}
+	}
+	return flags
 }
 
 // runFlags are the options of `run` (and of `exec`).
 func (iv *invocation) runFlags() []cli.Flag {
 	v := &iv.values
-	return cachedNames([]cli.Flag{
+	flags := []cli.Flag{
 		&cli.StringFlag{Name: "box-id", Aliases: []string{"b"}, Usage: "box `N` (default: a free one)", Destination: &v.boxID},
 		&cli.StringFlag{Name: "image", Value: "host", Usage: "root file system: host, an image name, a directory or a squashfs file", Destination: &v.image},
 		&cli.StringFlag{Name: "lang", Usage: "the language `LANG`'s image and environment (isolate langs)", Destination: &v.lang},
-		&cli.StringFlag{Name: "time", Aliases: []string{"t"}, Usage: "CPU time limit `DUR` of the whole program", Destination: &v.time},
-		&cli.StringFlag{Name: "wall-time", Aliases: []string{"w"}, Usage: "wall-clock limit `DUR` (default 2×time+1s, else 60s)", Destination: &v.wallTime},
-		&cli.StringFlag{Name: "extra-time", Aliases: []string{"x"}, Usage: "kill only after time+`DUR`", Destination: &v.extraTime},
-		&cli.StringFlag{Name: "mem", Aliases: []string{"m"}, Value: "512M", Usage: "memory limit `SIZE` (cgroup)", Destination: &v.mem},
-		&cli.StringFlag{Name: "pids", Aliases: []string{"p"}, Value: "64", Usage: "processes and threads at once", Destination: &v.pids},
-		&cli.StringFlag{Name: "cpus", Usage: "CPU bandwidth `F` (e.g. 0.5)", Destination: &v.cpus},
-		&cli.StringFlag{Name: "fsize", Aliases: []string{"f"}, Value: "64M", Usage: "largest file `SIZE`", Destination: &v.fsize},
-		&cli.StringFlag{Name: "tmp-size", Value: "64M", Usage: "`SIZE` of /box and /tmp", Destination: &v.tmpSize},
-		&cli.StringFlag{Name: "open-files", Value: "256", Usage: "RLIMIT_NOFILE", Destination: &v.openFiles},
-		&cli.StringFlag{Name: "stack", Value: "8M", Usage: "RLIMIT_STACK `SIZE`", Destination: &v.stack},
-		&cli.StringFlag{Name: "output-limit", Value: "1M", Usage: "bytes kept per captured stream", Destination: &v.outputLimit},
+	}
+	return cachedNames(append(append(flags, v.limitFlags()...),
 		&cli.StringSliceFlag{Name: "bind", Usage: "`HOST:BOX[:ro|rw]` bind (repeatable)", Destination: &v.bind},
 		&cli.StringSliceFlag{Name: "copy-in", Usage: "`HOST:BOX` copy into the box", Destination: &v.copyIn},
 		&cli.StringSliceFlag{Name: "copy-out", Usage: "`BOX:HOST` copy out of the box", Destination: &v.copyOut},
@@ -63,7 +86,7 @@ func (iv *invocation) runFlags() []cli.Flag {
 		&cli.StringFlag{Name: "meta", Aliases: []string{"M"}, Usage: "write an ioi/isolate-style meta `FILE`", Destination: &v.meta},
 		&cli.StringFlag{Name: "cgroup-root", Usage: "without root: the delegated cgroup v2 `DIR` to put boxes under", Destination: &v.cgroupRoot},
 		&cli.BoolFlag{Name: "allow-rlimit-only", Usage: "without root and a delegated cgroup: enforce the limits with rlimits alone", Destination: &v.allowRlimitOnly},
-	})
+	))
 }
 
 func (iv *invocation) runCommand() *cli.Command {
@@ -103,59 +126,19 @@ func (iv *invocation) specFromFlags(c *cli.Context) (*api.Spec, error) {
 	if c.IsSet("image") || v.lang == "" {
 		s.Image = iv.imagePath(v.image)
 	}
-	durations := []struct {
-		name string
-		val  string
-		dst  *int64
-	}{{"time", v.time, &s.CPUTimeMs}, {"wall-time", v.wallTime, &s.WallTimeMs}, {"extra-time", v.extraTime, &s.ExtraTimeMs}}
-	for _, d := range durations {
-		if d.val == "" && !c.IsSet(d.name) {
+	// A limit left at its default stays 0 in the request, the contract's
+	// same default, so that exec can tell it from a value the user gave
+	// (a language's own limits apply to the rest). An empty value given
+	// is an error, not the default.
+	for i, f := range limitFields {
+		if !c.IsSet(f.Flag) {
 			continue
 		}
-		dur, err := api.ParseDuration(d.val)
-		if err != nil {
-			return nil, fmt.Errorf("--%s %q: %v", d.name, d.val, err)
+		if err := f.Set(s, v.limits[i]); err != nil {
+			return nil, fmt.Errorf("--%s %q: %v", f.Flag, v.limits[i], err)
 		}
-		*d.dst = api.Millis(dur)
 	}
-	sizes := []struct {
-		name string
-		val  string
-		dst  *int64
-	}{
-		{"mem", v.mem, &s.MemoryBytes}, {"fsize", v.fsize, &s.FileSizeBytes}, {"tmp-size", v.tmpSize, &s.TmpSizeBytes},
-		{"stack", v.stack, &s.StackBytes}, {"output-limit", v.outputLimit, &s.OutputLimitBytes},
-	}
-	// An option left at its default stays 0 in the request, the
-	// contract's same default, so that exec can tell it from a value
-	// the user gave (a language's own limits apply to the rest).
 	var err error
-	for _, sz := range sizes {
-		if !c.IsSet(sz.name) {
-			continue
-		}
-		if *sz.dst, err = api.ParseSize(sz.val); err != nil {
-			return nil, fmt.Errorf("--%s %q: %v", sz.name, sz.val, err)
-		}
-	}
-	counts := []struct {
-		name string
-		val  string
-		dst  *int64
-	}{{"pids", v.pids, &s.Pids}, {"open-files", v.openFiles, &s.OpenFiles}}
-	for _, n := range counts {
-		if !c.IsSet(n.name) {
-			continue
-		}
-		if *n.dst, err = api.ParseCount(n.val); err != nil {
-			return nil, fmt.Errorf("--%s %q: %v", n.name, n.val, err)
-		}
-	}
-	if v.cpus != "" || c.IsSet("cpus") {
-		if s.CPUs, err = api.ParseCPUs(v.cpus); err != nil {
-			return nil, fmt.Errorf("--cpus %q: %v", v.cpus, err)
-		}
-	}
 	for _, b := range v.bind.Value() {
 		bind, err := parseBind(b)
 		if err != nil {

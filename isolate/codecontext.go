@@ -80,9 +80,9 @@ type codeProcess interface {
 	Wait() *api.Report
 }
 
-// codeStarter starts a driver with args, its stdin read from stdin and its
-// stdout written to stdout.
-type codeStarter func(args []string, stdin io.Reader, stdout io.Writer) (codeProcess, error)
+// codeStarter starts a driver with args and the given stdin and stdout
+// (given to it as they are: it closes neither).
+type codeStarter func(args []string, stdin, stdout *os.File) (codeProcess, error)
 
 // CodeContext is a persistent interpreter in a session. Its calls run one
 // at a time.
@@ -120,12 +120,15 @@ type frame struct {
 // session; it needs python3 in the session's image.
 func (s *Session) NewCodeContext(language string) (*CodeContext, error) {
 	return newCodeContext(language, s.sessionOutputLimit(), s.Done(),
-		func(args []string, stdin io.Reader, stdout io.Writer) (codeProcess, error) {
-			// The driver's own stderr is captured (its last words, when
-			// it dies); its framed stdout is a stream, captured barely.
+		func(args []string, stdin, stdout *os.File) (codeProcess, error) {
+			// The driver's own stderr is captured: its last words, when
+			// it dies.
 			return s.Start(SessionCommand{Args: args, OutputLimit: 4 << 10}, IO{Stdin: stdin, Stdout: stdout})
 		})
 }
+
+// sessionOutputLimit is the session's output_limit_bytes.
+func (s *Session) sessionOutputLimit() int64 { return s.sv.spec.OutputLimit }
 
 func newCodeContext(language string, outputLimit int64, ended <-chan struct{}, start codeStarter) (*CodeContext, error) {
 	if language == "" {
@@ -151,16 +154,23 @@ func (c *CodeContext) Language() string { return c.language }
 
 // startDriver starts a driver and waits for it to be ready.
 func (c *CodeContext) startDriver(ctx context.Context) error {
-	// The requests' pipe is a file: what runs the driver may hand it over
-	// as is, and writes to it never wait for a copier of its own.
+	// Both pipes are files, handed to the driver as they are: no copier
+	// stands between it and the context, and the end of its process is the
+	// end of its frames.
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return err
 	}
-	outR, outW := io.Pipe()
-	proc, err := c.start([]string{"python3", "-c", pythonDriver}, inR, outW)
+	outR, outW, err := os.Pipe()
 	if err != nil {
 		inR.Close()
+		inW.Close()
+		return err
+	}
+	proc, err := c.start([]string{"python3", "-c", pythonDriver}, inR, outW)
+	inR.Close()
+	outW.Close()
+	if err != nil {
 		inW.Close()
 		outR.Close()
 		return err
@@ -168,8 +178,6 @@ func (c *CodeContext) startDriver(ctx context.Context) error {
 	d := &driver{proc: proc, stdin: inW, frames: make(chan frame), quit: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		d.report = proc.Wait()
-		inR.Close()
-		outW.Close()
 		close(d.done)
 	}()
 	go d.readFrames(outR)
@@ -193,7 +201,7 @@ func (c *CodeContext) startDriver(ctx context.Context) error {
 // readFrames reads the driver's frames until its output ends. A payload
 // over maxTextBytes is cut (the rest read and dropped), output frames are
 // small (the driver reads its pipes 64 KiB at a time).
-func (d *driver) readFrames(r *io.PipeReader) {
+func (d *driver) readFrames(r *os.File) {
 	defer close(d.frames)
 	defer r.Close()
 	br := bufio.NewReaderSize(r, 64<<10)

@@ -8,7 +8,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -49,7 +49,7 @@ func execStarter(t *testing.T) codeStarter {
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("needs python3")
 	}
-	return func(args []string, stdin io.Reader, stdout io.Writer) (codeProcess, error) {
+	return func(args []string, stdin, stdout *os.File) (codeProcess, error) {
 		p := &execProcess{cmd: exec.Command(args[0], args[1:]...)}
 		p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = stdin, stdout, &p.stderr
 		p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -77,6 +77,11 @@ extern int init_box_host_pid;
  * supplementary groups, which it cannot drop. */
 extern int init_rootless;
 
+/* init_session: the box serves many commands (SESSION, init_session.c). */
+extern int init_session;
+/* init_run_session is PID 1's loop in a session's box, once it is built;
+ * its exit status. */
+int init_run_session(const sigset_t *oldmask, int sfd, struct plan_reader *plan);
 /* The box part's operations (init_fs.c); 1 at BOX_END. */
 int init_box_op(struct op *op, int *announce);
 
@@ -101,6 +106,7 @@ struct program {
 	int stderr_to_stdout;
 	int hold; /* keep the box after the program until the supervisor is done (--copy-out) */
 	int tell_start; /* tell the program's start at once (init_main.c) */
+	uint64_t id;    /* a session's command: its number (init_session.c) */
 };
 extern struct program init_prog;
 

@@ -187,6 +187,9 @@ int init_box_op(struct op *op, int *announce) {
 	case ISOLATE_OP_PREPARE:
 		init_prepare_filter(op);
 		return 0;
+	case ISOLATE_OP_SESSION:
+		init_session = 1;
+		return 0;
 	case ISOLATE_OP_BOX_END:
 		*announce = i[0] != 0;
 		return 1;

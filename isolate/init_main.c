@@ -123,6 +123,8 @@ static int run_box(void) {
 		init_put("}");
 		init_flush();
 	}
+	if (init_session)
+		return init_run_session(&oldmask, sfd, &plan);
 	do
 		read_op(&plan, &op);
 	while (!init_command_op(&op, &plan));

@@ -85,6 +85,9 @@ int init_command_op(struct op *op, struct plan_reader *r) {
 	case ISOLATE_OP_TELL_START:
 		prog.tell_start = 1;
 		break;
+	case ISOLATE_OP_COMMAND_ID:
+		prog.id = i[0];
+		break;
 	case ISOLATE_OP_END:
 		return 1;
 	default:

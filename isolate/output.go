@@ -3,6 +3,7 @@ package isolate
 import (
 	"os"
 	"sync"
+	"time"
 	"unsafe"
 )
 
@@ -14,6 +15,7 @@ type capture struct {
 	buf       []byte
 	truncated bool
 	done      chan struct{}
+	r         *os.File
 }
 
 // chunks are the captures' read buffers, reused: a fresh 64 KiB per
@@ -21,7 +23,7 @@ type capture struct {
 var chunks = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
 func startCapture(r *os.File, limit int64, tee interface{ Write([]byte) (int, error) }) *capture {
-	c := &capture{limit: limit, done: make(chan struct{})}
+	c := &capture{limit: limit, done: make(chan struct{}), r: r}
 	go func() {
 		defer close(c.done)
 		defer r.Close()
@@ -72,3 +74,8 @@ func (c *capture) result() (string, bool) {
 	<-c.done
 	return unsafe.String(unsafe.SliceData(c.buf), len(c.buf)), c.truncated
 }
+
+// stopBy ends the capture at t at the latest, even if the stream is still
+// open (a process the program left holds it): a session's command ends
+// when its process does, as os/exec's WaitDelay has it.
+func (c *capture) stopBy(t time.Time) { c.r.SetReadDeadline(t) }

@@ -114,6 +114,10 @@ func (p *plan) prepare(filter []byte, listen bool) {
 	p.op(C.ISOLATE_OP_PREPARE, "prepare the program's process", []uint64{flag(listen)}, string(filter))
 }
 
+// session has init serve many commands in the box, until the control
+// socket closes (init_session.c).
+func (p *plan) session() { p.op(C.ISOLATE_OP_SESSION, "serve a session", nil) }
+
 // boxEnd closes the box part. With announce, init says msgReady once the
 // box is built (a caller that fills the box before its command).
 func (p *plan) boxEnd(announce bool) {
@@ -162,12 +166,24 @@ func (p *plan) hold() { p.op(C.ISOLATE_OP_HOLD, "keep the box for copy-out", nil
 
 func (p *plan) tellStart() { p.op(C.ISOLATE_OP_TELL_START, "tell the start at once", nil) }
 
+// commandID numbers a session's command: init's messages about it carry
+// the number.
+func (p *plan) commandID(id uint64) { p.op(C.ISOLATE_OP_COMMAND_ID, "command number", []uint64{id}) }
+
+// signal, a session's control record, sends sig to command id's process
+// group (0: to every process of the box).
+func (p *plan) signal(id uint64, sig int) {
+	p.op(C.ISOLATE_OP_SIGNAL, "signal", []uint64{id, uint64(sig)})
+}
+
 // end closes the command part: init starts the program.
 func (p *plan) end() { p.op(C.ISOLATE_OP_END, "end", nil) }
 
 // initMessage is one status line from init.
 type initMessage struct {
 	Type string `json:"type"`
+	// ID is a session's command number (started, exited).
+	ID uint64 `json:"id,omitempty"`
 	// ready, started, exited: the box's PID 1 in the host's PID namespace.
 	Pid int `json:"pid,omitempty"`
 	// started: init's own timers (ns), for the stage breakdown, and when

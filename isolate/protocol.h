@@ -64,6 +64,7 @@ enum {
 	X(REMOUNT_RO, "remount-ro", 0, 1) /* path */                                                                 \
 	X(PIVOT, "pivot", 0, 1)           /* new root */                                                             \
 	X(PREPARE, "prepare", 1, 1)       /* listener wanted (1/0); the BPF program its commands normally load */    \
+	X(SESSION, "session", 0, 0)       /* serve many commands until fd 3 closes (init_session.c) */              \
 	X(BOX_END, "box-end", 1, 0)       /* 1: say "ready" and wait; the box part ends */                           \
 	/* --- the command part --- */                                                                               \
 	X(ARGV, "argv", 0, ISOLATE_ANY)   /* the program's arguments */                                              \
@@ -78,7 +79,10 @@ enum {
 	X(STDIO, "stdio", 3, 0)           /* received descriptors for the program's fd 0, 1, 2 (-1: keep init's) */ \
 	X(HOLD, "hold", 0, 0)             /* keep the box after the program until the supervisor closes fd 3 */     \
 	X(TELL_START, "tell-start", 0, 0) /* tell the program's start at once, not up to 10 ms late */              \
-	X(END, "end", 0, 0)               /* the command part ends: start the program */
+	X(COMMAND_ID, "command-id", 1, 0) /* a session's command: its number, in its messages */                    \
+	X(END, "end", 0, 0)               /* the command part ends: start the program */                             \
+	/* --- a session's control records, between its commands --- */                                          \
+	X(SIGNAL, "signal", 2, 0)         /* command number (0: every process of the box), signal */
 
 #define ISOLATE_OP_ENUM(name, text, ints, strs) ISOLATE_OP_##name,
 enum isolate_op { ISOLATE_OP_NONE, ISOLATE_OPS(ISOLATE_OP_ENUM) ISOLATE_OP_COUNT };

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -198,26 +197,6 @@ func (s *supervisor) rlimitsForCgroup(rl func(res int, v int64)) {
 	}
 	if sp.CPUTime > 0 {
 		rl(unix.RLIMIT_CPU, int64((sp.CPUTime+sp.ExtraTime+time.Second-1)/time.Second))
-	}
-}
-
-// hitRlimitCPU tells whether, with rlimits alone, RLIMIT_CPU ended the
-// program: its SIGXCPU (the hard limit, a second later, is SIGKILL, and
-// the CPU time then tells). The kernel counts RLIMIT_CPU by the
-// scheduler's tick samples: the report's exact cpu_time may be a little
-// below the limit.
-func (s *supervisor) hitRlimitCPU(ws syscall.WaitStatus) bool {
-	return s.cg == nil && s.host.rlimitsOnly() && ws.Signaled() && ws.Signal() == syscall.SIGXCPU
-}
-
-// wallKillOverCPU makes a wall-clock kill a CPU one, with rlimits alone,
-// when the program had spent its CPU time by then: RLIMIT_CPU counts
-// whole seconds, and the wall limit may come first (with a cgroup the
-// supervisor reads the CPU time as it kills).
-func (s *supervisor) wallKillOverCPU(total time.Duration) {
-	sp, r := s.spec, s.report
-	if s.cg == nil && r.Killed && r.Limit == LimitWall && sp.CPUTime > 0 && total >= sp.CPUTime+sp.ExtraTime {
-		r.Limit = LimitCPU
 	}
 }
 

@@ -138,7 +138,9 @@ func (s *Session) Stat(path string) (FileInfo, error) { return s.stat(path) }
 
 // List describes the entries of directory path, at most maxEntries
 // (more is an error).
-func (s *Session) List(path string, maxEntries int) ([]FileInfo, error) { return s.list(path, maxEntries) }
+func (s *Session) List(path string, maxEntries int) ([]FileInfo, error) {
+	return s.list(path, maxEntries)
+}
 
 // Remove removes path, a directory with everything in it.
 func (s *Session) Remove(path string) error { return s.remove(path) }

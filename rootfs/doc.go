@@ -1,4 +1,5 @@
-// Package rootfs assembles the file system a box sees, and owns images.
+// Package rootfs assembles the file system a box sees, and holds the
+// built images: looked up, unpacked, mounted (imagebuild builds them).
 //
 // Plan describes, and the box's init carries out in its new mount namespace,
 // a tmpfs root holding read-only binds of an image's /usr, /bin, /lib*

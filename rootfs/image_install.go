@@ -13,11 +13,11 @@ import (
 	"time"
 )
 
-// installImage puts a new version of an image in place: its tree (from
+// InstallImage puts a new version of an image in place: its tree (from
 // squashfs, a file in ImagesDir that becomes the image's), then the
 // squashfs, then the manifest, whose rename makes it the version runs get.
 // Old trees go unless runs use them.
-func installImage(m *Manifest, squashfs string) error {
+func InstallImage(m *Manifest, squashfs string) error {
 	if err := unpackTree(m.Name, m.SHA256, squashfs); err != nil {
 		return err
 	}
@@ -151,7 +151,7 @@ func ImportImage(r io.Reader) (*Manifest, error) {
 	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
 		return nil, err
 	}
-	if err := installImage(&m, tmp.Name()); err != nil {
+	if err := InstallImage(&m, tmp.Name()); err != nil {
 		return nil, fmt.Errorf("install image %s: %w", m.Name, err)
 	}
 	return &m, nil

@@ -35,6 +35,7 @@ func benchCommand() *cli.Command {
 			&cli.StringFlag{Name: "ioi", Usage: "ioi/isolate's binary `PATH`, measured on an initialised box in the same rounds (default: an ioi/isolate on PATH)"},
 			&cli.StringFlag{Name: "go-judge", Usage: "measure the go-judge at `URL` (POST /run) in the same rounds"},
 			&cli.StringFlag{Name: "serve-binary", Usage: "with --handover or --service, the isolate-serve `PATH` to start (default: beside isolate)"},
+			&cli.BoolFlag{Name: "sessions", Usage: "measure sessions of a service of its own: time to interactive (--runs rounds, then bursts of 20), a command and run_code(\"1+1\") in a live session, memory per idle session, sessions per CPU-second"},
 			&cli.BoolFlag{Name: "rootless", Usage: "measure isolate run without root against unprivileged bwrap, as the same user (as root: nobody; --runs rounds)"},
 		},
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageErr(err) },
@@ -63,6 +64,9 @@ func benchCommand() *cli.Command {
 			}
 			if c.Bool("handover") && c.Bool("service") {
 				return usageErr(errors.New("--handover and --service exclude each other"))
+			}
+			if c.Bool("sessions") {
+				return benchSessions(c, runs)
 			}
 			peers, err := benchPeers(c)
 			if err != nil {
@@ -111,6 +115,24 @@ func benchWithService(c *cli.Context, runs int, peers bench.Peers) error {
 		return failure("bench: " + err.Error())
 	}
 	return jsonOr(c, res, func() { bench.PrintHandover(os.Stdout, res, c.Bool("markdown")) })
+}
+
+// benchSessions measures sessions of a service the bench starts.
+func benchSessions(c *cli.Context, runs int) error {
+	self, err := os.Executable()
+	if err != nil {
+		return failure("bench: " + err.Error())
+	}
+	serve := c.String("serve-binary")
+	if serve == "" {
+		serve = filepath.Join(filepath.Dir(self), serveBinary)
+	}
+	res, err := bench.RunSessions(bench.SessionsConfig{Bin: self, ServeBin: serve, Version: cmdline.Version, Rounds: runs,
+		Bursts: 5, BurstSize: 20, Idle: 20, Seconds: c.Float64("seconds")})
+	if err != nil {
+		return failure("bench: " + err.Error())
+	}
+	return jsonOr(c, res, func() { bench.PrintSessions(os.Stdout, res) })
 }
 
 // benchPeers checks --ioi (an ioi/isolate binary, told from this one by

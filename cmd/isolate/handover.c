@@ -379,18 +379,88 @@ static __attribute__((noreturn)) void die_of(int sig) {
 	sys_exit(128 + sig);
 }
 
-/* The ioi form's options that take the next argument when given without
- * a value (ioi/opts.go). */
-static const char ioi_short_args[] = "bcdfExmMqknriotw";
-static const char *const ioi_long_args[] = {"as-uid", "as-gid", "box-id", "chdir",  "cg-mem",     "core", "dir",
-                                            "fsize",  "env",    "extra-time", "mem", "meta", "quota", "stack",
-                                            "open-files", "stderr", "stdin", "stdout", "syscalls", "time", "wall-time", NULL};
+/* The ioi form's options, as its parser (ioi/opts.go, ioiOpts) reads
+ * them: the long name, the short letter (0: none), whether a value
+ * follows. A test (ioi/handover_opts_test.go) keeps the two in step. */
+enum { IOI_ARG_NONE, IOI_ARG_REQUIRED, IOI_ARG_OPTIONAL };
+struct ioi_opt {
+	const char *name;
+	char letter;
+	char arg;
+};
+static const struct ioi_opt ioi_opts[] = {
+	/* ioi options: begin */
+	{"as-uid", 0, IOI_ARG_REQUIRED},
+	{"as-gid", 0, IOI_ARG_REQUIRED},
+	{"box-id", 'b', IOI_ARG_REQUIRED},
+	{"check-config", 0, IOI_ARG_NONE},
+	{"chdir", 'c', IOI_ARG_REQUIRED},
+	{"cg", 0, IOI_ARG_NONE},
+	{"cg-mem", 0, IOI_ARG_REQUIRED},
+	{"cg-timing", 0, IOI_ARG_NONE},
+	{"no-cg-timing", 0, IOI_ARG_NONE},
+	{"cleanup", 0, IOI_ARG_NONE},
+	{"core", 0, IOI_ARG_REQUIRED},
+	{"dir", 'd', IOI_ARG_REQUIRED},
+	{"no-default-dirs", 'D', IOI_ARG_NONE},
+	{"fsize", 'f', IOI_ARG_REQUIRED},
+	{"env", 'E', IOI_ARG_REQUIRED},
+	{"extra-time", 'x', IOI_ARG_REQUIRED},
+	{"full-env", 'e', IOI_ARG_NONE},
+	{"inherit-fds", 0, IOI_ARG_NONE},
+	{"init", 0, IOI_ARG_NONE},
+	{"mem", 'm', IOI_ARG_REQUIRED},
+	{"meta", 'M', IOI_ARG_REQUIRED},
+	{"processes", 'p', IOI_ARG_OPTIONAL},
+	{"quota", 'q', IOI_ARG_REQUIRED},
+	{"run", 0, IOI_ARG_NONE},
+	{"share-net", 0, IOI_ARG_NONE},
+	{"silent", 's', IOI_ARG_NONE},
+	{"stack", 'k', IOI_ARG_REQUIRED},
+	{"open-files", 'n', IOI_ARG_REQUIRED},
+	{"print-cg-root", 0, IOI_ARG_NONE},
+	{"special-files", 0, IOI_ARG_NONE},
+	{"stderr", 'r', IOI_ARG_REQUIRED},
+	{"stderr-to-stdout", 0, IOI_ARG_NONE},
+	{"stdin", 'i', IOI_ARG_REQUIRED},
+	{"stdout", 'o', IOI_ARG_REQUIRED},
+	{"syscalls", 0, IOI_ARG_REQUIRED},
+	{"time", 't', IOI_ARG_REQUIRED},
+	{"tty-hack", 0, IOI_ARG_NONE},
+	{"verbose", 'v', IOI_ARG_NONE},
+	{"version", 0, IOI_ARG_NONE},
+	{"wait", 0, IOI_ARG_NONE},
+	{"wall-time", 'w', IOI_ARG_REQUIRED},
+	/* ioi options: end */
+	{0, 0, 0},
+};
 
-static int has_char(const char *s, char c) {
-	for (; *s; s++)
-		if (*s == c)
-			return 1;
-	return 0;
+/* ioi_long finds the long option named by the len characters at name:
+ * its whole name or an unambiguous prefix of it, as getopt_long (and
+ * findLong in ioi/opts.go) take it; NULL if unknown or ambiguous. */
+static const struct ioi_opt *ioi_long(const char *name, size_t len) {
+	const struct ioi_opt *found = NULL;
+	int n = 0;
+	if (len == 0)
+		return NULL;
+	for (const struct ioi_opt *o = ioi_opts; o->name; o++) {
+		size_t k = 0;
+		while (k < len && o->name[k] == name[k])
+			k++;
+		if (k < len)
+			continue;
+		if (o->name[len] == 0)
+			return o;
+		found = o, n++;
+	}
+	return n == 1 ? found : NULL;
+}
+
+static const struct ioi_opt *ioi_short(char c) {
+	for (const struct ioi_opt *o = ioi_opts; o->name; o++)
+		if (o->letter == c)
+			return o;
+	return NULL;
 }
 
 /* ioi_meta returns the meta file (-M) of an ioi command line, or NULL. */
@@ -404,32 +474,31 @@ static const char *ioi_meta(int argc, char **argv) {
 			const char *eq = a + 2;
 			while (*eq && *eq != '=')
 				eq++;
-			size_t len = (size_t)(eq - a - 2);
-			int takes = 0;
-			for (const char *const *l = ioi_long_args; *l; l++)
-				if (str_len(*l) == len && starts_with(a + 2, *l))
-					takes = 1;
-			const char *val = *eq ? eq + 1 : (takes && i + 1 < argc ? argv[i + 1] : NULL);
-			if (takes && !*eq)
-				i++;
-			if (len == 4 && starts_with(a + 2, "meta"))
+			const struct ioi_opt *o = ioi_long(a + 2, (size_t)(eq - a - 2));
+			if (!o)
+				continue;
+			const char *val = *eq ? eq + 1 : NULL;
+			if (!val && o->arg == IOI_ARG_REQUIRED && i + 1 < argc)
+				val = argv[++i];
+			if (o->letter == 'M')
 				meta = val;
 			continue;
 		}
 		if (a[0] != '-' || a[1] == 0)
 			continue;
 		for (const char *c = a + 1; *c; c++) {
-			if (!has_char(ioi_short_args, *c) && *c != 'p')
+			const struct ioi_opt *o = ioi_short(*c);
+			if (!o || o->arg == IOI_ARG_NONE)
 				continue;
 			const char *val = c[1] ? c + 1 : NULL;
-			if (!val && *c != 'p' && i + 1 < argc)
+			if (!val && o->arg == IOI_ARG_REQUIRED && i + 1 < argc)
 				val = argv[++i];
 			if (*c == 'M')
 				meta = val;
 			break;
 		}
 	}
-	return meta;
+	return meta && *meta ? meta : NULL;
 }
 
 /* wants_json tells whether a native command line asks for the JSON

@@ -174,14 +174,19 @@ func TestHandoverServiceDiesMidRun(t *testing.T) {
 	needRoot(t)
 	svc := ownService(t)
 	dir := shareDir(t)
-	meta := filepath.Join(dir, "meta")
+	meta, metaAbbreviated := filepath.Join(dir, "meta"), filepath.Join(dir, "meta-abbreviated")
 	machineBox(t, 934)
+	machineBox(t, 936)
 	for _, c := range []struct {
 		args []string
 		id   int
+		meta string
 	}{
-		{[]string{"run", "--json", "-b", "933", "--", "/bin/sh", "-c", "sleep 60"}, 933},
-		{[]string{"-b", "934", "-M", meta, "-p2", "--run", "--", "/bin/sh", "-c", "sleep 60"}, 934},
+		{[]string{"run", "--json", "-b", "933", "--", "/bin/sh", "-c", "sleep 60"}, 933, ""},
+		{[]string{"-b", "934", "-M", meta, "-p2", "--run", "--", "/bin/sh", "-c", "sleep 60"}, 934, meta},
+		// Long options abbreviated, as getopt_long takes them: the meta
+		// file is found past options whose values follow them.
+		{[]string{"--box", "936", "--chd", "/box", "--met", metaAbbreviated, "--proc", "--run", "--", "/bin/sh", "-c", "sleep 60"}, 936, metaAbbreviated},
 	} {
 		cmd := exec.Command(isolateBin, c.args...)
 		cmd.Env = handoverEnv(svc.cliSock)
@@ -211,7 +216,7 @@ func TestHandoverServiceDiesMidRun(t *testing.T) {
 			if err := json.Unmarshal([]byte(out.String()), &rep); err != nil || rep.Status != isolate.StatusXX || rep.Message != "the service ended during the run" {
 				t.Errorf("%q: report %q (%v)", c.args, out.String(), err)
 			}
-		} else if m, _ := os.ReadFile(meta); !strings.Contains(string(m), "status:XX\n") || !strings.Contains(string(m), "message:the service ended during the run\n") {
+		} else if m, _ := os.ReadFile(c.meta); !strings.Contains(string(m), "status:XX\n") || !strings.Contains(string(m), "message:the service ended during the run\n") {
 			t.Errorf("%q: meta file %q", c.args, m)
 		}
 		waitFor(t, fmt.Sprintf("box %d's processes to end", c.id), func() bool { return len(boxProcesses(c.id, "")) == 0 })

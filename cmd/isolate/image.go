@@ -13,6 +13,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/isolate-sandbox/isolate/imagebuild"
 	"github.com/isolate-sandbox/isolate/isolate"
 	"github.com/isolate-sandbox/isolate/langs"
 	"github.com/isolate-sandbox/isolate/rootfs"
@@ -96,11 +97,11 @@ func langsFromArgs(c *cli.Context, all bool) ([]*langs.Lang, error) {
 }
 
 // buildSpec is what rootfs needs to build a language's image.
-func buildSpec(l *langs.Lang) *rootfs.BuildSpec {
-	return &rootfs.BuildSpec{
+func buildSpec(l *langs.Lang) *imagebuild.BuildSpec {
+	return &imagebuild.BuildSpec{
 		Name: l.Image, Suite: l.Suite, Packages: l.Packages, Setup: l.Setup, Version: l.Version,
 		Env:  buildVars().Expand(l.Env),
-		Hash: l.ImageHash(rootfs.BuilderVersion),
+		Hash: l.ImageHash(imagebuild.BuilderVersion),
 	}
 }
 
@@ -135,7 +136,7 @@ func imageBuild(c *cli.Context) error {
 		done[l.Image] = true
 		spec := buildSpec(l)
 		spec.Mirror, spec.Force, spec.Progress = mirror, c.Bool("force"), progress
-		m, built, err := rootfs.BuildImage(spec)
+		m, built, err := imagebuild.BuildImage(spec)
 		if err != nil {
 			return failure(err.Error())
 		}

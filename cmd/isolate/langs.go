@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/isolate-sandbox/isolate/imagebuild"
 	"github.com/isolate-sandbox/isolate/langs"
 	"github.com/isolate-sandbox/isolate/rootfs"
 )
@@ -46,7 +47,7 @@ func langsCommand() *cli.Command {
 				info := langInfo{Name: l.Name, Aliases: l.Aliases, Title: l.Title, Image: l.Image, Compile: l.Compile, Run: l.Run, Origin: l.Origin}
 				if m, err := rootfs.LookupImage(l.Image); err == nil {
 					info.Built, info.Version = true, m.Version
-					info.Stale = m.DefinitionHash != l.ImageHash(rootfs.BuilderVersion)
+					info.Stale = m.DefinitionHash != l.ImageHash(imagebuild.BuilderVersion)
 				}
 				infos = append(infos, info)
 			}

@@ -329,7 +329,13 @@ func (a *apiClient) post() error {
 // postJSON sends one HTTP/1.1 POST of a JSON body on a kept-alive
 // connection and reads its answer.
 func postJSON(w io.Writer, r *bufio.Reader, host, path, body string) (status int, answer []byte, err error) {
-	req := "POST " + path + " HTTP/1.1\r\nHost: " + host + "\r\nContent-Type: application/json\r\nContent-Length: " +
+	return sendRequest(w, r, "POST", host, path, body)
+}
+
+// sendRequest sends one HTTP/1.1 request with a JSON body (or none) on a
+// kept-alive connection and reads its answer.
+func sendRequest(w io.Writer, r *bufio.Reader, method, host, path, body string) (status int, answer []byte, err error) {
+	req := method + " " + path + " HTTP/1.1\r\nHost: " + host + "\r\nContent-Type: application/json\r\nContent-Length: " +
 		strconv.Itoa(len(body)) + "\r\n\r\n" + body
 	if _, err := io.WriteString(w, req); err != nil {
 		return 0, nil, err
@@ -371,6 +377,8 @@ func readResponse(r *bufio.Reader) (status int, body []byte, err error) {
 		}
 	}
 	switch {
+	case status == 204 || status == 304:
+		return status, nil, nil // no body, by definition
 	case chunked:
 		for {
 			line, err := r.ReadString('\n')

@@ -1,4 +1,4 @@
-package rootfs
+package imagebuild
 
 import (
 	"bufio"
@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/isolate-sandbox/isolate/rootfs"
 )
 
 // BuilderVersion changes when the way images are built changes: every
@@ -86,15 +88,15 @@ func (b *builder) progress(format string, a ...any) {
 
 // BuildImage builds the image of spec unless the one there was built from
 // the same definition. It reports whether it built anything.
-func BuildImage(spec *BuildSpec) (*Manifest, bool, error) {
-	if !ValidImageName(spec.Name) {
+func BuildImage(spec *BuildSpec) (*rootfs.Manifest, bool, error) {
+	if !rootfs.ValidImageName(spec.Name) {
 		return nil, false, fmt.Errorf("%q is not an image name", spec.Name)
 	}
-	if old, err := LookupImage(spec.Name); err == nil && old.DefinitionHash == spec.Hash && !spec.Force {
+	if old, err := rootfs.LookupImage(spec.Name); err == nil && old.DefinitionHash == spec.Hash && !spec.Force {
 		// Up to date; built before trees, it gets its tree now.
-		return old, false, EnsureTree(spec.Name)
+		return old, false, rootfs.EnsureTree(spec.Name)
 	}
-	for _, d := range []string{ImagesDir(), cacheDir(), buildDir()} {
+	for _, d := range []string{rootfs.ImagesDir(), cacheDir(), buildDir()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, false, fmt.Errorf("create %s: %w", d, err)
 		}
@@ -114,8 +116,8 @@ func BuildImage(spec *BuildSpec) (*Manifest, bool, error) {
 		}
 	}
 	// Another build may have made it while we waited.
-	if old, err := LookupImage(spec.Name); err == nil && old.DefinitionHash == spec.Hash && !spec.Force {
-		return old, false, EnsureTree(spec.Name)
+	if old, err := rootfs.LookupImage(spec.Name); err == nil && old.DefinitionHash == spec.Hash && !spec.Force {
+		return old, false, rootfs.EnsureTree(spec.Name)
 	}
 	if err := ensureTools(); err != nil {
 		return nil, false, err
@@ -124,7 +126,7 @@ func BuildImage(spec *BuildSpec) (*Manifest, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	logPath := filepath.Join(ImagesDir(), spec.Name+".log")
+	logPath := filepath.Join(rootfs.ImagesDir(), spec.Name+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, false, err
@@ -155,7 +157,7 @@ func ensureTools() error {
 	return nil
 }
 
-func (b *builder) build() (*Manifest, error) {
+func (b *builder) build() (*rootfs.Manifest, error) {
 	base, err := b.base()
 	if err != nil {
 		return nil, err
@@ -208,7 +210,7 @@ func (b *builder) build() (*Manifest, error) {
 		return nil, err
 	}
 	b.progress("packing squashfs (zstd)")
-	tmp := ImagePath(b.spec.Name) + ".tmp"
+	tmp := rootfs.ImagePath(b.spec.Name) + ".tmp"
 	defer os.Remove(tmp)
 	squash := exec.Command("mksquashfs", root, tmp, "-comp", "zstd", "-Xcompression-level", "9",
 		"-noappend", "-no-progress", "-quiet", "-no-xattrs", "-all-root")
@@ -219,7 +221,7 @@ func (b *builder) build() (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Manifest{
+	m := &rootfs.Manifest{
 		Name:           b.spec.Name,
 		Suite:          b.spec.Suite,
 		Packages:       b.spec.Packages,
@@ -232,7 +234,7 @@ func (b *builder) build() (*Manifest, error) {
 	}
 	m.BuildTime = time.Since(b.start).Seconds()
 	b.progress("unpacking the tree runs use")
-	if err := installImage(m, tmp); err != nil {
+	if err := rootfs.InstallImage(m, tmp); err != nil {
 		return nil, err
 	}
 	b.progress("done: %.1f MiB in %.0f s", float64(size)/(1<<20), m.BuildTime)

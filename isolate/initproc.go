@@ -1,0 +1,114 @@
+package isolate
+
+import (
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// initProc is the box's init, a child of the supervisor.
+type initProc struct {
+	pid    int
+	pidfd  int // signals go through it: never to a recycled pid
+	once   sync.Once
+	status syscall.WaitStatus
+}
+
+// wait reaps init (once) and returns its wait status.
+func (p *initProc) wait() syscall.WaitStatus {
+	p.once.Do(func() {
+		for {
+			_, err := syscall.Wait4(p.pid, &p.status, 0, nil)
+			if err != syscall.EINTR {
+				return
+			}
+		}
+	})
+	return p.status
+}
+
+// oneShot is set by a process that runs its boxes and then exits (the
+// CLI): none of its goroutines ends locked to its thread while a box
+// lives, so init may be forked from whatever thread runs the run, and no
+// thread is held for the parent-death signal (see forkInit).
+var oneShot atomic.Bool
+
+// OneShotProcess declares the calling process one-shot (see oneShot). A
+// long-running process (the service) must not.
+func OneShotProcess() { oneShot.Store(true) }
+
+// forkInit starts init. The parent-death signal fires when the thread
+// that forked exits, not the process, and Go ends a thread when a
+// goroutine exits locked to it: so in a long-running process (a service
+// runs boxes for hours beside code that locks threads to change
+// credentials) init is forked from one of a few "forker" goroutines, each
+// locked to its thread for the life of the process (they never unlock,
+// never exit). The parent-death signal then fires when the process dies,
+// for every box at once, and never before. (Before them, each box held a
+// new locked thread while it lived: 1.1 ms of every run's start.)
+func forkInit(path string, argv []string, attr *syscall.ProcAttr) (pid int, err error) {
+	if oneShot.Load() {
+		return syscall.ForkExec(path, argv, attr)
+	}
+	forkersOnce.Do(startForkers)
+	req := forkRequest{path: path, argv: argv, attr: attr, done: make(chan forkResult, 1)}
+	forkRequests <- req
+	r := <-req.done
+	return r.pid, r.err
+}
+
+// numForkers is how many threads fork inits: a fork is short (vfork until
+// the exec), so two keep a service's concurrent starts from queueing.
+const numForkers = 2
+
+type forkRequest struct {
+	path string
+	argv []string
+	attr *syscall.ProcAttr
+	done chan forkResult
+}
+
+type forkResult struct {
+	pid int
+	err error
+}
+
+var (
+	forkersOnce  sync.Once
+	forkRequests = make(chan forkRequest)
+)
+
+func startForkers() {
+	for i := 0; i < numForkers; i++ {
+		go func() {
+			runtime.LockOSThread() // for good: see forkInit
+			for req := range forkRequests {
+				pid, err := syscall.ForkExec(req.path, req.argv, req.attr)
+				req.done <- forkResult{pid, err}
+			}
+		}()
+	}
+}
+
+func (p *initProc) kill() { unix.PidfdSendSignal(p.pidfd, unix.SIGKILL, nil, 0) }
+
+// alive tells whether init still runs: its pidfd turns readable when it
+// ends (a zombie too).
+func (p *initProc) alive() bool {
+	fds := []unix.PollFd{{Fd: int32(p.pidfd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n == 0
+}
+
+func (p *initProc) close() { unix.Close(p.pidfd) }
+
+func describeWait(ws syscall.WaitStatus) string {
+	if ws.Signaled() {
+		return "killed by signal " + ws.Signal().String()
+	}
+	return "exit status " + strconv.Itoa(ws.ExitStatus())
+}
