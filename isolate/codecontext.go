@@ -269,15 +269,10 @@ func (d *driver) why() string {
 		why = fmt.Sprintf("killed by signal %d (out of memory)", max(r.Signal, int(syscall.SIGKILL)))
 	case r.Signal != 0:
 		why = fmt.Sprintf("killed by signal %d (%s)", r.Signal, syscall.Signal(r.Signal))
-	case r.Status == api.StatusXX:
-		why = "the session ended"
-		if r.Message != "" {
-			why += ": " + r.Message
-		}
 	default:
 		why = fmt.Sprintf("exited with code %d", r.ExitCode)
 	}
-	if last := lastLine(r.Stderr); last != "" && r.Status != api.StatusXX {
+	if last := lastLine(r.Stderr); last != "" {
 		why += ": " + last
 	}
 	return why
@@ -337,7 +332,7 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 	// A driver that died before reading it fails the write (its pipe is
 	// closed once the process has ended); its end of frames says why.
 	if err := d.send(append(msg, req...)); err != nil {
-		return c.answerDied(ex, d), nil
+		return c.answerDied(ex, d)
 	}
 	var stdout, stderr strings.Builder
 	keep := func(b *strings.Builder, text string, on func(string)) {
@@ -359,7 +354,7 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 		case f, ok := <-d.frames:
 			if !ok {
 				ex.Stdout, ex.Stderr = stdout.String(), stderr.String()
-				return c.answerDied(ex, d), nil
+				return c.answerDied(ex, d)
 			}
 			switch f.kind {
 			case 'o':
@@ -407,12 +402,16 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 }
 
 // answerDied answers a call whose driver died: the next call starts a fresh one.
-func (c *CodeContext) answerDied(ex *Execution, d *driver) *Execution {
+// A driver killed as its session ended is the session's end.
+func (c *CodeContext) answerDied(ex *Execution, d *driver) (*Execution, error) {
 	why := d.why()
 	d.kill()
 	c.drv, c.died = nil, true
+	if isDone(c.ended) || d.report != nil && d.report.Status == api.StatusXX {
+		return nil, ErrSessionEnded
+	}
 	ex.Error = &ExecError{Name: ErrorContextDied, Value: why}
-	return ex
+	return ex, nil
 }
 
 // Close ends the context's process.
