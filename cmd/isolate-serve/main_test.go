@@ -261,6 +261,9 @@ func TestFlags(t *testing.T) {
 		{"--no-such-flag"},
 		{"--write-timeout", "0s"},
 		{"--max-conns-per-uid", "0"},
+		{"--max-sessions", "0"},
+		{"--max-sessions-per-caller", "0"},
+		{"--session-max-timeout", "0s"},
 	} {
 		if _, err := parseFlags(args); err == nil {
 			t.Errorf("%v accepted", args)
