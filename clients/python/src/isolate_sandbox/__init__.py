@@ -24,6 +24,8 @@ from .sandbox import Sandbox, execute_code, execute_file, get_sandbox, run_code
 from .transport import Mount
 from .security import SecurityReport, analyze_code
 from .queue_transport import JobDeadError, QueueClient, ResultTimeoutError
+from .session import (CodeContext, CommandHandle, CommandResult, Execution, FileEntry,
+                      Session)
 
 __all__ = [
     "DEFAULT_BLOCKED_IMPORTS", "ExecutionResult", "ResultMeta", "Sandbox", "SandboxConfig",
@@ -31,6 +33,7 @@ __all__ = [
     "SecurityReport", "analyze_code", "execute_code", "execute_file",
     "get_sandbox", "run_python_code", "store_execution", "run_code", "Mount", "CollectLimits",
     "CallTimeoutError", "RefusedError", "ExceptionInfo", "QueueClient", "JobDeadError",
-    "ResultTimeoutError",
+    "ResultTimeoutError", "Session", "Execution", "CommandResult", "CommandHandle",
+    "CodeContext", "FileEntry",
 ]
 __version__ = "0.1.0"
