@@ -24,6 +24,7 @@ import (
 
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/caller"
+	"github.com/isolate-sandbox/isolate/filestore"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
@@ -226,7 +227,12 @@ type fakeService struct {
 
 func newFakeService(t *testing.T, adjust func(*Config)) *fakeService {
 	h := &fakeHost{t: t}
-	cfg := Config{Runner: hostRunner{}, Sessions: h, Parallel: 2, Queue: 4, MaxSessions: 4, MaxSessionsPerCaller: 2}
+	store, err := filestore.Open(filepath.Join(t.TempDir(), "files"), 1<<20, 0, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	cfg := Config{Runner: refusingRunner{}, Store: store, Sessions: h, Parallel: 2, Queue: 4, MaxSessions: 4, MaxSessionsPerCaller: 2}
 	if adjust != nil {
 		adjust(&cfg)
 	}
@@ -615,4 +621,35 @@ func TestSessionCodeUnavailableFake(t *testing.T) {
 	if code, b := f.do(t, alice, "POST", "/v1/sessions/"+id+"/contexts", `{"language": "python"}`); code != 501 {
 		t.Errorf("contexts: %d %s", code, b)
 	}
+}
+
+// A session past its lease is gone for a request that comes before its
+// timer fires; the metrics count the sessions alive.
+func TestSessionExpiredOnUseFake(t *testing.T) {
+	f := newFakeService(t, nil)
+	id := f.create(t, alice, `{"timeout_ms": 1000}`)
+	f.create(t, bob, `{}`)
+	_, b := f.do(t, root, "GET", "/metrics", "")
+	if !strings.Contains(string(b), "\nisolate_sessions 2\n") {
+		t.Errorf("metrics with 2 sessions:\n%s", grepLines(string(b), "isolate_sessions"))
+	}
+	f.mu.Lock()
+	f.clock = f.clock.Add(time.Second) // no sweep
+	f.mu.Unlock()
+	if code, b := f.do(t, alice, "GET", "/v1/sessions/"+id, ""); code != 404 {
+		t.Fatalf("past its lease: %d %s", code, b)
+	}
+	if !f.host.box(0).isClosed() || f.sessions.count() != 1 {
+		t.Fatalf("past its lease: closed %v, %d sessions", f.host.box(0).isClosed(), f.sessions.count())
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

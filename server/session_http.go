@@ -344,7 +344,7 @@ func (s *session) answer(full bool) SessionAnswer {
 }
 
 func (c *codeContext) state() ContextState {
-	return ContextState{ID: c.id, Language: c.language, ExecutionCount: c.count}
+	return ContextState{ID: c.id, Language: c.language, ExecutionCount: int(c.count.Load())}
 }
 
 func (s *Server) handleSessionList(w http.ResponseWriter, r *http.Request) {
@@ -456,6 +456,10 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Background {
+		if s.draining.Load() {
+			sessionErr(w, errStopping)
+			return
+		}
 		s.startBackground(w, sess, cmd, req.Stdin)
 		return
 	}
@@ -690,8 +694,9 @@ func (s *Server) handleProcessWait(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	// Waiting is not using: a session whose lease ends meanwhile ends.
-	done()
+	// Waiting is a use, as any request in progress; the lease still
+	// ends the session, and the command with it.
+	defer done()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -782,7 +787,9 @@ func (s *session) newContext(language string, asDefault bool) (*codeContext, err
 		s.mu.Unlock()
 		return nil, err
 	}
+	c.ccMu.Lock()
 	c.cc = cc
+	c.ccMu.Unlock()
 	s.mu.Lock()
 	ended := s.ended
 	s.mu.Unlock()
@@ -818,9 +825,9 @@ func (s *Server) handleContextDelete(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, errors.New("no such context in this session"))
 		return
 	}
-	c.mu.Lock()
-	if c.cc != nil {
-		c.cc.Close()
+	c.mu.Lock() // after the code it runs
+	if cc := c.context(); cc != nil {
+		cc.Close()
 	}
 	c.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
@@ -878,14 +885,23 @@ func (s *Server) handleCode(w http.ResponseWriter, r *http.Request) {
 	}
 	start := time.Now()
 	c.mu.Lock()
-	if c.cc == nil { // its start failed, or it was deleted meanwhile
+	cc := c.context()
+	if cc == nil || sess.context(c.id) != c { // its start failed, or it was deleted meanwhile
 		c.mu.Unlock()
 		writeError(w, http.StatusNotFound, &api.FieldError{Field: "context", Msg: "no such context in this session"})
 		return
 	}
-	ex, err := c.cc.Run(ctx, req.Code, onStdout, onStderr)
+	ex, err := cc.Run(ctx, req.Code, onStdout, onStderr)
+	// Code running when its session ends answers as a command does
+	// then: the session has ended (its context with it).
+	if sess.hasEnded() && (errors.Is(err, isolate.ErrSessionEnded) || err == nil && ex.Error != nil && ex.Error.Name == isolate.ErrorContextDied) {
+		if ex == nil {
+			ex = &Execution{}
+		}
+		ex.Error, err = &ExecError{Name: isolate.ErrorContextDied, Value: isolate.ErrSessionEnded.Error()}, nil
+	}
 	if err == nil {
-		c.count = ex.ExecutionCount
+		c.count.Store(int64(ex.ExecutionCount))
 	}
 	c.mu.Unlock()
 	if err != nil {

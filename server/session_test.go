@@ -456,3 +456,88 @@ func TestSessionFilesStreamed(t *testing.T) {
 		t.Errorf("after a full file system: %+v", rep)
 	}
 }
+
+// Code in the session's default context keeps its state from one call
+// to the next; a context of its own starts fresh; one that dies answers
+// ContextDied and the next call runs in a fresh one.
+func TestSessionCode(t *testing.T) {
+	s := startService(t, nil)
+	id := s.session(t, `{}`)
+	code := func(body string) CodeAnswer {
+		t.Helper()
+		status, b := s.do(t, "POST", "/v1/sessions/"+id+"/code", body)
+		var a CodeAnswer
+		if err := json.Unmarshal(b, &a); err != nil || status != 200 {
+			t.Fatalf("%s: %d %s", body, status, b)
+		}
+		return a
+	}
+	if a := code(`{"code": "x = 1"}`); a.Result != nil || a.Error != nil || a.ExecutionCount != 1 || a.Context == "" {
+		t.Fatalf("x = 1: %+v", a)
+	}
+	a := code(`{"code": "print('hi')\nx + 1"}`)
+	if a.Result == nil || *a.Result != "2" || a.Stdout != "hi\n" || a.ExecutionCount != 2 {
+		t.Fatalf("x + 1: %+v", a)
+	}
+	if a := code(`{"code": "1/0"}`); a.Error == nil || a.Error.Name != "ZeroDivisionError" || !strings.Contains(a.Error.Traceback, "ZeroDivisionError") {
+		t.Fatalf("1/0: %+v", a)
+	}
+	// Streamed: the output as it comes, then the execution.
+	status, b := s.do(t, "POST", "/v1/sessions/"+id+"/code", `{"code": "import sys; print('out'); print('err', file=sys.stderr); x", "stream": true}`)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	streamed := map[string]string{}
+	for _, l := range lines[:len(lines)-1] {
+		var ev TypedEvent
+		json.Unmarshal([]byte(l), &ev)
+		streamed[ev.Type] += ev.Data
+	}
+	if status != 200 || streamed["stdout"] != "out\n" || streamed["stderr"] != "err\n" ||
+		!strings.HasPrefix(lines[len(lines)-1], `{"type":"execution","result":"1"`) {
+		t.Fatalf("streamed: %d %s", status, b)
+	}
+	// A context of its own: no x there.
+	status, b = s.do(t, "POST", "/v1/sessions/"+id+"/contexts", `{"language": "python"}`)
+	var ctx ContextState
+	if json.Unmarshal(b, &ctx); status != 201 || ctx.ID == "" || ctx.Language != "python" {
+		t.Fatalf("new context: %d %s", status, b)
+	}
+	if a := code(`{"code": "x", "context": "` + ctx.ID + `"}`); a.Error == nil || a.Error.Name != "NameError" || a.Context != ctx.ID {
+		t.Fatalf("x in a fresh context: %+v", a)
+	}
+	status, b = s.do(t, "GET", "/v1/sessions/"+id, "")
+	if desc := string(b); status != 200 || !strings.Contains(desc, `"execution_count":4`) || !strings.Contains(desc, `"id":"`+ctx.ID+`"`) {
+		t.Fatalf("the session's contexts: %d %s", status, b)
+	}
+	if status, b := s.do(t, "DELETE", "/v1/sessions/"+id+"/contexts/"+ctx.ID, ""); status != 204 {
+		t.Fatalf("delete the context: %d %s", status, b)
+	}
+	if status, b := s.do(t, "POST", "/v1/sessions/"+id+"/code", `{"code": "1", "context": "`+ctx.ID+`"}`); status != 404 {
+		t.Fatalf("a deleted context: %d %s", status, b)
+	}
+	// The default context dies, then starts again.
+	if a := code(`{"code": "import os; os._exit(3)"}`); a.Error == nil || a.Error.Name != "ContextDied" {
+		t.Fatalf("os._exit: %+v", a)
+	}
+	if a := code(`{"code": "'x' in dir()"}`); !a.Restarted || a.ExecutionCount != 1 || a.Result == nil || *a.Result != "False" {
+		t.Fatalf("after the context died: %+v", a)
+	}
+	// The call's bound interrupts the code.
+	if a := code(`{"code": "while True: pass", "timeout_ms": 300}`); a.Error == nil || a.Error.Name != "KeyboardInterrupt" {
+		t.Fatalf("a loop past timeout_ms: %+v", a)
+	}
+	if a := code(`{"code": "2 * 21"}`); a.Result == nil || *a.Result != "42" {
+		t.Fatalf("after the interrupt: %+v", a)
+	}
+	// The lease ends while code runs: the call answers, the session is
+	// gone.
+	answer := make(chan CodeAnswer, 1)
+	go func() { answer <- code(`{"code": "import time\nwhile True: time.sleep(1)", "timeout_ms": 600000}`) }()
+	waitFor(t, "the code to run", func() bool { return processWith("codedriver") || processWith("python3") })
+	if status, b := s.do(t, "POST", "/v1/sessions/"+id+"/timeout", `{"timeout_ms": 1}`); status != 200 {
+		t.Fatalf("renew: %d %s", status, b)
+	}
+	if a := <-answer; a.Error == nil || a.Error.Name != "ContextDied" || a.Error.Value != "the session has ended" {
+		t.Errorf("code running at the lease's end: %+v", a)
+	}
+	waitFor(t, "the session to end", func() bool { return s.sessions.count() == 0 })
+}

@@ -17,6 +17,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -65,26 +66,12 @@ type CodeContext interface {
 	Close() error
 }
 
-// Execution is what running code in a context gave.
-type Execution struct {
-	// Result is the repr of the last expression's value (Jupyter's
-	// text/plain), nil when there was none.
-	Result         *string    `json:"result"`
-	Stdout         string     `json:"stdout"`
-	Stderr         string     `json:"stderr"`
-	Error          *ExecError `json:"error"`
-	ExecutionCount int        `json:"execution_count"`
-	// Restarted: the context had died; this run was in a fresh one.
-	Restarted bool `json:"restarted"`
-}
+// Execution is what running code in a context gave (isolate's).
+type Execution = isolate.Execution
 
 // ExecError is the exception code raised (Name "ContextDied" when the
 // interpreter itself died).
-type ExecError struct {
-	Name      string `json:"name"`
-	Value     string `json:"value"`
-	Traceback string `json:"traceback"`
-}
+type ExecError = isolate.ExecError
 
 // HostSessions starts sessions on a real host.
 type HostSessions struct{ Host *isolate.Host }
@@ -99,6 +86,15 @@ func (h HostSessions) StartSession(ctx context.Context, spec *api.Spec) (Session
 }
 
 type hostSession struct{ *isolate.Session }
+
+// NewCodeContext starts an interpreter context in the session.
+func (s hostSession) NewCodeContext(language string) (CodeContext, error) {
+	cc, err := s.Session.NewCodeContext(language)
+	if err != nil {
+		return nil, err
+	}
+	return cc, nil
+}
 
 func (s hostSession) Start(cmd isolate.SessionCommand, stdio isolate.IO) (SessionProcess, error) {
 	p, err := s.Session.Start(cmd, stdio)
@@ -227,8 +223,16 @@ type codeContext struct {
 	id       string
 	language string
 	mu       sync.Mutex // one run at a time
-	cc       CodeContext
-	count    int
+	ccMu     sync.Mutex
+	cc       CodeContext // nil until it started
+	count    atomic.Int64
+}
+
+// context is the started context, or nil.
+func (c *codeContext) context() CodeContext {
+	c.ccMu.Lock()
+	defer c.ccMu.Unlock()
+	return c.cc
 }
 
 func newID() string {
@@ -359,13 +363,21 @@ func (r *sessions) get(id, owner string) (s *session, done func(), err error) {
 	if s == nil || s.owner != owner {
 		return nil, nil, errNoSession
 	}
+	now := r.now()
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.ended {
+		s.mu.Unlock()
 		return nil, nil, errNoSession
 	}
+	// Its time is up, though its timer has not fired yet.
+	if s.expired(now) != "" {
+		s.mu.Unlock()
+		r.end(s, nil)
+		return nil, nil, errNoSession
+	}
+	defer s.mu.Unlock()
 	s.busy++
-	s.lastUsed = r.now()
+	s.lastUsed = now
 	var once sync.Once
 	return s, func() {
 		once.Do(func() {
@@ -427,10 +439,14 @@ func (r *sessions) end(s *session, _ error) {
 	r.ends.Add(1)
 	r.mu.Unlock()
 	defer r.ends.Done()
-	for _, c := range contexts {
-		c.cc.Close()
-	}
+	// The box first: a context's Close waits for the code it runs, which
+	// ends when the box does.
 	s.box.Close()
+	for _, c := range contexts {
+		if cc := c.context(); cc != nil {
+			cc.Close()
+		}
+	}
 	for _, p := range procs {
 		p.closeStdin()
 	}
@@ -504,6 +520,12 @@ func (s *session) dropProc(id uint64) {
 			break
 		}
 	}
+}
+
+func (s *session) hasEnded() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ended
 }
 
 func (s *session) proc(id uint64) *sessionProc {
