@@ -38,6 +38,9 @@ const ErrorContextDied = "ContextDied"
 // call's end before its context is killed.
 const interruptGrace = time.Second
 
+// frameWaitDelay is how long frames are read after the driver ended.
+const frameWaitDelay = 200 * time.Millisecond
+
 // maxCodeBytes bounds a request's code.
 const maxCodeBytes = 16 << 20
 
@@ -107,7 +110,6 @@ type driver struct {
 	quitOnce sync.Once
 	done     chan struct{} // closed once the process has ended
 	report   *api.Report   // once done
-	readErr  error         // why frames ended early, once frames is closed
 }
 
 type frame struct {
@@ -179,6 +181,9 @@ func (c *CodeContext) startDriver(ctx context.Context) error {
 	go func() {
 		d.report = proc.Wait()
 		close(d.done)
+		// A process the code forked may hold the frames' pipe: what the
+		// driver wrote last is read, then no more.
+		_ = outR.SetReadDeadline(time.Now().Add(frameWaitDelay))
 	}()
 	go d.readFrames(outR)
 	select {
@@ -208,20 +213,15 @@ func (d *driver) readFrames(r *os.File) {
 	var head [5]byte
 	for {
 		if _, err := io.ReadFull(br, head[:]); err != nil {
-			if err != io.EOF {
-				d.readErr = err
-			}
 			return
 		}
 		n := int64(binary.BigEndian.Uint32(head[1:]))
 		keep := min(n, maxTextBytes)
 		payload := make([]byte, keep)
 		if _, err := io.ReadFull(br, payload); err != nil {
-			d.readErr = err
 			return
 		}
 		if _, err := io.CopyN(io.Discard, br, n-keep); err != nil {
-			d.readErr = err
 			return
 		}
 		select {

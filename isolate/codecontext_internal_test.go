@@ -173,6 +173,22 @@ func TestCodeContextDeathRestarts(t *testing.T) {
 	}
 }
 
+// What the code forks neither answers for the context nor holds up the
+// news of its death.
+func TestCodeContextForks(t *testing.T) {
+	c := newPlainContext(t, 0)
+	if ex := runCode(t, c, "import os, time\npid = os.fork()\npid > 0"); resultOf(ex) != "True" || ex.Error != nil {
+		t.Fatalf("%+v", ex)
+	}
+	if ex := runCode(t, c, "os.waitpid(pid, 0)[1]"); resultOf(ex) != "0" || ex.ExecutionCount != 2 {
+		t.Fatalf("the forked child: %+v", ex)
+	}
+	ex := runCode(t, c, "if os.fork() == 0:\n    time.sleep(60)\n    os._exit(0)\nos._exit(5)")
+	if ex.Error == nil || ex.Error.Name != ErrorContextDied || ex.Error.Value != "exited with code 5" {
+		t.Fatalf("%+v %+v", ex, ex.Error)
+	}
+}
+
 func TestCodeContextInterruptedAtTheCallsEnd(t *testing.T) {
 	c := newPlainContext(t, 0)
 	runCode(t, c, "import time\nx = 41")

@@ -174,13 +174,16 @@ def run_cell(body, tail):
 
 
 def read_exact(n):
-    data = b""
+    data = bytearray()
     while len(data) < n:
         more = requests.read(n - len(data))
         if not more:
             return None
         data += more
-    return data
+    return bytes(data)
+
+
+driver_pid = os.getpid()
 
 
 send(b"k", b"")
@@ -206,6 +209,10 @@ while True:
             error = error_frame(e, e.__traceback__)
         finally:
             running = False
+    if os.getpid() != driver_pid:
+        # A child the code forked came back here: the context is its
+        # parent's, not its own.
+        os._exit(0)
     for f in (sys.stdout, sys.stderr):
         try:
             f.flush()
