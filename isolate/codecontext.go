@@ -38,6 +38,10 @@ const ErrorContextDied = "ContextDied"
 // call's end before its context is killed.
 const interruptGrace = time.Second
 
+// interruptResend is how often the interrupt is sent again until the
+// driver says it took it.
+const interruptResend = 50 * time.Millisecond
+
 // frameWaitDelay is how long frames are read after the driver ended.
 const frameWaitDelay = 200 * time.Millisecond
 
@@ -348,6 +352,7 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 		}
 	}
 	var grace <-chan time.Time
+	var resend *time.Ticker
 	done := ctx.Done()
 	for {
 		select {
@@ -357,6 +362,11 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 				return c.answerDied(ex, d)
 			}
 			switch f.kind {
+			case 'i':
+				if resend != nil {
+					resend.Stop()
+					resend = nil
+				}
 			case 'o':
 				keep(&stdout, string(f.payload), onStdout)
 			case 'e':
@@ -387,6 +397,12 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 			done = nil
 			_ = d.proc.Signal(syscall.SIGINT)
 			grace = time.After(interruptGrace)
+			resend = time.NewTicker(interruptResend)
+			defer resend.Stop()
+		case <-tick(resend):
+			// The driver takes an interrupt only while the code runs: one
+			// that came before it started is sent again.
+			_ = d.proc.Signal(syscall.SIGINT)
 		case <-grace:
 			d.kill()
 			ex.Stdout, ex.Stderr = stdout.String(), stderr.String()
@@ -434,6 +450,14 @@ func (c *CodeContext) Close() error {
 		d.kill()
 	}
 	return nil
+}
+
+// tick is t's channel, nil (never ready) for no ticker.
+func tick(t *time.Ticker) <-chan time.Time {
+	if t == nil {
+		return nil
+	}
+	return t.C
 }
 
 func isDone(ch <-chan struct{}) bool {

@@ -201,6 +201,16 @@ func TestCodeContextInterruptedAtTheCallsEnd(t *testing.T) {
 	if ex = runCode(t, c, "x + 1"); resultOf(ex) != "42" || ex.Restarted {
 		t.Errorf("the context did not survive the interrupt: %+v", ex)
 	}
+	// An interrupt that comes before the code runs is sent again until
+	// the code takes it.
+	for i := 0; i < 3; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Microsecond)
+		ex, err := c.Run(ctx, "time.sleep(60)", nil, nil)
+		cancel()
+		if err != nil || ex.Error == nil || ex.Error.Name != "KeyboardInterrupt" {
+			t.Fatalf("%+v %+v %v", ex, ex.Error, err)
+		}
+	}
 	// Code that ignores the interrupt is killed with its context.
 	ctx, cancel = context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()

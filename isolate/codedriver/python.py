@@ -5,9 +5,10 @@
 # Requests arrive on stdin: a 4-byte big-endian length, then that many bytes
 # of JSON {"code": str, "limit": int}. Answers leave on a duplicate of the
 # original fd 1, as frames: one type byte, a 4-byte big-endian length, the
-# payload. Types: k ready; o, e output of the code (UTF-8 text) on its fd 1,
-# 2; r the repr of the last expression's value; x the error as JSON {name,
-# value, traceback}; d done, JSON {"execution_count"}.
+# payload. Types: k ready; i an interrupt taken; o, e output of the code
+# (UTF-8 text) on its fd 1, 2; r the repr of the last expression's value;
+# x the error as JSON {name, value, traceback}; d done, JSON
+# {"execution_count"}.
 #
 # Fds 1 and 2 are pipes read by this process, so what child processes write
 # there is the code's output too.
@@ -120,9 +121,11 @@ running = False
 
 
 def on_sigint(signum, frame):
-    # The service interrupts the code at a call's timeout; between calls
-    # the signal is late and means nothing.
+    # The service interrupts the code at a call's timeout, and sends the
+    # signal again until told it was taken (i): one that comes while the
+    # code is not running means nothing.
     if running:
+        send(b"i", b"")
         raise KeyboardInterrupt
 
 
