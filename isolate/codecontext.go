@@ -295,6 +295,8 @@ func lastLine(s string) string {
 // to the session's output limit each. When ctx ends first the code is
 // interrupted (KeyboardInterrupt); code that does not stop within a
 // second is killed with its context, and the call answers ContextDied.
+// What the code leaves writing between calls (a thread, a child process)
+// comes with the next call's output.
 // The error is for a call that could not run at all (the session ended,
 // the context closed, a new context would not start).
 func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr func(string)) (*Execution, error) {

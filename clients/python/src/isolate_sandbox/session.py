@@ -14,7 +14,8 @@ import os
 import socket
 import time
 import urllib.parse
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import (Any, Callable, Dict, Iterator, List, Literal, Mapping, Optional, Sequence,
+                    Union, overload)
 
 from .config import DEFAULT_SOCKET
 from .errors import CallTimeoutError, SandboxError, SandboxUnavailableError, ServiceError
@@ -447,6 +448,31 @@ class Commands:
 
     def __init__(self, session: Session) -> None:
         self.session = session
+
+    @overload
+    def run(self, cmd: Union[str, Sequence[str]], background: Literal[False] = False,
+            env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
+            stdin: Optional[str] = None, timeout: Optional[float] = None,
+            on_stdout: Optional[OutputCallback] = None,
+            on_stderr: Optional[OutputCallback] = None, stderr_to_stdout: bool = False,
+            output_limit_bytes: Optional[int] = None) -> CommandResult: ...
+
+    @overload
+    def run(self, cmd: Union[str, Sequence[str]], background: Literal[True],
+            env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
+            stdin: Optional[str] = None, timeout: Optional[float] = None,
+            on_stdout: Optional[OutputCallback] = None,
+            on_stderr: Optional[OutputCallback] = None, stderr_to_stdout: bool = False,
+            output_limit_bytes: Optional[int] = None) -> CommandHandle: ...
+
+    @overload
+    def run(self, cmd: Union[str, Sequence[str]], background: bool,
+            env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
+            stdin: Optional[str] = None, timeout: Optional[float] = None,
+            on_stdout: Optional[OutputCallback] = None,
+            on_stderr: Optional[OutputCallback] = None, stderr_to_stdout: bool = False,
+            output_limit_bytes: Optional[int] = None
+            ) -> Union[CommandResult, CommandHandle]: ...
 
     def run(self, cmd: Union[str, Sequence[str]], background: bool = False,
             env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
