@@ -72,6 +72,18 @@ def test_code_timeout_and_death(sb: Session) -> None:
 
 
 @needs_service
+def test_code_killed_at_the_sessions_memory_limit(service: str) -> None:
+    with Session(socket_path=service, memory_bytes=64 << 20) as sb:
+        sb.run_code("kept = 1")
+        ex = sb.run_code("x = bytearray(200 << 20)\nx[::4096] = b'x' * len(x[::4096])")
+        assert ex.error is not None and (ex.error.name, ex.error.value) == \
+            ("ContextDied", "killed by signal 9 (out of memory)")
+        ex = sb.run_code("'kept' in dir()")
+        assert (ex.result, ex.restarted) == ("False", True)
+        assert sb.info()["usage"]["oom_kills"] >= 1
+
+
+@needs_service
 def test_code_contexts_are_independent(sb: Session) -> None:
     a, b = sb.create_code_context(), sb.create_code_context("python")
     assert a.id != b.id and a.language == "python"
