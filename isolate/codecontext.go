@@ -99,11 +99,15 @@ type CodeContext struct {
 	outputLimit int64
 	ended       <-chan struct{} // closed when what runs the contexts ends (the session)
 
-	mu     sync.Mutex // held by a call
+	call sync.Mutex // held by a call: one at a time
+
+	mu     sync.Mutex // guards what follows; Close takes it, not call
 	drv    *driver    // nil: none running (not yet, or it died)
 	died   bool       // a driver has died since the last call
 	closed bool
 }
+
+var errContextClosed = errors.New("the code context is closed")
 
 // driver is one process of a context.
 type driver struct {
@@ -193,7 +197,16 @@ func (c *CodeContext) startDriver(ctx context.Context) error {
 	select {
 	case f, ok := <-d.frames:
 		if ok && f.kind == 'k' {
-			c.drv = d
+			c.mu.Lock()
+			closed := c.closed
+			if !closed {
+				c.drv = d
+			}
+			c.mu.Unlock()
+			if closed {
+				d.kill()
+				return errContextClosed
+			}
 			return nil
 		}
 		d.kill()
@@ -303,30 +316,36 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 	if len(code) > maxCodeBytes {
 		return nil, &api.FieldError{Field: "code", Msg: fmt.Sprintf("over %d bytes", maxCodeBytes)}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil, errors.New("the code context is closed")
-	}
-	select {
-	case <-c.ended:
+	c.call.Lock()
+	defer c.call.Unlock()
+	if isDone(c.ended) {
 		return nil, ErrSessionEnded
-	default:
 	}
 	ex := &Execution{}
-	if c.drv == nil || isDone(c.drv.done) {
-		if c.drv != nil {
-			c.drv.kill()
-			c.drv = nil
-			c.died = true
+	c.mu.Lock()
+	d, closed := c.drv, c.closed
+	if d != nil && isDone(d.done) {
+		// It died between calls.
+		c.drv, c.died = nil, true
+	}
+	c.mu.Unlock()
+	if closed {
+		return nil, errContextClosed
+	}
+	if d == nil || isDone(d.done) {
+		if d != nil {
+			d.kill()
 		}
 		if err := c.startDriver(ctx); err != nil {
 			return nil, err
 		}
-		ex.Restarted = c.died
 	}
-	c.died = false
-	d := c.drv
+	c.mu.Lock()
+	d, ex.Restarted, c.died = c.drv, c.died, false
+	c.mu.Unlock()
+	if d == nil {
+		return nil, errContextClosed
+	}
 	req, err := json.Marshal(struct {
 		Code  string `json:"code"`
 		Limit int64  `json:"limit"`
@@ -408,12 +427,12 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 		case <-grace:
 			d.kill()
 			ex.Stdout, ex.Stderr = stdout.String(), stderr.String()
-			c.drv, c.died = nil, true
+			c.forget(d)
 			ex.Error = &ExecError{Name: ErrorContextDied, Value: fmt.Sprintf("the code did not stop within %v of the interrupt at the call's end (%v); the context was killed", interruptGrace, context.Cause(ctx))}
 			return ex, nil
 		case <-c.ended:
 			d.kill()
-			c.drv = nil
+			c.forget(d)
 			return nil, ErrSessionEnded
 		}
 	}
@@ -424,7 +443,9 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 func (c *CodeContext) answerDied(ex *Execution, d *driver) (*Execution, error) {
 	why := d.why()
 	d.kill()
-	c.drv, c.died = nil, true
+	if closed := c.forget(d); closed {
+		return nil, errContextClosed
+	}
 	if isDone(c.ended) || d.report != nil && d.report.Status == api.StatusXX {
 		return nil, ErrSessionEnded
 	}
@@ -432,25 +453,38 @@ func (c *CodeContext) answerDied(ex *Execution, d *driver) (*Execution, error) {
 	return ex, nil
 }
 
-// Close ends the context's process.
-func (c *CodeContext) Close() error {
+// forget drops d, dead, as the context's driver: the next call starts a
+// fresh one. It says whether the context was closed.
+func (c *CodeContext) forget(d *driver) (closed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.drv == d {
+		c.drv, c.died = nil, true
+	}
+	return c.closed
+}
+
+// Close ends the context's process, also while a call runs (the call
+// answers that the context is closed).
+func (c *CodeContext) Close() error {
+	c.mu.Lock()
+	d, closed := c.drv, c.closed
+	c.drv, c.closed = nil, true
+	c.mu.Unlock()
+	if closed || d == nil {
 		return nil
 	}
-	c.closed = true
-	if d := c.drv; d != nil {
-		c.drv = nil
-		// End of its requests: the driver exits; one that does not (code
-		// left running in a thread) is killed.
+	if c.call.TryLock() {
+		// Idle: the end of its requests ends it; code it left running in
+		// a thread gets a moment, then the kill.
 		d.stdin.Close()
 		select {
 		case <-d.done:
 		case <-time.After(interruptGrace):
 		}
-		d.kill()
+		c.call.Unlock()
 	}
+	d.kill()
 	return nil
 }
 

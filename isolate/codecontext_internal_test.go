@@ -260,6 +260,27 @@ func TestCodeContextRefusesOtherLanguages(t *testing.T) {
 	}
 }
 
+// Close does not wait for a running call: the call answers that the
+// context is closed.
+func TestCodeContextClosedWhileRunning(t *testing.T) {
+	c := newPlainContext(t, 0)
+	started := make(chan struct{})
+	var once sync.Once
+	ran := make(chan error, 1)
+	go func() {
+		_, err := c.Run(context.Background(), "import time\nprint('go', flush=True)\ntime.sleep(60)",
+			func(string) { once.Do(func() { close(started) }) }, nil)
+		ran <- err
+	}()
+	<-started
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-ran; !errors.Is(err, errContextClosed) {
+		t.Errorf("the running call: %v", err)
+	}
+}
+
 func TestCodeContextClosed(t *testing.T) {
 	c := newPlainContext(t, 0)
 	runCode(t, c, "import threading, time\nthreading.Thread(target=time.sleep, args=(60,)).start()")
