@@ -150,6 +150,12 @@ func TestCodeContextErrors(t *testing.T) {
 	if ex = runCode(t, c, "f.__name__"); resultOf(ex) != "'f'" || ex.Restarted {
 		t.Errorf("%+v", ex)
 	}
+	// Code that closes its fd 1 loses its output, not its context; the
+	// driver's reader of the stream ends at its end (it does not spin).
+	ex = runCode(t, c, "import os, threading\nos.close(1)\npump = [t for t in threading.enumerate() if t.name == 'stdout-pump'][0]\npump.join(30)\npump.is_alive()")
+	if resultOf(ex) != "False" || ex.Error != nil || ex.Restarted {
+		t.Errorf("%+v %+v", ex, ex.Error)
+	}
 }
 
 func TestCodeContextDeathRestarts(t *testing.T) {

@@ -67,27 +67,32 @@ class Stream:
         os.set_blocking(r, False)
         self.r = r
         self.reset(0)
-        threading.Thread(target=self.pump, daemon=True).start()
+        name = "stdout-pump" if fd == 1 else "stderr-pump"
+        threading.Thread(target=self.pump, name=name, daemon=True).start()
 
     def reset(self, limit):
         self.limit, self.sent = limit, 0
         self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
 
     def pump(self):
+        # Until the end of the stream: the code closed the fd, and no child
+        # holds it.
         while True:
             select.select([self.r], [], [])
             with self.lock:
-                self.read_available()
+                if not self.read_available():
+                    return
 
     def read_available(self):
         # Holding self.lock: a drain after the code ends sees all it wrote.
+        # False at the end of the stream.
         while True:
             try:
                 data = os.read(self.r, 65536)
             except BlockingIOError:
-                return
+                return True
             if not data:
-                return
+                return False
             self.forward(data)
 
     def forward(self, data, final=False):
