@@ -8,6 +8,9 @@ Backends: ``service`` (``isolate serve``'s unix socket; any user its group admit
 isolation). ``auto`` picks the service when it answers, else the binary. ``queue`` sends each
 request as a job to the workers of a Redis queue (``isolate-serve --queue-url``; needs
 python3-redis).
+
+:class:`Session` keeps one box alive on the service across calls: its files, the processes left
+running in it, and Python interpreters that keep their state (``run_code``).
 """
 
 from .artifacts import store_execution
