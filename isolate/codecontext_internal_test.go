@@ -258,6 +258,19 @@ func TestCodeContextsAreIndependent(t *testing.T) {
 	}
 }
 
+// An image without a working python3 is one error at the context's start,
+// with what the interpreter said last.
+func TestCodeContextStartFailure(t *testing.T) {
+	start := execStarter(t)
+	noPython := func(args []string, stdin, stdout *os.File) (codeProcess, error) {
+		return start([]string{"sh", "-c", "echo 'python3: not found' >&2; exit 127"}, stdin, stdout)
+	}
+	_, err := newCodeContext("python", 0, nil, noPython)
+	if err == nil || err.Error() != "python3 in the session did not start: exited with code 127: python3: not found" {
+		t.Errorf("%v", err)
+	}
+}
+
 func TestCodeContextRefusesOtherLanguages(t *testing.T) {
 	_, err := newCodeContext("cobol", 0, nil, execStarter(t))
 	var fe *api.FieldError
