@@ -38,6 +38,13 @@ const ErrorContextDied = "ContextDied"
 // call's end before its context is killed.
 const interruptGrace = time.Second
 
+// interruptResend is how often the interrupt is sent again until the
+// driver says it took it.
+const interruptResend = 50 * time.Millisecond
+
+// frameWaitDelay is how long frames are read after the driver ended.
+const frameWaitDelay = 200 * time.Millisecond
+
 // maxCodeBytes bounds a request's code.
 const maxCodeBytes = 16 << 20
 
@@ -80,9 +87,9 @@ type codeProcess interface {
 	Wait() *api.Report
 }
 
-// codeStarter starts a driver with args, its stdin read from stdin and its
-// stdout written to stdout.
-type codeStarter func(args []string, stdin io.Reader, stdout io.Writer) (codeProcess, error)
+// codeStarter starts a driver with args and the given stdin and stdout
+// (given to it as they are: it closes neither).
+type codeStarter func(args []string, stdin, stdout *os.File) (codeProcess, error)
 
 // CodeContext is a persistent interpreter in a session. Its calls run one
 // at a time.
@@ -92,11 +99,15 @@ type CodeContext struct {
 	outputLimit int64
 	ended       <-chan struct{} // closed when what runs the contexts ends (the session)
 
-	mu     sync.Mutex // held by a call
+	call sync.Mutex // held by a call: one at a time
+
+	mu     sync.Mutex // guards what follows; Close takes it, not call
 	drv    *driver    // nil: none running (not yet, or it died)
 	died   bool       // a driver has died since the last call
 	closed bool
 }
+
+var errContextClosed = errors.New("the code context is closed")
 
 // driver is one process of a context.
 type driver struct {
@@ -107,7 +118,6 @@ type driver struct {
 	quitOnce sync.Once
 	done     chan struct{} // closed once the process has ended
 	report   *api.Report   // once done
-	readErr  error         // why frames ended early, once frames is closed
 }
 
 type frame struct {
@@ -120,12 +130,15 @@ type frame struct {
 // session; it needs python3 in the session's image.
 func (s *Session) NewCodeContext(language string) (*CodeContext, error) {
 	return newCodeContext(language, s.sessionOutputLimit(), s.Done(),
-		func(args []string, stdin io.Reader, stdout io.Writer) (codeProcess, error) {
-			// The driver's own stderr is captured (its last words, when
-			// it dies); its framed stdout is a stream, captured barely.
+		func(args []string, stdin, stdout *os.File) (codeProcess, error) {
+			// The driver's own stderr is captured: its last words, when
+			// it dies.
 			return s.Start(SessionCommand{Args: args, OutputLimit: 4 << 10}, IO{Stdin: stdin, Stdout: stdout})
 		})
 }
+
+// sessionOutputLimit is the session's output_limit_bytes.
+func (s *Session) sessionOutputLimit() int64 { return s.sv.spec.OutputLimit }
 
 func newCodeContext(language string, outputLimit int64, ended <-chan struct{}, start codeStarter) (*CodeContext, error) {
 	if language == "" {
@@ -151,16 +164,23 @@ func (c *CodeContext) Language() string { return c.language }
 
 // startDriver starts a driver and waits for it to be ready.
 func (c *CodeContext) startDriver(ctx context.Context) error {
-	// The requests' pipe is a file: what runs the driver may hand it over
-	// as is, and writes to it never wait for a copier of its own.
+	// Both pipes are files, handed to the driver as they are: no copier
+	// stands between it and the context, and the end of its process is the
+	// end of its frames.
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return err
 	}
-	outR, outW := io.Pipe()
-	proc, err := c.start([]string{"python3", "-c", pythonDriver}, inR, outW)
+	outR, outW, err := os.Pipe()
 	if err != nil {
 		inR.Close()
+		inW.Close()
+		return err
+	}
+	proc, err := c.start([]string{"python3", "-c", pythonDriver}, inR, outW)
+	inR.Close()
+	outW.Close()
+	if err != nil {
 		inW.Close()
 		outR.Close()
 		return err
@@ -168,15 +188,25 @@ func (c *CodeContext) startDriver(ctx context.Context) error {
 	d := &driver{proc: proc, stdin: inW, frames: make(chan frame), quit: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		d.report = proc.Wait()
-		inR.Close()
-		outW.Close()
 		close(d.done)
+		// A process the code forked may hold the frames' pipe: what the
+		// driver wrote last is read, then no more.
+		_ = outR.SetReadDeadline(time.Now().Add(frameWaitDelay))
 	}()
 	go d.readFrames(outR)
 	select {
 	case f, ok := <-d.frames:
 		if ok && f.kind == 'k' {
-			c.drv = d
+			c.mu.Lock()
+			closed := c.closed
+			if !closed {
+				c.drv = d
+			}
+			c.mu.Unlock()
+			if closed {
+				d.kill()
+				return errContextClosed
+			}
 			return nil
 		}
 		d.kill()
@@ -193,27 +223,22 @@ func (c *CodeContext) startDriver(ctx context.Context) error {
 // readFrames reads the driver's frames until its output ends. A payload
 // over maxTextBytes is cut (the rest read and dropped), output frames are
 // small (the driver reads its pipes 64 KiB at a time).
-func (d *driver) readFrames(r *io.PipeReader) {
+func (d *driver) readFrames(r *os.File) {
 	defer close(d.frames)
 	defer r.Close()
 	br := bufio.NewReaderSize(r, 64<<10)
 	var head [5]byte
 	for {
 		if _, err := io.ReadFull(br, head[:]); err != nil {
-			if err != io.EOF {
-				d.readErr = err
-			}
 			return
 		}
 		n := int64(binary.BigEndian.Uint32(head[1:]))
 		keep := min(n, maxTextBytes)
 		payload := make([]byte, keep)
 		if _, err := io.ReadFull(br, payload); err != nil {
-			d.readErr = err
 			return
 		}
 		if _, err := io.CopyN(io.Discard, br, n-keep); err != nil {
-			d.readErr = err
 			return
 		}
 		select {
@@ -261,15 +286,10 @@ func (d *driver) why() string {
 		why = fmt.Sprintf("killed by signal %d (out of memory)", max(r.Signal, int(syscall.SIGKILL)))
 	case r.Signal != 0:
 		why = fmt.Sprintf("killed by signal %d (%s)", r.Signal, syscall.Signal(r.Signal))
-	case r.Status == api.StatusXX:
-		why = "the session ended"
-		if r.Message != "" {
-			why += ": " + r.Message
-		}
 	default:
 		why = fmt.Sprintf("exited with code %d", r.ExitCode)
 	}
-	if last := lastLine(r.Stderr); last != "" && r.Status != api.StatusXX {
+	if last := lastLine(r.Stderr); last != "" {
 		why += ": " + last
 	}
 	return why
@@ -288,36 +308,44 @@ func lastLine(s string) string {
 // to the session's output limit each. When ctx ends first the code is
 // interrupted (KeyboardInterrupt); code that does not stop within a
 // second is killed with its context, and the call answers ContextDied.
+// What the code leaves writing between calls (a thread, a child process)
+// comes with the next call's output.
 // The error is for a call that could not run at all (the session ended,
 // the context closed, a new context would not start).
 func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr func(string)) (*Execution, error) {
 	if len(code) > maxCodeBytes {
 		return nil, &api.FieldError{Field: "code", Msg: fmt.Sprintf("over %d bytes", maxCodeBytes)}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil, errors.New("the code context is closed")
-	}
-	select {
-	case <-c.ended:
+	c.call.Lock()
+	defer c.call.Unlock()
+	if isDone(c.ended) {
 		return nil, ErrSessionEnded
-	default:
 	}
 	ex := &Execution{}
-	if c.drv == nil || isDone(c.drv.done) {
-		if c.drv != nil {
-			c.drv.kill()
-			c.drv = nil
-			c.died = true
+	c.mu.Lock()
+	d, closed := c.drv, c.closed
+	if d != nil && isDone(d.done) {
+		// It died between calls.
+		c.drv, c.died = nil, true
+	}
+	c.mu.Unlock()
+	if closed {
+		return nil, errContextClosed
+	}
+	if d == nil || isDone(d.done) {
+		if d != nil {
+			d.kill()
 		}
 		if err := c.startDriver(ctx); err != nil {
 			return nil, err
 		}
-		ex.Restarted = c.died
 	}
-	c.died = false
-	d := c.drv
+	c.mu.Lock()
+	d, ex.Restarted, c.died = c.drv, c.died, false
+	c.mu.Unlock()
+	if d == nil {
+		return nil, errContextClosed
+	}
 	req, err := json.Marshal(struct {
 		Code  string `json:"code"`
 		Limit int64  `json:"limit"`
@@ -329,7 +357,7 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 	// A driver that died before reading it fails the write (its pipe is
 	// closed once the process has ended); its end of frames says why.
 	if err := d.send(append(msg, req...)); err != nil {
-		return c.answerDied(ex, d), nil
+		return c.answerDied(ex, d)
 	}
 	var stdout, stderr strings.Builder
 	keep := func(b *strings.Builder, text string, on func(string)) {
@@ -345,15 +373,21 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 		}
 	}
 	var grace <-chan time.Time
+	var resend *time.Ticker
 	done := ctx.Done()
 	for {
 		select {
 		case f, ok := <-d.frames:
 			if !ok {
 				ex.Stdout, ex.Stderr = stdout.String(), stderr.String()
-				return c.answerDied(ex, d), nil
+				return c.answerDied(ex, d)
 			}
 			switch f.kind {
+			case 'i':
+				if resend != nil {
+					resend.Stop()
+					resend = nil
+				}
 			case 'o':
 				keep(&stdout, string(f.payload), onStdout)
 			case 'e':
@@ -384,49 +418,82 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 			done = nil
 			_ = d.proc.Signal(syscall.SIGINT)
 			grace = time.After(interruptGrace)
+			resend = time.NewTicker(interruptResend)
+			defer resend.Stop()
+		case <-tick(resend):
+			// The driver takes an interrupt only while the code runs: one
+			// that came before it started is sent again.
+			_ = d.proc.Signal(syscall.SIGINT)
 		case <-grace:
 			d.kill()
 			ex.Stdout, ex.Stderr = stdout.String(), stderr.String()
-			c.drv, c.died = nil, true
+			c.forget(d)
 			ex.Error = &ExecError{Name: ErrorContextDied, Value: fmt.Sprintf("the code did not stop within %v of the interrupt at the call's end (%v); the context was killed", interruptGrace, context.Cause(ctx))}
 			return ex, nil
 		case <-c.ended:
 			d.kill()
-			c.drv = nil
+			c.forget(d)
 			return nil, ErrSessionEnded
 		}
 	}
 }
 
 // answerDied answers a call whose driver died: the next call starts a fresh one.
-func (c *CodeContext) answerDied(ex *Execution, d *driver) *Execution {
+// A driver killed as its session ended is the session's end.
+func (c *CodeContext) answerDied(ex *Execution, d *driver) (*Execution, error) {
 	why := d.why()
 	d.kill()
-	c.drv, c.died = nil, true
+	if closed := c.forget(d); closed {
+		return nil, errContextClosed
+	}
+	if isDone(c.ended) || d.report != nil && d.report.Status == api.StatusXX {
+		return nil, ErrSessionEnded
+	}
 	ex.Error = &ExecError{Name: ErrorContextDied, Value: why}
-	return ex
+	return ex, nil
 }
 
-// Close ends the context's process.
-func (c *CodeContext) Close() error {
+// forget drops d, dead, as the context's driver: the next call starts a
+// fresh one. It says whether the context was closed.
+func (c *CodeContext) forget(d *driver) (closed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.drv == d {
+		c.drv, c.died = nil, true
+	}
+	return c.closed
+}
+
+// Close ends the context's process, also while a call runs (the call
+// answers that the context is closed).
+func (c *CodeContext) Close() error {
+	c.mu.Lock()
+	d, closed := c.drv, c.closed
+	c.drv, c.closed = nil, true
+	c.mu.Unlock()
+	if closed || d == nil {
 		return nil
 	}
-	c.closed = true
-	if d := c.drv; d != nil {
-		c.drv = nil
-		// End of its requests: the driver exits; one that does not (code
-		// left running in a thread) is killed.
+	if c.call.TryLock() {
+		// Idle: the end of its requests ends it; code it left running in
+		// a thread gets a moment, then the kill.
 		d.stdin.Close()
 		select {
 		case <-d.done:
 		case <-time.After(interruptGrace):
 		}
-		d.kill()
+		c.call.Unlock()
 	}
+	d.kill()
 	return nil
+}
+
+// tick is t's channel, nil (never ready) for no ticker.
+func tick(t *time.Ticker) <-chan time.Time {
+	if t == nil {
+		return nil
+	}
+	return t.C
 }
 
 func isDone(ch <-chan struct{}) bool {

@@ -8,7 +8,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -49,7 +49,7 @@ func execStarter(t *testing.T) codeStarter {
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("needs python3")
 	}
-	return func(args []string, stdin io.Reader, stdout io.Writer) (codeProcess, error) {
+	return func(args []string, stdin, stdout *os.File) (codeProcess, error) {
 		p := &execProcess{cmd: exec.Command(args[0], args[1:]...)}
 		p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = stdin, stdout, &p.stderr
 		p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -150,6 +150,12 @@ func TestCodeContextErrors(t *testing.T) {
 	if ex = runCode(t, c, "f.__name__"); resultOf(ex) != "'f'" || ex.Restarted {
 		t.Errorf("%+v", ex)
 	}
+	// Code that closes its fd 1 loses its output, not its context; the
+	// driver's reader of the stream ends at its end (it does not spin).
+	ex = runCode(t, c, "import os, threading\nos.close(1)\npump = [t for t in threading.enumerate() if t.name == 'stdout-pump'][0]\npump.join(30)\npump.is_alive()")
+	if resultOf(ex) != "False" || ex.Error != nil || ex.Restarted {
+		t.Errorf("%+v %+v", ex, ex.Error)
+	}
 }
 
 func TestCodeContextDeathRestarts(t *testing.T) {
@@ -173,6 +179,22 @@ func TestCodeContextDeathRestarts(t *testing.T) {
 	}
 }
 
+// What the code forks neither answers for the context nor holds up the
+// news of its death.
+func TestCodeContextForks(t *testing.T) {
+	c := newPlainContext(t, 0)
+	if ex := runCode(t, c, "import os, time\npid = os.fork()\npid > 0"); resultOf(ex) != "True" || ex.Error != nil {
+		t.Fatalf("%+v", ex)
+	}
+	if ex := runCode(t, c, "os.waitpid(pid, 0)[1]"); resultOf(ex) != "0" || ex.ExecutionCount != 2 {
+		t.Fatalf("the forked child: %+v", ex)
+	}
+	ex := runCode(t, c, "if os.fork() == 0:\n    time.sleep(60)\n    os._exit(0)\nos._exit(5)")
+	if ex.Error == nil || ex.Error.Name != ErrorContextDied || ex.Error.Value != "exited with code 5" {
+		t.Fatalf("%+v %+v", ex, ex.Error)
+	}
+}
+
 func TestCodeContextInterruptedAtTheCallsEnd(t *testing.T) {
 	c := newPlainContext(t, 0)
 	runCode(t, c, "import time\nx = 41")
@@ -184,6 +206,16 @@ func TestCodeContextInterruptedAtTheCallsEnd(t *testing.T) {
 	}
 	if ex = runCode(t, c, "x + 1"); resultOf(ex) != "42" || ex.Restarted {
 		t.Errorf("the context did not survive the interrupt: %+v", ex)
+	}
+	// An interrupt that comes before the code runs is sent again until
+	// the code takes it.
+	for i := 0; i < 3; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Microsecond)
+		ex, err := c.Run(ctx, "time.sleep(60)", nil, nil)
+		cancel()
+		if err != nil || ex.Error == nil || ex.Error.Name != "KeyboardInterrupt" {
+			t.Fatalf("%+v %+v %v", ex, ex.Error, err)
+		}
 	}
 	// Code that ignores the interrupt is killed with its context.
 	ctx, cancel = context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -226,11 +258,45 @@ func TestCodeContextsAreIndependent(t *testing.T) {
 	}
 }
 
+// An image without a working python3 is one error at the context's start,
+// with what the interpreter said last.
+func TestCodeContextStartFailure(t *testing.T) {
+	start := execStarter(t)
+	noPython := func(args []string, stdin, stdout *os.File) (codeProcess, error) {
+		return start([]string{"sh", "-c", "echo 'python3: not found' >&2; exit 127"}, stdin, stdout)
+	}
+	_, err := newCodeContext("python", 0, nil, noPython)
+	if err == nil || err.Error() != "python3 in the session did not start: exited with code 127: python3: not found" {
+		t.Errorf("%v", err)
+	}
+}
+
 func TestCodeContextRefusesOtherLanguages(t *testing.T) {
 	_, err := newCodeContext("cobol", 0, nil, execStarter(t))
 	var fe *api.FieldError
 	if !errors.As(err, &fe) || fe.Field != "language" {
 		t.Errorf("%v", err)
+	}
+}
+
+// Close does not wait for a running call: the call answers that the
+// context is closed.
+func TestCodeContextClosedWhileRunning(t *testing.T) {
+	c := newPlainContext(t, 0)
+	started := make(chan struct{})
+	var once sync.Once
+	ran := make(chan error, 1)
+	go func() {
+		_, err := c.Run(context.Background(), "import time\nprint('go', flush=True)\ntime.sleep(60)",
+			func(string) { once.Do(func() { close(started) }) }, nil)
+		ran <- err
+	}()
+	<-started
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-ran; !errors.Is(err, errContextClosed) {
+		t.Errorf("the running call: %v", err)
 	}
 }
 

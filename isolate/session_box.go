@@ -424,6 +424,3 @@ func (s *Session) close() error {
 	}
 	return nil
 }
-
-// sessionOutputLimit is the session's output_limit_bytes (0: the default).
-func (s *Session) sessionOutputLimit() int64 { return 0 }

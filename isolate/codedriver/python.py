@@ -5,9 +5,10 @@
 # Requests arrive on stdin: a 4-byte big-endian length, then that many bytes
 # of JSON {"code": str, "limit": int}. Answers leave on a duplicate of the
 # original fd 1, as frames: one type byte, a 4-byte big-endian length, the
-# payload. Types: k ready; o, e output of the code (UTF-8 text) on its fd 1,
-# 2; r the repr of the last expression's value; x the error as JSON {name,
-# value, traceback}; d done, JSON {"execution_count"}.
+# payload. Types: k ready; i an interrupt taken; o, e output of the code
+# (UTF-8 text) on its fd 1, 2; r the repr of the last expression's value;
+# x the error as JSON {name, value, traceback}; d done, JSON
+# {"execution_count"}.
 #
 # Fds 1 and 2 are pipes read by this process, so what child processes write
 # there is the code's output too.
@@ -66,27 +67,32 @@ class Stream:
         os.set_blocking(r, False)
         self.r = r
         self.reset(0)
-        threading.Thread(target=self.pump, daemon=True).start()
+        name = "stdout-pump" if fd == 1 else "stderr-pump"
+        threading.Thread(target=self.pump, name=name, daemon=True).start()
 
     def reset(self, limit):
         self.limit, self.sent = limit, 0
         self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
 
     def pump(self):
+        # Until the end of the stream: the code closed the fd, and no child
+        # holds it.
         while True:
             select.select([self.r], [], [])
             with self.lock:
-                self.read_available()
+                if not self.read_available():
+                    return
 
     def read_available(self):
         # Holding self.lock: a drain after the code ends sees all it wrote.
+        # False at the end of the stream.
         while True:
             try:
                 data = os.read(self.r, 65536)
             except BlockingIOError:
-                return
+                return True
             if not data:
-                return
+                return False
             self.forward(data)
 
     def forward(self, data, final=False):
@@ -120,9 +126,11 @@ running = False
 
 
 def on_sigint(signum, frame):
-    # The service interrupts the code at a call's timeout; between calls
-    # the signal is late and means nothing.
+    # The service interrupts the code at a call's timeout, and sends the
+    # signal again until told it was taken (i): one that comes while the
+    # code is not running means nothing.
     if running:
+        send(b"i", b"")
         raise KeyboardInterrupt
 
 
@@ -174,13 +182,16 @@ def run_cell(body, tail):
 
 
 def read_exact(n):
-    data = b""
+    data = bytearray()
     while len(data) < n:
         more = requests.read(n - len(data))
         if not more:
             return None
         data += more
-    return data
+    return bytes(data)
+
+
+driver_pid = os.getpid()
 
 
 send(b"k", b"")
@@ -206,6 +217,10 @@ while True:
             error = error_frame(e, e.__traceback__)
         finally:
             running = False
+    if os.getpid() != driver_pid:
+        # A child the code forked came back here: the context is its
+        # parent's, not its own.
+        os._exit(0)
     for f in (sys.stdout, sys.stderr):
         try:
             f.flush()
