@@ -107,7 +107,9 @@ type CodeContext struct {
 	closed bool
 }
 
-var errContextClosed = errors.New("the code context is closed")
+// ErrContextClosed is a call's error when its context was closed before
+// or while it ran.
+var ErrContextClosed = errors.New("the code context is closed")
 
 // driver is one process of a context.
 type driver struct {
@@ -205,7 +207,7 @@ func (c *CodeContext) startDriver(ctx context.Context) error {
 			c.mu.Unlock()
 			if closed {
 				d.kill()
-				return errContextClosed
+				return ErrContextClosed
 			}
 			return nil
 		}
@@ -330,7 +332,7 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 	}
 	c.mu.Unlock()
 	if closed {
-		return nil, errContextClosed
+		return nil, ErrContextClosed
 	}
 	if d == nil || isDone(d.done) {
 		if d != nil {
@@ -344,7 +346,7 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 	d, ex.Restarted, c.died = c.drv, c.died, false
 	c.mu.Unlock()
 	if d == nil {
-		return nil, errContextClosed
+		return nil, ErrContextClosed
 	}
 	req, err := json.Marshal(struct {
 		Code  string `json:"code"`
@@ -444,7 +446,7 @@ func (c *CodeContext) answerDied(ex *Execution, d *driver) (*Execution, error) {
 	why := d.why()
 	d.kill()
 	if closed := c.forget(d); closed {
-		return nil, errContextClosed
+		return nil, ErrContextClosed
 	}
 	if isDone(c.ended) || d.report != nil && d.report.Status == api.StatusXX {
 		return nil, ErrSessionEnded

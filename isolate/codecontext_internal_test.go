@@ -295,7 +295,7 @@ func TestCodeContextClosedWhileRunning(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-ran; !errors.Is(err, errContextClosed) {
+	if err := <-ran; !errors.Is(err, ErrContextClosed) {
 		t.Errorf("the running call: %v", err)
 	}
 }
