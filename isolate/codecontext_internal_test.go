@@ -152,7 +152,7 @@ func TestCodeContextErrors(t *testing.T) {
 	}
 	// Code that closes its fd 1 loses its output, not its context; the
 	// driver's reader of the stream ends at its end (it does not spin).
-	ex = runCode(t, c, "import os, threading\nos.close(1)\npump = [t for t in threading.enumerate() if t.name == 'stdout-pump'][0]\npump.join(30)\npump.is_alive()")
+	ex = runCode(t, c, "import os, threading\npump = [t for t in threading.enumerate() if t.name == 'stdout-pump'][0]\nos.close(1)\npump.join(30)\npump.is_alive()")
 	if resultOf(ex) != "False" || ex.Error != nil || ex.Restarted {
 		t.Errorf("%+v %+v", ex, ex.Error)
 	}
