@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolate-sandbox/isolate/api"
-	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/hostfs"
 )
 
 // ownFDs are the names of the caller's standard descriptors.
@@ -29,7 +29,7 @@ var ownFDs = map[string]int{
 // named: relative to the caller's directory, and, run in-process, a name
 // of one of the caller's standard descriptors (/dev/stdout) made the name
 // of the descriptor this process holds for it (for another process, the
-// runtime maps them: see isolate.Cred's Std).
+// runtime maps them: see hostfs.Cred's Std).
 func (iv *invocation) hostPath(p string) string {
 	if n, ok := ownFDs[p]; ok && iv.Caller == nil {
 		if f := [3]*os.File{iv.Stdin, iv.Stdout, iv.Stderr}[n]; f != nil {
@@ -102,7 +102,7 @@ func (iv *invocation) checkCallerPaths(spec *api.Spec, sources ...string) error 
 	for _, s := range sources {
 		uses = append(uses, use{"exec: source", s, false})
 	}
-	return isolate.AsCaller(iv.cred, func() error {
+	return hostfs.AsCaller(iv.cred, func() error {
 		for _, u := range uses {
 			fd, err := unix.Open(u.path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 			if err == nil {

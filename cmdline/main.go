@@ -19,6 +19,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/isolate-sandbox/isolate/caller"
+	"github.com/isolate-sandbox/isolate/hostfs"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
@@ -105,7 +106,7 @@ func usageErr(err error) error { return UsageError(err) }
 type invocation struct {
 	*Invocation
 	values  runValues
-	cred    *isolate.Cred   // Caller's credentials; nil: this process's
+	cred    *hostfs.Cred    // Caller's credentials; nil: this process's
 	signals *relayedSignals // nil: this process's own
 	ctx     context.Context
 	ownHost *isolate.Host // made by host() when Invocation.Host is nil
@@ -125,7 +126,7 @@ func Main(ctx context.Context, inv *Invocation) Exit {
 		// The names of descriptors another process gives (/dev/stdout)
 		// mean its own standard ones, never this process's; its
 		// relative paths resolve from its directory.
-		iv.cred = &isolate.Cred{UID: c.UID, GID: c.GID, Groups: c.Groups,
+		iv.cred = &hostfs.Cred{UID: c.UID, GID: c.GID, Groups: c.Groups,
 			Std: &[3]*os.File{inv.Stdin, inv.Stdout, inv.Stderr}, Dir: inv.Dir}
 	}
 	if inv.Signals != nil {

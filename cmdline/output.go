@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/isolate-sandbox/isolate/hostfs"
 	"github.com/isolate-sandbox/isolate/ioi"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
@@ -68,7 +69,7 @@ func (iv *invocation) openOutputs() (*outputFiles, error) {
 		if f.path == "" || f.path == "-" && f.option == "--meta" {
 			continue
 		}
-		file, err := isolate.CreateReportFile(iv.cred, iv.hostPath(f.path))
+		file, err := hostfs.CreateReportFile(iv.cred, iv.hostPath(f.path))
 		if err != nil {
 			o.close()
 			return nil, fmt.Errorf("%s %s: %v", f.option, f.path, trimPath(err, iv.hostPath(f.path)))

@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/isolate-sandbox/isolate/api"
+	"github.com/isolate-sandbox/isolate/hostfs"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
@@ -209,7 +210,7 @@ func (iv *invocation) stdioFromFlags(ctx context.Context, wall time.Duration) (s
 			// gives its children, cannot be opened again.
 			stdio.Stdin = iv.Stdin
 		} else {
-			f, err := isolate.OpenStdin(ctx, iv.cred, iv.hostPath(v.stdin), wall)
+			f, err := hostfs.OpenStdin(ctx, iv.cred, iv.hostPath(v.stdin), wall)
 			if err != nil {
 				return stdio, close, err
 			}
@@ -226,14 +227,14 @@ func (iv *invocation) stdioFromFlags(ctx context.Context, wall time.Duration) (s
 		if o.path == "" {
 			continue
 		}
-		if err := isolate.AsCaller(iv.cred, func() error { return isolate.CheckOutput(o.path) }); err != nil {
+		if err := hostfs.AsCaller(iv.cred, func() error { return hostfs.CheckOutput(o.path) }); err != nil {
 			return stdio, close, err
 		}
 	}
 	for _, o := range outputs {
 		switch {
 		case o.path != "":
-			f, err := isolate.CreateOutput(iv.cred, o.path)
+			f, err := hostfs.CreateOutput(iv.cred, o.path)
 			if err != nil {
 				return stdio, close, fmt.Errorf("%s %w", o.option, err) // err names the path
 			}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/isolate-sandbox/isolate/api"
+	"github.com/isolate-sandbox/isolate/hostfs"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
@@ -49,7 +50,7 @@ func Run(ctx context.Context, o *Options, host *isolate.Host, caller *Caller) (*
 		// rights, no symlink followed anywhere in the path, and written
 		// through this descriptor: nothing the program does can redirect
 		// it.
-		f, err := isolate.CreateReportFile(caller.Cred, caller.path(o.meta))
+		f, err := hostfs.CreateReportFile(caller.Cred, caller.path(o.meta))
 		if err != nil {
 			return nil, fmt.Errorf("failed to open metafile '%s': %v", o.meta, strerror(err))
 		}
@@ -272,7 +273,7 @@ type Caller struct {
 	Env                   []string
 	Path                  func(string) string // nil: as given
 	Stdin, Stdout, Stderr *os.File
-	Cred                  *isolate.Cred // whose rights open the meta file; nil: this process's
+	Cred                  *hostfs.Cred // whose rights open the meta file; nil: this process's
 }
 
 // path resolves a host path the caller named.

@@ -24,6 +24,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/isolate-sandbox/isolate/hostfs"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
@@ -209,7 +210,7 @@ func openInBox(ctx context.Context, mounts []mountPoint, name string, write bool
 	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFIFO:
-		f, err := isolate.OpenFIFO(ctx, pathFD, flags&unix.O_ACCMODE, reopen)
+		f, err := hostfs.OpenFIFO(ctx, pathFD, flags&unix.O_ACCMODE, reopen)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		} else if err != nil {
@@ -249,10 +250,10 @@ func openInBox(ctx context.Context, mounts []mountPoint, name string, write bool
 const inBox = unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS
 
 // openAs runs open with the file-system credentials of host uid (and gid)
-// uid and no supplementary groups (isolate.AsCaller: on one locked thread
+// uid and no supplementary groups (hostfs.AsCaller: on one locked thread
 // only, so no other goroutine ever runs with them).
 func openAs(uid int, open func() (int, error)) (fd int, err error) {
-	err = isolate.AsCaller(&isolate.Cred{UID: uid, GID: uid}, func() (err error) {
+	err = hostfs.AsCaller(&hostfs.Cred{UID: uid, GID: uid}, func() (err error) {
 		fd, err = open()
 		return err
 	})

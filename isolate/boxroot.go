@@ -16,10 +16,10 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/isolate-sandbox/isolate/hostfs"
 	"github.com/isolate-sandbox/isolate/rootfs"
 )
 
@@ -49,32 +49,13 @@ func realDir(dir string) string {
 // topMount is the file system type and source of what is mounted last on
 // dir, from this process's mount table; ok is false when nothing is.
 func topMount(dir string) (fstype, source string, ok bool, err error) {
-	mounts, err := readMounts()
+	mounts, err := hostfs.ReadMounts()
 	for _, m := range mounts {
-		if m.point == dir {
-			fstype, source, ok = m.fsType, m.source, true
+		if m.Point == dir {
+			fstype, source, ok = m.FSType, m.Source, true
 		}
 	}
 	return fstype, source, ok, err
-}
-
-// unescapeMount undoes the mount table's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // ownBoxRoot tells whether the file system on root is the one init

@@ -30,20 +30,3 @@ func TestBoxRootSettings(t *testing.T) {
 		}
 	}
 }
-
-// The mount table escapes spaces, tabs, newlines and backslashes in
-// paths as octal.
-func TestUnescapeMount(t *testing.T) {
-	for in, want := range map[string]string{
-		`/var/local/lib/isolate`: "/var/local/lib/isolate",
-		`/tmp/a\040b`:            "/tmp/a b",
-		`/tmp/x\011y\012z`:       "/tmp/x\ty\nz",
-		`/tmp/back\134slash`:     `/tmp/back\slash`,
-		`/tmp/end\04`:            `/tmp/end\04`,
-		`/x\999`:                 `/x\999`,
-	} {
-		if got := unescapeMount(in); got != want {
-			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
-		}
-	}
-}

@@ -1,23 +1,14 @@
 package isolate
 
-// Host-side opens for a front end that acts for a caller other than this
-// process (the service running a command line handed over to it): the
-// same per-thread file-system credentials as the runtime's own opens.
+import "github.com/isolate-sandbox/isolate/hostfs"
 
-// AsCaller runs fn with caller's file-system credentials, on a locked
-// thread of its own that no other goroutine runs on meanwhile; with a nil
-// caller, fn runs as it is, with this process's.
-func AsCaller(caller *Cred, fn func() error) error {
-	if caller == nil {
-		return fn()
-	}
-	return withFSThread(func(t *fsThread) error {
-		if err := t.become(*caller); err != nil {
-			return err
-		}
-		return fn()
-	})
-}
+// Cred are the file-system credentials of whoever a run's host files
+// are opened for (see hostfs.Cred).
+type Cred = hostfs.Cred
+
+// boxCred is the host identity of box id's program: FirstUID+id, no
+// supplementary groups.
+func boxCred(id int) Cred { return Cred{UID: FirstUID + id, GID: FirstUID + id} }
 
 // SetCaller makes caller whose rights the run's host paths (copy-in
 // sources, copy-out destinations) are opened with; nil: this process's.

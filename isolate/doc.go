@@ -39,14 +39,14 @@
 //	              of a descriptor sent with this part}; END. PID 1 then
 //	              starts the program.
 //	ctlKill       byte 'k', any time after: kill every process of the box.
+//	close         the supervisor is done (or dead): init takes the box
+//	              down, or, with hold, stops waiting and exits.
 //
 // A session's box (session.go) has SESSION in its box part: PID 1 then
 // takes command parts (each with COMMAND_ID{n}) and SIGNAL{n, sig}
 // records (n 0: every process of the box) one after another until fd 3
 // closes, starting each command as it ends, and says started {id} and
 // exited {id, ...} for each; what a command leaves running stays.
-//	close         the supervisor is done (or dead): init takes the box
-//	              down, or, with hold, stops waiting and exits.
 //
 // A record is u32 op, u32 number of integers, u32 number of strings, the
 // step (a string naming the record for error messages), the integers (u64)

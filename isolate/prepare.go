@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/isolate-sandbox/isolate/cgroup"
+	"github.com/isolate-sandbox/isolate/hostfs"
 	"github.com/isolate-sandbox/isolate/seccomp"
 )
 
@@ -44,7 +45,7 @@ func (p *Prepared) check() error {
 		if _, err := os.Stat(b.Host); err != nil {
 			return fieldf(fmt.Sprintf("binds[%d].host", i), "%s: %v", b.Host, errors.Unwrap(err))
 		}
-		if b.Box == "" || b.Box[0] != '/' || boxPath(b.Box) == "/" {
+		if b.Box == "" || b.Box[0] != '/' || hostfs.BoxPath(b.Box) == "/" {
 			return fieldf(fmt.Sprintf("binds[%d].box", i), "%s:%s: the box path must be absolute and not /", b.Host, b.Box)
 		}
 	}
@@ -54,8 +55,8 @@ func (p *Prepared) check() error {
 		}
 	}
 	for i, c := range sp.CopyOut {
-		if _, err := os.Stat(dirOf(c.To)); err != nil {
-			return fieldf(fmt.Sprintf("copy_out[%d].to", i), "%s: directory %s does not exist", c.To, dirOf(c.To))
+		if _, err := os.Stat(hostfs.DirOf(c.To)); err != nil {
+			return fieldf(fmt.Sprintf("copy_out[%d].to", i), "%s: directory %s does not exist", c.To, hostfs.DirOf(c.To))
 		}
 	}
 	policy, err := p.h.policy(policyName(sp))
@@ -71,18 +72,18 @@ func (p *Prepared) check() error {
 }
 
 // caller is whose rights the run's host paths are opened with.
-func (s *supervisor) caller() Cred { return credOf(s.spec.Caller) }
+func (s *supervisor) caller() Cred { return hostfs.CredOf(s.spec.Caller) }
 
 // openCopyDst opens the --copy-out destinations' directories with the
 // caller's rights, before the program starts (it may replace them later).
 func (s *supervisor) openCopyDst() error {
-	return withFSThread(func(t *fsThread) error {
+	return hostfs.WithFSThread(func(t *hostfs.FSThread) error {
 		for _, c := range s.spec.CopyOut {
 			if c.Sink != nil {
 				s.copyDst = append(s.copyDst, nil) // (taken as data)
 				continue
 			}
-			h, err := openHostPath(t, s.caller(), c.To)
+			h, err := hostfs.OpenHostPath(t, s.caller(), c.To)
 			if err != nil {
 				return fmt.Errorf("--copy-out %w", err) // err names the path
 			}
@@ -95,22 +96,10 @@ func (s *supervisor) openCopyDst() error {
 func (s *supervisor) closeCopyDst() {
 	for _, h := range s.copyDst {
 		if h != nil {
-			h.close()
+			h.Close()
 		}
 	}
 	s.copyDst = nil
-}
-
-func dirOf(p string) string {
-	for i := len(p) - 1; i >= 0; i-- {
-		if p[i] == '/' {
-			if i == 0 {
-				return "/"
-			}
-			return p[:i]
-		}
-	}
-	return "."
 }
 
 // lockBox takes a box id.

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolate-sandbox/isolate/cgroup"
+	"github.com/isolate-sandbox/isolate/hostfs"
 	"github.com/isolate-sandbox/isolate/rootfs"
 )
 
@@ -156,7 +157,7 @@ func (h *Host) appendInitMaps(argv []string, id int) []string {
 // box's own uid, or, without root, the user's (the box user is the user).
 func (s *supervisor) boxCred() Cred {
 	if s.host.rootless != nil {
-		return ownCred()
+		return hostfs.OwnCred()
 	}
 	return boxCred(s.lock.id)
 }

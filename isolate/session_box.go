@@ -411,9 +411,8 @@ func (s *Session) close() error {
 	}
 	s.mu.Unlock()
 	sv := s.sv
-	// Init kills everything in the box once its control socket closes;
-	// removing the cgroup first kills it at once, whatever it does.
-	sv.report.Status = StatusOK
+	// Init kills everything in the box and reaps it once its control
+	// socket closes (teardown closes it, then removes the emptied cgroup).
 	sv.teardown()
 	<-s.dispatched
 	s.prepared.Close()

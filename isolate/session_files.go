@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolate-sandbox/isolate/api"
+	"github.com/isolate-sandbox/isolate/hostfs"
 )
 
 const (
@@ -30,7 +31,7 @@ const beneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_N
 // sessionPath splits path (relative: to /box) into its area ("/box" or
 // "/tmp") and the rest below it ("" for the area itself).
 func sessionPath(p string) (area, rel string, err error) {
-	bp := boxPath(p)
+	bp := hostfs.BoxPath(p)
 	for _, a := range []string{"/box", "/tmp"} {
 		if bp == a {
 			return a, "", nil
@@ -64,11 +65,11 @@ func (s *Session) inBox(p string, fn func(area int, rel string) error) error {
 		return err
 	}
 	defer unix.Close(root)
-	return withFSThread(func(t *fsThread) error {
-		if err := t.become(s.sv.boxCred()); err != nil {
+	return hostfs.WithFSThread(func(t *hostfs.FSThread) error {
+		if err := t.Become(s.sv.boxCred()); err != nil {
 			return err
 		}
-		area, err := openInBox(root, areaName, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+		area, err := hostfs.OpenInBox(root, areaName, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 		if err != nil {
 			return err
 		}
@@ -86,7 +87,7 @@ func pathErr(op, p string, err error) error {
 	if errors.As(err, &fe) || errors.Is(err, ErrSessionEnded) {
 		return err
 	}
-	return &os.PathError{Op: op, Path: boxPath(p), Err: err}
+	return &os.PathError{Op: op, Path: hostfs.BoxPath(p), Err: err}
 }
 
 // parentOf opens the directory that holds rel (below area), making what
@@ -177,8 +178,8 @@ func (s *Session) openFile(p string) (*os.File, FileInfo, error) {
 			}
 			return errors.New("not a regular file")
 		}
-		f = os.NewFile(uintptr(fd), boxPath(p))
-		info = fileInfo(boxPath(p), &st)
+		f = os.NewFile(uintptr(fd), hostfs.BoxPath(p))
+		info = fileInfo(hostfs.BoxPath(p), &st)
 		return nil
 	})
 	return f, info, pathErr("open", p, err)
@@ -233,7 +234,7 @@ func (s *Session) stat(p string) (FileInfo, error) {
 				return err
 			}
 		}
-		info = fileInfo(boxPath(p), &st)
+		info = fileInfo(hostfs.BoxPath(p), &st)
 		return nil
 	})
 	return info, pathErr("stat", p, err)
@@ -246,7 +247,7 @@ func (s *Session) list(p string, maxEntries int) ([]FileInfo, error) {
 		if err != nil {
 			return err
 		}
-		d := os.NewFile(uintptr(fd), boxPath(p))
+		d := os.NewFile(uintptr(fd), hostfs.BoxPath(p))
 		defer d.Close()
 		names, err := d.Readdirnames(maxEntries + 1)
 		if err != nil && err != io.EOF {
@@ -260,7 +261,7 @@ func (s *Session) list(p string, maxEntries int) ([]FileInfo, error) {
 			if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
 				continue // gone meanwhile
 			}
-			out = append(out, fileInfo(path.Join(boxPath(p), name), &st))
+			out = append(out, fileInfo(path.Join(hostfs.BoxPath(p), name), &st))
 		}
 		return nil
 	})
@@ -270,7 +271,7 @@ func (s *Session) list(p string, maxEntries int) ([]FileInfo, error) {
 func (s *Session) remove(p string) error {
 	err := s.inBox(p, func(area int, rel string) error {
 		if rel == "" {
-			return &api.FieldError{Field: "path", Msg: "cannot remove " + boxPath(p) + " itself"}
+			return &api.FieldError{Field: "path", Msg: "cannot remove " + hostfs.BoxPath(p) + " itself"}
 		}
 		dir, name, err := parentOf(area, rel, false)
 		if err != nil {
@@ -293,7 +294,7 @@ func removeAt(dir int, name string, depth int, left *int) error {
 	if err != unix.EISDIR && err != unix.EPERM {
 		return err
 	}
-	if depth >= copyMaxDepth {
+	if depth >= hostfs.CopyMaxDepth {
 		return errors.New("too deep to remove")
 	}
 	fd, err := openBeneath(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)

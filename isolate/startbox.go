@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/isolate-sandbox/isolate/hostfs"
 	"github.com/isolate-sandbox/isolate/rootfs"
 	"github.com/isolate-sandbox/isolate/seccomp"
 )
@@ -127,9 +128,9 @@ func (s *supervisor) startInit() error {
 		extra = append(extra, m.File())
 	}
 	for _, b := range s.binds {
-		if b != nil && b.tree != nil {
+		if b != nil && b.Tree != nil {
 			b.initFD = fdControl + len(extra)
-			extra = append(extra, b.tree)
+			extra = append(extra, b.Tree)
 		}
 	}
 	stdin, stdout, stderr, err := s.stdio()
@@ -349,10 +350,10 @@ func (s *supervisor) boxPlan(announce bool) (*plan, error) {
 		Staging:     s.host.stagingDir(),
 	}
 	for i, b := range sp.Binds {
-		bind := rootfs.Bind{Host: b.Host, Box: boxPath(b.Box), Writable: b.Writable,
+		bind := rootfs.Bind{Host: b.Host, Box: hostfs.BoxPath(b.Box), Writable: b.Writable,
 			Dev: b.Dev, NoExec: b.NoExec, NoRec: b.NoRec, Optional: b.Optional, FS: b.FS}
 		if i < len(s.binds) && s.binds[i] != nil {
-			bind.Opened = &rootfs.OpenedSource{Tree: s.binds[i].initFD, Dir: s.binds[i].dir, Path: s.binds[i].path}
+			bind.Opened = &rootfs.OpenedSource{Tree: s.binds[i].initFD, Dir: s.binds[i].Dir, Path: s.binds[i].Path}
 		}
 		layout.Binds = append(layout.Binds, bind)
 	}
@@ -545,15 +546,15 @@ func (s *supervisor) fill() error {
 		return fmt.Errorf("open the box root: %w", err)
 	}
 	defer unix.Close(root)
-	err = withFSThread(func(t *fsThread) error {
+	err = hostfs.WithFSThread(func(t *hostfs.FSThread) error {
 		for _, c := range s.spec.CopyIn {
 			if c.Content != nil {
-				if err := contentIn(t, root, c, s.boxCred()); err != nil {
-					return fmt.Errorf("copy in %s: %w", boxPath(c.To), err)
+				if err := hostfs.ContentIn(t, root, c.To, c.Content, c.Mode, s.boxCred()); err != nil {
+					return fmt.Errorf("copy in %s: %w", hostfs.BoxPath(c.To), err)
 				}
 				continue
 			}
-			if err := copyIn(t, root, c, s.caller(), s.boxCred()); err != nil {
+			if err := hostfs.CopyIn(t, root, c.From, c.To, s.caller(), s.boxCred()); err != nil {
 				return fmt.Errorf("--copy-in %s: %w", c.From, err)
 			}
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/cgroup"
+	"github.com/isolate-sandbox/isolate/hostfs"
 	"github.com/isolate-sandbox/isolate/seccomp"
 )
 
@@ -59,7 +60,7 @@ type supervisor struct {
 	rec        *seccomp.Recorder
 	// copyDst are the --copy-out destinations, their directories opened
 	// with the caller's rights before the program starts.
-	copyDst []*hostPath
+	copyDst []*hostfs.HostPath
 	// binds are the bind sources, opened with the caller's rights before
 	// init starts (bindsources.go), one per spec.Binds entry.
 	binds []*bindSource

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/isolate-sandbox/isolate/hostfs"
 )
 
 // teardown copies files out, lets init exit (the kernel then drops the
@@ -157,18 +159,18 @@ func (s *supervisor) copyOut() {
 		s.copyOutFailed(fmt.Errorf("--copy-out: %w", err))
 		return
 	}
-	budget := copyOutBudget(s.spec)
-	done := goFSThread(func(t *fsThread) error {
+	budget := hostfs.CopyOutBudget(s.spec.CopyOutLimit, s.spec.TmpSize)
+	done := hostfs.GoFSThread(func(t *hostfs.FSThread) error {
 		defer unix.Close(root)
 		var failed []string
 		for i, c := range s.spec.CopyOut {
 			if c.Sink != nil {
-				if err := sinkOut(t, root, c, s.boxCred()); err != nil {
-					failed = append(failed, "copy out "+boxPath(c.From)+": "+err.Error())
+				if err := hostfs.SinkOut(t, root, c.From, c.Sink, s.boxCred()); err != nil {
+					failed = append(failed, "copy out "+hostfs.BoxPath(c.From)+": "+err.Error())
 				}
 				continue
 			}
-			if err := copyOut(t, root, c, s.copyDst[i], s.boxCred(), s.caller(), budget); err != nil {
+			if err := hostfs.CopyOut(t, root, c.From, s.copyDst[i], s.boxCred(), s.caller(), budget); err != nil {
 				failed = append(failed, "--copy-out "+c.From+": "+err.Error())
 			}
 		}
@@ -179,12 +181,12 @@ func (s *supervisor) copyOut() {
 	})
 	// The budget's deadline stops a slow copy between reads; this one a
 	// read that never returns (the box's descriptors die with init).
-	timeout := time.NewTimer(copyTimeout + killGrace)
+	timeout := time.NewTimer(hostfs.CopyTimeout + killGrace)
 	defer timeout.Stop()
 	select {
 	case err = <-done:
 	case <-timeout.C:
-		err = fmt.Errorf("--copy-out did not finish within %v", copyTimeout+killGrace)
+		err = fmt.Errorf("--copy-out did not finish within %v", hostfs.CopyTimeout+killGrace)
 	}
 	if err != nil {
 		s.copyOutFailed(err)

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolate-sandbox/isolate/api"
+	"github.com/isolate-sandbox/isolate/hostfs"
 	"github.com/isolate-sandbox/isolate/isolate"
 	"github.com/isolate-sandbox/isolate/langs"
 	"github.com/isolate-sandbox/isolate/rootfs"
@@ -33,7 +34,7 @@ type Job struct {
 
 // SetCaller makes caller whose rights the source and the run's other host
 // paths are opened with; nil: this process's.
-func (j *Job) SetCaller(caller *isolate.Cred) { j.spec.Caller = caller }
+func (j *Job) SetCaller(caller *hostfs.Cred) { j.spec.Caller = caller }
 
 // New checks a job: the language's run command with args, the request's
 // limits (the language's own where the request leaves one at its
@@ -179,9 +180,9 @@ func (j *Job) makeBox() (*rootfs.Mounted, error) {
 
 // copySource copies the caller's file src (opened with the caller's
 // rights) to name in directory dir.
-func copySource(caller *isolate.Cred, src string, dir *os.File, name string, owner int) error {
+func copySource(caller *hostfs.Cred, src string, dir *os.File, name string, owner int) error {
 	var in *os.File
-	err := isolate.AsCaller(caller, func() (err error) {
+	err := hostfs.AsCaller(caller, func() (err error) {
 		in, err = os.Open(src)
 		return err
 	})

@@ -856,11 +856,11 @@ func (s *Server) handleContextDelete(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, errors.New("no such context in this session"))
 		return
 	}
-	c.mu.Lock() // after the code it runs
+	// Code it runs is ended with it: its call answers that the context
+	// was deleted.
 	if cc := c.context(); cc != nil {
 		cc.Close()
 	}
-	c.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -925,21 +925,29 @@ func (s *Server) handleCode(w http.ResponseWriter, r *http.Request) {
 	ex, err := cc.Run(ctx, req.Code, onStdout, onStderr)
 	// Code running when its session ends answers as a command does
 	// then: the session has ended (its context with it).
-	if sess.hasEnded() && (errors.Is(err, isolate.ErrSessionEnded) || err == nil && ex.Error != nil && ex.Error.Name == isolate.ErrorContextDied) {
+	// (Its context may be closed with it before the call sees the end.)
+	if sess.hasEnded() && (err != nil || ex.Error != nil && ex.Error.Name == isolate.ErrorContextDied) {
 		if ex == nil {
 			ex = &Execution{}
 		}
 		ex.Error, err = &ExecError{Name: isolate.ErrorContextDied, Value: isolate.ErrSessionEnded.Error()}, nil
 	}
+	deleted := err != nil && sess.context(c.id) != c
+	if deleted {
+		err = &api.FieldError{Field: "context", Msg: "the context was deleted while the code ran"}
+	}
 	if err == nil {
 		c.count.Store(int64(ex.ExecutionCount))
 	}
 	c.mu.Unlock()
-	if err != nil {
-		if ev != nil && ev.started() {
-			ev.emitValue(TypedEvent{Type: "error", Error: err.Error()})
-			return
-		}
+	switch {
+	case err != nil && ev != nil && ev.started():
+		ev.emitValue(TypedEvent{Type: "error", Error: err.Error()})
+		return
+	case deleted:
+		writeError(w, http.StatusNotFound, err)
+		return
+	case err != nil:
 		contextErr(w, err)
 		return
 	}

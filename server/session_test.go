@@ -583,16 +583,50 @@ func TestSessionCode(t *testing.T) {
 	if a := code(`{"code": "2 * 21"}`); a.Result == nil || *a.Result != "42" {
 		t.Fatalf("after the interrupt: %+v", a)
 	}
+	type answered struct {
+		status int
+		body   []byte
+	}
+	// A context deleted while its code runs: the call answers so.
+	status, b = s.do(t, "POST", "/v1/sessions/"+id+"/contexts", `{}`)
+	if json.Unmarshal(b, &ctx); status != 201 {
+		t.Fatalf("new context: %d %s", status, b)
+	}
+	answer := make(chan answered, 1)
+	go func() {
+		status, b := s.do(t, "POST", "/v1/sessions/"+id+"/code",
+			`{"context": "`+ctx.ID+`", "code": "import time\nopen('/box/started-`+ctx.ID+`', 'w').close()\nwhile True: time.sleep(1)"}`)
+		answer <- answered{status, b}
+	}()
+	waitFor(t, "the code to run", func() bool {
+		status, _ := s.do(t, "GET", "/v1/sessions/"+id+"/files/started-"+ctx.ID+"?stat=1", "")
+		return status == 200
+	})
+	if status, b := s.do(t, "DELETE", "/v1/sessions/"+id+"/contexts/"+ctx.ID, ""); status != 204 {
+		t.Fatalf("delete a context running code: %d %s", status, b)
+	}
+	if got := <-answer; got.status != 404 || !strings.Contains(string(got.body), `"field":"context"`) {
+		t.Errorf("code of a context deleted meanwhile: %d %s", got.status, got.body)
+	}
+
 	// The lease ends while code runs: the call answers, the session is
 	// gone.
-	answer := make(chan CodeAnswer, 1)
-	go func() { answer <- code(`{"code": "import time\nwhile True: time.sleep(1)", "timeout_ms": 600000}`) }()
-	waitFor(t, "the code to run", func() bool { return processWith("codedriver") || processWith("python3") })
+	go func() {
+		status, b := s.do(t, "POST", "/v1/sessions/"+id+"/code",
+			`{"code": "import time\nopen('/box/started', 'w').close()\nwhile True: time.sleep(1)", "timeout_ms": 600000}`)
+		answer <- answered{status, b}
+	}()
+	waitFor(t, "the code to run", func() bool {
+		status, _ := s.do(t, "GET", "/v1/sessions/"+id+"/files/started?stat=1", "")
+		return status == 200
+	})
 	if status, b := s.do(t, "POST", "/v1/sessions/"+id+"/timeout", `{"timeout_ms": 1}`); status != 200 {
 		t.Fatalf("renew: %d %s", status, b)
 	}
-	if a := <-answer; a.Error == nil || a.Error.Name != "ContextDied" || a.Error.Value != "the session has ended" {
-		t.Errorf("code running at the lease's end: %+v", a)
+	got := <-answer
+	var ended CodeAnswer
+	if json.Unmarshal(got.body, &ended); got.status != 200 || ended.Error == nil || ended.Error.Name != "ContextDied" || ended.Error.Value != "the session has ended" {
+		t.Errorf("code running at the lease's end: %d %s", got.status, got.body)
 	}
 	waitFor(t, "the session to end", func() bool { return s.sessions.count() == 0 })
 }

@@ -1,4 +1,4 @@
-package isolate
+package hostfs
 
 import (
 	"context"

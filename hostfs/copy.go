@@ -1,4 +1,4 @@
-package isolate
+package hostfs
 
 // --copy-in and --copy-out. The box side is read or written with the box
 // user's rights, resolved inside the box (RESOLVE_IN_ROOT), the host side
@@ -22,29 +22,29 @@ import (
 const (
 	// copyMaxFiles bounds the files and directories of one run's copy-out.
 	copyMaxFiles = 10000
-	// copyMaxDepth bounds how deep a copied directory goes; each level
+	// CopyMaxDepth bounds how deep a copied directory goes; each level
 	// holds two descriptors while it is copied.
-	copyMaxDepth = 100
-	// copyTimeout bounds one run's copy-out.
-	copyTimeout = 20 * time.Second
-	// defaultCopyBytes bounds a copy-out when neither CopyOutLimit nor
-	// TmpSize is set.
+	CopyMaxDepth = 100
+	// CopyTimeout bounds one run's copy-out.
+	CopyTimeout = 20 * time.Second
+	// defaultCopyBytes bounds a copy-out when neither its limit nor the
+	// box's tmp size is set.
 	defaultCopyBytes = 64 << 20
 )
 
-// boxPath makes a path given by the user absolute inside the box: relative
+// BoxPath makes a path given by the user absolute inside the box: relative
 // paths are relative to /box.
-func boxPath(p string) string {
+func BoxPath(p string) string {
 	if !strings.HasPrefix(p, "/") {
 		p = "/box/" + p
 	}
 	return filepath.Clean(p)
 }
 
-// openInBox opens path inside the box whose root directory is rootFD,
+// OpenInBox opens path inside the box whose root directory is rootFD,
 // resolving every symlink as the box sees it: nothing can lead out of the
 // box (RESOLVE_IN_ROOT), and no /proc magic link is followed.
-func openInBox(rootFD int, path string, flags int, mode uint32) (int, error) {
+func OpenInBox(rootFD int, path string, flags int, mode uint32) (int, error) {
 	how := &unix.OpenHow{
 		Flags:   uint64(flags | unix.O_CLOEXEC),
 		Mode:    uint64(mode),
@@ -58,7 +58,7 @@ func openInBox(rootFD int, path string, flags int, mode uint32) (int, error) {
 // does: a copy-in may name a file in a directory that does not exist yet.
 // Each step resolves inside the box's root.
 func mkdirInBox(rootFD int, dir string) (int, error) {
-	fd, err := openInBox(rootFD, dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	fd, err := OpenInBox(rootFD, dir, unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != unix.ENOENT {
 		return fd, err
 	}
@@ -74,22 +74,22 @@ func mkdirInBox(rootFD int, dir string) (int, error) {
 	if err := unix.Mkdirat(pfd, name, 0o755); err != nil && err != unix.EEXIST {
 		return -1, err
 	}
-	return openInBox(rootFD, dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	return OpenInBox(rootFD, dir, unix.O_PATH|unix.O_DIRECTORY, 0)
 }
 
-// copyBudget is what the copies of one run may still write.
-type copyBudget struct {
+// Budget is what the copies of one run may still write.
+type Budget struct {
 	bytes    int64 // data bytes (holes cost nothing)
 	files    int   // files and directories
 	deadline time.Time
 }
 
-// copyOutBudget is the bound of one run's copy-out: CopyOutLimit bytes,
-// else TmpSize (what the box's /box could hold).
-func copyOutBudget(sp *Spec) *copyBudget {
-	b := &copyBudget{bytes: sp.CopyOutLimit, files: copyMaxFiles, deadline: time.Now().Add(copyTimeout)}
+// CopyOutBudget is the bound of one run's copy-out: limit bytes, else
+// tmpSize (what the box's /box could hold).
+func CopyOutBudget(limit, tmpSize int64) *Budget {
+	b := &Budget{bytes: limit, files: copyMaxFiles, deadline: time.Now().Add(CopyTimeout)}
 	if b.bytes <= 0 {
-		b.bytes = sp.TmpSize
+		b.bytes = tmpSize
 	}
 	if b.bytes <= 0 {
 		b.bytes = defaultCopyBytes
@@ -99,11 +99,11 @@ func copyOutBudget(sp *Spec) *copyBudget {
 
 // unbounded is the budget of a copy-in: the caller's own files, bounded by
 // the box's file system.
-func unbounded() *copyBudget { return &copyBudget{bytes: math.MaxInt64, files: math.MaxInt} }
+func unbounded() *Budget { return &Budget{bytes: math.MaxInt64, files: math.MaxInt} }
 
-func (b *copyBudget) take(n int64) error {
+func (b *Budget) take(n int64) error {
 	if !b.deadline.IsZero() && time.Now().After(b.deadline) {
-		return fmt.Errorf("copying took more than %v", copyTimeout)
+		return fmt.Errorf("copying took more than %v", CopyTimeout)
 	}
 	if n > b.bytes {
 		return fmt.Errorf("more data than the copy-out limit allows (%d bytes left)", b.bytes)
@@ -112,7 +112,7 @@ func (b *copyBudget) take(n int64) error {
 	return nil
 }
 
-func (b *copyBudget) file() error {
+func (b *Budget) file() error {
 	if b.files <= 0 {
 		return errors.New("more files than a copy allows")
 	}
@@ -126,7 +126,7 @@ type fileID struct{ dev, ino uint64 }
 // treeCopy is one copy: whose rights read the source and write the
 // destination, and what it may write.
 type treeCopy struct {
-	t        *fsThread
+	t        *FSThread
 	from, to Cred
 	// srcResolve are more RESOLVE_ flags for the source's entries: a
 	// copy-out stays on the box's own file system of the directory.
@@ -134,7 +134,7 @@ type treeCopy struct {
 	// dstInBox: the destination is the box, where a bound host file is
 	// never written.
 	dstInBox bool
-	budget   *copyBudget
+	budget   *Budget
 	dstRoot  int               // the destination directory of a tree copy
 	links    map[fileID]string // inode -> its copy's path below dstRoot
 	buf      []byte
@@ -142,17 +142,17 @@ type treeCopy struct {
 	noSendfile bool
 }
 
-// copyIn copies the caller's file or directory c.From (opened with no
+// CopyIn copies the caller's file or directory from (opened with no
 // symlink followed in its path: see openSource) into the box whose root
 // is rootFD, created with the box user's rights (owned by it, no
 // chown needed): nothing is written through a symlink, onto a device or
 // onto a file bound from the host.
-func copyIn(t *fsThread, rootFD int, c Copy, caller, box Cred) error {
+func CopyIn(t *FSThread, rootFD int, from, to string, caller, box Cred) error {
 	tc := &treeCopy{t: t, from: caller, to: box, dstInBox: true, budget: unbounded()}
-	if err := t.become(caller); err != nil {
+	if err := t.Become(caller); err != nil {
 		return err
 	}
-	src, err := openSource(caller, c.From, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
+	src, err := openSource(caller, from, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
 	if err != nil {
 		return err
 	}
@@ -161,8 +161,8 @@ func copyIn(t *fsThread, rootFD int, c Copy, caller, box Cred) error {
 		unix.Close(src)
 		return err
 	}
-	dst := boxPath(c.To)
-	if err := t.become(box); err != nil {
+	dst := BoxPath(to)
+	if err := t.Become(box); err != nil {
 		unix.Close(src)
 		return err
 	}
@@ -178,11 +178,11 @@ func copyIn(t *fsThread, rootFD int, c Copy, caller, box Cred) error {
 	return nil
 }
 
-// contentIn writes c.Content into the box's file c.To (made with its
-// missing directories), as the box user, as copyIn writes a file.
-func contentIn(t *fsThread, rootFD int, c Copy, box Cred) error {
-	dst := boxPath(c.To)
-	if err := t.become(box); err != nil {
+// ContentIn writes content into the box's file to (made with its
+// missing directories), as the box user, as CopyIn writes a file.
+func ContentIn(t *FSThread, rootFD int, to string, content io.Reader, fileMode os.FileMode, box Cred) error {
+	dst := BoxPath(to)
+	if err := t.Become(box); err != nil {
 		return err
 	}
 	parent, err := mkdirInBox(rootFD, filepath.Dir(dst))
@@ -190,7 +190,7 @@ func contentIn(t *fsThread, rootFD int, c Copy, box Cred) error {
 		return fmt.Errorf("open %s in the box: %w", filepath.Dir(dst), openErr(err))
 	}
 	defer unix.Close(parent)
-	mode := c.Mode.Perm()
+	mode := fileMode.Perm()
 	if mode == 0 {
 		mode = 0o644
 	}
@@ -202,21 +202,21 @@ func contentIn(t *fsThread, rootFD int, c Copy, box Cred) error {
 	defer f.Close()
 	// (A plain Writer: io.Copy on the file could hand the copy to
 	// another thread, without the box user's rights.)
-	if _, err := io.Copy(struct{ io.Writer }{f}, c.Content); err != nil {
+	if _, err := io.Copy(struct{ io.Writer }{f}, content); err != nil {
 		return err
 	}
 	// The mode as asked, whatever the umask took from it.
 	return f.Chmod(mode)
 }
 
-// sinkOut gives c.Sink the box's regular file c.From, opened with the
+// SinkOut gives sink the box's regular file from, opened with the
 // box user's rights; the sink runs with the thread's own.
-func sinkOut(t *fsThread, rootFD int, c Copy, box Cred) error {
-	src := boxPath(c.From)
-	if err := t.become(box); err != nil {
+func SinkOut(t *FSThread, rootFD int, from string, sink func(f *os.File, size int64) error, box Cred) error {
+	src := BoxPath(from)
+	if err := t.Become(box); err != nil {
 		return err
 	}
-	fd, err := openInBox(rootFD, src, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	fd, err := OpenInBox(rootFD, src, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 	if err != nil {
 		return fmt.Errorf("open %s in the box: %w", src, openErr(err))
 	}
@@ -227,25 +227,25 @@ func sinkOut(t *fsThread, rootFD int, c Copy, box Cred) error {
 	}
 	f := os.NewFile(uintptr(fd), src)
 	defer f.Close()
-	if err := t.become(t.orig); err != nil {
+	if err := t.Become(t.orig); err != nil {
 		return err
 	}
-	return c.Sink(f, st.Size)
+	return sink(f, st.Size)
 }
 
-// copyOut copies the box's file or directory c.From to the host
+// CopyOut copies the box's file or directory from to the host
 // destination dst (opened with the caller's rights before the run). The
 // path is resolved inside the box with the box user's rights; inside a
 // copied directory symlinks and mounts are skipped. Only regular files
 // and directories are copied: a FIFO, socket, device or a file of procfs
 // or sysfs is an error.
-func copyOut(t *fsThread, rootFD int, c Copy, dst *hostPath, box, caller Cred, budget *copyBudget) error {
+func CopyOut(t *FSThread, rootFD int, from string, dst *HostPath, box, caller Cred, budget *Budget) error {
 	tc := &treeCopy{t: t, from: box, to: caller, srcResolve: unix.RESOLVE_NO_XDEV, budget: budget}
-	src := boxPath(c.From)
-	if err := t.become(box); err != nil {
+	src := BoxPath(from)
+	if err := t.Become(box); err != nil {
 		return err
 	}
-	fd, err := openInBox(rootFD, src, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	fd, err := OpenInBox(rootFD, src, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 	if err != nil {
 		return fmt.Errorf("open %s in the box: %w", src, openErr(err))
 	}
@@ -295,7 +295,7 @@ func (c *treeCopy) copyTop(src int, st *unix.Stat_t, dir int, name string) error
 // makeDir creates (or takes the existing) directory name in dir, with the
 // destination's rights, and opens it.
 func (c *treeCopy) makeDir(dir int, name string, perm uint32) (int, error) {
-	if err := c.t.become(c.to); err != nil {
+	if err := c.t.Become(c.to); err != nil {
 		return -1, err
 	}
 	if !c.dstInBox {
@@ -331,8 +331,8 @@ func (c *treeCopy) tree(src, dst int) error {
 	push := func(src, dst int, rel string) error {
 		f := &dirFrame{src: src, dst: dst, rel: rel}
 		stack = append(stack, f)
-		if len(stack) > copyMaxDepth {
-			return fmt.Errorf("deeper than %d levels", copyMaxDepth)
+		if len(stack) > CopyMaxDepth {
+			return fmt.Errorf("deeper than %d levels", CopyMaxDepth)
 		}
 		var err error
 		f.names, err = c.readNames(src)
@@ -386,7 +386,7 @@ func (c *treeCopy) tree(src, dst int) error {
 // readNames lists the directory dir with the source's rights, bounded by
 // the files the budget has left.
 func (c *treeCopy) readNames(dir int) ([]string, error) {
-	if err := c.t.become(c.from); err != nil {
+	if err := c.t.Become(c.from); err != nil {
 		return nil, err
 	}
 	dup, err := unix.FcntlInt(uintptr(dir), unix.F_DUPFD_CLOEXEC, 0)
@@ -414,7 +414,7 @@ func (c *treeCopy) readNames(dir int) ([]string, error) {
 // a mount, which are skipped.
 func (c *treeCopy) openEntry(dir int, name string) (int, unix.Stat_t, error) {
 	var st unix.Stat_t
-	if err := c.t.become(c.from); err != nil {
+	if err := c.t.Become(c.from); err != nil {
 		return -1, st, err
 	}
 	how := &unix.OpenHow{
@@ -454,7 +454,7 @@ func (c *treeCopy) copyLinked(src int, st *unix.Stat_t, dir int, name, rel strin
 // link makes name in dir a hard link to first (a path below the
 // destination root, resolved without symlinks).
 func (c *treeCopy) link(first string, dir int, name string) error {
-	if err := c.t.become(c.to); err != nil {
+	if err := c.t.Become(c.to); err != nil {
 		return err
 	}
 	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
@@ -469,7 +469,7 @@ func (c *treeCopy) link(first string, dir int, name string) error {
 
 // copyFile copies the regular file src to name in dir.
 func (c *treeCopy) copyFile(src int, st *unix.Stat_t, dir int, name string) error {
-	if err := c.t.become(c.to); err != nil {
+	if err := c.t.Become(c.to); err != nil {
 		return err
 	}
 	var out int
@@ -480,7 +480,7 @@ func (c *treeCopy) copyFile(src int, st *unix.Stat_t, dir int, name string) erro
 		}
 		out = fd
 	} else {
-		f, err := openOutput(c.t, c.to, &hostPath{path: name, dir: dir, name: name}, regularOnly)
+		f, err := openOutput(c.t, c.to, &HostPath{path: name, dir: dir, name: name}, regularOnly)
 		if err != nil {
 			return err
 		}

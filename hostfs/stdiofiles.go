@@ -1,4 +1,4 @@
-package isolate
+package hostfs
 
 import (
 	"context"
@@ -8,16 +8,22 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/isolate-sandbox/isolate/api"
 )
 
 // The host files a caller names for a run's standard streams (the CLI's
 // --stdin, --stdout, --stderr). A front end opens them with these and
-// hands them to Run as *os.File in IO; every such open is here, so that
+// hands them to the runtime (isolate.IO) as *os.File; every such open is here, so that
 // it is made safe in one place.
+
+// usagef is a *api.UsageError: the caller named a file that cannot be
+// used.
+func usagef(format string, a ...any) error { return &api.UsageError{Msg: fmt.Sprintf(format, a...)} }
 
 // OpenStdin opens the caller's file path as a program's standard input,
 // with caller's rights (nil: this process's).
-// A missing file or a directory is a *UsageError. Isolate's own standard
+// A missing file or a directory is a *api.UsageError. Isolate's own standard
 // input named as a file (/dev/stdin, /proc/self/fd/0), for a nil caller,
 // is passed on as it is: a socket, as Node's child_process gives its
 // children, cannot be opened again. A FIFO waits for its writer, as open(2) does, but only
@@ -54,9 +60,9 @@ func OpenStdin(ctx context.Context, caller *Cred, path string, wall time.Duratio
 // never comes ends with ctx or the wall-time limit.
 func openStdinFIFO(ctx context.Context, caller *Cred, path string, wall time.Duration) (*os.File, error) {
 	var pathFD int
-	err := withFSThread(func(t *fsThread) (err error) {
-		c := credOf(caller)
-		if err := t.become(c); err != nil {
+	err := WithFSThread(func(t *FSThread) (err error) {
+		c := CredOf(caller)
+		if err := t.Become(c); err != nil {
 			return err
 		}
 		pathFD, err = openSource(c, path, unix.O_PATH)
@@ -91,15 +97,15 @@ func openStdinFIFO(ctx context.Context, caller *Cred, path string, wall time.Dur
 
 // openCallerPath opens the caller's file path with open, with the
 // caller's rights (nil: this process's), never through a symlink: see
-// openHostPath, openOutput and openInput.
-func openCallerPath(who *Cred, path string, open func(*fsThread, Cred, *hostPath) (*os.File, error)) (f *os.File, err error) {
-	err = withFSThread(func(t *fsThread) error {
-		caller := credOf(who)
-		h, err := openHostPath(t, caller, path)
+// OpenHostPath, openOutput and openInput.
+func openCallerPath(who *Cred, path string, open func(*FSThread, Cred, *HostPath) (*os.File, error)) (f *os.File, err error) {
+	err = WithFSThread(func(t *FSThread) error {
+		caller := CredOf(who)
+		h, err := OpenHostPath(t, caller, path)
 		if err != nil {
 			return err
 		}
-		defer h.close()
+		defer h.Close()
 		f, err = open(t, caller, h)
 		return err
 	})
@@ -108,15 +114,15 @@ func openCallerPath(who *Cred, path string, open func(*fsThread, Cred, *hostPath
 
 // CheckOutput tells whether path can be a program's output file, without
 // creating it: a directory, or a missing parent directory, is a
-// *UsageError.
+// *api.UsageError.
 func CheckOutput(path string) error {
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 		return usagef("output file %s is a directory", path)
 	}
-	if _, err := os.Stat(dirOf(path)); errors.Is(err, os.ErrNotExist) {
-		return usagef("output file %s: directory %s does not exist", path, dirOf(path))
+	if _, err := os.Stat(DirOf(path)); errors.Is(err, os.ErrNotExist) {
+		return usagef("output file %s: directory %s does not exist", path, DirOf(path))
 	} else if err != nil {
-		return usagef("output file %s: directory %s: %v", path, dirOf(path), errors.Unwrap(err))
+		return usagef("output file %s: directory %s: %v", path, DirOf(path), errors.Unwrap(err))
 	}
 	return nil
 }
@@ -128,7 +134,7 @@ func CreateOutput(caller *Cred, path string) (*os.File, error) {
 	if err := CheckOutput(path); err != nil {
 		return nil, err
 	}
-	return openCallerPath(caller, path, func(t *fsThread, c Cred, h *hostPath) (*os.File, error) {
+	return openCallerPath(caller, path, func(t *FSThread, c Cred, h *HostPath) (*os.File, error) {
 		return openOutput(t, c, h, streamsAllow)
 	})
 }
@@ -142,7 +148,7 @@ func CreateOutput(caller *Cred, path string) (*os.File, error) {
 // program may by then have replaced a directory of it, in a read-write
 // bind).
 func CreateReportFile(caller *Cred, path string) (*os.File, error) {
-	return openCallerPath(caller, path, func(t *fsThread, c Cred, h *hostPath) (*os.File, error) {
+	return openCallerPath(caller, path, func(t *FSThread, c Cred, h *HostPath) (*os.File, error) {
 		// A name of the caller's own descriptor (/dev/stdout) may be a
 		// pipe or a terminal; a path, only a regular file.
 		return openOutput(t, c, h, h.dir < 0)

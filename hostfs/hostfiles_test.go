@@ -1,4 +1,4 @@
-package isolate
+package hostfs
 
 import (
 	"os"
@@ -35,11 +35,11 @@ func TestFSThreadSwitchesOnlyItself(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: switching to another uid")
 	}
-	const uid = FirstUID + 999
+	const uid = 60999 // a box user's
 	var others map[int]int
 	var self int
-	err := withFSThread(func(th *fsThread) error {
-		if err := th.become(Cred{UID: uid, GID: uid}); err != nil {
+	err := WithFSThread(func(th *FSThread) error {
+		if err := th.Become(Cred{UID: uid, GID: uid}); err != nil {
 			return err
 		}
 		self = unix.Gettid()
@@ -77,14 +77,14 @@ func TestOpenOutputRefusesSymlinksAndHangs(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(dir, "old"), []byte("old contents"), 0o644)
-	err := withFSThread(func(th *fsThread) error {
+	err := WithFSThread(func(th *FSThread) error {
 		open := func(name string, streams bool) error {
-			h, err := openHostPath(th, ownCred(), filepath.Join(dir, name))
+			h, err := OpenHostPath(th, OwnCred(), filepath.Join(dir, name))
 			if err != nil {
 				return err
 			}
-			defer h.close()
-			f, err := openOutput(th, ownCred(), h, streams)
+			defer h.Close()
+			f, err := openOutput(th, OwnCred(), h, streams)
 			if err == nil {
 				f.Close()
 			}
@@ -124,7 +124,7 @@ func TestCopyDataKeepsHolesAndBounds(t *testing.T) {
 	src.WriteAt([]byte("tail"), 40<<20)
 	dst, _ := os.Create(filepath.Join(dir, "dst"))
 	defer dst.Close()
-	tc := &treeCopy{budget: &copyBudget{bytes: 1 << 20, files: 1}}
+	tc := &treeCopy{budget: &Budget{bytes: 1 << 20, files: 1}}
 	if err := tc.copyData(int(src.Fd()), int(dst.Fd()), 40<<20+4); err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestCopyDataKeepsHolesAndBounds(t *testing.T) {
 		t.Errorf("data after the hole: %q", buf)
 	}
 	src.WriteAt(make([]byte, 2<<20), 1<<20) // 2 MB of data: beyond the bound
-	tc = &treeCopy{budget: &copyBudget{bytes: 1 << 20, files: 1}}
+	tc = &treeCopy{budget: &Budget{bytes: 1 << 20, files: 1}}
 	if err := tc.copyData(int(src.Fd()), int(dst.Fd()), 40<<20+4); err == nil {
 		t.Errorf("3 MB copied with a 1 MB bound")
 	}
@@ -156,7 +156,7 @@ func TestDescriptorNames(t *testing.T) {
 	defer r.Close()
 	defer w.Close()
 	other := Cred{UID: 65534, GID: 65534, Std: &[3]*os.File{r, w, os.Stderr}}
-	own := ownCred()
+	own := OwnCred()
 	tests := []struct {
 		cred       Cred
 		path, want string // want "": refused; "-": names no descriptor
@@ -196,7 +196,7 @@ func TestOpenNoLinks(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "real", "sub", "f"), nil, 0o644)
 	os.Symlink("real", filepath.Join(dir, "link"))
 	os.Symlink("f", filepath.Join(dir, "real", "sub", "flink"))
-	own := ownCred()
+	own := OwnCred()
 	for path, want := range map[string]string{
 		filepath.Join(dir, "real", "sub", "f"):     "",
 		filepath.Join(dir, "real", "..", "real"):   "",

@@ -1,4 +1,4 @@
-package isolate
+package hostfs
 
 // A FIFO named as the program's standard input or output. open(2) of a
 // FIFO blocks until its other end is opened: that is how two programs

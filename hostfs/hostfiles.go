@@ -1,4 +1,4 @@
-package isolate
+package hostfs
 
 // Host-side opens on someone's behalf. The supervisor is root; every file
 // it opens for a run is opened with the rights of whoever the path
@@ -37,44 +37,40 @@ type Cred struct {
 	// its own reaches), is the caller's working directory, held open: a
 	// path under it is resolved from that descriptor.
 	Dir string
-	// self: this process's own credentials (ownCred): its descriptors are
+	// self: this process's own credentials (OwnCred): its descriptors are
 	// the caller's, and every name of one is taken as it is.
 	self bool
 }
 
-// ownCred is this process's own credentials: the CLI's caller.
-func ownCred() Cred {
+// OwnCred is this process's own credentials: the CLI's caller.
+func OwnCred() Cred {
 	groups, _ := unix.Getgroups()
 	return Cred{UID: unix.Geteuid(), GID: unix.Getegid(), Groups: groups, self: true}
 }
 
-// credOf is who's credentials, nil: this process's own.
-func credOf(who *Cred) Cred {
+// CredOf is who's credentials, nil: this process's own.
+func CredOf(who *Cred) Cred {
 	if who != nil {
 		return *who
 	}
-	return ownCred()
+	return OwnCred()
 }
 
-// boxCred is the host identity of box id's program: FirstUID+id, no
-// supplementary groups.
-func boxCred(id int) Cred { return Cred{UID: FirstUID + id, GID: FirstUID + id} }
-
-// fsThread is an OS thread whose file-system credentials can be switched.
-type fsThread struct {
+// FSThread is an OS thread whose file-system credentials can be switched.
+type FSThread struct {
 	cur  *Cred
 	orig Cred // the thread's own, restored at the end
 }
 
-// goFSThread runs fn on a locked OS thread, on which fn may switch the
-// file-system credentials (become), and restores them at the end. The
+// GoFSThread runs fn on a locked OS thread, on which fn may switch the
+// file-system credentials (Become), and restores them at the end. The
 // result arrives on the channel, so a caller can stop waiting at a
 // deadline.
-func goFSThread(fn func(t *fsThread) error) <-chan error {
+func GoFSThread(fn func(t *FSThread) error) <-chan error {
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		t := &fsThread{}
+		t := &FSThread{}
 		uid, _ := unix.SetfsuidRetUid(-1)
 		gid, _ := unix.SetfsgidRetGid(-1)
 		groups, err := unix.Getgroups()
@@ -90,7 +86,7 @@ func goFSThread(fn func(t *fsThread) error) <-chan error {
 		// locked and the runtime ends it with this goroutine (a thread
 		// ending can kill a child started from it with Pdeathsig, which
 		// is why the normal path does not rely on that).
-		if t.become(t.orig) == nil {
+		if t.Become(t.orig) == nil {
 			runtime.UnlockOSThread()
 		}
 		done <- err
@@ -98,13 +94,13 @@ func goFSThread(fn func(t *fsThread) error) <-chan error {
 	return done
 }
 
-// withFSThread runs fn on a thread of its own and waits for it.
-func withFSThread(fn func(t *fsThread) error) error { return <-goFSThread(fn) }
+// WithFSThread runs fn on a thread of its own and waits for it.
+func WithFSThread(fn func(t *FSThread) error) error { return <-GoFSThread(fn) }
 
-// become switches the thread's file-system credentials to c. Only the
+// Become switches the thread's file-system credentials to c. Only the
 // calling thread changes: golang.org/x/sys/unix makes plain system calls
 // (the C library and the syscall package change every thread).
-func (t *fsThread) become(c Cred) error {
+func (t *FSThread) Become(c Cred) error {
 	if t.cur != nil && sameCred(*t.cur, c) {
 		return nil
 	}
@@ -210,10 +206,10 @@ func openErr(err error) error {
 	return err
 }
 
-// hostPath is a path the caller named for the run: its directory is
+// HostPath is a path the caller named for the run: its directory is
 // opened with the caller's rights before the program starts, its last
 // component is looked up only when it is used, never through a symlink.
-type hostPath struct {
+type HostPath struct {
 	path   string
 	fdPath string // for a name of a descriptor: what opens it (dir is -1)
 	dir    int    // O_PATH descriptor of the directory, or -1
@@ -334,21 +330,21 @@ func openSource(c Cred, path string, flags int) (int, error) {
 	return openNoLinks(c, path, flags, 0)
 }
 
-// openHostPath opens path's directory with the caller's rights, no
+// OpenHostPath opens path's directory with the caller's rights, no
 // symlink followed anywhere (openNoLinks).
-func openHostPath(t *fsThread, caller Cred, path string) (*hostPath, error) {
-	h := &hostPath{path: path, dir: -1}
+func OpenHostPath(t *FSThread, caller Cred, path string) (*HostPath, error) {
+	h := &HostPath{path: path, dir: -1}
 	if p, ok, err := caller.fdPath(path); err != nil {
 		return nil, err
 	} else if ok {
 		h.fdPath = p
 		return h, nil
 	}
-	dir, name := dirOf(path), path[strings.LastIndexByte(path, '/')+1:]
+	dir, name := DirOf(path), path[strings.LastIndexByte(path, '/')+1:]
 	if name == "" || name == "." || name == ".." {
 		return nil, fmt.Errorf("%s: names no file", path)
 	}
-	if err := t.become(caller); err != nil {
+	if err := t.Become(caller); err != nil {
 		return nil, err
 	}
 	fd, err := openNoLinks(caller, dir, unix.O_PATH|unix.O_DIRECTORY, 0)
@@ -359,7 +355,7 @@ func openHostPath(t *fsThread, caller Cred, path string) (*hostPath, error) {
 	return h, nil
 }
 
-func (h *hostPath) close() {
+func (h *HostPath) Close() {
 	if h != nil && h.dir >= 0 {
 		unix.Close(h.dir)
 		h.dir = -1
@@ -378,18 +374,18 @@ const (
 // streams, a FIFO or character device is accepted too, opened without
 // blocking: a FIFO with no reader is an error ("no such device or
 // address"), never a hang.
-func openOutput(t *fsThread, caller Cred, h *hostPath, streams bool) (*os.File, error) {
+func openOutput(t *FSThread, caller Cred, h *HostPath, streams bool) (*os.File, error) {
 	return openCallerFile(t, caller, h, unix.O_WRONLY|unix.O_CREAT, streams)
 }
 
 // openInput opens the host file h for reading with the caller's rights,
 // under openOutput's rules (nothing created or truncated).
-func openInput(t *fsThread, caller Cred, h *hostPath) (*os.File, error) {
+func openInput(t *FSThread, caller Cred, h *HostPath) (*os.File, error) {
 	return openCallerFile(t, caller, h, unix.O_RDONLY, streamsAllow)
 }
 
-func openCallerFile(t *fsThread, caller Cred, h *hostPath, mode int, streams bool) (*os.File, error) {
-	if err := t.become(caller); err != nil {
+func openCallerFile(t *FSThread, caller Cred, h *HostPath, mode int, streams bool) (*os.File, error) {
+	if err := t.Become(caller); err != nil {
 		return nil, err
 	}
 	flags := mode | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
@@ -438,4 +434,17 @@ func checkStream(fd int, streams bool) (*os.File, error) {
 		return nil, err
 	}
 	return os.NewFile(uintptr(fd), "output"), nil
+}
+
+// DirOf is the directory that holds path p (".": a bare name).
+func DirOf(p string) string {
+	for i := len(p) - 1; i >= 0; i-- {
+		if p[i] == '/' {
+			if i == 0 {
+				return "/"
+			}
+			return p[:i]
+		}
+	}
+	return "."
 }

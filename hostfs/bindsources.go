@@ -1,0 +1,199 @@
+package hostfs
+
+// Bind sources. Each host path a run binds is opened with the caller's
+// rights (O_PATH, no symlink followed anywhere in it), checked through
+// that descriptor (what the caller may read, and write for a read-write
+// bind; no kernel interface such as procfs or sysfs, whatever the path
+// looks like), and copied as a detached mount (open_tree) that the box's
+// init moves into the box: nothing is looked up by its path again, so no
+// swap of a directory for a symlink between the check and the mount can
+// redirect it.
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/isolate-sandbox/isolate/rootfs"
+)
+
+// BindSource is one bind's source, opened: its detached copy, for init.
+// Without root the supervisor may not copy a mount (open_tree needs
+// CAP_SYS_ADMIN in the host's mount namespace): after the same checks,
+// init binds the path itself, in the user's own namespaces, where a swap
+// of the path could give the user nothing the user does not have.
+type BindSource struct {
+	Tree *os.File
+	Dir  bool
+	Path string // without root: the checked path, bound by init
+}
+
+// HostDevDevice is the device of the host's /dev when that is a devtmpfs
+// (which says tmpfs to fstatfs), else 0: every mount of devtmpfs shares
+// its one superblock.
+func HostDevDevice() (uint64, error) {
+	var fs unix.Statfs_t
+	var st unix.Stat_t
+	if err := unix.Statfs("/dev", &fs); err != nil || fs.Type != unix.TMPFS_MAGIC {
+		return 0, nil
+	}
+	if err := unix.Stat("/dev", &st); err != nil {
+		return 0, fmt.Errorf("stat /dev: %w", err)
+	}
+	return st.Dev, nil
+}
+
+// OpenBindSource opens b.Host as caller, checks it, and copies it as a
+// detached mount (as this thread's own credentials: the supervisor's).
+// An optional source that does not exist is nil.
+func OpenBindSource(t *FSThread, caller Cred, b rootfs.Bind, devDev uint64, mounts *[]Mount, byPath bool) (*BindSource, error) {
+	if _, ok := fdName(b.Host); ok {
+		return nil, errors.New("names a descriptor; a bind takes a file or directory")
+	}
+	if err := t.Become(caller); err != nil {
+		return nil, err
+	}
+	fd, err := openNoLinks(caller, b.Host, unix.O_PATH, 0)
+	if errors.Is(err, unix.ENOENT) && b.Optional {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	mode := uint32(unix.R_OK)
+	if b.Writable {
+		mode |= unix.W_OK
+	}
+	// AT_EACCESS: the thread's credentials, the caller's.
+	if err := unix.Faccessat(fd, "", mode, unix.AT_EMPTY_PATH|unix.AT_EACCESS); err != nil {
+		return nil, fmt.Errorf("%w (as uid %d)", err, caller.UID)
+	}
+	var st unix.Stat_t
+	var fs unix.Statfs_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	if err := unix.Fstatfs(fd, &fs); err != nil {
+		return nil, err
+	}
+	if name, ok := pseudoFS[int64(fs.Type)]; ok {
+		return nil, fmt.Errorf("is on %s, a kernel interface: never bound into a box", name)
+	}
+	if devDev != 0 && st.Dev == devDev {
+		return nil, errors.New("is on the host's /dev (devtmpfs): never bound into a box")
+	}
+	if err := t.Become(t.orig); err != nil {
+		return nil, err
+	}
+	isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+	if isDir && !b.NoRec {
+		if err := noKernelMountBelow(fd, mounts); err != nil {
+			return nil, err
+		}
+	}
+	if byPath {
+		path, err := filepath.Abs(b.Host)
+		if err != nil {
+			return nil, err
+		}
+		return &BindSource{Dir: isDir, Path: path}, nil
+	}
+	flags := uint(unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC | unix.AT_EMPTY_PATH)
+	if !b.NoRec {
+		flags |= unix.AT_RECURSIVE
+	}
+	tree, err := unix.OpenTree(fd, "", flags)
+	if err != nil {
+		return nil, fmt.Errorf("copy the mount: %w", err)
+	}
+	// The copy of a shared mount would share its peer group: a mount
+	// under it in the box would then appear on the host.
+	attr := &unix.MountAttr{Propagation: unix.MS_PRIVATE}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
+		unix.Close(tree)
+		return nil, fmt.Errorf("make the copy private: %w", err)
+	}
+	return &BindSource{Tree: os.NewFile(uintptr(tree), "bind:"+b.Host), Dir: isDir}, nil
+}
+
+// kernelFSTypes are the file systems (as mountinfo names them) whose
+// mounts a recursive bind must not bring into a box: kernel interfaces,
+// as pseudoFS, and the host's devices and message queues.
+var kernelFSTypes = map[string]bool{
+	"proc": true, "sysfs": true, "debugfs": true, "tracefs": true, "securityfs": true, "cgroup": true,
+	"cgroup2": true, "bpf": true, "devpts": true, "pstore": true, "efivarfs": true, "binfmt_misc": true,
+	"selinuxfs": true, "smackfs": true, "nsfs": true, "configfs": true, "devtmpfs": true, "mqueue": true,
+	"fusectl": true,
+}
+
+// Mount is a line of this process's mountinfo: where, what, and
+// its source.
+type Mount struct{ Point, FSType, Source string }
+
+// noKernelMountBelow refuses a directory (fd) below which a kernel
+// interface is mounted: a recursive bind would bring that mount along
+// (--bind /:/host gets the host's /proc, /sys and /dev). mounts is this
+// process's mount table, read on first use.
+func noKernelMountBelow(fd int, mounts *[]Mount) error {
+	dir, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil {
+		return err
+	}
+	if *mounts == nil {
+		if *mounts, err = ReadMounts(); err != nil {
+			return err
+		}
+	}
+	prefix := strings.TrimSuffix(dir, "/") + "/"
+	for _, m := range *mounts {
+		if kernelFSTypes[m.FSType] && strings.HasPrefix(m.Point, prefix) {
+			return fmt.Errorf("holds the host's %s mount at %s, a kernel interface never bound into a box (bind what the box needs, or a non-recursive bind)", m.FSType, m.Point)
+		}
+	}
+	return nil
+}
+
+// ReadMounts reads this process's mount table, in its order (a mount
+// after one on the same point is on top of it).
+func ReadMounts() ([]Mount, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	mounts := []Mount{}
+	for _, line := range strings.Split(string(data), "\n") {
+		// ID PARENT MAJ:MIN ROOT POINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER
+		fields := strings.Fields(line)
+		for i, f := range fields {
+			if f == "-" && i > 4 && i+2 < len(fields) {
+				mounts = append(mounts, Mount{Point: unescapeMount(fields[4]), FSType: fields[i+1], Source: unescapeMount(fields[i+2])})
+				break
+			}
+		}
+	}
+	return mounts, nil
+}
+
+// unescapeMount undoes the mount table's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
