@@ -176,6 +176,12 @@ func (sc *shapeChecker) value(t reflect.Type, path, name string) error {
 	if err != nil {
 		return err
 	}
+	if t.Kind() == reflect.Interface { // a scalar of any type; the handler checks it
+		if _, ok := tok.(json.Delim); ok {
+			return &api.FieldError{Field: at, Msg: "expected a string or a number, got an object or array"}
+		}
+		return nil
+	}
 	switch x := tok.(type) {
 	case nil:
 		return nil // null: the zero value, as encoding/json does

@@ -124,7 +124,7 @@ func startService(t *testing.T, adjust func(*Config)) *service {
 		t.Fatal(err)
 	}
 	cfg := Config{Runner: hostRunner{host}, Exec: Judge{Host: host}, Store: store, Version: "test", Parallel: 4, Queue: 16,
-		Health: func() Health { return Health{Ready: true} }}
+		Health: func() Health { return Health{Ready: true} }, Sessions: HostSessions{Host: host}}
 	if adjust != nil {
 		adjust(&cfg)
 	}

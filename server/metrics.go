@@ -65,6 +65,12 @@ func newMetrics(s *Server) *metrics {
 			_, r, _ := s.Connections()
 			return float64(r)
 		}),
+		gauge("isolate_sessions", "Sessions alive now.", func() float64 {
+			if s.sessions == nil {
+				return 0
+			}
+			return float64(s.sessions.count())
+		}),
 		prometheus.NewGoCollector(),
 		prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
 	)

@@ -73,6 +73,15 @@ type Config struct {
 	MaxBodyBytes int64            // a request's body (DefaultMaxBodyBytes)
 	WriteTimeout time.Duration    // how long an answer, or a streamed event, waits for its client to read (DefaultWriteTimeout)
 	Conns        connlimit.Limits // connections held at once, in all and per uid (TCP: per address)
+
+	// Sessions starts the boxes of /v1/sessions (nil: those endpoints
+	// answer 501), at most MaxSessions at once in all and
+	// MaxSessionsPerCaller per caller, each leased for at most
+	// SessionMaxTimeout (0: the defaults).
+	Sessions             SessionHost
+	MaxSessions          int
+	MaxSessionsPerCaller int
+	SessionMaxTimeout    time.Duration
 }
 
 // Defaults of the service's own bounds.
@@ -110,6 +119,8 @@ type Server struct {
 	base   context.Context
 	cancel context.CancelCauseFunc
 
+	sessions *sessions // nil without cfg.Sessions
+
 	mu      sync.Mutex
 	servers []*http.Server
 	limited []*connlimit.Listener
@@ -135,6 +146,9 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, runner: cfg.Runner, store: cfg.Store, queue: newQueue(cfg.Parallel, cfg.Queue), mux: http.NewServeMux(),
 		places: make(chan struct{}, cfg.Parallel+cfg.Queue)}
 	s.base, s.cancel = context.WithCancelCause(context.Background())
+	if cfg.Sessions != nil {
+		s.sessions = newSessions(&cfg)
+	}
 	s.metrics = newMetrics(s)
 	handle := func(pattern, endpoint string, h http.HandlerFunc) {
 		s.mux.HandleFunc(pattern, s.metrics.observe(endpoint, h))
@@ -146,6 +160,7 @@ func New(cfg Config) *Server {
 	handle("DELETE /v1/files/{id}", "files", s.handleFileDelete)
 	handle("GET /v1/health", "health", s.handleHealth)
 	handle("GET /v1/version", "version", s.handleVersion)
+	s.registerSessions(handle)
 	s.mux.Handle("GET /metrics", s.metrics.handler())
 	return s
 }
@@ -153,10 +168,11 @@ func New(cfg Config) *Server {
 // Handler is the service's HTTP handler, with the token check when the
 // configuration has a token.
 func (s *Server) Handler() http.Handler {
+	h := absoluteBoxPaths(s.mux)
 	if s.cfg.Token != "" {
-		return requireToken(s.cfg.Token, s.mux)
+		return requireToken(s.cfg.Token, h)
 	}
-	return s.mux
+	return h
 }
 
 // Serve answers requests on l until Shutdown. A TCP listener needs a
@@ -197,7 +213,7 @@ func (s *Server) Connections() (held int, refused, starved int64) {
 
 // Shutdown drains: new requests get 503 at once, running ones finish
 // within grace; then whatever still runs is cancelled (its boxes killed),
-// and the listeners close.
+// every session ends, and the listeners close.
 func (s *Server) Shutdown(grace time.Duration) {
 	s.draining.Store(true)
 	done := make(chan struct{})
@@ -209,6 +225,9 @@ func (s *Server) Shutdown(grace time.Duration) {
 		<-done
 	}
 	s.cancel(errors.New("the service stopped"))
+	if s.sessions != nil {
+		s.sessions.closeAll()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, hs := range s.servers {

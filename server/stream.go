@@ -56,7 +56,12 @@ type events struct {
 // nil), with ctx, which ends the run when the client stops reading it;
 // end releases ctx.
 func (s *Server) stream(ctx context.Context, w http.ResponseWriter, r *http.Request) (_ context.Context, ev *events, end context.CancelCauseFunc) {
-	if !wantsStream(r) {
+	return s.streamIf(ctx, w, wantsStream(r))
+}
+
+// streamIf is stream for a request that says whether it wants one.
+func (s *Server) streamIf(ctx context.Context, w http.ResponseWriter, want bool) (_ context.Context, ev *events, end context.CancelCauseFunc) {
+	if !want {
 		return ctx, nil, func(error) {}
 	}
 	ctx, end = context.WithCancelCause(ctx)
@@ -71,7 +76,10 @@ func newEvents(w http.ResponseWriter, timeout time.Duration, stop context.Cancel
 	return &events{w: w, rc: http.NewResponseController(w), timeout: timeout, stop: stop}
 }
 
-func (e *events) emit(ev Event) {
+func (e *events) emit(ev Event) { e.emitValue(ev) }
+
+// emitValue writes v as the answer's next line.
+func (e *events) emitValue(v any) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.err != nil {
@@ -84,7 +92,7 @@ func (e *events) emit(ev Event) {
 		e.begun = true
 	}
 	e.rc.SetWriteDeadline(time.Now().Add(e.timeout))
-	a, err := encodeAnswer(ev)
+	a, err := encodeAnswer(v)
 	if err == nil {
 		err = a.writeTo(e.w)
 	}
@@ -125,5 +133,28 @@ type streamWriter struct {
 func (w *streamWriter) Write(p []byte) (int, error) {
 	cmd := w.cmd
 	w.e.emit(Event{Cmd: &cmd, Stream: w.stream, Data: string(p)})
+	return len(p), nil
+}
+
+// TypedEvent is one line of a session's streamed answer: output as it
+// happens ({"type": "stdout"|"stderr", "data"}), then the command's
+// report ({"type": "report", ...}), the code's execution ({"type":
+// "execution", ...}) or the error that ended it ({"type": "error",
+// "error"}).
+type TypedEvent struct {
+	Type  string `json:"type"`
+	Data  string `json:"data,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// typedWriter is an io.Writer whose writes become {"type", "data"}
+// lines.
+type typedWriter struct {
+	e   *events
+	typ string
+}
+
+func (w typedWriter) Write(p []byte) (int, error) {
+	w.e.emitValue(TypedEvent{Type: w.typ, Data: string(p)})
 	return len(p), nil
 }

@@ -84,6 +84,9 @@ type options struct {
 	writeTimeout         time.Duration
 	conns                connlimit.Limits
 	q                    queueOptions
+	maxSessions          int
+	maxSessionsPerCaller int
+	sessionMaxTimeout    time.Duration
 }
 
 // groupList is a repeatable flag of groups, each a name or a gid, also
@@ -148,6 +151,9 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.DurationVar(&o.writeTimeout, "write-timeout", server.DefaultWriteTimeout, "how long a client may leave its answer unread before its run is cancelled")
 	fs.IntVar(&o.conns.Total, "max-conns", connlimit.DefaultTotal, "connections held at once on each socket; more are closed as they come")
 	fs.IntVar(&o.conns.PerPeer, "max-conns-per-uid", connlimit.DefaultPerPeer, "connections one uid (over TCP: one address) may hold on each socket")
+	fs.IntVar(&o.maxSessions, "max-sessions", server.DefaultMaxSessions, "sessions alive at once, in all; more get 429")
+	fs.IntVar(&o.maxSessionsPerCaller, "max-sessions-per-caller", server.DefaultMaxSessionsPerCaller, "sessions one caller (a uid; over TCP: the token) may hold at once")
+	fs.DurationVar(&o.sessionMaxTimeout, "session-max-timeout", server.DefaultSessionMaxTimeout, "longest lease a session may ask (timeout_ms)")
 	return fs
 }
 
@@ -174,6 +180,12 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if o.conns.Total < 1 || o.conns.PerPeer < 1 {
 		return nil, errors.New("--max-conns, --max-conns-per-uid: must be 1 or more")
+	}
+	if o.maxSessions < 1 || o.maxSessionsPerCaller < 1 {
+		return nil, errors.New("--max-sessions, --max-sessions-per-caller: must be 1 or more")
+	}
+	if o.sessionMaxTimeout < time.Second {
+		return nil, errors.New("--session-max-timeout: must be 1s or more")
 	}
 	if o.listen != "" && o.tokenFile == "" {
 		return nil, errors.New("--listen needs --token-file: TCP clients are known by their token only")
@@ -358,6 +370,11 @@ func serve(args []string) error {
 		MaxBodyBytes: maxBody,
 		WriteTimeout: o.writeTimeout,
 		Conns:        o.conns,
+
+		Sessions:             server.HostSessions{Host: host},
+		MaxSessions:          o.maxSessions,
+		MaxSessionsPerCaller: o.maxSessionsPerCaller,
+		SessionMaxTimeout:    o.sessionMaxTimeout,
 	})
 	cli.serve(srv.Slot)
 	ul, err := server.ListenUnix(o.socket, gid)

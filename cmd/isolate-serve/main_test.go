@@ -9,6 +9,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -261,6 +262,9 @@ func TestFlags(t *testing.T) {
 		{"--no-such-flag"},
 		{"--write-timeout", "0s"},
 		{"--max-conns-per-uid", "0"},
+		{"--max-sessions", "0"},
+		{"--max-sessions-per-caller", "0"},
+		{"--session-max-timeout", "0s"},
 	} {
 		if _, err := parseFlags(args); err == nil {
 			t.Errorf("%v accepted", args)
@@ -305,6 +309,55 @@ func TestTimerSlack(t *testing.T) {
 		}
 		if got := strings.TrimSpace(string(b)); got != want {
 			t.Errorf("thread %s of the service: timer slack %s ns, want %s", task.Name(), got, want)
+		}
+	}
+}
+
+// A session ends with its service, stopped (SIGTERM) or killed: its
+// processes die, its cgroup goes (at the next start, for a killed one),
+// and its id is not found by the service started after.
+func TestSessionsEndWithTheService(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: starts sandboxes")
+	}
+	mgr, err := cgroup.NewManager(os.Getenv("ISOLATE_CGROUP_ROOT"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		dir := t.TempDir()
+		c := startChild(t, dir)
+		code, body := c.post("/v1/sessions", `{}`)
+		var s struct{ ID string }
+		if json.Unmarshal([]byte(body), &s); code != 201 {
+			t.Fatalf("session: %d %s", code, body)
+		}
+		marker := fmt.Sprintf("session-marker-%d", time.Now().UnixNano())
+		if code, body := c.post("/v1/sessions/"+s.ID+"/commands", `{"args":["/bin/sh","-c","sleep 600; : `+marker+`"],"background":true}`); code != 201 {
+			t.Fatalf("background command: %d %s", code, body)
+		}
+		fdtest.WaitFor(t, "the command runs", func() bool { return processWith(marker) })
+		box := boxOf(t, marker)
+		dirIno := cgroupIno(mgr, box)
+		t.Logf("%v: session %s, box %s (cgroup inode %d)", sig, s.ID, box, dirIno)
+		c.cmd.Process.Signal(sig)
+		err := c.cmd.Wait()
+		if sig == syscall.SIGTERM && err != nil {
+			t.Fatalf("SIGTERM: %v\n%s", err, c.log)
+		}
+		fdtest.WaitFor(t, "the session's processes to die with the service", func() bool { return !processWith(marker) })
+		c2 := startChild(t, dir)
+		if code, body := c2.get("/v1/sessions/" + s.ID); code != 404 {
+			t.Errorf("%v: the session after a restart: %d %s", sig, code, body)
+		}
+		for _, b := range mgr.Boxes() {
+			if b == box && cgroupIno(mgr, b) == dirIno {
+				t.Errorf("%v: the session's box cgroup %s is still there", sig, b)
+			}
+		}
+		c2.cmd.Process.Signal(syscall.SIGTERM)
+		if err := c2.cmd.Wait(); err != nil {
+			t.Fatalf("SIGTERM: %v\n%s", err, c2.log)
 		}
 	}
 }

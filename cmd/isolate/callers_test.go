@@ -91,6 +91,7 @@ var boundaryCases = []boundaryCase{
 	{row: "caps and limits", body: `"output_limit_bytes": -1`,
 		want: map[string]string{rootAPI: "400 output_limit_bytes", memberAPI: "400 output_limit_bytes", tcpCaller: "400 output_limit_bytes"}},
 	{row: "parallel slots", custom: handoverTakesASlot},
+	{row: "sessions", custom: sessionsArePerCaller},
 }
 
 // boundary is the test's service and its callers.
@@ -382,6 +383,64 @@ func storeIsPerCaller(t *testing.T, b *boundary) {
 	}
 	if code, answer := b.api(t, rootAPI, 0, "POST", "/v1/files", strings.Repeat("x", 2048)); code != 201 {
 		t.Errorf("root, within the store's quota: %d %s", code, answer)
+	}
+}
+
+// sessionsArePerCaller: a session's spec meets the run's policy and
+// caps; a member's session is its own (another member, root and a TCP
+// caller: not found, as an unknown id), and so is a TCP caller's.
+func sessionsArePerCaller(t *testing.T, b *boundary) {
+	outcome := func(code int, answer string) string {
+		var e struct{ Field string }
+		json.Unmarshal([]byte(answer), &e)
+		return fmt.Sprintf("%d %s", code, e.Field)
+	}
+	for _, c := range []struct{ kind, body, want string }{
+		{memberAPI, `{"memory_bytes": 1073741824}`, "400 memory_bytes"},
+		{rootAPI, `{"memory_bytes": 1073741824}`, "400 memory_bytes"},
+		{tcpCaller, `{"memory_bytes": 1073741824}`, "400 memory_bytes"},
+		{memberAPI, `{"net": "host"}`, "403 net"},
+		{tcpCaller, `{"net": "host"}`, "403 net"},
+		{memberAPI, `{"image": "/"}`, "403 image"},
+		{memberAPI, `{"seccomp": "none"}`, "403 seccomp"},
+		{memberAPI, `{"output_limit_bytes": -1}`, "400 output_limit_bytes"},
+	} {
+		if code, answer := b.api(t, c.kind, memberUID, "POST", "/v1/sessions", c.body); outcome(code, answer) != c.want {
+			t.Errorf("%s: a session of %s: %d %s, want %s", c.kind, c.body, code, answer, c.want)
+		}
+	}
+	type asker struct {
+		kind string
+		uid  int
+	}
+	for _, owner := range []asker{{memberAPI, memberUID}, {tcpCaller, 0}} {
+		code, answer := b.api(t, owner.kind, owner.uid, "POST", "/v1/sessions", `{}`)
+		var s struct{ ID string }
+		if json.Unmarshal([]byte(answer), &s); code != 201 || s.ID == "" {
+			t.Fatalf("a session of %s: %d %s", owner.kind, code, answer)
+		}
+		path := "/v1/sessions/" + s.ID
+		_, unknown := b.api(t, owner.kind, owner.uid, "GET", "/v1/sessions/00000000000000000000000000000000", "")
+		for _, other := range []asker{{memberAPI, otherUID}, {rootAPI, 0}, {tcpCaller, 0}, {memberAPI, memberUID}} {
+			if other == owner {
+				continue
+			}
+			if code, answer := b.api(t, other.kind, other.uid, "GET", path, ""); code != 404 || answer != unknown {
+				t.Errorf("%s's session asked by %s %d: %d %s, want %s", owner.kind, other.kind, other.uid, code, answer, unknown)
+			}
+			if code, answer := b.api(t, other.kind, other.uid, "POST", path+"/commands", `{"args": ["/bin/true"]}`); code != 404 {
+				t.Errorf("a command in %s's session by %s %d: %d %s", owner.kind, other.kind, other.uid, code, answer)
+			}
+			if code, answer := b.api(t, other.kind, other.uid, "DELETE", path, ""); code != 404 {
+				t.Errorf("%s's session deleted by %s %d: %d %s", owner.kind, other.kind, other.uid, code, answer)
+			}
+		}
+		if code, answer := b.api(t, owner.kind, owner.uid, "POST", path+"/commands", `{"args": ["/bin/echo", "ran"]}`); code != 200 || !strings.Contains(answer, `"status":"OK"`) {
+			t.Errorf("a command in its own session (%s): %d %s", owner.kind, code, answer)
+		}
+		if code, answer := b.api(t, owner.kind, owner.uid, "DELETE", path, ""); code != 204 {
+			t.Errorf("its own session deleted (%s): %d %s", owner.kind, code, answer)
+		}
 	}
 }
 

@@ -8,6 +8,9 @@ Backends: ``service`` (``isolate serve``'s unix socket; any user its group admit
 isolation). ``auto`` picks the service when it answers, else the binary. ``queue`` sends each
 request as a job to the workers of a Redis queue (``isolate-serve --queue-url``; needs
 python3-redis).
+
+:class:`Session` keeps one box alive on the service across calls: its files, the processes left
+running in it, and Python interpreters that keep their state (``run_code``).
 """
 
 from .artifacts import store_execution
@@ -24,6 +27,8 @@ from .sandbox import Sandbox, execute_code, execute_file, get_sandbox, run_code
 from .transport import Mount
 from .security import SecurityReport, analyze_code
 from .queue_transport import JobDeadError, QueueClient, ResultTimeoutError
+from .session import (CodeContext, CommandHandle, CommandResult, Execution, FileEntry,
+                      Session)
 
 __all__ = [
     "DEFAULT_BLOCKED_IMPORTS", "ExecutionResult", "ResultMeta", "Sandbox", "SandboxConfig",
@@ -31,6 +36,7 @@ __all__ = [
     "SecurityReport", "analyze_code", "execute_code", "execute_file",
     "get_sandbox", "run_python_code", "store_execution", "run_code", "Mount", "CollectLimits",
     "CallTimeoutError", "RefusedError", "ExceptionInfo", "QueueClient", "JobDeadError",
-    "ResultTimeoutError",
+    "ResultTimeoutError", "Session", "Execution", "CommandResult", "CommandHandle",
+    "CodeContext", "FileEntry",
 ]
 __version__ = "0.1.0"

@@ -1,0 +1,312 @@
+package isolate
+
+// The code context and its driver over a plain process (no root, no box):
+// the protocol, state, output, errors, interrupts and deaths. The same in a
+// real session is in codecontext_test.go.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/isolate-sandbox/isolate/api"
+)
+
+// execProcess is a driver run by os/exec in its own process group.
+type execProcess struct {
+	cmd    *exec.Cmd
+	stderr bytes.Buffer
+	once   sync.Once
+	report *api.Report
+}
+
+func (p *execProcess) Signal(sig syscall.Signal) error {
+	return syscall.Kill(-p.cmd.Process.Pid, sig)
+}
+
+func (p *execProcess) Wait() *api.Report {
+	p.once.Do(func() {
+		err := p.cmd.Wait()
+		r := &api.Report{Status: api.StatusOK, Stderr: p.stderr.String()}
+		if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			r.Status, r.Signal = api.StatusSG, int(ws.Signal())
+		} else if err != nil {
+			r.Status, r.ExitCode = api.StatusRE, p.cmd.ProcessState.ExitCode()
+		}
+		p.report = r
+	})
+	return p.report
+}
+
+func execStarter(t *testing.T) codeStarter {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("needs python3")
+	}
+	return func(args []string, stdin, stdout *os.File) (codeProcess, error) {
+		p := &execProcess{cmd: exec.Command(args[0], args[1:]...)}
+		p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = stdin, stdout, &p.stderr
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := p.cmd.Start(); err != nil {
+			return nil, err
+		}
+		return p, nil
+	}
+}
+
+func newPlainContext(t *testing.T, outputLimit int64) *CodeContext {
+	t.Helper()
+	c, err := newCodeContext("python", outputLimit, nil, execStarter(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func runCode(t *testing.T, c *CodeContext, code string) *Execution {
+	t.Helper()
+	ex, err := c.Run(context.Background(), code, nil, nil)
+	if err != nil {
+		t.Fatalf("%q: %v", code, err)
+	}
+	return ex
+}
+
+func resultOf(ex *Execution) string {
+	if ex.Result == nil {
+		return "<none>"
+	}
+	return *ex.Result
+}
+
+func TestCodeContextKeepsState(t *testing.T) {
+	c := newPlainContext(t, 0)
+	cases := []struct{ code, result string }{
+		{"x = 1", "<none>"},
+		{"x + 1", "2"},
+		{"import math\ndef f(n):\n    return math.factorial(n)", "<none>"},
+		{"f(5)", "120"},
+		{`"a"`, "'a'"},
+		{"None", "<none>"},
+		{"_", "'a'"}, // the last value, as a notebook keeps it
+		{"[x] * 2", "[1, 1]"},
+	}
+	for i, tc := range cases {
+		ex := runCode(t, c, tc.code)
+		if ex.Error != nil || resultOf(ex) != tc.result || ex.ExecutionCount != i+1 || ex.Restarted {
+			t.Errorf("%q: %+v (result %s, error %+v), want result %s, count %d", tc.code, ex, resultOf(ex), ex.Error, tc.result, i+1)
+		}
+	}
+}
+
+func TestCodeContextStreamsOutput(t *testing.T) {
+	c := newPlainContext(t, 0)
+	var mu sync.Mutex
+	var out, errOut []string
+	// The code's own prints, and what a child process writes to fds 1
+	// and 2, in order per stream.
+	code := "import os, sys\nprint('one')\nsys.stdout.flush()\nos.system('echo two; echo err >&2')\nprint('é', file=sys.stderr)\n7"
+	ex, err := c.Run(context.Background(), code,
+		func(s string) { mu.Lock(); out = append(out, s); mu.Unlock() },
+		func(s string) { mu.Lock(); errOut = append(errOut, s); mu.Unlock() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex.Stdout != "one\ntwo\n" || ex.Stderr != "err\né\n" || resultOf(ex) != "7" {
+		t.Errorf("stdout %q stderr %q result %s", ex.Stdout, ex.Stderr, resultOf(ex))
+	}
+	if strings.Join(out, "") != ex.Stdout || strings.Join(errOut, "") != ex.Stderr {
+		t.Errorf("streamed %q and %q, kept %q and %q", out, errOut, ex.Stdout, ex.Stderr)
+	}
+}
+
+func TestCodeContextErrors(t *testing.T) {
+	c := newPlainContext(t, 0)
+	ex := runCode(t, c, "def f():\n    raise ValueError('bad value')\nprint('before')\nf()")
+	if ex.Error == nil || ex.Error.Name != "ValueError" || ex.Error.Value != "bad value" || ex.Stdout != "before\n" {
+		t.Fatalf("%+v %+v", ex, ex.Error)
+	}
+	tb := ex.Error.Traceback
+	if !strings.HasPrefix(tb, "Traceback (most recent call last):\n") || !strings.Contains(tb, "<cell 1>\", line 4") ||
+		!strings.Contains(tb, "raise ValueError('bad value')") || strings.Contains(tb, "<string>") ||
+		!strings.HasSuffix(tb, "ValueError: bad value\n") {
+		t.Errorf("traceback:\n%s", tb)
+	}
+	ex = runCode(t, c, "1 +")
+	if ex.Error == nil || ex.Error.Name != "SyntaxError" || strings.Contains(ex.Error.Traceback, "Traceback") || ex.ExecutionCount != 2 {
+		t.Errorf("%+v %+v", ex, ex.Error)
+	}
+	// An exception is the code's, not the context's: it lives on.
+	if ex = runCode(t, c, "raise SystemExit(3)"); ex.Error == nil || ex.Error.Name != "SystemExit" {
+		t.Errorf("%+v", ex)
+	}
+	if ex = runCode(t, c, "f.__name__"); resultOf(ex) != "'f'" || ex.Restarted {
+		t.Errorf("%+v", ex)
+	}
+	// Code that closes its fd 1 loses its output, not its context; the
+	// driver's reader of the stream ends at its end (it does not spin).
+	ex = runCode(t, c, "import os, threading\npump = [t for t in threading.enumerate() if t.name == 'stdout-pump'][0]\nos.close(1)\npump.join(30)\npump.is_alive()")
+	if resultOf(ex) != "False" || ex.Error != nil || ex.Restarted {
+		t.Errorf("%+v %+v", ex, ex.Error)
+	}
+}
+
+func TestCodeContextDeathRestarts(t *testing.T) {
+	c := newPlainContext(t, 0)
+	for _, tc := range []struct{ code, why string }{
+		{"import os; print('last'); os._exit(3)", "exited with code 3"},
+		{"import os, signal; os.kill(os.getpid(), signal.SIGKILL)", "killed by signal 9 (killed)"},
+	} {
+		runCode(t, c, "x = 1")
+		ex := runCode(t, c, tc.code)
+		if ex.Error == nil || ex.Error.Name != ErrorContextDied || ex.Error.Value != tc.why {
+			t.Errorf("%q: %+v %+v, want ContextDied %q", tc.code, ex, ex.Error, tc.why)
+		}
+		ex = runCode(t, c, "'x' in dir()")
+		if !ex.Restarted || ex.ExecutionCount != 1 || resultOf(ex) != "False" {
+			t.Errorf("after %q: %+v, want a fresh context", tc.code, ex)
+		}
+		if ex = runCode(t, c, "1"); ex.Restarted || ex.ExecutionCount != 2 {
+			t.Errorf("%+v", ex)
+		}
+	}
+}
+
+// What the code forks neither answers for the context nor holds up the
+// news of its death.
+func TestCodeContextForks(t *testing.T) {
+	c := newPlainContext(t, 0)
+	if ex := runCode(t, c, "import os, time\npid = os.fork()\npid > 0"); resultOf(ex) != "True" || ex.Error != nil {
+		t.Fatalf("%+v", ex)
+	}
+	if ex := runCode(t, c, "os.waitpid(pid, 0)[1]"); resultOf(ex) != "0" || ex.ExecutionCount != 2 {
+		t.Fatalf("the forked child: %+v", ex)
+	}
+	ex := runCode(t, c, "if os.fork() == 0:\n    time.sleep(60)\n    os._exit(0)\nos._exit(5)")
+	if ex.Error == nil || ex.Error.Name != ErrorContextDied || ex.Error.Value != "exited with code 5" {
+		t.Fatalf("%+v %+v", ex, ex.Error)
+	}
+}
+
+func TestCodeContextInterruptedAtTheCallsEnd(t *testing.T) {
+	c := newPlainContext(t, 0)
+	runCode(t, c, "import time\nx = 41")
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	ex, err := c.Run(ctx, "print('started', flush=True)\ntime.sleep(60)", nil, nil)
+	if err != nil || ex.Error == nil || ex.Error.Name != "KeyboardInterrupt" || ex.Stdout != "started\n" {
+		t.Fatalf("%+v %+v %v", ex, ex.Error, err)
+	}
+	if ex = runCode(t, c, "x + 1"); resultOf(ex) != "42" || ex.Restarted {
+		t.Errorf("the context did not survive the interrupt: %+v", ex)
+	}
+	// An interrupt that comes before the code runs is sent again until
+	// the code takes it.
+	for i := 0; i < 3; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Microsecond)
+		ex, err := c.Run(ctx, "time.sleep(60)", nil, nil)
+		cancel()
+		if err != nil || ex.Error == nil || ex.Error.Name != "KeyboardInterrupt" {
+			t.Fatalf("%+v %+v %v", ex, ex.Error, err)
+		}
+	}
+	// Code that ignores the interrupt is killed with its context.
+	ctx, cancel = context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	ex, err = c.Run(ctx, "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)", nil, nil)
+	if err != nil || ex.Error == nil || ex.Error.Name != ErrorContextDied || !strings.Contains(ex.Error.Value, "did not stop") {
+		t.Fatalf("%+v %+v %v", ex, ex.Error, err)
+	}
+	if ex = runCode(t, c, "'x' in dir()"); resultOf(ex) != "False" || !ex.Restarted {
+		t.Errorf("%+v", ex)
+	}
+}
+
+func TestCodeContextBoundsOutputAndResult(t *testing.T) {
+	c := newPlainContext(t, 1000)
+	ex := runCode(t, c, "import sys\nprint('é' * 3000)\nsys.stderr.write('e' * 5000)\n'r' * (3 << 20)")
+	if len(ex.Stdout) > 1000 || len(ex.Stdout) < 990 || !strings.HasPrefix(ex.Stdout, "éé") || len(ex.Stderr) != 1000 {
+		t.Errorf("kept %d and %d bytes of output, want 1000 at most each", len(ex.Stdout), len(ex.Stderr))
+	}
+	r := resultOf(ex)
+	if len(r) > maxTextBytes+8 || !strings.HasPrefix(r, "'rrr") || !strings.HasSuffix(r, "...") {
+		t.Errorf("a result of %d bytes kept (%.10q)", len(r), r)
+	}
+	// The bound is per call.
+	if ex = runCode(t, c, "print('next')"); ex.Stdout != "next\n" {
+		t.Errorf("%+v", ex)
+	}
+}
+
+func TestCodeContextsAreIndependent(t *testing.T) {
+	a, b := newPlainContext(t, 0), newPlainContext(t, 0)
+	runCode(t, a, "x = 'a'")
+	runCode(t, b, "x = 'b'")
+	if ra, rb := resultOf(runCode(t, a, "x")), resultOf(runCode(t, b, "x")); ra != "'a'" || rb != "'b'" {
+		t.Errorf("%s %s", ra, rb)
+	}
+	runCode(t, a, "import os; os._exit(1)")
+	if ex := runCode(t, b, "x"); resultOf(ex) != "'b'" || ex.Restarted {
+		t.Errorf("%+v", ex)
+	}
+}
+
+// An image without a working python3 is one error at the context's start,
+// with what the interpreter said last.
+func TestCodeContextStartFailure(t *testing.T) {
+	start := execStarter(t)
+	noPython := func(args []string, stdin, stdout *os.File) (codeProcess, error) {
+		return start([]string{"sh", "-c", "echo 'python3: not found' >&2; exit 127"}, stdin, stdout)
+	}
+	_, err := newCodeContext("python", 0, nil, noPython)
+	if err == nil || err.Error() != "python3 in the session did not start: exited with code 127: python3: not found" {
+		t.Errorf("%v", err)
+	}
+}
+
+func TestCodeContextRefusesOtherLanguages(t *testing.T) {
+	_, err := newCodeContext("cobol", 0, nil, execStarter(t))
+	var fe *api.FieldError
+	if !errors.As(err, &fe) || fe.Field != "language" {
+		t.Errorf("%v", err)
+	}
+}
+
+// Close does not wait for a running call: the call answers that the
+// context is closed.
+func TestCodeContextClosedWhileRunning(t *testing.T) {
+	c := newPlainContext(t, 0)
+	started := make(chan struct{})
+	var once sync.Once
+	ran := make(chan error, 1)
+	go func() {
+		_, err := c.Run(context.Background(), "import time\nprint('go', flush=True)\ntime.sleep(60)",
+			func(string) { once.Do(func() { close(started) }) }, nil)
+		ran <- err
+	}()
+	<-started
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-ran; !errors.Is(err, ErrContextClosed) {
+		t.Errorf("the running call: %v", err)
+	}
+}
+
+func TestCodeContextClosed(t *testing.T) {
+	c := newPlainContext(t, 0)
+	runCode(t, c, "import threading, time\nthreading.Thread(target=time.sleep, args=(60,)).start()")
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Run(context.Background(), "1", nil, nil); err == nil {
+		t.Error("a closed context ran code")
+	}
+}

@@ -1,0 +1,235 @@
+# The driver of a Python code context (isolate/codecontext.go), run as
+# `python3 -c SOURCE`. It executes each request's code in one namespace that
+# lives as long as the process.
+#
+# Requests arrive on stdin: a 4-byte big-endian length, then that many bytes
+# of JSON {"code": str, "limit": int}. Answers leave on a duplicate of the
+# original fd 1, as frames: one type byte, a 4-byte big-endian length, the
+# payload. Types: k ready; i an interrupt taken; o, e output of the code
+# (UTF-8 text) on its fd 1, 2; r the repr of the last expression's value;
+# x the error as JSON {name, value, traceback}; d done, JSON
+# {"execution_count"}.
+#
+# Fds 1 and 2 are pipes read by this process, so what child processes write
+# there is the code's output too.
+
+import ast
+import codecs
+import io
+import json
+import linecache
+import os
+import select
+import signal
+import struct
+import sys
+import threading
+import traceback
+
+MAX_TEXT = 1 << 20  # bytes of a result's repr or an error's text kept
+
+chan = os.fdopen(os.dup(1), "wb", buffering=0)
+chan_lock = threading.Lock()
+requests = os.fdopen(os.dup(0), "rb", buffering=0)
+devnull = os.open(os.devnull, os.O_RDONLY)
+os.dup2(devnull, 0)  # the code's stdin: the requests are not its to read
+os.close(devnull)
+
+
+def send(kind, payload):
+    with chan_lock:
+        send_locked(kind, payload)
+
+
+def send_locked(kind, payload):
+    chan.write(kind + struct.pack(">I", len(payload)) + payload)
+
+
+def cut(text, limit=MAX_TEXT):
+    data = text.encode("utf-8", "backslashreplace")
+    if len(data) <= limit:
+        return data
+    return data[:limit].decode("utf-8", "ignore").encode() + b"..."
+
+
+class Stream:
+    """One of the code's output fds: a pipe whose reader forwards what
+    arrives, up to the call's limit (the rest is read and dropped)."""
+
+    def __init__(self, fd, kind):
+        self.kind = kind
+        self.lock = threading.Lock()
+        self.limit = 0
+        self.sent = 0
+        r, w = os.pipe()
+        os.dup2(w, fd)
+        os.close(w)
+        os.set_blocking(r, False)
+        self.r = r
+        self.reset(0)
+        name = "stdout-pump" if fd == 1 else "stderr-pump"
+        threading.Thread(target=self.pump, name=name, daemon=True).start()
+
+    def reset(self, limit):
+        self.limit, self.sent = limit, 0
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def pump(self):
+        # Until the end of the stream: the code closed the fd, and no child
+        # holds it.
+        while True:
+            select.select([self.r], [], [])
+            with self.lock:
+                if not self.read_available():
+                    return
+
+    def read_available(self):
+        # Holding self.lock: a drain after the code ends sees all it wrote.
+        # False at the end of the stream.
+        while True:
+            try:
+                data = os.read(self.r, 65536)
+            except BlockingIOError:
+                return True
+            if not data:
+                return False
+            self.forward(data)
+
+    def forward(self, data, final=False):
+        room = self.limit - self.sent
+        if room <= 0:
+            return
+        data = data[:room]
+        self.sent += len(data)
+        text = self.decoder.decode(data, final or self.sent >= self.limit)
+        if text:
+            send(self.kind, text.encode("utf-8", "surrogatepass"))
+
+    def drain(self):
+        with self.lock:
+            self.read_available()
+            text = self.decoder.decode(b"", True)
+            if text and self.sent <= self.limit:
+                send(self.kind, text.encode("utf-8", "surrogatepass"))
+
+
+sys.stdout.flush()
+sys.stderr.flush()
+streams = [Stream(1, b"o"), Stream(2, b"e")]
+sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8",
+                              errors="backslashreplace", write_through=True)
+sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
+                              errors="backslashreplace", write_through=True)
+sys.__stdout__, sys.__stderr__ = sys.stdout, sys.stderr
+
+running = False
+
+
+def on_sigint(signum, frame):
+    # The service interrupts the code at a call's timeout, and sends the
+    # signal again until told it was taken (i): one that comes while the
+    # code is not running means nothing.
+    if running:
+        send(b"i", b"")
+        raise KeyboardInterrupt
+
+
+signal.signal(signal.SIGINT, on_sigint)
+
+namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+count = 0
+driver_file = sys._getframe().f_code.co_filename
+
+
+def without_driver(tb):
+    while tb is not None and tb.tb_frame.f_code.co_filename == driver_file:
+        tb = tb.tb_next
+    return tb
+
+
+def error_frame(e, tb):
+    text = "".join(traceback.format_exception(type(e), e, without_driver(tb)))
+    try:
+        value = str(e)
+    except BaseException:
+        value = "<unprintable %s>" % type(e).__name__
+    return json.dumps({"name": type(e).__name__, "value": cut(value, 65536).decode(),
+                       "traceback": cut(text).decode()}).encode()
+
+
+def compile_cell(code, name):
+    linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+    tree = ast.parse(code, name, "exec")
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    body = compile(tree, name, "exec")
+    return body, (compile(last, name, "eval") if last is not None else None)
+
+
+def run_cell(body, tail):
+    global running
+    running = True
+    try:
+        exec(body, namespace)
+        value = eval(tail, namespace) if tail is not None else None
+    finally:
+        running = False
+    if value is None:
+        return None
+    namespace["_"] = value
+    return cut(repr(value))
+
+
+def read_exact(n):
+    data = bytearray()
+    while len(data) < n:
+        more = requests.read(n - len(data))
+        if not more:
+            return None
+        data += more
+    return bytes(data)
+
+
+driver_pid = os.getpid()
+
+
+send(b"k", b"")
+while True:
+    head = read_exact(4)
+    if head is None:
+        break
+    request = json.loads(read_exact(struct.unpack(">I", head)[0]))
+    count += 1
+    for s in streams:
+        s.reset(int(request.get("limit", 1 << 20)))
+    result = error = None
+    try:
+        cell = compile_cell(request["code"], "<cell %d>" % count)
+    except BaseException as e:
+        # What compiling raises (SyntaxError) says where in the cell; the
+        # driver's frames are not the code's.
+        error = error_frame(e, None)
+    else:
+        try:
+            result = run_cell(*cell)
+        except BaseException as e:
+            error = error_frame(e, e.__traceback__)
+        finally:
+            running = False
+    if os.getpid() != driver_pid:
+        # A child the code forked came back here: the context is its
+        # parent's, not its own.
+        os._exit(0)
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except BaseException:
+            pass
+    for s in streams:
+        s.drain()
+    if result is not None:
+        send(b"r", result)
+    if error is not None:
+        send(b"x", error)
+    send(b"d", json.dumps({"execution_count": count}).encode())
