@@ -311,6 +311,7 @@ func TestSessionExpiryLeavesNothing(t *testing.T) {
 			}
 			// Watched from inside: a request would be a use of it.
 			waitFor(t, "the session to end", func() bool { return s.sessions.count() == 0 })
+			s.sessions.ends.Wait() // (the registry forgets it before its box is closed)
 			if code, b := s.do(t, "GET", "/v1/sessions/"+a.ID, ""); code != 404 {
 				t.Errorf("the ended session: %d %s", code, b)
 			}
