@@ -78,6 +78,13 @@ func (s *Session) inBox(p string, fn func(area int, rel string) error) error {
 	})
 }
 
+// errNotRegular refuses what is not a regular file (a FIFO, socket or
+// device of the box is never read or written by the service).
+var errNotRegular = pathField("not a regular file")
+
+// pathField is a fault of the path the caller gave.
+func pathField(msg string) error { return &api.FieldError{Field: "path", Msg: msg} }
+
 // pathErr names the box path of a failed operation.
 func pathErr(op, p string, err error) error {
 	if err == nil {
@@ -141,7 +148,7 @@ func (s *Session) writeFile(p string, r io.Reader, mode os.FileMode) (int64, err
 			return err
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFREG {
-			return errors.New("not a regular file")
+			return errNotRegular
 		}
 		if err := unix.Ftruncate(fd, 0); err != nil {
 			return err
@@ -176,7 +183,7 @@ func (s *Session) openFile(p string) (*os.File, FileInfo, error) {
 			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 				return unix.EISDIR
 			}
-			return errors.New("not a regular file")
+			return errNotRegular
 		}
 		f = os.NewFile(uintptr(fd), hostfs.BoxPath(p))
 		info = fileInfo(hostfs.BoxPath(p), &st)
@@ -254,7 +261,7 @@ func (s *Session) list(p string, maxEntries int) ([]FileInfo, error) {
 			return err
 		}
 		if len(names) > maxEntries {
-			return errors.New("more than " + strconv.Itoa(maxEntries) + " entries")
+			return pathField("more than " + strconv.Itoa(maxEntries) + " entries")
 		}
 		for _, name := range names {
 			var st unix.Stat_t
@@ -288,14 +295,14 @@ func (s *Session) remove(p string) error {
 // first, by descriptors: never through a symlink, never across a mount.
 func removeAt(dir int, name string, depth int, left *int) error {
 	if *left--; *left < 0 {
-		return errors.New("too many files to remove")
+		return pathField("more than " + strconv.Itoa(removeMaxEntries) + " files to remove")
 	}
 	err := unix.Unlinkat(dir, name, 0)
 	if err != unix.EISDIR && err != unix.EPERM {
 		return err
 	}
 	if depth >= hostfs.CopyMaxDepth {
-		return errors.New("too deep to remove")
+		return pathField("more than " + strconv.Itoa(hostfs.CopyMaxDepth) + " levels deep to remove")
 	}
 	fd, err := openBeneath(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if err != nil {

@@ -31,6 +31,10 @@ type queueCase struct {
 	check func(t *testing.T, body string)
 }
 
+// malformedEndpoint: the job is not even run: dead-lettered for its
+// endpoint, with no answer of the service.
+const malformedEndpoint = "malformed endpoint"
+
 // queueCases asks each row; %s in a body is the id of a file root
 // stored through the worker's API.
 var queueCases = []queueCase{
@@ -59,6 +63,8 @@ var queueCases = []queueCase{
 	// service has slots (--parallel 2), no more.
 	{row: "parallel slots", body: `{"commands":[{"args":["/bin/true"]},{"args":["/bin/true"]}]}`, want: "ok"},
 	{row: "parallel slots", body: `{"commands":[{"args":["/bin/true"]},{"args":["/bin/true"]},{"args":["/bin/true"]}]}`, want: "400 commands"},
+	// A job names run or exec: nothing reaches a session.
+	{row: "sessions", endpoint: "sessions", body: `{}`, want: malformedEndpoint},
 }
 
 // queueColumn is SECURITY.md's caller table: each row's first cell and
@@ -164,6 +170,12 @@ func TestQueueCallerTable(t *testing.T) {
 	}
 	for i, c := range queueCases {
 		res := g.rdb.HGetAll(ctx, g.keys.Result(ids[i])).Val()
+		if c.want == malformedEndpoint {
+			if res["status"] != "" || !strings.Contains(dead[ids[i]], "endpoint") || res["dead_letter"] != dead[ids[i]] {
+				t.Errorf("%s: endpoint %s: result %v, dead letter %q", c.row, c.endpoint, res, dead[ids[i]])
+			}
+			continue
+		}
 		got := outcomeOf(res["status"], res["body"])
 		if !strings.HasPrefix(got, c.want) {
 			t.Errorf("%s, %s: %s, want %s", c.row, c.body, got, c.want)
