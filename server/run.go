@@ -55,8 +55,9 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	s.answer(w, http.StatusOK, resp)
 }
 
-// task is one request being run: its commands' streams, the pipes
-// between them, and the host files it made.
+// task is one request being turned into a group (isolate.RunGroup): its
+// commands' streams and files as data, the store files it opened, and
+// the results it fills.
 type task struct {
 	s    *Server
 	req  *RunRequest
@@ -65,8 +66,6 @@ type task struct {
 	io   []isolate.IO
 	outs [][]CopyOutResult // per command: its copied-out files
 	own  [][]*os.File      // per command: files to close when its run ends
-	recs []*recorder       // per pipe: the recorded traffic, or nil
-	wg   sync.WaitGroup
 	// inline is what the answer may still hold of copied-out files and
 	// recorded pipes, together (maxInlineBytes to begin with).
 	inlineMu sync.Mutex
@@ -82,51 +81,43 @@ func (t *task) takeInline(n int64) int64 {
 	return n
 }
 
-// run runs every command of req together and returns their results.
+// run runs every command of req together, as one group, and returns
+// their results.
 func (s *Server) run(ctx context.Context, req *RunRequest, who caller.Caller, ev *events) (*RunResponse, error) {
 	t := &task{s: s, req: req, who: who, ev: ev, io: make([]isolate.IO, len(req.Commands)), outs: make([][]CopyOutResult, len(req.Commands)), own: make([][]*os.File, len(req.Commands)), inline: maxInlineBytes}
 	defer t.cleanup()
 	if err := t.prepare(); err != nil {
 		return nil, err
 	}
-	results := make([]Result, len(req.Commands))
-	errs := make([]error, len(req.Commands))
-	var wg sync.WaitGroup
+	cmds := make([]isolate.GroupCommand, len(req.Commands))
 	for i := range req.Commands {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			spec := req.Commands[i].Spec
-			rep, err := s.runner.Run(ctx, &spec, t.io[i])
-			// The command's ends of its pipes close with it, so that
-			// its peer sees end of file (or a broken pipe).
-			closeAll(t.own[i])
-			t.own[i] = nil
-			var fe *api.FieldError
-			if errors.As(err, &fe) {
-				err = fe.In(fmt.Sprintf("commands[%d]", i)) // the request's own path
-			}
-			if errs[i] = err; err == nil {
-				results[i] = t.result(i, rep)
-				if ev != nil {
-					ev.result(i, results[i])
-				}
-			}
-		}()
+		cmds[i] = isolate.GroupCommand{Spec: &req.Commands[i].Spec, IO: t.io[i], Close: t.own[i]}
+		t.own[i] = nil // (the group closes them)
 	}
-	wg.Wait()
-	t.wg.Wait() // the pipes' copiers
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
+	pipes := make([]isolate.GroupPipe, len(req.Pipes))
+	for i, p := range req.Pipes {
+		// What the answer holds inline is bounded in all.
+		pipes[i] = isolate.GroupPipe{From: isolate.GroupEnd(p.From), To: isolate.GroupEnd(p.To), RecordLimit: t.takeInline(p.RecordMaxBytes)}
+	}
+	results := make([]Result, len(req.Commands))
+	_, records, err := isolate.RunGroup(ctx, s.runner, cmds, pipes, func(i int, rep *api.Report) {
+		results[i] = t.result(i, rep)
+		if ev != nil {
+			ev.result(i, results[i])
 		}
+	})
+	var ge *isolate.GroupError
+	var fe *api.FieldError
+	if errors.As(err, &ge) && errors.As(ge.Err, &fe) {
+		return nil, fe.In(fmt.Sprintf("commands[%d]", ge.Cmd)) // the request's own path
+	} else if errors.As(err, &ge) {
+		return nil, ge.Err
+	} else if err != nil {
+		return nil, err
 	}
 	resp := &RunResponse{Results: results}
-	for i, rec := range t.recs {
-		if rec != nil {
-			data, trunc := rec.result()
-			resp.Pipes = append(resp.Pipes, PipeRecording{Index: i, Data: data, Truncated: trunc})
-		}
+	for _, r := range records {
+		resp.Pipes = append(resp.Pipes, PipeRecording{Index: r.Pipe, Data: r.Data, Truncated: r.Truncated})
 	}
 	return resp, nil
 }
@@ -169,7 +160,7 @@ func (t *task) prepare() error {
 			return err
 		}
 	}
-	return t.pipes()
+	return nil
 }
 
 func (t *task) stdin(i int, c *Command) error {
@@ -238,47 +229,6 @@ func (t *task) copyOutPlan(i int, c *Command) error {
 		}})
 	}
 	return nil
-}
-
-// pipes makes a real pipe for each entry of req.Pipes: the writer's end
-// goes to one box, the reader's to the other. A recorded pipe is two
-// pipes with a copier between them that keeps what passes.
-func (t *task) pipes() error {
-	t.recs = make([]*recorder, len(t.req.Pipes))
-	for i, p := range t.req.Pipes {
-		r, w, err := os.Pipe()
-		if err != nil {
-			return err
-		}
-		t.own[p.From.Cmd] = append(t.own[p.From.Cmd], w)
-		t.setOut(p.From, w)
-		if p.RecordMaxBytes > 0 {
-			r2, w2, err := os.Pipe()
-			if err != nil {
-				r.Close()
-				return err
-			}
-			rec := &recorder{limit: t.takeInline(p.RecordMaxBytes)}
-			t.recs[i] = rec
-			t.wg.Add(1)
-			go func(from, to *os.File) {
-				defer t.wg.Done()
-				rec.copy(to, from)
-			}(r, w2)
-			r = r2
-		}
-		t.own[p.To.Cmd] = append(t.own[p.To.Cmd], r)
-		t.io[p.To.Cmd].Stdin = r
-	}
-	return nil
-}
-
-func (t *task) setOut(e End, f *os.File) {
-	if e.FD == 1 {
-		t.io[e.Cmd].Stdout = f
-	} else {
-		t.io[e.Cmd].Stderr = f
-	}
 }
 
 // result is command i's report with its streams cut as asked and its
@@ -351,57 +301,4 @@ func closeAll(files []*os.File) {
 	for _, f := range files {
 		f.Close()
 	}
-}
-
-// recorder copies a pipe's traffic and keeps its first limit bytes.
-type recorder struct {
-	limit int64
-	mu    sync.Mutex
-	buf   []byte
-	trunc bool
-}
-
-// copy moves bytes from r to w until r ends or w breaks, then closes
-// both, so that each side sees what it would on a direct pipe.
-func (rec *recorder) copy(w, r *os.File) {
-	defer r.Close()
-	defer w.Close()
-	b := make([]byte, 32<<10)
-	for {
-		n, err := r.Read(b)
-		if n > 0 {
-			rec.keep(b[:n])
-			if _, werr := w.Write(b[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (rec *recorder) keep(p []byte) {
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	room := rec.limit - int64(len(rec.buf))
-	if int64(len(p)) > room {
-		p = p[:room]
-		rec.trunc = true
-	}
-	// Grown as append would, but never past the limit.
-	if need := len(rec.buf) + len(p); need > cap(rec.buf) {
-		grown := make([]byte, len(rec.buf), min(max(2*cap(rec.buf), need, 4<<10), int(rec.limit)))
-		copy(grown, rec.buf)
-		rec.buf = grown
-	}
-	rec.buf = append(rec.buf, p...)
-}
-
-// result is what was kept, once the copier is done: the string shares
-// the bytes, written no more.
-func (rec *recorder) result() (string, bool) {
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	return unsafe.String(unsafe.SliceData(rec.buf), len(rec.buf)), rec.trunc
 }
