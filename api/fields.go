@@ -27,6 +27,10 @@ type Field struct {
 	// request's 0 means the same (Defaults).
 	Default string
 	Usage   string // the CLI's help line
+	// MaxItems bounds an array field as the service decodes a request
+	// (0: the decoder's default), so that a body never becomes a million
+	// structs.
+	MaxItems int
 }
 
 // Kind is how a field's value is written on a command line, held in a
@@ -50,6 +54,7 @@ const (
 
 // Fields are the request's fields that have an option, or a bound.
 var Fields = []Field{
+	{JSON: "args", MaxItems: 4096},
 	{JSON: "cwd", Flag: "chdir", IOI: "chdir"},
 	{JSON: "net", Flag: "net", IOI: "share-net"},
 	{JSON: "box_id", Flag: "box-id", IOI: "box-id"},
@@ -74,10 +79,10 @@ var Fields = []Field{
 	{JSON: "open_files", Flag: "open-files", IOI: "open-files", Kind: Count, Default: "256", Usage: "RLIMIT_NOFILE"},
 	{JSON: "stack_bytes", Flag: "stack", IOI: "stack", Kind: Size, Default: "8M", Usage: "RLIMIT_STACK `SIZE`"},
 	{JSON: "output_limit_bytes", Flag: "output-limit", Kind: Size, Default: "1M", Usage: "bytes kept per captured stream"},
-	{JSON: "binds", Flag: "bind", IOI: "dir"},
-	{JSON: "copy_in", Flag: "copy-in"},
-	{JSON: "copy_out", Flag: "copy-out"},
-	{JSON: "env", Flag: "env", IOI: "env"},
+	{JSON: "binds", Flag: "bind", IOI: "dir", MaxItems: 256},
+	{JSON: "copy_in", Flag: "copy-in", MaxItems: 256},
+	{JSON: "copy_out", Flag: "copy-out", MaxItems: 256},
+	{JSON: "env", Flag: "env", IOI: "env", MaxItems: 1024},
 }
 
 // Set parses text, as a command line writes a value of f's kind, into s.

@@ -23,15 +23,17 @@ const maxInlineBytes = 64 << 20
 
 // maxItems bounds every array of a request while it is decoded, by the
 // array's JSON name (any other array: defaultMaxItems), so that a body of
-// "{},{},..." never becomes a million structs.
-var maxItems = map[string]int{
-	"args":     4096,
-	"env":      1024,
-	"binds":    256,
-	"copy_in":  256,
-	"copy_out": 256,
-	"pipes":    256,
-}
+// "{},{},..." never becomes a million structs: a spec's arrays by
+// api.Fields, the request's own here.
+var maxItems = func() map[string]int {
+	m := map[string]int{"pipes": 256}
+	for _, f := range api.Fields {
+		if f.MaxItems > 0 {
+			m[f.JSON] = f.MaxItems
+		}
+	}
+	return m
+}()
 
 const defaultMaxItems = 256
 
