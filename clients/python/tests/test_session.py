@@ -4,6 +4,7 @@ the token, the streamed shapes, the answers the real service gives only in rare 
 
 import http.server
 import json
+import socket
 import socketserver
 import threading
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -199,6 +200,26 @@ def test_bad_requests_name_the_field(service: str) -> None:
         with pytest.raises(ServiceError) as e:
             sb.run_code("1", language="cobol")
         assert (e.value.status, e.value.field) == (400, "language")
+
+
+@needs_service
+def test_over_tcp_with_a_token(tmp_path: Any) -> None:
+    token = tmp_path / "token"
+    token.write_text("s3cret-session-token\n")
+    token.chmod(0o600)
+    with socket.socket() as s:  # a free loopback port
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with running_service("--listen", f"127.0.0.1:{port}", "--token-file", str(token)):
+        url = f"http://127.0.0.1:{port}"
+        with pytest.raises(ServiceError) as e:
+            Session(url=url, token="wrong")
+        assert e.value.status == 401
+        with Session(url=url, token="s3cret-session-token", timeout=60) as sb:
+            sb.run_code("x = 20")
+            assert sb.run_code("x + 22").result == "42"
+            sb.files.write("t.txt", "over tcp")
+            assert sb.commands.run("cat t.txt").stdout == "over tcp"
 
 
 def test_no_service_is_one_clear_error(tmp_path: Any) -> None:
