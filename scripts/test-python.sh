@@ -18,6 +18,6 @@ export COVERAGE_FILE="${TMPDIR:-/tmp}/isolate-python-coverage.$$"
 BASETEMP=$(mktemp -d "${TMPDIR:-/tmp}/isolate-python-tests.XXXXXX")
 trap 'rm -f "$COVERAGE_FILE"; rm -rf "$BASETEMP"' EXIT
 $PY -m flake8 src tests stdlib_backend.py
-$PY -m mypy src stdlib_backend.py
+$PY -m mypy src tests stdlib_backend.py
 PYTHONPATH=src $PY -m pytest -q -p no:cacheprovider --basetemp="$BASETEMP/t" --cov=isolate_sandbox \
 	--cov-report=term-missing --cov-fail-under=90 tests

@@ -264,6 +264,7 @@ class StubHandler(http.server.BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         key = f"{self.command} {self.path}"
         self.server.seen.append((self.command, self.path, dict(self.headers), body))
+        value: Any
         if self.path == "/v1/health":
             status, value = 200, {"ok": True}
         elif self.server.routes.get(key):
