@@ -103,10 +103,7 @@ func (p *peerSet) close() {
 // cgroups on), go-judge answering.
 func (c Peers) peers() (*peerSet, error) {
 	ps := &peerSet{skipped: map[string]string{}}
-	ioi := c.IOI
-	if ioi == "" {
-		ioi, _ = FindIOI()
-	}
+	ioi := c.ioiBinary()
 	if ioi == "" {
 		ps.skipped[VarIOI] = ioiInstall
 	} else {
@@ -143,6 +140,16 @@ func (c Peers) peers() (*peerSet, error) {
 		ps.vs = append(ps.vs, v)
 	}
 	return ps, nil
+}
+
+// ioiBinary is ioi/isolate's binary: --ioi, else one found on PATH; ""
+// when there is none.
+func (c Peers) ioiBinary() string {
+	if c.IOI != "" {
+		return c.IOI
+	}
+	ioi, _ := FindIOI()
+	return ioi
 }
 
 // ioiVariant initialises box IOIBox of ioi/isolate (bin, with opts) and
