@@ -20,7 +20,8 @@ from typing import (Any, Callable, Dict, Iterator, List, Literal, Mapping, Optio
 from .config import DEFAULT_SOCKET
 from .errors import CallTimeoutError, SandboxError, SandboxUnavailableError, ServiceError
 from .result import ExceptionInfo
-from .service_transport import NDJSON, auth_headers, connection, env_list, error_of, probe
+from .service_transport import (NDJSON, auth_headers, connection, env_list, error_of,
+                                ndjson_lines, probe)
 from .transport import OutputCallback
 
 # Seconds a call may take beyond its own bound: the service's setup, the answer's way back.
@@ -342,18 +343,7 @@ class Session:
             if resp.status >= 300:
                 raise error_of(resp.status, resp.reason, resp.read(MAX_ERROR_BYTES),
                                resp.getheader("Retry-After"))
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise socket.timeout()
-                if conn.sock is not None:
-                    conn.sock.settimeout(left)
-                line = resp.readline()
-                if not line:
-                    return
-                if line.strip():
-                    event: Dict[str, Any] = json.loads(line)
-                    yield event
+            yield from ndjson_lines(resp, conn, deadline)
         except socket.timeout:
             raise CallTimeoutError(timeout) from None
         except (OSError, http.client.HTTPException, ValueError) as e:
