@@ -209,20 +209,31 @@ func ContentIn(t *FSThread, rootFD int, to string, content io.Reader, fileMode o
 	return f.Chmod(mode)
 }
 
+// openBoxSource opens the box's file src for reading with the box user's
+// rights: a regular file, or with dirOK a directory (nothing else: a
+// FIFO, socket, device or kernel interface is an error).
+func openBoxSource(t *FSThread, rootFD int, src string, box Cred, dirOK bool) (int, unix.Stat_t, error) {
+	if err := t.Become(box); err != nil {
+		return -1, unix.Stat_t{}, err
+	}
+	fd, err := OpenInBox(rootFD, src, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err != nil {
+		return -1, unix.Stat_t{}, fmt.Errorf("open %s in the box: %w", src, openErr(err))
+	}
+	st, err := checkFile(fd, dirOK)
+	if err != nil {
+		unix.Close(fd)
+		return -1, st, fmt.Errorf("%s in the box %w", src, err)
+	}
+	return fd, st, nil
+}
+
 // SinkOut gives sink the box's regular file from, opened with the
 // box user's rights; the sink runs with the thread's own.
 func SinkOut(t *FSThread, rootFD int, from string, sink func(f *os.File, size int64) error, box Cred) error {
 	src := BoxPath(from)
-	if err := t.Become(box); err != nil {
-		return err
-	}
-	fd, err := OpenInBox(rootFD, src, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	fd, st, err := openBoxSource(t, rootFD, src, box, false)
 	if err != nil {
-		return fmt.Errorf("open %s in the box: %w", src, openErr(err))
-	}
-	st, err := checkFile(fd, false)
-	if err != nil {
-		unix.Close(fd)
 		return err
 	}
 	f := os.NewFile(uintptr(fd), src)
@@ -242,17 +253,9 @@ func SinkOut(t *FSThread, rootFD int, from string, sink func(f *os.File, size in
 func CopyOut(t *FSThread, rootFD int, from string, dst *HostPath, box, caller Cred, budget *Budget) error {
 	tc := &treeCopy{t: t, from: box, to: caller, srcResolve: unix.RESOLVE_NO_XDEV, budget: budget}
 	src := BoxPath(from)
-	if err := t.Become(box); err != nil {
+	fd, st, err := openBoxSource(t, rootFD, src, box, true)
+	if err != nil {
 		return err
-	}
-	fd, err := OpenInBox(rootFD, src, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
-	if err != nil {
-		return fmt.Errorf("open %s in the box: %w", src, openErr(err))
-	}
-	st, err := checkFile(fd, true)
-	if err != nil {
-		unix.Close(fd)
-		return fmt.Errorf("%s in the box %w", src, err)
 	}
 	if dst.dir < 0 {
 		if st.Mode&unix.S_IFMT == unix.S_IFDIR {

@@ -226,7 +226,8 @@ func (s *Session) start(cmd SessionCommand, stdio IO) (*Process, error) {
 	plan.stdio(n, n+1, n+2)
 	cs.placeInCgroup(plan)
 	files := append(append([]*os.File(nil), cs.placement...), stdin, stdout, stderr)
-	before, _ := s.usage()
+	// (The OOM kills so far, to tell this command's from another's.)
+	oomBefore, _ := s.oomKills()
 	err = sendWithFiles(s.sv.ctl, plan.buf, files)
 	var m initMessage
 	if err == nil {
@@ -251,7 +252,7 @@ func (s *Session) start(cmd SessionCommand, stdio IO) (*Process, error) {
 	}
 	closeAll(cs.closers)
 	cs.closers = nil
-	go p.supervise(cs, m, before, time.Now())
+	go p.supervise(cs, m, oomBefore, time.Now())
 	return p, nil
 }
 
@@ -266,7 +267,7 @@ func (s *supervisor) endStreams() {
 
 // supervise waits for the command's end (killing its group at its wall
 // time) and makes its report.
-func (p *proc) supervise(cs *supervisor, first initMessage, before SessionUsage, start time.Time) {
+func (p *proc) supervise(cs *supervisor, first initMessage, oomBefore int64, start time.Time) {
 	defer close(p.done)
 	s := p.sess
 	var m initMessage
@@ -314,7 +315,7 @@ func (p *proc) supervise(cs *supervisor, first initMessage, before SessionUsage,
 		p.report = r
 		return
 	}
-	commandVerdict(r, cs.spec, &m, p.killedFor, uerr == nil && after.OOMKills > before.OOMKills)
+	commandVerdict(r, cs.spec, &m, p.killedFor, uerr == nil && after.OOMKills > oomBefore)
 	p.report = r
 }
 
@@ -363,6 +364,16 @@ func (s *Session) signal(id uint64, sig syscall.Signal) error {
 		return fmt.Errorf("signal the command: %w", err)
 	}
 	return nil
+}
+
+// oomKills is how many processes the OOM killer ended in the session.
+func (s *Session) oomKills() (int64, error) {
+	s.cgMu.RLock()
+	defer s.cgMu.RUnlock()
+	if s.cg == nil {
+		return 0, s.endedErr()
+	}
+	return s.cg.OOMKills()
 }
 
 func (s *Session) usage() (SessionUsage, error) {

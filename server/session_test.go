@@ -18,8 +18,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -390,59 +388,24 @@ func TestManySessions(t *testing.T) {
 		}
 	})
 	s := startService(t, func(c *Config) { c.Parallel = clients; c.MaxSessions = clients; c.MaxSessionsPerCaller = clients })
-	mountsBefore := mounts(t)
-	var next, failed atomic.Int64
-	var warm int64
-	var once sync.Once
-	var wg sync.WaitGroup
-	for range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1)
-				if i > n {
-					return
-				}
-				code, b := s.do(t, "POST", "/v1/sessions", `{}`)
-				var a struct{ ID string }
-				json.Unmarshal(b, &a)
-				if code == 201 {
-					// One command each, so that its box is used.
-					code, b = s.do(t, "POST", "/v1/sessions/"+a.ID+"/commands", `{"args": ["true"]}`)
-					if code == 200 {
-						code, b = s.do(t, "DELETE", "/v1/sessions/"+a.ID, "")
-					}
-				}
-				if code != 204 && failed.Add(1) <= 3 {
-					t.Errorf("session %d: %d %s", i, code, b)
-				}
-				if i == 200 {
-					once.Do(func() { warm = rss(t) })
-				}
+	underLoad(t, n, clients, 200, "session", func(int64) error {
+		code, b := s.do(t, "POST", "/v1/sessions", `{}`)
+		var a struct{ ID string }
+		json.Unmarshal(b, &a)
+		if code == 201 {
+			// One command each, so that its box is used.
+			code, b = s.do(t, "POST", "/v1/sessions/"+a.ID+"/commands", `{"args": ["true"]}`)
+			if code == 200 {
+				code, b = s.do(t, "DELETE", "/v1/sessions/"+a.ID, "")
 			}
-		}()
-	}
-	wg.Wait()
-	if failed.Load() > 0 {
-		t.Fatalf("%d of %d sessions failed", failed.Load(), n)
-	}
-	end := rss(t)
-	t.Logf("%d sessions; RSS after 200 %d KiB, at the end %d KiB", n, warm>>10, end>>10)
-	// Flat: a leak of even 20 KiB a session would add 16 MiB here.
-	if end > warm+16<<20 {
-		t.Errorf("resident memory grew from %d KiB to %d KiB", warm>>10, end>>10)
-	}
+		}
+		if code != 204 {
+			return fmt.Errorf("%d %s", code, b)
+		}
+		return nil
+	})
 	if got := s.sessions.count(); got != 0 {
 		t.Errorf("%d sessions left", got)
-	}
-	added := newMounts(t, mountsBefore)
-	for deadline := time.Now().Add(time.Minute); len(added) > 0 && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
-		added = newMounts(t, mountsBefore)
-	}
-	if len(added) > 0 {
-		t.Errorf("mounts left: %s", strings.Join(added, "; "))
 	}
 }
 
