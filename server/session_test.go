@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -90,22 +91,40 @@ func cgroupsOf(t *testing.T, pid int) []string {
 
 // boxOf finds the process of a session's command by its marker (the
 // command is started already) and returns its pid and box cgroups.
-func boxOf(t *testing.T, marker string) (int, []string) {
+func boxOf(t *testing.T, marker string) (int, []boxCgroup) {
 	t.Helper()
 	var pid int
 	waitFor(t, "the command's process", func() bool { pid = hostPID(marker); return pid != 0 })
-	var own []string
+	var own []boxCgroup
+	var names []string
 	for _, d := range cgroupsOf(t, pid) {
 		// The service's own cgroup is not the box's.
 		if mine := cgroupsOf(t, os.Getpid()); !contains(mine, d) {
-			own = append(own, d)
+			own = append(own, boxCgroup{d, inode(d)})
+			names = append(names, d)
 		}
 	}
 	if len(own) == 0 {
 		t.Fatalf("process %d is in no cgroup of its own", pid)
 	}
-	t.Logf("process %d (%s) in %s", pid, marker, strings.Join(own, " "))
+	t.Logf("process %d (%s) in %s", pid, marker, strings.Join(names, " "))
 	return pid, own
+}
+
+// boxCgroup is a cgroup directory as a box had it: its name is the box
+// id's, which another box may take once the session has ended.
+type boxCgroup struct {
+	path string
+	ino  uint64
+}
+
+// inode is path's inode number, 0 if it is not there.
+func inode(path string) uint64 {
+	var st syscall.Stat_t
+	if syscall.Stat(path, &st) != nil {
+		return 0
+	}
+	return st.Ino
 }
 
 func contains(list []string, s string) bool {
@@ -119,14 +138,15 @@ func contains(list []string, s string) bool {
 
 // gone checks that nothing of a session is left: its process, its
 // cgroups.
-func gone(t *testing.T, marker string, cgroups []string) {
+func gone(t *testing.T, marker string, cgroups []boxCgroup) {
 	t.Helper()
 	if processWith(marker) {
 		t.Errorf("a process of the session (%s) is left", marker)
 	}
 	for _, d := range cgroups {
-		if _, err := os.Stat(d); err == nil {
-			t.Errorf("the session's cgroup %s is left", d)
+		// (The same name with another inode is another box's.)
+		if ino := inode(d.path); ino != 0 && ino == d.ino {
+			t.Errorf("the session's cgroup %s is left", d.path)
 		}
 	}
 }
@@ -323,7 +343,7 @@ func TestSessionExpiryLeavesNothing(t *testing.T) {
 func TestSessionDeleteAndShutdownLeaveNothing(t *testing.T) {
 	s := startService(t, nil)
 	var markers []string
-	var cgroups [][]string
+	var cgroups [][]boxCgroup
 	for i := range 2 {
 		// Not s.session: the second one ends with the service.
 		code, b := s.do(t, "POST", "/v1/sessions", `{}`)
