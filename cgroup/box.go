@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,10 +12,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/containerd/cgroups/v3/cgroup1"
-	"github.com/containerd/cgroups/v3/cgroup2"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // Limits are the resource limits of one box. Zero means unlimited.
@@ -35,6 +30,9 @@ type Box struct {
 	name string
 	// dirs maps a v1 controller to its directory; on v2 the only key is "".
 	dirs map[string]string
+	// withCPU tells whether the box has its directory of v1's cpu
+	// controller (always on v2, where one directory has every controller).
+	withCPU bool
 	// Kept open from Create to Destroy: cpuUsage is read often to enforce
 	// the CPU limit; the others are read once, at the run's end, which
 	// then pays no open or close (a pooled box is made long before).
@@ -49,37 +47,21 @@ type Box struct {
 // left over by a killed supervisor is removed first.
 func (m *Manager) Create(name string, l Limits) (*Box, error) {
 	b := m.box(name)
-	if b.exists() {
-		if err := b.removeDirs(); err != nil {
-			return nil, fmt.Errorf("remove stale cgroup of %s: %w", name, err)
-		}
+	// On v1 the cpu hierarchy serves only the CPU limit (cpuacct
+	// accounts): a box gets a directory there when it has a CPU limit,
+	// or has no limits yet (built ahead, it may get one at its claim).
+	b.withCPU = !m.mode.usesV1() || l.CPUs > 0 || l == (Limits{})
+	if err := b.makeDirs(m); err != nil {
+		b.Destroy()
+		return nil, err
 	}
-	for attempt := 1; ; attempt++ {
-		err := m.ensureParents()
-		if err == nil {
-			if m.mode.usesV1() {
-				err = b.createV1(m, l)
-			} else {
-				err = b.createV2(m, l)
-			}
-		}
-		if err == nil {
-			break
-		}
-		b.removeDirs()
-		// Another box's teardown removes the parents it leaves empty: if
-		// that happened between making them and making ours, make them
-		// again.
-		if errors.Is(err, fs.ErrNotExist) && attempt < 3 {
-			continue
-		}
+	if l == (Limits{}) {
+		b.limits = b.openLimitFiles()
+	} else if err := b.SetLimits(l); err != nil {
 		b.Destroy()
 		return nil, err
 	}
 	b.openAccounting()
-	if l == (Limits{}) {
-		b.limits = b.openLimitFiles()
-	}
 	// The CPU limit needs cpuUsage from the start; the other files fail
 	// (a kernel without them) only when read.
 	if err := b.cpuUsage.err; err != nil {
@@ -87,6 +69,58 @@ func (m *Manager) Create(name string, l Limits) (*Box, error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// makeDirs makes the box's directories: one mkdir each when the parents
+// are there and nothing is left of an earlier box of the name.
+func (b *Box) makeDirs(m *Manager) error {
+	for _, c := range b.controllers() {
+		dir := b.dirs[c]
+		for attempt := 1; ; attempt++ {
+			err := unix.Mkdir(dir, 0o755)
+			if err == nil {
+				break
+			}
+			switch {
+			case err == unix.EEXIST && attempt == 1:
+				// Left by a supervisor that was killed.
+				if err := removeDir(dir); err != nil {
+					return fmt.Errorf("remove stale cgroup of %s: %w", b.name, err)
+				}
+				continue
+			case err == unix.ENOENT && attempt < 3:
+				// The parents are not made yet, or another box's
+				// teardown removed them as it left them empty.
+				if err := m.ensureParents(); err != nil {
+					return err
+				}
+				continue
+			}
+			return fmt.Errorf("create cgroup %s: %w", dir, err)
+		}
+	}
+	// A box without a cpu directory must not find one of an earlier box
+	// there.
+	if !b.withCPU {
+		if err := removeDir(b.dirs["cpu"]); err != nil {
+			return fmt.Errorf("remove stale cgroup of %s: %w", b.name, err)
+		}
+	}
+	return nil
+}
+
+// controllers are the keys of the box's own directories in dirs.
+func (b *Box) controllers() []string {
+	if !b.mode.usesV1() {
+		return []string{""}
+	}
+	var cs []string
+	for _, c := range v1Controllers {
+		if c != "cpu" || b.withCPU {
+			cs = append(cs, c)
+		}
+	}
+	return cs
 }
 
 // openAccounting opens the files a run reads to account for what it used.
@@ -119,96 +153,6 @@ func (m *Manager) box(name string) *Box {
 	return b
 }
 
-func (b *Box) exists() bool {
-	for _, d := range b.dirs {
-		if _, err := os.Stat(d); err == nil {
-			return true
-		}
-	}
-	return false
-}
-
-func (b *Box) createV1(m *Manager, l Limits) error {
-	res := &specs.LinuxResources{}
-	if l.Memory > 0 {
-		mem := l.Memory
-		res.Memory = &specs.LinuxMemory{Limit: &mem, Swap: &mem}
-	}
-	if l.Pids > 0 {
-		pids := l.Pids
-		res.Pids = &specs.LinuxPids{Limit: &pids}
-	}
-	if l.CPUs > 0 {
-		quota := int64(l.CPUs * cfsPeriod)
-		period := uint64(cfsPeriod)
-		res.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
-	}
-	var subsystems []cgroup1.Subsystem
-	// containerd addresses a controller as <mount root>/<name>/<path>; the
-	// mount root is the directory above the controller's mount point.
-	mounts := m.mounts
-	rel := map[cgroup1.Name]string{}
-	for _, c := range v1Controllers {
-		mnt := mounts[c]
-		root := filepath.Dir(mnt)
-		name := cgroup1.Name(c)
-		switch c {
-		case "memory":
-			subsystems = append(subsystems, cgroup1.NewMemory(root, cgroup1.OptionalSwap()))
-		case "pids":
-			subsystems = append(subsystems, cgroup1.NewPids(root))
-		case "cpu":
-			subsystems = append(subsystems, cgroup1.NewCpu(root))
-		case "cpuacct":
-			subsystems = append(subsystems, cgroup1.NewCpuacct(root))
-		}
-		r, err := filepath.Rel(filepath.Join(root, c), b.dirs[c])
-		if err != nil {
-			return err
-		}
-		rel[name] = "/" + r
-	}
-	path := func(n cgroup1.Name) (string, error) { return rel[n], nil }
-	hier := func() ([]cgroup1.Subsystem, error) { return subsystems, nil }
-	if _, err := cgroup1.New(path, res, cgroup1.WithHierarchy(hier)); err != nil {
-		return fmt.Errorf("create v1 cgroup %s: %w", b.name, err)
-	}
-	return nil
-}
-
-func (b *Box) createV2(m *Manager, l Limits) error {
-	dir := b.dirs[""]
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return fmt.Errorf("create cgroup %s: %w", dir, err)
-	}
-	res := &cgroup2.Resources{}
-	if l.Memory > 0 {
-		mem := l.Memory
-		res.Memory = &cgroup2.Memory{Max: &mem}
-		if _, err := os.Stat(filepath.Join(dir, "memory.swap.max")); err == nil {
-			zero := int64(0)
-			res.Memory.Swap = &zero
-		}
-	}
-	if l.Pids > 0 {
-		res.Pids = &cgroup2.Pids{Max: l.Pids}
-	}
-	if l.CPUs > 0 {
-		quota := int64(l.CPUs * cfsPeriod)
-		period := uint64(cfsPeriod)
-		res.CPU = &cgroup2.CPU{Max: cgroup2.NewCPUMax(&quota, &period)}
-	}
-	mnt := m.mounts[""]
-	mgr, err := cgroup2.Load(strings.TrimPrefix(dir, mnt), cgroup2.WithMountpoint(mnt))
-	if err != nil {
-		return err
-	}
-	if err := mgr.Update(res); err != nil {
-		return fmt.Errorf("set limits of cgroup %s: %w", dir, err)
-	}
-	return nil
-}
-
 // Name is the box's cgroup name.
 func (b *Box) Name() string { return b.name }
 
@@ -231,7 +175,7 @@ func (b *Box) PlacementFiles() ([]*os.File, error) {
 		return []*os.File{f.file()}, nil
 	}
 	var files []*os.File
-	for _, c := range v1Controllers {
+	for _, c := range b.controllers() {
 		f, err := openCtl(filepath.Join(b.dirs[c], "tasks"), unix.O_WRONLY)
 		if err != nil {
 			closeFiles(files)

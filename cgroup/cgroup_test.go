@@ -110,8 +110,10 @@ func TestParentsGoWithTheLastBox(t *testing.T) {
 	if err := a.Destroy(); err != nil {
 		t.Fatal(err)
 	}
-	for c, p := range m.Parents() {
-		if _, err := os.Stat(p); err != nil {
+	// The parents of box-b's own directories (without a CPU limit, on
+	// v1 it has none in the cpu hierarchy).
+	for _, c := range b.controllers() {
+		if _, err := os.Stat(filepath.Dir(b.dirs[c])); err != nil {
 			t.Errorf("parent of %q gone while box-b lives: %v", c, err)
 		}
 	}
@@ -226,6 +228,55 @@ func growPastLimit(b *Box) (int64, error) {
 	return b.OOMKills()
 }
 
+// On v1 the cpu hierarchy only enforces the CPU limit: a box with limits
+// but none on the CPU has no directory there (one left by an earlier box
+// of its name is removed), is still accounted through cpuacct, and
+// refuses a CPU limit later rather than leave it unenforced.
+func TestCPUHierarchyOnlyForACPULimit(t *testing.T) {
+	requireRoot(t)
+	m := testManager(t)
+	if !m.Mode().usesV1() {
+		t.Skip("one directory holds every controller on v2")
+	}
+	name := fmt.Sprintf("box-test-nocpu-%d", os.Getpid())
+	stale := filepath.Join(m.Parents()["cpu"], name)
+	if err := os.MkdirAll(stale, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.Create(name, Limits{Memory: 64 << 20, Pids: 4})
+	if err != nil {
+		os.Remove(stale)
+		t.Fatal(err)
+	}
+	defer b.Destroy()
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("cpu directory %s of a box without a CPU limit: %v", stale, err)
+	}
+	files, err := b.PlacementFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 3 {
+		t.Errorf("%d placement files, want memory, pids and cpuacct", len(files))
+	}
+	closeFiles(files)
+	joinAndRun(t, b, "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done")
+	if used, err := b.CPUUsage(); err != nil || used <= 0 {
+		t.Errorf("CPUUsage %v %v", used, err)
+	}
+	if err := b.SetLimits(Limits{CPUs: 1}); err == nil {
+		t.Error("a CPU limit set on a box without a cpu cgroup")
+	}
+	if err := b.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range b.dirs {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("%s left after Destroy", d)
+		}
+	}
+}
+
 // A cgroup left by a killed supervisor, with a process still in it, is
 // removed (its process killed) when the same box is created again.
 func TestStaleBoxRemoved(t *testing.T) {
@@ -311,8 +362,8 @@ func TestV2PathsOnTheUnifiedMount(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.Remove(parent)
-	b := &Box{mode: V2, name: "box-0", dirs: map[string]string{"": filepath.Join(parent, "box-0")}}
-	if err := b.createV2(m, Limits{}); err != nil {
+	b := &Box{mode: V2, name: "box-0", dirs: map[string]string{"": filepath.Join(parent, "box-0")}, withCPU: true}
+	if err := b.makeDirs(m); err != nil {
 		t.Fatal(err)
 	}
 	defer b.Destroy()
@@ -421,30 +472,32 @@ func benchBox(b *testing.B) (*Manager, *Box) {
 	return m, box
 }
 
-// What a box built ahead pays at its claim for its command's limits:
-// SetLimits' own writes against containerd applying the same limits
-// (cgroup1.New on the box's existing directories, as Create uses it; v1
-// and hybrid hosts only). `go test -run '^$' -bench SetLimits ./cgroup`.
+// What a box built ahead pays at its claim for its command's limits.
+// `go test -run '^$' -bench SetLimits ./cgroup`.
 func BenchmarkSetLimits(b *testing.B) {
-	m, box := benchBox(b)
+	_, box := benchBox(b)
 	l := Limits{Memory: 64 << 20, Pids: 16, CPUs: 1}
-	b.Run("direct", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
-			if err := box.SetLimits(l); err != nil {
-				b.Fatal(err)
-			}
+	for i := 0; i < b.N; i++ {
+		if err := box.SetLimits(l); err != nil {
+			b.Fatal(err)
 		}
-	})
-	b.Run("containerd", func(b *testing.B) {
-		if !m.mode.usesV1() {
-			b.Skip("cgroup v2: Create makes the directory itself")
+	}
+}
+
+// What a run pays for its box's cgroup: made with a judge's limits (no
+// CPU bandwidth limit), then removed.
+func BenchmarkCreateDestroy(b *testing.B) {
+	m := testManager(b)
+	name := fmt.Sprintf("box-bench-%d", os.Getpid())
+	for i := 0; i < b.N; i++ {
+		box, err := m.Create(name, Limits{Memory: 256 << 20, Pids: 16})
+		if err != nil {
+			b.Fatal(err)
 		}
-		for i := 0; i < b.N; i++ {
-			if err := box.createV1(m, l); err != nil {
-				b.Fatal(err)
-			}
+		if err := box.Destroy(); err != nil {
+			b.Fatal(err)
 		}
-	})
+	}
 }
 
 // BenchmarkAccountingReads reads what a run reads from its box's cgroup

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -51,7 +52,7 @@ func HostDevDevice() (uint64, error) {
 // OpenBindSource opens b.Host as caller, checks it, and copies it as a
 // detached mount (as this thread's own credentials: the supervisor's).
 // An optional source that does not exist is nil.
-func OpenBindSource(t *FSThread, caller Cred, b rootfs.Bind, devDev uint64, mounts *[]Mount, byPath bool) (*BindSource, error) {
+func OpenBindSource(t *FSThread, caller Cred, b rootfs.Bind, devDev uint64, byPath bool) (*BindSource, error) {
 	if _, ok := fdName(b.Host); ok {
 		return nil, errors.New("names a descriptor; a bind takes a file or directory")
 	}
@@ -92,7 +93,7 @@ func OpenBindSource(t *FSThread, caller Cred, b rootfs.Bind, devDev uint64, moun
 	}
 	isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
 	if isDir && !b.NoRec {
-		if err := noKernelMountBelow(fd, mounts); err != nil {
+		if err := noKernelMountBelow(fd); err != nil {
 			return nil, err
 		}
 	}
@@ -136,21 +137,18 @@ var kernelFSTypes = map[string]bool{
 type Mount struct{ Point, FSType, Source string }
 
 // noKernelMountBelow refuses a directory (fd) below which a kernel
-// interface is mounted: a recursive bind would bring that mount along
-// (--bind /:/host gets the host's /proc, /sys and /dev). mounts is this
-// process's mount table, read on first use.
-func noKernelMountBelow(fd int, mounts *[]Mount) error {
+// interface is mounted: a recursive bind would bring it into the box.
+func noKernelMountBelow(fd int) error {
 	dir, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
 	if err != nil {
 		return err
 	}
-	if *mounts == nil {
-		if *mounts, err = ReadMounts(); err != nil {
-			return err
-		}
+	mounts, err := Mounts()
+	if err != nil {
+		return err
 	}
 	prefix := strings.TrimSuffix(dir, "/") + "/"
-	for _, m := range *mounts {
+	for _, m := range mounts {
 		if kernelFSTypes[m.FSType] && strings.HasPrefix(m.Point, prefix) {
 			return fmt.Errorf("holds the host's %s mount at %s, a kernel interface never bound into a box (bind what the box needs, or a non-recursive bind)", m.FSType, m.Point)
 		}
@@ -158,13 +156,73 @@ func noKernelMountBelow(fd int, mounts *[]Mount) error {
 	return nil
 }
 
-// ReadMounts reads this process's mount table, in its order (a mount
-// after one on the same point is on top of it).
-func ReadMounts() ([]Mount, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
+// mountTable is this process's mount table as last read, and the open
+// mountinfo it was read from: reading it costs the kernel a walk of every
+// mount, and a service would pay that for each run's binds.
+var mountTable struct {
+	sync.Mutex
+	fd     int // -1 while not open
+	mounts []Mount
+}
+
+func init() { mountTable.fd = -1 }
+
+// Mounts is this process's mount table, in its order (a mount after one
+// on the same point is on top of it). It is read again only when it may
+// have changed: the kernel marks an open mountinfo with POLLPRI once a
+// mount or unmount happened in the namespace since the mark was last
+// polled, and a change after the poll is in the read or marks the next
+// poll. The descriptor is a raw one: Go's netpoller would poll an
+// *os.File of it too, and take the mark. The slice is shared: never
+// modified.
+func Mounts() ([]Mount, error) {
+	mountTable.Lock()
+	defer mountTable.Unlock()
+	if mountTable.fd < 0 {
+		fd, err := unix.Open("/proc/self/mountinfo", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, &os.PathError{Op: "open", Path: "/proc/self/mountinfo", Err: err}
+		}
+		mountTable.fd = fd
+	} else {
+		fds := []unix.PollFd{{Fd: int32(mountTable.fd), Events: unix.POLLPRI}}
+		if n, err := unix.Poll(fds, 0); err == nil && n == 0 {
+			return mountTable.mounts, nil
+		}
 	}
+	data, err := readAllAt(mountTable.fd)
+	if err != nil {
+		unix.Close(mountTable.fd)
+		mountTable.fd = -1
+		return nil, fmt.Errorf("read /proc/self/mountinfo: %w", err)
+	}
+	mountTable.mounts = parseMounts(data)
+	return mountTable.mounts, nil
+}
+
+// readAllAt reads the file fd whole, from its start.
+func readAllAt(fd int) ([]byte, error) {
+	buf := make([]byte, 0, 4096)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := unix.Pread(fd, buf[len(buf):cap(buf)], int64(len(buf)))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			return buf, nil
+		}
+		buf = buf[:len(buf)+n]
+	}
+}
+
+// parseMounts parses the lines of a mountinfo.
+func parseMounts(data []byte) []Mount {
 	mounts := []Mount{}
 	for _, line := range strings.Split(string(data), "\n") {
 		// ID PARENT MAJ:MIN ROOT POINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER
@@ -176,7 +234,7 @@ func ReadMounts() ([]Mount, error) {
 			}
 		}
 	}
-	return mounts, nil
+	return mounts
 }
 
 // unescapeMount undoes the mount table's octal escapes (\040 for a space).

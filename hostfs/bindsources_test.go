@@ -10,20 +10,52 @@ import (
 // TestKernelMountBelow: the root holds the host's /proc; a fresh
 // directory holds nothing.
 func TestKernelMountBelow(t *testing.T) {
-	var mounts []Mount
 	for dir, refused := range map[string]bool{"/": true, t.TempDir(): false} {
 		fd, err := unix.Open(dir, unix.O_PATH|unix.O_CLOEXEC, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = noKernelMountBelow(fd, &mounts)
+		err = noKernelMountBelow(fd)
 		unix.Close(fd)
 		if (err != nil) != refused {
 			t.Errorf("%s: %v, want refused %v", dir, err, refused)
 		}
 	}
-	if _, err := os.Stat("/proc/self"); err == nil && len(mounts) == 0 {
-		t.Errorf("no mounts read")
+}
+
+// The mount table is read again when, and only when, a mount or unmount
+// happened since.
+func TestMountsFollowChanges(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounts a tmpfs: needs root")
+	}
+	before, err := Mounts()
+	if err != nil || len(before) == 0 {
+		t.Fatalf("mount table: %d mounts, %v", len(before), err)
+	}
+	again, _ := Mounts()
+	if &again[0] != &before[0] {
+		t.Error("the mount table was read again with no mount in between")
+	}
+	dir := t.TempDir()
+	has := func(mounts []Mount) bool {
+		for _, m := range mounts {
+			if m.Point == dir && m.FSType == "tmpfs" {
+				return true
+			}
+		}
+		return false
+	}
+	if err := unix.Mount("isolate-test", dir, "tmpfs", 0, "size=4k"); err != nil {
+		t.Fatal(err)
+	}
+	mounted, err := Mounts()
+	unix.Unmount(dir, unix.MNT_DETACH)
+	if err != nil || !has(mounted) {
+		t.Errorf("a new mount not in the table (%v)", err)
+	}
+	if after, err := Mounts(); err != nil || has(after) {
+		t.Errorf("an unmounted tmpfs still in the table (%v)", err)
 	}
 }
 

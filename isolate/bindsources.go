@@ -27,14 +27,13 @@ func (s *supervisor) openBinds() error {
 	if err != nil {
 		return err
 	}
-	var mounts []hostfs.Mount // read once, for the first recursive bind
 	s.binds = make([]*bindSource, len(s.spec.Binds))
 	return hostfs.WithFSThread(func(t *hostfs.FSThread) error {
 		for i, b := range s.spec.Binds {
 			if b.FS != "" {
 				continue
 			}
-			src, err := hostfs.OpenBindSource(t, s.caller(), b, devDev, &mounts, s.host.rootless != nil)
+			src, err := hostfs.OpenBindSource(t, s.caller(), b, devDev, s.host.rootless != nil)
 			if err != nil {
 				return fmt.Errorf("bind %s: %w", b.Host, err)
 			}

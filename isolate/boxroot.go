@@ -49,7 +49,7 @@ func realDir(dir string) string {
 // topMount is the file system type and source of what is mounted last on
 // dir, from this process's mount table; ok is false when nothing is.
 func topMount(dir string) (fstype, source string, ok bool, err error) {
-	mounts, err := hostfs.ReadMounts()
+	mounts, err := hostfs.Mounts()
 	for _, m := range mounts {
 		if m.Point == dir {
 			fstype, source, ok = m.FSType, m.Source, true
