@@ -82,7 +82,22 @@ type pool struct {
 	stopped  bool
 	stop     chan struct{}
 	wg       sync.WaitGroup // builds, background teardowns, the janitor
+	// busyAt is when a run last claimed a box or had its answer: the
+	// pool's housekeeping waits for a quiet moment (awaitQuiet).
+	busyAt time.Time
 }
+
+// The pool's housekeeping (the end of a claimed box, and the build of a
+// box for a key that still has one ready) waits until no run claimed a
+// box or had its answer for quietFor, and at most maxDefer: a box's end
+// and a build are a few milliseconds of the CPUs' and the kernel's
+// (namespaces, mounts, cgroups) work, which slowed a request sent right
+// after another's answer by three quarters. Under a steady stream of
+// requests it runs maxDefer late, so that ended boxes do not pile up.
+const (
+	quietFor = 2 * time.Millisecond
+	maxDefer = 20 * time.Millisecond
+)
 
 // StartPool starts building boxes ahead for h's runs (see pool.go). A
 // second call, or Max 0, does nothing.
@@ -211,6 +226,7 @@ func (p *pool) claim(pr *Prepared) *builtBox {
 		sl.ready = sl.ready[:n-1]
 		p.total--
 		if b.s.init.alive() {
+			p.busyAt = now
 			return b
 		}
 		// Killed while it waited (by the OOM killer, by an operator):
@@ -302,9 +318,16 @@ func (p *pool) evictFor(sl *poolSlot) bool {
 	return true
 }
 
-// build builds one box for sl in the background.
+// build builds one box for sl in the background: at once while sl has
+// none ready, else in a quiet moment.
 func (p *pool) build(sl *poolSlot) {
 	defer p.wg.Done()
+	p.mu.Lock()
+	spare := len(sl.ready) > 0
+	p.mu.Unlock()
+	if spare {
+		p.awaitQuiet()
+	}
 	b, err := p.buildBox(sl)
 	p.mu.Lock()
 	sl.building--
@@ -499,6 +522,12 @@ func (p *pool) goEnd(end func() error, after <-chan struct{}) {
 	go func() {
 		defer p.wg.Done()
 		p.awaitCaller(after, nil)
+		if after != nil {
+			p.mu.Lock()
+			p.busyAt = time.Now()
+			p.mu.Unlock()
+		}
+		p.awaitQuiet()
 		reportEnd(end())
 		p.mu.Lock()
 		p.fill()
@@ -519,6 +548,28 @@ func (p *pool) awaitCaller(after, wanted <-chan struct{}) {
 	case <-p.stop:
 	case <-wait.C:
 	case <-wanted:
+	}
+}
+
+// awaitQuiet waits until no run claimed a box or had its answer for
+// quietFor, maxDefer at most, or until the pool stops.
+func (p *pool) awaitQuiet() {
+	deadline := time.Now().Add(maxDefer)
+	for {
+		p.mu.Lock()
+		wait := time.Until(p.busyAt.Add(quietFor))
+		p.mu.Unlock()
+		if left := time.Until(deadline); left < wait {
+			wait = left
+		}
+		if wait <= 0 {
+			return
+		}
+		select {
+		case <-p.stop:
+			return
+		case <-time.After(wait):
+		}
 	}
 }
 
