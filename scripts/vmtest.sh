@@ -17,6 +17,13 @@
 # VMTEST_KERNEL (a linux-image-* package instead of linux-image-amd64's),
 # VMTEST_TIMEOUT (seconds the VM may run, default 120; it needs about 15).
 # GOFLAGS passes to go build as usual.
+#
+# By hand, not in CI: VMTEST_BENCH (arguments of `isolate bench`, e.g.
+# "--handover --runs 60 --ioi /vmtest/ioi-isolate") makes the guest run the
+# bench instead of the driver and print its output. VMTEST_IOI (a static
+# ioi/isolate built with CONFIGDIR=/vmtest/ioi) puts it at
+# /vmtest/ioi-isolate with a config whose cg_root the guest delegates to
+# it, as its isolate-cg-keeper would (see docs/VMTEST.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cache=${VMTEST_CACHE:-/var/cache/isolate-vmtest}
@@ -111,6 +118,23 @@ say "building isolate, the driver and the probe (static)"
 CGO_ENABLED=0 go build -trimpath -o "$root/vmtest/driver" ./scripts/vmtest/driver
 gcc -O1 -static -pthread -o "$root/vmtest/t/probe" internal/bench/testdata/probe.c
 
+if [ -n "${VMTEST_BENCH:-}" ]; then
+	printf '%s\n' "$VMTEST_BENCH" >"$root/vmtest/bench"
+fi
+if [ -n "${VMTEST_IOI:-}" ]; then
+	install -m 0755 "$VMTEST_IOI" "$root/vmtest/ioi-isolate"
+	# Its boxes bind /lib (here empty); its uids are apart from ours.
+	mkdir -p "$root/vmtest/ioi" "$root/lib"
+	cat >"$root/vmtest/ioi/isolate" <<-EOF
+		box_root = /var/lib/ioi-isolate
+		lock_root = /run/ioi-isolate/locks
+		cg_root = /sys/fs/cgroup/ioi-isolate
+		first_uid = 70000
+		first_gid = 70000
+		num_boxes = 1000
+	EOF
+fi
+
 cp /bin/busybox "$root/bin/busybox"
 for applet in $("$root/bin/busybox" --list); do
 	[ -e "$root/bin/$applet" ] || ln -s busybox "$root/bin/$applet"
@@ -171,6 +195,10 @@ fi
 if [ "$rc" -ne 0 ]; then
 	say "FAILED ($why) in $(elapsed "$began") s, VM $vmtime s; $cpu_note"
 	exit 1
+fi
+if [ -n "${VMTEST_BENCH:-}" ]; then
+	say "bench done in $(elapsed "$began") s (VM $vmtime s; $cpu_note)"
+	exit 0
 fi
 grep -q '^vmtest: [0-9]* passed, 0 failed$' "$work/report.log" || die "the report is incomplete"
 say "ok in $(elapsed "$began") s (VM boot + checks $vmtime s; $cpu_note)"

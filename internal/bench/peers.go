@@ -35,8 +35,13 @@ const (
 )
 
 // IOIBox is the box id the bench initialises in ioi/isolate (its default
-// configuration has boxes 0-999; judges count up from 0).
-const IOIBox = 999
+// configuration has boxes 0-999; judges count up from 0). Its --cg form
+// takes IOICgBox: ioi/isolate records in a box's lock whether it was
+// initialised with --cg and refuses the other mode on it.
+const (
+	IOIBox   = 999
+	IOICgBox = 992
+)
 
 // Peers is which peers to measure.
 type Peers struct {
@@ -107,20 +112,19 @@ func (c Peers) peers() (*peerSet, error) {
 	if ioi == "" {
 		ps.skipped[VarIOI] = ioiInstall
 	} else {
-		forms := []struct {
+		type form struct {
 			name string
+			box  int
 			opts []string
-		}{{VarIOI, nil}}
+		}
+		forms := []form{{VarIOI, IOIBox, nil}}
 		if cgroup.DetectMode() == cgroup.V2 {
-			forms = append(forms, struct {
-				name string
-				opts []string
-			}{VarIOICg, []string{"--cg"}})
+			forms = append(forms, form{VarIOICg, IOICgBox, []string{"--cg"}})
 		} else {
 			ps.skipped[VarIOICg] = "ioi/isolate takes cgroups on pure cgroup v2 hosts only; this one is " + string(cgroup.DetectMode())
 		}
 		for _, f := range forms {
-			v, done, err := ioiVariant(f.name, ioi, f.opts)
+			v, done, err := ioiVariant(f.name, ioi, f.box, f.opts)
 			if err != nil {
 				ps.close()
 				return nil, err
@@ -152,10 +156,10 @@ func (c Peers) ioiBinary() string {
 	return ioi
 }
 
-// ioiVariant initialises box IOIBox of ioi/isolate (bin, with opts) and
+// ioiVariant initialises box id of ioi/isolate (bin, with opts) and
 // returns the variant that runs /bin/true on it, and what cleans it up.
-func ioiVariant(name, bin string, opts []string) (variant, func(), error) {
-	box := []string{bin, "--box-id=" + strconv.Itoa(IOIBox)}
+func ioiVariant(name, bin string, id int, opts []string) (variant, func(), error) {
+	box := []string{bin, "--box-id=" + strconv.Itoa(id)}
 	box = append(box, opts...)
 	init := append(append([]string(nil), box...), "--init")
 	if out, err := exec.Command(init[0], init[1:]...).CombinedOutput(); err != nil {
