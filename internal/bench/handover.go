@@ -89,7 +89,7 @@ func RunHandover(c HandoverConfig) (*HandoverResult, error) {
 	// honours its own): the service's runs get none of them.
 	viaSvc := &benchRunner{bin: c.Bin, version: c.Version, env: append(withoutIsolateVars(os.Environ()), "ISOLATE_SERVICE_SOCKET="+svc.socket)}
 	res := &HandoverResult{Machine: describeMachine(c.Version), Rounds: c.Rounds}
-	meter := newCPUMeter()
+	meter := newCPUMeter(svc.cmd.Process.Pid)
 	vs := []variant{
 		{name: VarBare, argv: []string{"/bin/true"}},
 		{name: VarInProcess, argv: inProc.isolateArgs(nil, "/bin/true"), run: inProc.viaTrue("in-process")},

@@ -48,16 +48,24 @@ func loadAvg() string {
 type cpuMeter struct {
 	start      time.Time
 	busy, ours time.Duration
+	// running are children of the bench that run while it measures
+	// (its service): their CPU is its own, but in no getrusage of it
+	// until they are reaped.
+	running []int
 }
 
-func newCPUMeter() cpuMeter {
-	return cpuMeter{start: time.Now(), busy: hostBusy(), ours: ownCPU()}
+// newCPUMeter starts measuring; running are the bench's children that
+// run meanwhile.
+func newCPUMeter(running ...int) cpuMeter {
+	m := cpuMeter{start: time.Now(), busy: hostBusy(), running: running}
+	m.ours = m.ownCPU()
+	return m
 }
 
 // others is the average number of CPUs other work used since the meter
 // started.
 func (m cpuMeter) others() float64 {
-	other := (hostBusy() - m.busy) - (ownCPU() - m.ours)
+	other := (hostBusy() - m.busy) - (m.ownCPU() - m.ours)
 	if other < 0 {
 		other = 0
 	}
@@ -83,8 +91,40 @@ func hostBusy() time.Duration {
 	return time.Duration(ticks) * time.Second / 100 // USER_HZ
 }
 
-// ownCPU is the CPU time of this process and of the children it reaped.
-func ownCPU() time.Duration {
+// ownCPU is the CPU time of this process, of the children it reaped and
+// of those running.
+func (m cpuMeter) ownCPU() time.Duration {
+	total := reapedCPU()
+	for _, pid := range m.running {
+		total += procCPU(pid)
+	}
+	return total
+}
+
+// procCPU is the CPU time of process pid and of the children it reaped,
+// from /proc/PID/stat (0 once it is gone).
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// PID (COMM) STATE ...: utime, stime, cutime and cstime are the
+	// 12th to 15th fields after the command's closing parenthesis.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 15 {
+		return 0
+	}
+	var ticks int64
+	for _, v := range f[11:15] {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / 100 // USER_HZ
+}
+
+// reapedCPU is the CPU time of this process and of the children it reaped.
+func reapedCPU() time.Duration {
 	var total time.Duration
 	for _, who := range []int{unix.RUSAGE_SELF, unix.RUSAGE_CHILDREN} {
 		var ru unix.Rusage

@@ -1,8 +1,10 @@
 package bench
 
 import (
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestIOIVersion(t *testing.T) {
@@ -75,5 +77,24 @@ func TestPeersMissing(t *testing.T) {
 	}
 	if len(ps.skipped) != 2 {
 		t.Errorf("skipped %v, want ioi/isolate and go-judge only", ps.skipped)
+	}
+}
+
+// The CPU of a child that still runs counts as the bench's own: a busy
+// child is no other work.
+func TestRunningChildIsOwnCPU(t *testing.T) {
+	child := exec.Command("sh", "-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; sleep 5")
+	if err := child.Start(); err != nil {
+		t.Skip(err)
+	}
+	defer func() { child.Process.Kill(); child.Wait() }()
+	meter := newCPUMeter(child.Process.Pid)
+	deadline := time.Now().Add(3 * time.Second)
+	for procCPU(child.Process.Pid) < 100*time.Millisecond && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	used := meter.ownCPU() - meter.ours
+	if used < 50*time.Millisecond {
+		t.Errorf("a running child's CPU not counted: %v", used)
 	}
 }

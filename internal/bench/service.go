@@ -112,7 +112,7 @@ func RunService(c ServiceConfig) (*ServiceResult, error) {
 	defer svc.stop()
 	apiSock := filepath.Join(svc.dir, "api.sock")
 	res := &ServiceResult{Machine: describeMachine(c.Version), Rounds: c.Rounds, Parallel: parallel}
-	meter := newCPUMeter()
+	meter := newCPUMeter(svc.cmd.Process.Pid)
 	client, err := dialAPI(apiSock)
 	if err != nil {
 		return nil, err
