@@ -29,9 +29,14 @@ import (
 // init binds the path itself, in the user's own namespaces, where a swap
 // of the path could give the user nothing the user does not have.
 type BindSource struct {
-	Tree *os.File
-	Dir  bool
-	Path string // without root: the checked path, bound by init
+	// Source is the checked source (O_PATH): what the bind is, by device
+	// and inode, and what Clone copies.
+	Source *os.File
+	// Tree is its detached copy for init (Clone), nil until made.
+	Tree  *os.File
+	Dir   bool
+	Path  string // without root: the checked path, bound by init
+	noRec bool
 }
 
 // HostDevDevice is the device of the host's /dev when that is a devtmpfs
@@ -49,9 +54,8 @@ func HostDevDevice() (uint64, error) {
 	return st.Dev, nil
 }
 
-// OpenBindSource opens b.Host as caller, checks it, and copies it as a
-// detached mount (as this thread's own credentials: the supervisor's).
-// An optional source that does not exist is nil.
+// OpenBindSource opens b.Host as caller and checks it: Clone then copies
+// it for a box. An optional source that does not exist is nil.
 func OpenBindSource(t *FSThread, caller Cred, b rootfs.Bind, devDev uint64, byPath bool) (*BindSource, error) {
 	if _, ok := fdName(b.Host); ok {
 		return nil, errors.New("names a descriptor; a bind takes a file or directory")
@@ -65,7 +69,12 @@ func OpenBindSource(t *FSThread, caller Cred, b rootfs.Bind, devDev uint64, byPa
 	} else if err != nil {
 		return nil, err
 	}
-	defer unix.Close(fd)
+	kept := false
+	defer func() {
+		if !kept {
+			unix.Close(fd)
+		}
+	}()
 	mode := uint32(unix.R_OK)
 	if b.Writable {
 		mode |= unix.W_OK
@@ -97,29 +106,52 @@ func OpenBindSource(t *FSThread, caller Cred, b rootfs.Bind, devDev uint64, byPa
 			return nil, err
 		}
 	}
+	src := &BindSource{Dir: isDir, noRec: b.NoRec}
 	if byPath {
-		path, err := filepath.Abs(b.Host)
-		if err != nil {
+		if src.Path, err = filepath.Abs(b.Host); err != nil {
 			return nil, err
 		}
-		return &BindSource{Dir: isDir, Path: path}, nil
+	}
+	src.Source, kept = os.NewFile(uintptr(fd), b.Host), true
+	return src, nil
+}
+
+// Clone copies the source as a detached mount (open_tree of its
+// descriptor) for init to move into a box, once, as this thread's own
+// credentials (the supervisor's). Only a box built from the source needs
+// it: a copy closed while still detached is unmounted, which costs the
+// kernel an expedited RCU grace period, and those are serialized across
+// the machine (a handed-over run of a box built ahead paid one for
+// nothing, and two callers' runs queued on them).
+func (b *BindSource) Clone() error {
+	if b.Tree != nil || b.Path != "" {
+		return nil
 	}
 	flags := uint(unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC | unix.AT_EMPTY_PATH)
-	if !b.NoRec {
+	if !b.noRec {
 		flags |= unix.AT_RECURSIVE
 	}
-	tree, err := unix.OpenTree(fd, "", flags)
+	tree, err := unix.OpenTree(int(b.Source.Fd()), "", flags)
 	if err != nil {
-		return nil, fmt.Errorf("copy the mount: %w", err)
+		return fmt.Errorf("copy the mount: %w", err)
 	}
 	// The copy of a shared mount would share its peer group: a mount
 	// under it in the box would then appear on the host.
 	attr := &unix.MountAttr{Propagation: unix.MS_PRIVATE}
 	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
 		unix.Close(tree)
-		return nil, fmt.Errorf("make the copy private: %w", err)
+		return fmt.Errorf("make the copy private: %w", err)
 	}
-	return &BindSource{Tree: os.NewFile(uintptr(tree), "bind:"+b.Host), Dir: isDir}, nil
+	b.Tree = os.NewFile(uintptr(tree), "bind:"+b.Source.Name())
+	return nil
+}
+
+// Close closes the source and its copy.
+func (b *BindSource) Close() {
+	b.Source.Close()
+	if b.Tree != nil {
+		b.Tree.Close()
+	}
 }
 
 // kernelFSTypes are the file systems (as mountinfo names them) whose

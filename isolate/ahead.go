@@ -100,7 +100,7 @@ func (a *aheadBox) serves(s *supervisor) bool {
 		return false
 	}
 	for i, src := range s.binds {
-		if (src == nil) != (a.binds[i] == nil) || (src != nil && !sameFile(src.Tree, a.binds[i].Tree)) {
+		if (src == nil) != (a.binds[i] == nil) || (src != nil && !sameFile(src.Source, a.binds[i].Source)) {
 			return false
 		}
 	}

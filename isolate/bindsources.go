@@ -50,11 +50,11 @@ func (s *supervisor) closeBinds() {
 	s.binds = nil
 }
 
-// closeBindSources lets go of the detached copies of bind sources.
+// closeBindSources lets go of bind sources and their detached copies.
 func closeBindSources(binds []*bindSource) {
 	for _, b := range binds {
-		if b != nil && b.Tree != nil {
-			b.Tree.Close()
+		if b != nil {
+			b.Close()
 		}
 	}
 }

@@ -128,7 +128,13 @@ func (s *supervisor) startInit() error {
 		extra = append(extra, m.File())
 	}
 	for _, b := range s.binds {
-		if b != nil && b.Tree != nil {
+		if b == nil {
+			continue
+		}
+		if err := b.Clone(); err != nil {
+			return fmt.Errorf("bind %s: %w", b.Source.Name(), err)
+		}
+		if b.Tree != nil {
 			b.initFD = fdControl + len(extra)
 			extra = append(extra, b.Tree)
 		}
