@@ -61,6 +61,14 @@ type judgesThrough struct {
 	Service float64 `json:"service_runs_per_s"`
 	IOI     float64 `json:"ioi_isolate_runs_per_s"`
 	Ratio   float64 `json:"ratio"`
+	// The machine's CPU per run (ms, machineCPU over the block: every
+	// process and kernel thread, the callers included, other work too):
+	// this isolate's, ioi/isolate's, and
+	// `unshare -Urnpimf /bin/true`'s, the kernel's floor for a fresh
+	// set of namespaces (0 without unshare).
+	ServiceCPU float64 `json:"service_cpu_ms_per_run"`
+	IOICPU     float64 `json:"ioi_isolate_cpu_ms_per_run"`
+	FloorCPU   float64 `json:"unshare_cpu_ms_per_run,omitempty"`
 }
 
 // judgesBoxes are the box ids of the judges' throughput: this isolate's
@@ -215,19 +223,30 @@ func judgesThroughput(perBlock int, svc *benchRunner, ioi string) ([]judgesThrou
 			return timed(argv, svc.env, nil)
 		}
 	}
+	runs := []func(*sink) (sample, error){runOn(ways[0]), runOn(ways[1])}
+	if unshare, err := exec.LookPath("unshare"); err == nil {
+		floor := []string{unshare, "-Urnpimf", "/bin/true"}
+		runs = append(runs, func(*sink) (sample, error) { return timed(floor, svc.env, nil) })
+	}
 	var res []judgesThrough
 	for _, callers := range []int{1, 2} {
-		var rates [2][]float64
+		rates, cpus := make([][]float64, len(runs)), make([][]float64, len(runs))
 		for b := 0; b < ThroughputBlocks; b++ {
-			for i := range ways {
-				rate, err := block(perBlock, callers, runOn(ways[i]))
+			for i, run := range runs {
+				used := machineCPU()
+				rate, err := block(perBlock, callers, run)
 				if err != nil {
 					return nil, err
 				}
 				rates[i] = append(rates[i], rate)
+				cpus[i] = append(cpus[i], ms(machineCPU()-used)/float64(perBlock))
 			}
 		}
-		t := judgesThrough{Callers: callers, Service: median(rates[0]), IOI: median(rates[1])}
+		t := judgesThrough{Callers: callers, Service: median(rates[0]), IOI: median(rates[1]),
+			ServiceCPU: median(cpus[0]), IOICPU: median(cpus[1])}
+		if len(runs) > 2 {
+			t.FloorCPU = median(cpus[2])
+		}
 		t.Ratio = ratio(t.Service, t.IOI)
 		res = append(res, t)
 	}
@@ -410,11 +429,18 @@ func PrintHandover(w io.Writer, res *HandoverResult, markdown bool) {
 	}
 	if len(res.Judges) > 0 {
 		fmt.Fprintln(w, "\nthe judges' path, --run/s on initialised boxes, a box per caller (median of alternating blocks)")
+		fmt.Fprintln(w, "and the machine's CPU per run (ms, every task's; unshare -Urnpimf /bin/true: the kernel's floor)")
 		fmt.Fprintln(w)
 		row("callers", "ioi form via service", "ioi/isolate", "ratio")
 		rule(4)
 		for _, t := range res.Judges {
 			row(fmt.Sprint(t.Callers), f2(t.Service), f2(t.IOI), f2(t.Ratio))
+		}
+		fmt.Fprintln(w)
+		row("callers", "CPU: via service", "ioi/isolate", "unshare")
+		rule(4)
+		for _, t := range res.Judges {
+			row(fmt.Sprint(t.Callers), f2(t.ServiceCPU), f2(t.IOICPU), f2(t.FloorCPU))
 		}
 	}
 	fmt.Fprintln(w, "\ntargets")

@@ -72,6 +72,27 @@ func (m cpuMeter) others() float64 {
 	return other.Seconds() / time.Since(m.start).Seconds()
 }
 
+// machineCPU is the CPU time every task of the machine used (kernel
+// threads included), in nanoseconds from the root cgroup where it says
+// (cpuacct.usage on v1, cpu.stat on v2), else hostBusy's ticks.
+func machineCPU() time.Duration {
+	if b, err := os.ReadFile("/sys/fs/cgroup/cpuacct/cpuacct.usage"); err == nil {
+		if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil {
+			return time.Duration(n)
+		}
+	}
+	if b, err := os.ReadFile("/sys/fs/cgroup/cpu.stat"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
+				if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+					return time.Duration(n) * time.Microsecond
+				}
+			}
+		}
+	}
+	return hostBusy()
+}
+
 // hostBusy is the time all CPUs spent not idle, from /proc/stat.
 func hostBusy() time.Duration {
 	b, err := os.ReadFile("/proc/stat")
