@@ -519,3 +519,49 @@ func BenchmarkAccountingReads(b *testing.B) {
 		}
 	}
 }
+
+// A hold keeps the parents through a box's end; releasing it removes
+// them with it. ReleaseHold takes nothing but holds.
+func TestHoldKeepsTheParents(t *testing.T) {
+	requireRoot(t)
+	m := testManager(t)
+	name := fmt.Sprintf("box-test-hold-%d", os.Getpid())
+	holds, err := m.Hold(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(holds) != len(m.Parents()) {
+		t.Errorf("%d holds for %d parents", len(holds), len(m.Parents()))
+	}
+	b, err := m.Create(name, Limits{Pids: 4})
+	if err != nil {
+		ReleaseHold(holds)
+		t.Fatal(err)
+	}
+	if err := b.Destroy(); err != nil {
+		t.Error(err)
+	}
+	for _, h := range holds {
+		if _, err := os.Stat(h); err != nil {
+			t.Errorf("hold %s gone with the box: %v", h, err)
+		}
+	}
+	notCgroup := filepath.Join(t.TempDir(), "isolate", "hold-x")
+	if err := os.MkdirAll(notCgroup, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"/tmp", "relative/isolate/hold-x", notCgroup,
+		filepath.Dir(holds[0]) + "/box-1", filepath.Dir(holds[0]) + "/../isolate/hold-x"} {
+		if err := ReleaseHold([]string{bad}); err == nil {
+			t.Errorf("ReleaseHold(%q) took it", bad)
+		}
+	}
+	if err := ReleaseHold(holds); err != nil {
+		t.Fatal(err)
+	}
+	for c, p := range m.Parents() {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("parent of %q, %s, left with the hold released: %v", c, p, err)
+		}
+	}
+}

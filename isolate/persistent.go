@@ -14,6 +14,7 @@ package isolate
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,6 +22,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/isolate-sandbox/isolate/cgroup"
 	"github.com/isolate-sandbox/isolate/rootfs"
 )
 
@@ -82,6 +84,9 @@ func InitBox(cfg *Config, id int, owner Owner, wait bool) (string, error) {
 	}
 	defer rl.release()
 	dir := BoxPath(cfg.BoxRoot, id)
+	if err := releaseCgroupParents(dir); err != nil {
+		return "", err
+	}
 	if err := removeBox(dir); err != nil {
 		return "", fmt.Errorf("reset box directory: %w", err)
 	}
@@ -93,7 +98,51 @@ func InitBox(cfg *Config, id int, owner Owner, wait bool) (string, error) {
 		unmountIdleBoxRoot(cfg.BoxRoot)
 		return "", err
 	}
+	holdCgroupParents(cfg, id, dir)
 	return dir, nil
+}
+
+// holdsFile, in a persistent box's directory (root's, as the file), lists
+// the holds of the parents of box cgroups its init made (cgroup.Hold),
+// one a line: its runs, often the last box there, then neither make nor
+// remove the parents.
+const holdsFile = "cgroup-holds"
+
+// holdCgroupParents holds the parents of box cgroups while box id (in
+// dir) is initialised. Without cgroups, or should it fail, its runs make
+// and remove them as any box's do.
+func holdCgroupParents(cfg *Config, id int, dir string) {
+	m, err := cgroup.NewManager(cfg.CgroupRoot)
+	if err != nil {
+		return
+	}
+	holds, err := m.Hold(cgroupName(id))
+	if err != nil {
+		return
+	}
+	if err := os.WriteFile(filepath.Join(dir, holdsFile), []byte(strings.Join(holds, "\n")+"\n"), 0o644); err != nil {
+		cgroup.ReleaseHold(holds)
+	}
+}
+
+// releaseCgroupParents lets go of the holds box dir's init made.
+func releaseCgroupParents(dir string) error {
+	data, err := os.ReadFile(filepath.Join(dir, holdsFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	var holds []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if line != "" {
+			holds = append(holds, line)
+		}
+	}
+	if err := cgroup.ReleaseHold(holds); err != nil {
+		return fmt.Errorf("release the box's cgroup holds: %w", err)
+	}
+	return nil
 }
 
 // makeBox creates dir with box/ in it.
@@ -141,6 +190,9 @@ func CleanupBox(cfg *Config, id int, wait bool) error {
 		return err
 	}
 	defer rl.release()
+	if err := releaseCgroupParents(BoxPath(cfg.BoxRoot, id)); err != nil {
+		return err
+	}
 	if err := removeBox(BoxPath(cfg.BoxRoot, id)); err != nil {
 		return fmt.Errorf("remove box directory: %w", err)
 	}

@@ -501,10 +501,18 @@ func parentOf(pid int) int {
 }
 
 // boxCgroups lists the box cgroups whose id matches the glob id.
-func boxCgroups(id string) []string {
+func boxCgroups(id string) []string { return cgroupsNamed("box-" + id) }
+
+// holdCgroups lists the holds of box id's persistent box (id may be a
+// glob pattern).
+func holdCgroups(id string) []string { return cgroupsNamed("hold-box-" + id) }
+
+// cgroupsNamed lists the directories called name (a glob pattern) in
+// the parents of box cgroups.
+func cgroupsNamed(name string) []string {
 	var dirs []string
-	for _, pattern := range []string{"/sys/fs/cgroup/*/isolate/box-", "/sys/fs/cgroup/*/*/*/isolate/box-", "/sys/fs/cgroup/isolate/box-", "/sys/fs/cgroup/unified/isolate/box-"} {
-		m, _ := filepath.Glob(pattern + id)
+	for _, pattern := range []string{"/sys/fs/cgroup/*/isolate/", "/sys/fs/cgroup/*/*/*/isolate/", "/sys/fs/cgroup/isolate/", "/sys/fs/cgroup/unified/isolate/"} {
+		m, _ := filepath.Glob(pattern + name)
 		dirs = append(dirs, m...)
 	}
 	return dirs
@@ -548,8 +556,14 @@ func cgroupParentsLeft() []string {
 	var left []string
 	for _, dir := range m.Parents() {
 		// One holding a box is that box's, which the box cgroups' own
-		// check accounts for: it goes with the last box.
-		if boxes, err := filepath.Glob(filepath.Join(dir, "box-*")); err == nil && len(boxes) == 0 {
+		// check accounts for: it goes with the last box. A persistent
+		// box's hold keeps it too, and goes with the box: no test
+		// leaves a box initialised.
+		holds, _ := filepath.Glob(filepath.Join(dir, "hold-*"))
+		for _, h := range holds {
+			left = append(left, "cgroup hold "+h)
+		}
+		if boxes, err := filepath.Glob(filepath.Join(dir, "box-*")); err == nil && len(boxes) == 0 && len(holds) == 0 {
 			if _, err := os.Stat(dir); err == nil {
 				left = append(left, "cgroup parent "+dir)
 			}

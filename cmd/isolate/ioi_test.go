@@ -607,11 +607,40 @@ func TestIOICleanupAfterSIGKILL(t *testing.T) {
 	if res := isolateCmd(t, "", "-b", "337", "--wait", "--cleanup"); res.Code != 0 {
 		t.Fatalf("--cleanup: exit %d: %s", res.Code, res.Stderr)
 	}
-	if left := boxLeftovers(337); len(left) > 0 {
+	if left := append(boxLeftovers(337), holdCgroups("337")...); len(left) > 0 {
 		t.Errorf("left after SIGKILL and --cleanup: %v", left)
 	}
 	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
 		t.Errorf("%s after --cleanup: %v", dir, err)
+	}
+}
+
+// An initialised box holds the parents of box cgroups, so that its runs
+// neither make nor remove them; --cleanup lets them go.
+func TestIOIInitHoldsCgroupParents(t *testing.T) {
+	ioiBoxRoot(t)
+	if res := isolateCmd(t, "", "-b", "339", "--init"); res.Code != 0 {
+		t.Fatalf("--init: exit %d: %s", res.Code, res.Stderr)
+	}
+	holds := holdCgroups("339")
+	if len(holds) == 0 {
+		t.Error("no hold of the cgroup parents")
+	}
+	for i := 0; i < 2; i++ {
+		if res := isolateCmd(t, "", "-b", "339", "--run", "--", "/bin/true"); res.Code != 0 {
+			t.Fatalf("--run: exit %d: %s", res.Code, res.Stderr)
+		}
+	}
+	for _, h := range holds {
+		if _, err := os.Stat(h); err != nil {
+			t.Errorf("hold gone after the runs: %v", err)
+		}
+	}
+	if res := isolateCmd(t, "", "-b", "339", "--cleanup"); res.Code != 0 {
+		t.Fatalf("--cleanup: exit %d: %s", res.Code, res.Stderr)
+	}
+	if left := append(boxLeftovers(339), holdCgroups("339")...); len(left) > 0 {
+		t.Errorf("left after --cleanup: %v", left)
 	}
 }
 
