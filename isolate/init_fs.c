@@ -231,10 +231,13 @@ struct hand_statx {
 /* The directory depth a tree is walked to: deeper, the hand-over fails
  * (a program can make a tree as deep as it likes). */
 #define HAND_MAX_DEPTH 4096
+#define ISOLATE_STR2(x) #x
+#define ISOLATE_STR(x) ISOLATE_STR2(x)
 
 /* Per level, where its listing goes on once the level below is done. */
 static int64_t hand_off[HAND_MAX_DEPTH];
 static char hand_buf[16 << 10];
+static int hand_too_deep;
 
 struct hand_dirent {
 	uint64_t ino;
@@ -305,6 +308,7 @@ static int hand_tree(const char *path, uid_t uid, gid_t gid) {
 			if (!S_ISDIR(mode))
 				continue;
 			if (depth + 1 >= HAND_MAX_DEPTH) {
+				hand_too_deep = 1;
 				errno = ELOOP;
 				goto fail;
 			}
@@ -331,7 +335,8 @@ void init_hand_trees(char **dirs, uid_t uid, gid_t gid) {
 		if (hand_tree(*dirs, uid, gid) == 0)
 			continue;
 		char step[256];
-		snprintf(step, sizeof step, "hand %s to uid %u inside the box", *dirs, (unsigned)uid);
+		snprintf(step, sizeof step, "hand %s to uid %u inside the box%s", *dirs, (unsigned)uid,
+		         hand_too_deep ? ": more than " ISOLATE_STR(HAND_MAX_DEPTH) " directories deep" : "");
 		init_fail(step, errno);
 	}
 }
