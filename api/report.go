@@ -87,6 +87,11 @@ type SandboxInfo struct {
 	// which the caller allowed), "supervisor" (the wall clock), "none"
 	// (no limit asked). Root's limits are always the cgroup's: absent.
 	Limits map[string]string `json:"limits,omitempty"`
+	// User says, for a run without root, who the box user is on the host:
+	// "caller" (the caller's own uid and gid) or "subordinate" (a
+	// subordinate uid and gid of the caller's, /etc/subuid and
+	// /etc/subgid). Root's box users are always a uid of their own: absent.
+	User string `json:"user,omitempty"`
 }
 
 // ExecReport is `isolate exec`'s report: the outcome, and the report of

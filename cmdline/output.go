@@ -109,6 +109,10 @@ func summary(r *isolate.Report) string {
 		// memory peak (mem=0).
 		b.WriteString(" limits=rlimit")
 	}
+	if r.Sandbox.User == "subordinate" {
+		// Without root, a box user of its own (not the caller).
+		b.WriteString(" user=subordinate")
+	}
 	if r.Signal != 0 {
 		fmt.Fprintf(&b, " signal=%d", r.Signal)
 	}

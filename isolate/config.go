@@ -37,6 +37,9 @@ type Config struct {
 	// where no cgroup subtree is delegated (allow_rlimit_only; as
 	// --allow-rlimit-only, rootless.go).
 	AllowRlimitOnly bool
+	// NoSubIDs keeps runs without root on the caller's own uid even where
+	// the caller has subordinate ids (use_subids = 0, rootless.go).
+	NoSubIDs bool
 }
 
 // ignoredKeys are ioi/isolate settings that are accepted and have no
@@ -134,6 +137,12 @@ func (c *Config) set(line string) error {
 			return fmt.Errorf("allow_rlimit_only = %s: must be 0 or 1", val)
 		}
 		c.AllowRlimitOnly = v
+	case "use_subids":
+		v, err := strconv.ParseBool(val)
+		if err != nil {
+			return fmt.Errorf("use_subids = %s: must be 0 or 1", val)
+		}
+		c.NoSubIDs = !v
 	case "num_boxes":
 		v, err := strconv.Atoi(val)
 		if err != nil || v < 1 || v > MaxBoxes {

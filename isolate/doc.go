@@ -35,9 +35,12 @@
 //	              a process of their own); BOX_END{announce}. PID 1
 //	              carries each out as it arrives.
 //	command part  records: argv, env, dir, cred, rlimit..., seccomp{listener
-//	              fd, BPF}, stderr-to-stdout, hold, cgroup / cgroup-fork{index
-//	              of a descriptor sent with this part}; END. PID 1 then
-//	              starts the program.
+//	              fd, BPF}, stderr-to-stdout, hold, hand-over{back, dirs}
+//	              (a box user that is a subordinate id: PID 1 gives dirs
+//	              to it before the program, and with back to uid 0 once
+//	              the box is reaped, before exited), cgroup /
+//	              cgroup-fork{index of a descriptor sent with this part};
+//	              END. PID 1 then starts the program.
 //	ctlKill       byte 'k', any time after: kill every process of the box.
 //	close         the supervisor is done (or dead): init takes the box
 //	              down, or, with hold, stops waiting and exits.

@@ -78,9 +78,12 @@ void init_report_stages(void);
  * box's root through /proc/PID/root (--copy-in, --copy-out). */
 extern int init_box_host_pid;
 /* init_rootless: the box's user namespace was made by a user who is not
- * root, with setgroups denied (run_init): the program keeps the caller's
- * supplementary groups, which it cannot drop. */
+ * root (run_init). */
 extern int init_rootless;
+/* init_groups_kept: setgroups is denied in it (the user wrote its own
+ * maps): the program keeps the caller's supplementary groups, which it
+ * cannot drop. Not so when newgidmap mapped a subordinate gid. */
+extern int init_groups_kept;
 
 /* init_session: the box serves many commands (SESSION, init_session.c). */
 extern int init_session;
@@ -112,6 +115,8 @@ struct program {
 	int hold; /* keep the box after the program until the supervisor is done (--copy-out) */
 	int tell_start; /* tell the program's start at once (init_main.c) */
 	uint64_t id;    /* a session's command: its number (init_session.c) */
+	char **hand_over; /* HAND_OVER's directories (NULL-terminated), or NULL */
+	int hand_back;    /* give them back to uid 0 after the program */
 };
 extern struct program init_prog;
 
@@ -126,6 +131,11 @@ void init_free(void *p);
 /* init_arena_warm touches the arena's next n bytes, so that what a box
  * built ahead takes for its command is mapped while it waits for it. */
 void init_arena_warm(size_t n);
+
+/* init_hand_trees gives every file of each directory tree of dirs (on
+ * its mount alone, no link followed) to uid and gid (HAND_OVER); it fails
+ * init on an error. */
+void init_hand_trees(char **dirs, uid_t uid, gid_t gid);
 
 /* init_drop_bounding_set empties PID 1's capability bounding set, for
  * the program's process to inherit (init_proc.c). */

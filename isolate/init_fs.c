@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <net/if.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
@@ -199,4 +200,143 @@ int init_box_op(struct op *op, int *announce) {
 	if (rc < 0)
 		init_fail_op(op, path, errno);
 	return 0;
+}
+
+/* ---- handing directories over (HAND_OVER) --------------------------- */
+
+#ifndef STATX_TYPE
+#define STATX_TYPE 0x0001U
+#endif
+#ifndef STATX_MNT_ID
+#define STATX_MNT_ID 0x1000U
+#endif
+#ifndef AT_EMPTY_PATH
+#define AT_EMPTY_PATH 0x1000
+#endif
+
+/* The kernel's struct statx, the fields used here (musl before 1.2.5 has
+ * no statx). */
+struct hand_statx {
+	uint32_t mask, blksize;
+	uint64_t attributes;
+	uint32_t nlink, uid, gid;
+	uint16_t mode, pad1;
+	uint64_t ino, size, blocks, attributes_mask;
+	uint64_t times[8];
+	uint32_t rdev_major, rdev_minor, dev_major, dev_minor;
+	uint64_t mnt_id;
+	uint64_t spare[13];
+};
+
+/* The directory depth a tree is walked to: deeper, the hand-over fails
+ * (a program can make a tree as deep as it likes). */
+#define HAND_MAX_DEPTH 4096
+#define ISOLATE_STR2(x) #x
+#define ISOLATE_STR(x) ISOLATE_STR2(x)
+
+/* Per level, where its listing goes on once the level below is done. */
+static int64_t hand_off[HAND_MAX_DEPTH];
+static char hand_buf[16 << 10];
+static int hand_too_deep;
+
+struct hand_dirent {
+	uint64_t ino;
+	int64_t off;
+	unsigned short reclen;
+	unsigned char type;
+	char name[];
+};
+
+/* entry_of tells name's type and the mount it is on (name "": dir
+ * itself), never following a link. */
+static int entry_of(int dir, const char *name, uint64_t *mnt, mode_t *mode) {
+	struct hand_statx stx;
+	int flags = AT_SYMLINK_NOFOLLOW | (*name ? 0 : AT_EMPTY_PATH);
+	if (syscall(SYS_statx, dir, name, flags, STATX_TYPE | STATX_MNT_ID, &stx) < 0)
+		return -1;
+	*mode = stx.mode;
+	/* (Before 5.8 no mount id: the device tells at least another file
+	 * system's mount.) */
+	*mnt = stx.mask & STATX_MNT_ID ? stx.mnt_id : (1ULL << 63) | ((uint64_t)stx.dev_major << 32) | stx.dev_minor;
+	return 0;
+}
+
+/* hand_tree gives path and every file below it on its mount to uid:gid.
+ * Nothing runs in the box meanwhile (before the program, or once all of
+ * it is reaped), so the tree holds still: one descriptor at a time, the
+ * walk goes up by "..", which stays on the mount as no other is entered. */
+static int hand_tree(const char *path, uid_t uid, gid_t gid) {
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -1;
+	uint64_t mnt;
+	mode_t mode;
+	if (entry_of(fd, "", &mnt, &mode) < 0 || fchown(fd, uid, gid) < 0)
+		goto fail;
+	size_t depth = 0;
+	hand_off[0] = 0;
+	for (;;) {
+		if (lseek(fd, hand_off[depth], SEEK_SET) < 0)
+			goto fail;
+		long n = syscall(SYS_getdents64, fd, hand_buf, sizeof hand_buf);
+		if (n < 0)
+			goto fail;
+		if (n == 0) {
+			if (depth == 0)
+				break;
+			int up = openat(fd, "..", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (up < 0)
+				goto fail;
+			close(fd);
+			fd = up, depth--;
+			continue;
+		}
+		int child = -1;
+		for (long pos = 0; pos < n && child < 0;) {
+			struct hand_dirent *d = (struct hand_dirent *)(hand_buf + pos);
+			pos += d->reclen;
+			hand_off[depth] = d->off;
+			if (strcmp(d->name, ".") == 0 || strcmp(d->name, "..") == 0)
+				continue;
+			uint64_t m;
+			if (entry_of(fd, d->name, &m, &mode) < 0)
+				goto fail;
+			if (m != mnt)
+				continue; /* a mount point: a bind's, not this tree's */
+			if (fchownat(fd, d->name, uid, gid, AT_SYMLINK_NOFOLLOW) < 0)
+				goto fail;
+			if (!S_ISDIR(mode))
+				continue;
+			if (depth + 1 >= HAND_MAX_DEPTH) {
+				hand_too_deep = 1;
+				errno = ELOOP;
+				goto fail;
+			}
+			if ((child = openat(fd, d->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+				goto fail;
+		}
+		if (child >= 0) {
+			close(fd);
+			fd = child;
+			hand_off[++depth] = 0;
+		}
+	}
+	close(fd);
+	return 0;
+fail:;
+	int err = errno;
+	close(fd);
+	errno = err;
+	return -1;
+}
+
+void init_hand_trees(char **dirs, uid_t uid, gid_t gid) {
+	for (; dirs && *dirs; dirs++) {
+		if (hand_tree(*dirs, uid, gid) == 0)
+			continue;
+		char step[256];
+		snprintf(step, sizeof step, "hand %s to uid %u inside the box%s", *dirs, (unsigned)uid,
+		         hand_too_deep ? ": more than " ISOLATE_STR(HAND_MAX_DEPTH) " directories deep" : "");
+		init_fail(step, errno);
+	}
 }

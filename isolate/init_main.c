@@ -25,6 +25,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,7 @@
 
 int init_box_host_pid;
 int init_rootless;
+int init_groups_kept;
 
 /* read_op reads the next record of the plan, or fails. */
 static void read_op(struct plan_reader *r, struct op *op) {
@@ -68,6 +70,14 @@ static void wait_control(void) {
  * 3.5 % of a handed-over /bin/true). The message carries the execve's
  * time, which the supervisor's limits count from. */
 #define STARTED_DELAY_NS 10000000LL
+
+/* hand_back gives the directories handed over back to uid 0 (the
+ * caller, who copies files out and removes exec's /box), once nothing of
+ * the program runs. */
+static void hand_back(void) {
+	if (init_prog.hand_back)
+		init_hand_trees(init_prog.hand_over, 0, 0);
+}
 
 /* run_box is PID 1 of the box: it builds the box from the plan's box
  * part, takes the command part, starts the program and reaps the box. */
@@ -108,17 +118,27 @@ static int run_box(void) {
 	init_mark(STAGE_SETUP);
 	if (!init_prog.argv || !init_prog.argv[0])
 		init_fail("decode plan: no program", EINVAL);
+	/* Filled by the supervisor as uid 0; the program's from now on. */
+	init_hand_trees(init_prog.hand_over, init_prog.uid, init_prog.gid);
 
 	int64_t start = init_now_ns();
 	const char *start_step;
 	int start_err;
 	int at_once = init_prog.notify_sock >= 0 || init_prog.tell_start;
 	pid_t pid = init_start_program(&oldmask, &start_step, &start_err);
+	/* The program's process, sharing PID 1's memory until its execve,
+	 * left it not dumpable by switching to a box user other than PID 1's
+	 * uid (a subordinate id): so the caller, PID 1's uid on the host,
+	 * could no longer reach the box through /proc/PID/root to copy files
+	 * out. The program, another uid, gains nothing from it. */
+	if (init_rootless && !init_groups_kept)
+		prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
 	struct rusage ru;
 	int ws;
 	if (start_step) {
 		/* It could not be started: report it as a shell would, 127. */
 		wait4(pid, &ws, 0, &ru);
+		hand_back();
 		init_put_exited(0, 127 << 8, init_now_ns() - start, &ru, start_step, start_err);
 		if (init_prog.hold)
 			wait_control();
@@ -194,6 +214,9 @@ static int run_box(void) {
 	kill(-1, SIGKILL);
 	while (wait4(-1, NULL, 0, NULL) > 0 || errno == EINTR)
 		;
+	/* (Its supervisor gone too: exec's /box, a directory of the caller's,
+	 * must still be the caller's to remove.) */
+	hand_back();
 	if (!ctl_open)
 		return 1;
 	/* The user/system split of every process of the program, orphans
@@ -236,6 +259,82 @@ static int write_id_maps(pid_t pid, const char *maps, const char *gid_maps) {
 	return 0;
 }
 
+/* run_map_tool runs tool, newuidmap or newgidmap (setuid root: it checks
+ * the ranges against /etc/subuid or /etc/subgid), to write the map of
+ * process pid's user namespace, with the numbers of maps (the map's
+ * text) as its arguments. On failure -1, errno, and what the tool said in
+ * why. It runs with no environment, and its output never reaches the
+ * program's streams. (posix_spawn: a vfork, which touches nothing of the
+ * memory this process shares with PID 1.) */
+static int run_map_tool(const char *tool, pid_t pid, const char *maps, char *why, size_t whylen) {
+	char text[256], pidtext[16];
+	char *argv[16] = {(char *)tool, pidtext};
+	int argc = 2;
+	why[0] = 0;
+	if (strlen(maps) >= sizeof text)
+		return errno = E2BIG, -1;
+	strcpy(text, maps);
+	snprintf(pidtext, sizeof pidtext, "%d", (int)pid);
+	char *save = NULL;
+	for (char *t = strtok_r(text, " \n", &save); t; t = strtok_r(NULL, " \n", &save)) {
+		if (argc == 15)
+			return errno = E2BIG, -1;
+		argv[argc++] = t;
+	}
+	int out[2];
+	if (pipe2(out, O_CLOEXEC) < 0)
+		return -1;
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+	posix_spawn_file_actions_adddup2(&fa, out[1], 2);
+	char *envp[] = {NULL};
+	pid_t child;
+	int rc = posix_spawn(&child, tool, &fa, NULL, argv, envp);
+	posix_spawn_file_actions_destroy(&fa);
+	close(out[1]);
+	if (rc != 0) {
+		close(out[0]);
+		return errno = rc, -1;
+	}
+	size_t n = 0;
+	char rest[256];
+	for (;;) {
+		ssize_t k = n + 1 < whylen ? read(out[0], why + n, whylen - 1 - n) : read(out[0], rest, sizeof rest);
+		if (k == 0 || (k < 0 && errno != EINTR))
+			break;
+		if (k > 0 && n + 1 < whylen)
+			n += k;
+	}
+	close(out[0]);
+	why[n] = 0;
+	for (size_t i = 0; i < n; i++)
+		if (why[i] == '\n')
+			why[i] = i + 1 == n ? 0 : ' ';
+	int ws;
+	while (waitpid(child, &ws, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0)
+		return 0;
+	return errno = EPERM, -1;
+}
+
+/* map_with_tools writes PID 1's maps with newuidmap and newgidmap
+ * (tools), or fails init saying what the tool said. */
+static void map_with_tools(const char *const tools[2], pid_t pid, const char *maps, const char *gid_maps) {
+	const char *text[2] = {maps, gid_maps};
+	for (int i = 0; i < 2; i++) {
+		char why[200], step[320];
+		if (run_map_tool(tools[i], pid, text[i], why, sizeof why) == 0)
+			continue;
+		int err = errno;
+		snprintf(step, sizeof step, "run %s%s%s", tools[i], why[0] ? ": " : "", why);
+		init_fail(step, err);
+	}
+}
+
 /* pid1_entry is PID 1 of the box, in the new namespaces: it waits until
  * its ID maps are written (the pipe mapped brings its host pid), then
  * carries out the plan. */
@@ -267,13 +366,16 @@ static char pid1_stack[256 << 10] __attribute__((aligned(16)));
  *
  * PID 1 is cloned straight into the namespaces, and this process stays in
  * the host's, still root there: it writes PID 1's ID maps itself (maps:
- * their text), with no round trip through the supervisor. And the
+ * their text), with no round trip through the supervisor; or, for a user
+ * whose box user is a subordinate id, runs tools (newuidmap and newgidmap,
+ * absolute paths) to write them. And the
  * supervisor can start this process with vfork: Go must fully fork its
  * own address space to create a user namespace, which cost a millisecond
  * per run. */
-static int run_init(unsigned long flags, const char *maps, const char *gid_maps) {
+static int run_init(unsigned long flags, const char *maps, const char *gid_maps, const char *const tools[2]) {
 	init_arena_on = 1;
 	init_rootless = gid_maps != NULL;
+	init_groups_kept = init_rootless && !tools[0];
 	init_mark_start();
 	/* The box's /etc and mount points must be readable by the box user,
 	 * whatever umask the caller had. */
@@ -294,7 +396,9 @@ static int run_init(unsigned long flags, const char *maps, const char *gid_maps)
 	if (pid1 < 0)
 		init_fail("create namespaces", errno);
 	close(mapped[0]);
-	if (write_id_maps(pid1, maps, gid_maps) < 0)
+	if (tools[0])
+		map_with_tools(tools, pid1, maps, gid_maps);
+	else if (write_id_maps(pid1, maps, gid_maps) < 0)
 		init_fail("write the user namespace's ID maps", errno);
 	int32_t host_pid = pid1;
 	if (write(mapped[1], &host_pid, sizeof host_pid) != sizeof host_pid)
@@ -320,8 +424,10 @@ __attribute__((constructor)) static void isolate_init_entry(void) {
 	char **argv, **envp;
 	isolate_start_args(&argc, &argv, &envp);
 #endif
-	if (argc >= 4 && strcmp(argv[1], ISOLATE_INIT_ARG) == 0)
-		_exit(run_init(strtoul(argv[2], NULL, 10), argv[3], argc >= 5 ? argv[4] : NULL));
+	if (argc >= 4 && strcmp(argv[1], ISOLATE_INIT_ARG) == 0) {
+		const char *tools[2] = {argc >= 7 ? argv[5] : NULL, argc >= 7 ? argv[6] : NULL};
+		_exit(run_init(strtoul(argv[2], NULL, 10), argv[3], argc >= 5 ? argv[4] : NULL, tools));
+	}
 	/* The supervisor (or a test): see procs.h. A benchmark times other
 	 * processes as their callers would, with the kernel's default slack
 	 * (with 1 ms, Go's HTTP client took 2.5 ms longer to see an answer). */

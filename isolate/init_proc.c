@@ -88,6 +88,10 @@ int init_command_op(struct op *op, struct plan_reader *r) {
 	case ISOLATE_OP_COMMAND_ID:
 		prog.id = i[0];
 		break;
+	case ISOLATE_OP_HAND_OVER:
+		prog.hand_over = s;
+		prog.hand_back = i[0] != 0;
+		break;
 	case ISOLATE_OP_END:
 		return 1;
 	default:
@@ -341,7 +345,7 @@ static void start_command(int pipe_fd, const struct start_fds *f, int loaded, in
 	 * (init_drop_bounding_set). */
 	/* (The C library's setresuid and friends would apply the change to
 	 * every thread of a process through its own shared state.) */
-	if ((!init_rootless && syscall(SYS_setgroups, 0, NULL) < 0) ||
+	if ((!init_groups_kept && syscall(SYS_setgroups, 0, NULL) < 0) ||
 	    syscall(SYS_setresgid, prog.gid, prog.gid, prog.gid) < 0 ||
 	    syscall(SYS_setresuid, prog.uid, prog.uid, prog.uid) < 0)
 		child_fail(pipe_fd, CS_CRED, errno);

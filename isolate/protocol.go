@@ -176,6 +176,13 @@ func (p *plan) signal(id uint64, sig int) {
 	p.op(C.ISOLATE_OP_SIGNAL, "signal", []uint64{id, uint64(sig)})
 }
 
+// handOver has init give dirs, filled by the supervisor as the box's uid
+// 0, to the program's user before it starts, and with back give them back
+// to uid 0 once the box is reaped (protocol.h).
+func (p *plan) handOver(back bool, dirs ...string) {
+	p.op(C.ISOLATE_OP_HAND_OVER, "hand over the box's directories", []uint64{flag(back)}, dirs...)
+}
+
 // end closes the command part: init starts the program.
 func (p *plan) end() { p.op(C.ISOLATE_OP_END, "end", nil) }
 

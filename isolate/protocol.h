@@ -80,10 +80,19 @@ enum {
 	X(HOLD, "hold", 0, 0)             /* keep the box after the program until the supervisor closes fd 3 */     \
 	X(TELL_START, "tell-start", 0, 0) /* tell the program's start at once, not up to 10 ms late */              \
 	X(COMMAND_ID, "command-id", 1, 0) /* a session's command: its number, in its messages */                    \
+	X(HAND_OVER, "hand-over", 1, ISOLATE_ANY) /* 1: back to uid 0 once the box is reaped; directories (below) */ \
 	X(END, "end", 0, 0)               /* the command part ends: start the program */                             \
 	/* --- a session's control records, between its commands --- */                                          \
 	X(SIGNAL, "signal", 2, 0)         /* command number (0: every process of the box), signal */
 
+/*
+ * HAND_OVER: the directories the supervisor filled as the box's uid 0 (a
+ * caller without root whose box user is a subordinate id, which the
+ * supervisor cannot act as). PID 1 gives each tree, on its own mount, to
+ * the program's uid and gid (CRED) before the program starts, and with 1
+ * gives it back to uid 0 once every process of the box is reaped, before
+ * it reports the end: no link is followed, no other mount entered.
+ */
 #define ISOLATE_OP_ENUM(name, text, ints, strs) ISOLATE_OP_##name,
 enum isolate_op { ISOLATE_OP_NONE, ISOLATE_OPS(ISOLATE_OP_ENUM) ISOLATE_OP_COUNT };
 #undef ISOLATE_OP_ENUM

@@ -117,6 +117,8 @@ func TestProtocolOps(t *testing.T) {
 		{"hold", func(p *plan) { p.hold() }, `hold step="keep the box for copy-out"`},
 		{"tell-start", func(p *plan) { p.tellStart() }, `tell-start step="tell the start at once"`},
 		{"command-id", func(p *plan) { p.commandID(math.MaxUint64) }, `command-id step="command number" ` + maxU64},
+		{"hand-over", func(p *plan) { p.handOver(true, "/box", "/tmp") }, `hand-over step="hand over the box's directories" 1 "/box" "/tmp"`},
+		{"hand-over, not back", func(p *plan) { p.handOver(false, "/box") }, `hand-over step="hand over the box's directories" 0 "/box"`},
 		{"end", func(p *plan) { p.end() }, `end step="end"`},
 		{"signal", func(p *plan) { p.signal(3, int(unix.SIGTERM)) }, fmt.Sprintf(`signal step="signal" 3 %d`, unix.SIGTERM)},
 	}

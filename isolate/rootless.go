@@ -16,8 +16,9 @@ import (
 
 // Without root (a user who is not root, no service): the box's user
 // namespace is made by that user, so it maps one uid and one gid, the
-// user's own, to the box user; PID 1 holds every capability inside it
-// and none outside. The box's cgroup goes in a cgroup v2 subtree
+// user's own, to the box user, or, where the user has subordinate ids,
+// the user to the box's uid 0 and a subordinate id to the box user
+// (subids.go); PID 1 holds every capability inside it and none outside. The box's cgroup goes in a cgroup v2 subtree
 // delegated to the user; where there is none, the run goes on only if
 // the caller allowed rlimits alone to enforce the limits, and the report
 // says per limit how it was enforced.
@@ -42,6 +43,9 @@ type rootless struct {
 	dir string
 	// cg is the delegated subtree; cg.Dir "": rlimits only.
 	cg cgroup.Delegation
+	// sub, when set, is the user's subordinate ids: the box user is one
+	// of them (subids.go).
+	sub *subIDs
 }
 
 // NewRootlessHost prepares this machine for runs by the user this
@@ -63,6 +67,7 @@ func NewRootlessHost(cfg *Config, opt RootlessOptions) (*Host, error) {
 			"run under one (`%s`), or pass --allow-rlimit-only (allow_rlimit_only = 1 in the configuration) "+
 			"to enforce them with rlimits alone", r.cg.Why, cgroup.DelegateHint)
 	}
+	r.sub, _, _ = findSubIDs(h.Config, r.uid, r.gid)
 	if r.dir, err = userRuntimeDir(r.uid); err != nil {
 		return nil, err
 	}
@@ -142,19 +147,28 @@ func (h *Host) stagingDir() string {
 	return ""
 }
 
-// appendInitMaps appends init's ID map arguments for box id to argv:
-// root maps itself and the box's own host uid; a user who is not root can
-// map only itself, to the box user, and its gid alone (init then denies
-// setgroups).
-func (h *Host) appendInitMaps(argv []string, id int) []string {
-	if r := h.rootless; r != nil {
-		return append(argv, fmt.Sprintf("%d %d 1\n", boxUID, r.uid), fmt.Sprintf("%d %d 1\n", boxUID, r.gid))
+// appendInitMaps appends init's ID map arguments to argv: root maps
+// itself and the box's own host uid; a user who is not root can map only
+// itself, to the box user, and its gid alone (init then denies
+// setgroups); with subordinate ids, itself to uid 0 and the box's
+// subordinate id to the box user, which init has newuidmap and newgidmap
+// write.
+func (s *supervisor) appendInitMaps(argv []string) []string {
+	r := s.host.rootless
+	if r == nil {
+		return append(argv, idMaps(FirstUID+s.lock.id))
 	}
-	return append(argv, idMaps(FirstUID+id))
+	if sub := s.subIDs(); sub != nil {
+		return append(argv, fmt.Sprintf("0 %d 1\n%d %d 1\n", r.uid, boxUID, sub.uid.of(s.lock.id)),
+			fmt.Sprintf("0 %d 1\n%d %d 1\n", r.gid, boxUID, sub.gid.of(s.lock.id)), sub.newuidmap, sub.newgidmap)
+	}
+	return append(argv, fmt.Sprintf("%d %d 1\n", boxUID, r.uid), fmt.Sprintf("%d %d 1\n", boxUID, r.gid))
 }
 
 // boxCred is whose rights box files are handled with on the host: the
-// box's own uid, or, without root, the user's (the box user is the user).
+// box's own uid, or, without root, the user's (the box user is the user,
+// or a subordinate id that hands the box's directories to the user, its
+// uid 0, while the supervisor handles them).
 func (s *supervisor) boxCred() Cred {
 	if s.host.rootless != nil {
 		return hostfs.OwnCred()
@@ -183,7 +197,8 @@ func (h *Host) checkWithoutRoot(sp *Spec) error {
 //     in use, not the page cache or tmpfs): a program over it fails to
 //     allocate (RE or SG), the kernel's OOM killer never acts (no ML).
 //   - pids: RLIMIT_NPROC, which the kernel (5.14 and later) counts per
-//     user namespace and uid: the box's own tasks, PID 1 among them.
+//     user namespace and uid: the box's own tasks, PID 1 among them
+//     unless the box user is a subordinate id (PID 1 is then uid 0).
 //   - cpu: RLIMIT_CPU, of each process, in whole seconds, rounded up.
 func (s *supervisor) rlimitsForCgroup(rl func(res int, v int64)) {
 	sp := s.spec
@@ -194,7 +209,11 @@ func (s *supervisor) rlimitsForCgroup(rl func(res int, v int64)) {
 		rl(unix.RLIMIT_AS, mem)
 	}
 	if sp.Pids > 0 {
-		rl(unix.RLIMIT_NPROC, sp.Pids+1)
+		n := sp.Pids + 1
+		if s.host != nil && s.subIDs() != nil {
+			n = sp.Pids
+		}
+		rl(unix.RLIMIT_NPROC, n)
 	}
 	if sp.CPUTime > 0 {
 		rl(unix.RLIMIT_CPU, int64((sp.CPUTime+sp.ExtraTime+time.Second-1)/time.Second))
@@ -234,6 +253,23 @@ func (h *Host) enforcement(sp *Spec) map[string]string {
 	}
 }
 
+// Who the box user is on the host, in the report's sandbox.user (runs
+// without root alone).
+const (
+	boxUserCaller      = "caller"      // the caller's own uid and gid
+	boxUserSubordinate = "subordinate" // a subordinate uid and gid of the caller's
+)
+
+func (s *supervisor) boxUser() string {
+	switch {
+	case s.host.rootless == nil:
+		return ""
+	case s.subIDs() != nil:
+		return boxUserSubordinate
+	}
+	return boxUserCaller
+}
+
 // noCgroupUsage accounts a run without a cgroup from init's rusage of
 // every process it reaped (the program's and what it left): CPU time
 // exact to the microsecond; no memory peak, OOM kill or pids peak can be
@@ -246,7 +282,9 @@ func noCgroupUsage(m *initMessage) (total, user, sys time.Duration) {
 // RootlessBoxDir makes the /box that exec's phases share, for a user who
 // cannot mount a tmpfs on the host: a directory of the user's runtime
 // directory (size, uid and gid are the tmpfs's, and do not apply: the
-// box user is the user; files are bounded by RLIMIT_FSIZE alone). It is
+// box user is the user, or a subordinate id to which each phase's PID 1
+// hands the directory and from which it takes it back; files are bounded
+// by RLIMIT_FSIZE alone). It is
 // removed at Close. A directory whose exec was killed before it could
 // remove it is removed by the next: each is flocked while in use.
 func (h *Host) RootlessBoxDir(_ int64, _, _ int, mode os.FileMode) (*rootfs.Mounted, error) {

@@ -108,3 +108,64 @@ func TestUserRuntimeDir(t *testing.T) {
 		t.Errorf("with XDG_RUNTIME_DIR: %q, %v", dir, err)
 	}
 }
+
+// Subordinate ranges as shadow reads them (by name or uid, the first
+// usable line), a box id's place in one, and what a user without one is
+// told to add.
+func TestSubordinateRanges(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "subuid")
+	os.WriteFile(file, []byte("# comment\nalice:100000:65536\nbob:200000:0\nbob:x:1\n1001:300000:10\nbob:400000:5\n"), 0o644)
+	cases := []struct {
+		name string
+		uid  int
+		want idRange
+		ok   bool
+	}{
+		{"alice", 1000, idRange{100000, 65536}, true},
+		{"bob", 1002, idRange{400000, 5}, true}, // a count of 0 or a bad number is skipped
+		{"carol", 1001, idRange{300000, 10}, true},
+		{"dave", 1003, idRange{}, false},
+	}
+	for _, c := range cases {
+		if got, ok := subRange(file, c.name, c.uid); got != c.want || ok != c.ok {
+			t.Errorf("%s: %v %v, want %v %v", c.name, got, ok, c.want, c.ok)
+		}
+	}
+	if r := (idRange{400000, 5}); r.of(3) != 400003 || r.of(7) != 400002 {
+		t.Errorf("box ids 3 and 7 in 5 ids from 400000: %d %d", r.of(3), r.of(7))
+	}
+	old := subUIDFile
+	subUIDFile = file
+	defer func() { subUIDFile = old }()
+	if got := freeSubStart(); got != 524288 {
+		t.Errorf("a free start after ranges below 524288: %d", got)
+	}
+	os.WriteFile(file, []byte("alice:600000:65536\n"), 0o644)
+	if got := freeSubStart(); got != 720896 {
+		t.Errorf("a free start after 600000+65536: %d, want 720896", got)
+	}
+	// use_subids = 0 keeps the caller, whatever the files say.
+	if sub, why, _ := findSubIDs(&Config{NoSubIDs: true, Path: "/etc/isolate/config"}, 0, 0); sub != nil || why != "use_subids = 0 in /etc/isolate/config" {
+		t.Errorf("use_subids = 0: %v %q", sub, why)
+	}
+}
+
+// With a subordinate box user PID 1 is another uid: RLIMIT_NPROC counts
+// the program's tasks alone.
+func TestRlimitsForCgroupSubordinate(t *testing.T) {
+	h := &Host{rootless: &rootless{sub: &subIDs{uid: idRange{100000, 10}, gid: idRange{100000, 10}}}}
+	s := &supervisor{host: h, spec: &Spec{Pids: 8}}
+	got := map[int]int64{}
+	s.rlimitsForCgroup(func(res int, v int64) { got[res] = v })
+	if got[unix.RLIMIT_NPROC] != 8 {
+		t.Errorf("RLIMIT_NPROC %d, want 8", got[unix.RLIMIT_NPROC])
+	}
+	if s.boxUser() != boxUserSubordinate {
+		t.Errorf("sandbox.user %q", s.boxUser())
+	}
+	s.session = true
+	if s.subIDs() != nil || s.boxUser() != boxUserCaller {
+		t.Error("a session's box user is a subordinate id")
+	}
+}

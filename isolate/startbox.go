@@ -171,7 +171,7 @@ func (s *supervisor) startInit() error {
 		}
 	}
 	s.timer.mark("spawn-prep")
-	argv := s.host.appendInitMaps(append(make([]string, 0, 5), "isolate-init", InitArg, strconv.FormatUint(uint64(flags), 10)), s.lock.id)
+	argv := s.appendInitMaps(append(make([]string, 0, 7), "isolate-init", InitArg, strconv.FormatUint(uint64(flags), 10)))
 	pid, err := forkInitExe(argv, attr)
 	if err != nil {
 		return fmt.Errorf("start init: %w", err)
@@ -354,6 +354,7 @@ func (s *supervisor) boxPlan(announce bool) (*plan, error) {
 		BoxDir:      sp.BoxDir,
 		HostNet:     sp.HostNet,
 		Staging:     s.host.stagingDir(),
+		HandOver:    s.subIDs() != nil,
 	}
 	for i, b := range sp.Binds {
 		bind := rootfs.Bind{Host: b.Host, Box: hostfs.BoxPath(b.Box), Writable: b.Writable,
@@ -434,6 +435,9 @@ func (s *supervisor) commandPlan() *plan {
 	if sp.StderrToStdout {
 		p.stderrToStdout()
 	}
+	if s.subIDs() != nil {
+		s.handOver(p)
+	}
 	// Init keeps the box for copy-out, or while its end waits for the
 	// caller (EndAfter): its exit is most of that end.
 	if len(sp.CopyOut) > 0 || (s.claimed != nil && endAfter(s.ctx) != nil) {
@@ -446,6 +450,27 @@ func (s *supervisor) commandPlan() *plan {
 		p.tellStart()
 	}
 	return p
+}
+
+// handOver has init hand the box's writable directories, which the
+// supervisor fills as the box's uid 0, to a box user that is a
+// subordinate id, and back after the program when the supervisor reads
+// them then (copy-out) or the caller removes them (exec's /box, a
+// directory of the caller's). A bind over one of them is the caller's
+// own directory: never handed over.
+func (s *supervisor) handOver(p *plan) {
+	var dirs []string
+	for _, d := range []string{"/box", "/tmp"} {
+		bound := false
+		for _, b := range s.spec.Binds {
+			bound = bound || hostfs.BoxPath(b.Box) == d
+		}
+		if !bound {
+			dirs = append(dirs, d)
+		}
+	}
+	back := len(s.spec.CopyOut) > 0 || (s.spec.BoxMount != nil && s.spec.BoxMount.Dir() != "")
+	p.handOver(back, dirs...)
 }
 
 // shortLimit is a wall time or CPU budget under which init tells the

@@ -90,7 +90,7 @@ func run(ctx context.Context, p *Prepared, stdio IO) *Report {
 	spec := withDataCopies(p.spec, stdio)
 	s := &supervisor{initLink: initLink{ctx: ctx}, host: p.h, spec: spec, io: stdio, policy: p.policy, timer: newStageTimer()}
 	s.timer.stages["validate"] = p.checkTook.Seconds()
-	s.report = &Report{BoxID: -1, BlockedSyscalls: []seccomp.Blocked{}, Sandbox: SandboxInfo{Image: spec.Image, Seccomp: policyName(spec), Limits: p.h.enforcement(spec)}}
+	s.report = &Report{BoxID: -1, BlockedSyscalls: []seccomp.Blocked{}, Sandbox: SandboxInfo{Image: spec.Image, Seccomp: policyName(spec), Limits: p.h.enforcement(spec), User: s.boxUser()}}
 	err := s.openCopyDst()
 	if err == nil {
 		err = s.openBinds()

@@ -164,7 +164,9 @@ func (j *Job) makeBox() (*rootfs.Mounted, error) {
 	}
 	newBox := rootfs.MountTmpfs
 	if j.host.Rootless() {
-		// The box user is the caller: a directory of the caller's.
+		// A directory of the caller's: the box user is the caller, or a
+		// subordinate id each phase's init hands it to and takes it back
+		// from.
 		owner, newBox = os.Getuid(), j.host.RootlessBoxDir
 	}
 	box, err := newBox(j.spec.TmpSize, owner, owner, mode)

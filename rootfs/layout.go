@@ -50,6 +50,10 @@ type Layout struct {
 	TmpSize int64
 	// UID and GID own /box (inside the box's user namespace).
 	UID, GID int
+	// HandOver: a fresh /box is uid 0's until init hands it to UID and
+	// GID as the program starts (a supervisor that cannot act as the box
+	// user fills it as the box's uid 0).
+	HandOver bool
 	// Binds are extra binds, applied last, in order.
 	Binds []Bind
 	// BoxDir, when set, is a host directory bound as /box instead of a

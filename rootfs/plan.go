@@ -177,9 +177,13 @@ func Plan(l *Layout) ([]Op, error) {
 	if l.BoxDir != "" {
 		p.bind(l.BoxDir, "/box", true, true, false)
 	} else {
+		uid, gid := l.UID, l.GID
+		if l.HandOver {
+			uid, gid = 0, 0
+		}
 		p.mkdir("create /box", p.in("box"))
 		p.mount("mount /box", "tmpfs", p.in("box"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
-			fmt.Sprintf("mode=0755,uid=%d,gid=%d%s", l.UID, l.GID, size))
+			fmt.Sprintf("mode=0755,uid=%d,gid=%d%s", uid, gid, size))
 	}
 	p.mkdir("create /tmp", p.in("tmp"))
 	p.mount("mount /tmp", "tmpfs", p.in("tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"+size)

@@ -4,8 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "setup: run as root (sudo $0)" >&2; exit 2; }
-# bubblewrap: the baseline `isolate bench` compares against.
-export PATH="$(./scripts/deps.sh make bubblewrap):$PATH"
+# bubblewrap: the baseline `isolate bench` compares against. uidmap: a
+# subordinate uid per box for users' runs without root (SECURITY.md).
+export PATH="$(./scripts/deps.sh make bubblewrap uidmap):$PATH"
 make build
 ./bin/isolate check
 echo

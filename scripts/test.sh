@@ -7,8 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # bubblewrap: the baseline the bench tests compare against (isolate
 # bench itself installs nothing). redis-server: the queue's tests start
-# their own; python3-redis: the Python client's queue transport.
-export PATH="$(./scripts/deps.sh bubblewrap redis-server python3-redis):$PATH"
+# their own; python3-redis: the Python client's queue transport. uidmap:
+# newuidmap and newgidmap, which map a subordinate id as the box user of a
+# run without root (TestRootlessSubordinateIDs).
+export PATH="$(./scripts/deps.sh bubblewrap redis-server python3-redis uidmap):$PATH"
 . scripts/cgo-env.sh
 # initbin: every box of a long-running process (the service, the pool and
 # server tests) starts the small init (isolate/initbin), built first.

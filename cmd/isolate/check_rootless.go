@@ -33,8 +33,24 @@ func checkWithoutRoot() error {
 	} else {
 		line("note", "kernel", release+": before 5.14, RLIMIT_NPROC counts every process of yours, not a box's")
 	}
-	fmt.Printf("note %-22s %s\n", "without root", "uid "+fmt.Sprint(os.Getuid())+": boxes run in user namespaces of yours, as you (no separate uid per box); "+
-		"persistent boxes, the ioi form and image builds are root's")
+	cfg, err := isolate.LoadConfig()
+	if err != nil {
+		line("FAIL", "configuration", err.Error())
+	}
+	if sub := isolate.CheckSubIDs(cfg); sub.Used {
+		fmt.Printf("note %-22s %s\n", "without root", "uid "+fmt.Sprint(os.Getuid())+": boxes run in user namespaces of yours; "+
+			"persistent boxes, the ioi form and image builds are root's")
+		line("ok", "box user", "a subordinate uid and gid of yours per box id (uids "+sub.UIDs+", gids "+sub.GIDs+
+			", mapped by newuidmap and newgidmap): a host uid no one else has, your groups dropped")
+	} else {
+		fmt.Printf("note %-22s %s\n", "without root", "uid "+fmt.Sprint(os.Getuid())+": boxes run in user namespaces of yours, as you (no separate uid per box); "+
+			"persistent boxes, the ioi form and image builds are root's")
+		how := ""
+		if sub.Remedy != "" {
+			how = "; for a subordinate uid per box instead, as root: " + sub.Remedy
+		}
+		line("note", "box user", "you, with your groups (no subordinate ids: "+sub.Why+")"+how)
+	}
 
 	d := cgroup.FindDelegated("")
 	allow := d.Dir == ""
