@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/isolate-sandbox/isolate/cgroup"
 )
@@ -44,18 +45,31 @@ func tryLockBox(dir string, id int) (*boxLock, bool, error) {
 	return &boxLock{id: id, lock: l}, true, nil
 }
 
+// sweepHold bounds how long a sweep of stale cgroups holds a free box
+// id's lock: what removing a cgroup left empty takes, many times over.
+const sweepHold = 100 * time.Millisecond
+
 // lockBox takes box id, or the first free one below numBoxes when id < 0
 // that is not reserved (nil: none is), with the locks in dir.
 func lockBox(dir string, id, numBoxes int, reserved func(int) bool) (*boxLock, error) {
 	if id >= 0 {
-		l, ok, err := tryLockBox(dir, id)
-		if err != nil {
-			return nil, fmt.Errorf("lock box %d: %w", id, err)
+		// Another process's sweep of stale cgroups (sweepStale) holds a
+		// free id's lock for a moment: a run finds it busy for that long
+		// before it says so.
+		deadline := time.Now().Add(sweepHold)
+		for wait := 200 * time.Microsecond; ; wait *= 2 {
+			l, ok, err := tryLockBox(dir, id)
+			if err != nil {
+				return nil, fmt.Errorf("lock box %d: %w", id, err)
+			}
+			if ok {
+				return l, nil
+			}
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("box %d is in use by another run", id)
+			}
+			time.Sleep(min(wait, time.Until(deadline)+time.Millisecond))
 		}
-		if !ok {
-			return nil, fmt.Errorf("box %d is in use by another run", id)
-		}
-		return l, nil
 	}
 	for i := 0; i < numBoxes; i++ {
 		if reserved != nil && reserved(i) {
