@@ -11,9 +11,9 @@ import (
 )
 
 // A hold keeps the parents ("isolate") of box cgroups while a persistent
-// box is initialised. Without one, every run of such a box, the last
-// box in its parents, made them and removed them again: a v1 parent is a
-// directory in each hierarchy, and the pair was half of what a run paid
+// box is initialised. Without one, a run of such a box, often the only
+// box in its parents, makes them and removes them again: a v1 parent is
+// a directory in each hierarchy, and the pair is half of what a run pays
 // for its cgroups (BenchmarkCreateDestroy). A hold is an empty cgroup
 // beside the boxes, "hold-" and the box's name, which the parents cannot
 // be removed with; it goes with the box (ReleaseHold).

@@ -121,8 +121,8 @@ func OpenBindSource(t *FSThread, caller Cred, b rootfs.Bind, devDev uint64, byPa
 // credentials (the supervisor's). Only a box built from the source needs
 // it: a copy closed while still detached is unmounted, which costs the
 // kernel an expedited RCU grace period, and those are serialized across
-// the machine (a handed-over run of a box built ahead paid one for
-// nothing, and two callers' runs queued on them).
+// the machine (a handed-over run of a box built ahead would pay one for
+// copies it only compares).
 func (b *BindSource) Clone() error {
 	if b.Tree != nil || b.Path != "" {
 		return nil

@@ -91,10 +91,10 @@ type pool struct {
 // box for a key that still has one ready) waits until no run claimed a
 // box or had its answer for quietFor, and at most maxDefer: a box's end
 // and a build are a few milliseconds of the CPUs' and the kernel's
-// (namespaces, mounts, cgroups) work, with which a request sent right
-// after another's answer took 1.6-1.8 times as long as one sent 10 ms
-// later. Under a steady stream of requests it runs maxDefer late, so
-// that ended boxes do not pile up.
+// (namespaces, mounts, cgroups) work: run at once, they make a request
+// sent right after another's answer take 1.6-1.8 times as long as one
+// sent 10 ms later (isolate bench --service). Under a steady stream of
+// requests it runs maxDefer late, so that ended boxes do not pile up.
 const (
 	quietFor = 2 * time.Millisecond
 	maxDefer = 20 * time.Millisecond
