@@ -219,9 +219,16 @@ func fileErr(w http.ResponseWriter, err error) {
 	}
 }
 
-// sessionOf is the request's session, in use until done.
-func (s *Server) sessionOf(r *http.Request) (*session, func(), error) {
-	return s.sessions.get(r.PathValue("id"), ownerOf(callerOf(r)))
+// sessionOf is the request's session, in use until done; ok is false
+// when there is none the caller may use, and then the client has its
+// answer.
+func (s *Server) sessionOf(w http.ResponseWriter, r *http.Request) (sess *session, done func(), ok bool) {
+	sess, done, err := s.sessions.get(r.PathValue("id"), ownerOf(callerOf(r)))
+	if err != nil {
+		sessionErr(w, err)
+		return nil, nil, false
+	}
+	return sess, done, true
 }
 
 // readBody decodes an optional body (none: v stays as it is).
@@ -373,9 +380,8 @@ func (s *Server) handleSessionList(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleSessionGet(w http.ResponseWriter, r *http.Request) {
-	sess, done, err := s.sessionOf(r)
-	if err != nil {
-		sessionErr(w, err)
+	sess, done, ok := s.sessionOf(w, r)
+	if !ok {
 		return
 	}
 	done() // a look at it is a use of it
@@ -383,9 +389,8 @@ func (s *Server) handleSessionGet(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleSessionDelete(w http.ResponseWriter, r *http.Request) {
-	sess, done, err := s.sessionOf(r)
-	if err != nil {
-		sessionErr(w, err)
+	sess, done, ok := s.sessionOf(w, r)
+	if !ok {
 		return
 	}
 	done()
@@ -400,9 +405,8 @@ func (s *Server) handleSessionTimeout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer leave()
-	sess, done, err := s.sessionOf(r)
-	if err != nil {
-		sessionErr(w, err)
+	sess, done, ok := s.sessionOf(w, r)
+	if !ok {
 		return
 	}
 	defer done()
@@ -461,9 +465,8 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer leave()
-	sess, done, err := s.sessionOf(r)
-	if err != nil {
-		sessionErr(w, err)
+	sess, done, ok := s.sessionOf(w, r)
+	if !ok {
 		return
 	}
 	defer done()
@@ -565,9 +568,8 @@ func (s *Server) startBackground(w http.ResponseWriter, sess *session, cmd isola
 
 // processOf is the request's session and command.
 func (s *Server) processOf(w http.ResponseWriter, r *http.Request) (*session, *sessionProc, func(), bool) {
-	sess, done, err := s.sessionOf(r)
-	if err != nil {
-		sessionErr(w, err)
+	sess, done, ok := s.sessionOf(w, r)
+	if !ok {
 		return nil, nil, nil, false
 	}
 	id, err := strconv.ParseUint(r.PathValue("pid"), 10, 64)
@@ -746,9 +748,8 @@ func (s *Server) handleContextCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer leave()
-	sess, done, err := s.sessionOf(r)
-	if err != nil {
-		sessionErr(w, err)
+	sess, done, ok := s.sessionOf(w, r)
+	if !ok {
 		return
 	}
 	defer done()
@@ -838,9 +839,8 @@ func (s *session) context(id string) *codeContext {
 }
 
 func (s *Server) handleContextDelete(w http.ResponseWriter, r *http.Request) {
-	sess, done, err := s.sessionOf(r)
-	if err != nil {
-		sessionErr(w, err)
+	sess, done, ok := s.sessionOf(w, r)
+	if !ok {
 		return
 	}
 	defer done()
@@ -871,9 +871,8 @@ func (s *Server) handleCode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer leave()
-	sess, done, err := s.sessionOf(r)
-	if err != nil {
-		sessionErr(w, err)
+	sess, done, ok := s.sessionOf(w, r)
+	if !ok {
 		return
 	}
 	defer done()
@@ -971,9 +970,8 @@ func boxPath(r *http.Request) string {
 }
 
 func (s *Server) handleSessionFilePut(w http.ResponseWriter, r *http.Request) {
-	sess, done, err := s.sessionOf(r)
-	if err != nil {
-		sessionErr(w, err)
+	sess, done, ok := s.sessionOf(w, r)
+	if !ok {
 		return
 	}
 	defer done()
@@ -997,9 +995,8 @@ func (s *Server) handleSessionFilePut(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleSessionFileGet(w http.ResponseWriter, r *http.Request) {
-	sess, done, err := s.sessionOf(r)
-	if err != nil {
-		sessionErr(w, err)
+	sess, done, ok := s.sessionOf(w, r)
+	if !ok {
 		return
 	}
 	defer done()
@@ -1055,9 +1052,8 @@ func (s *Server) handleSessionFileGet(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleSessionFileDelete(w http.ResponseWriter, r *http.Request) {
-	sess, done, err := s.sessionOf(r)
-	if err != nil {
-		sessionErr(w, err)
+	sess, done, ok := s.sessionOf(w, r)
+	if !ok {
 		return
 	}
 	defer done()
