@@ -395,7 +395,7 @@ func (p *pool) buildFor(spec *Spec, policy *seccomp.Program) (*builtBox, []*bind
 		if err = s.startInit(); err == nil {
 			var part *plan
 			if part, err = s.boxPlan(true); err == nil {
-				box, err = s.startBox(part)
+				box, err = s.startBoxPart(part)
 			}
 		}
 		if cerr := s.awaitCgroup(); err == nil {

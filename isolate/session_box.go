@@ -137,11 +137,7 @@ func (s *Session) buildBox() error {
 	if err != nil {
 		return err
 	}
-	box, err := sv.startBox(boxPart)
-	if sv.ownImage != nil {
-		sv.ownImage.Close()
-		sv.ownImage = nil
-	}
+	box, err := sv.startBoxPart(boxPart)
 	if err != nil {
 		return err
 	}

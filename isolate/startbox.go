@@ -185,6 +185,17 @@ func (s *supervisor) startInit() error {
 	return nil
 }
 
+// startBoxPart sends init the box part of the plan, then lets go of the
+// run's own image mount: init holds it from then on.
+func (s *supervisor) startBoxPart(part *plan) (*pendingBox, error) {
+	box, err := s.startBox(part)
+	if s.ownImage != nil {
+		s.ownImage.Close()
+		s.ownImage = nil
+	}
+	return box, err
+}
+
 // buildBox sends init the plan of the box: the box part at once (PID 1
 // builds it while the cgroup is made), the command part, which holds the
 // cgroup files, once the cgroup is made. With --copy-in the box is filled
@@ -195,11 +206,7 @@ func (s *supervisor) buildBox() error {
 	if err != nil {
 		return err
 	}
-	box, err := s.startBox(boxPart)
-	if s.ownImage != nil {
-		s.ownImage.Close()
-		s.ownImage = nil
-	}
+	box, err := s.startBoxPart(boxPart)
 	if err != nil {
 		return err
 	}
