@@ -39,7 +39,7 @@ elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'
 
 # deps.sh installs what is missing and prints the directory of a Go
 # toolchain new enough for go.mod.
-godir=$(./scripts/deps.sh qemu-system-x86 busybox-static cpio xz-utils)
+godir=$(./scripts/deps.sh qemu-system-x86 busybox-static cpio xz-utils uidmap)
 if [ -d "$godir" ]; then
 	export PATH="$godir:$PATH"
 else
@@ -138,6 +138,18 @@ fi
 cp /bin/busybox "$root/bin/busybox"
 for applet in $("$root/bin/busybox" --list); do
 	[ -e "$root/bin/$applet" ] || ln -s busybox "$root/bin/$applet"
+done
+# The user of the runs without root (uid 1000, scripts/vmtest/driver), and
+# uidmap's setuid newuidmap and newgidmap with the libraries they load: its
+# runs with subordinate ids. The driver writes /etc/subuid itself.
+mkdir -p "$root/etc"
+printf 'root:x:0:0:root:/:/bin/sh\nvmuser:x:1000:1000::/:/bin/sh\n' >"$root/etc/passwd"
+printf 'root:x:0:\nvmuser:x:1000:\n' >"$root/etc/group"
+for tool in /usr/bin/newuidmap /usr/bin/newgidmap; do
+	install -m 4755 "$tool" "$root$tool"
+	for lib in $(ldd "$tool" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }'); do
+		[ -e "$root$lib" ] || install -D -m 0755 "$(readlink -f "$lib")" "$root$lib"
+	done
 done
 install -m 0755 scripts/vmtest/init "$root/init"
 mknod -m 0600 "$root/dev/console" c 5 1

@@ -94,9 +94,75 @@ func (d *driver) rootless() {
 			fmt.Sprintf("--time 0.3: TO %s at cpu_time %.4f (want cpu, 0.30-0.32)", r.rep.Limit, r.rep.CPUTime)
 	})
 
-	procs := userProcesses()
+	procs := processesOf(userUID, userUID)
 	d.check("rootless: nothing left", len(procs) == 0 && len(d.userLeft) == 0,
 		"the user's processes %v; in its scopes: %v", procs, d.userLeft)
+	d.subordinateIDs()
+}
+
+// The user's subordinate range, as `echo vmuser:200000:65536 | tee -a
+// /etc/subuid /etc/subgid` gives it.
+const subStart, subCount = 200000, 65536
+
+// subordinateIDs: the user's runs once it has a subordinate range (and
+// the image has uidmap's tools): the box user is the range's N-th id for
+// box id N, inside the same delegated scope, with every limit and the
+// accounting as before, and nothing left of either uid.
+func (d *driver) subordinateIDs() {
+	for _, f := range []string{"/etc/subuid", "/etc/subgid"} {
+		if err := os.WriteFile(f, []byte(fmt.Sprintf("vmuser:%d:%d\n", subStart, subCount)), 0o644); err != nil {
+			d.check("subids: OK", false, "set up: %v", err)
+			return
+		}
+		defer os.Remove(f)
+	}
+	rw := "/tmp/subids-rw"
+	if err := os.Mkdir(rw, 0o777); err != nil {
+		d.check("subids: OK", false, "set up: %v", err)
+		return
+	}
+	defer os.RemoveAll(rw)
+	os.Chmod(rw, 0o777)
+	os.Chown(rw, userUID, userUID)
+
+	const box = 5
+	r := d.runAsUser(true, "--box-id", strconv.Itoa(box), "--bind", rw+":/box/rw:rw", "--",
+		"/bin/sh", "-c", "id -u; id -G; touch /box/rw/made; cat /proc/self/cgroup")
+	if !d.expect("subids: OK", r.run, "OK") {
+		fmt.Printf("stderr: %s\n", r.errs)
+		return
+	}
+	var st syscall.Stat_t
+	made := syscall.Lstat(filepath.Join(rw, "made"), &st)
+	lines := strings.Split(strings.TrimSpace(r.rep.Stdout), "\n")
+	want := fmt.Sprintf("0::%s/isolate/box-%d", strings.TrimPrefix(r.scope, cgroupRoot), box)
+	d.check("subids: OK", made == nil && int(st.Uid) == subStart+box && int(st.Gid) == subStart+box &&
+		r.rep.Sandbox.User == "subordinate" && len(lines) == 3 && lines[0] == "1000" && lines[1] == "1000" && lines[2] == want &&
+		r.rep.Sandbox.Limits["memory"] == "cgroup" && r.rep.PidsPeak >= 2 && r.rep.MemoryPeak > 0,
+		"sandbox.user %q, inside %q (want uid and groups 1000, cgroup %s), a file made on the host by %d:%d (%v; want %d), limits %v, pids_peak %d, memory_peak %d B",
+		r.rep.Sandbox.User, lines, want, st.Uid, st.Gid, made, subStart+box, r.rep.Sandbox.Limits, r.rep.PidsPeak, r.rep.MemoryPeak)
+
+	r = d.runAsUser(true, "--mem", "64M", "--bind", d.probeDir+":/t", "--", "/t/probe", "touch", "200")
+	if d.expect("subids: ML", r.run, "ML") {
+		d.check("subids: ML", r.rep.OOMKilled && float64(r.rep.MemoryPeak)/mib <= 64, "200 MiB under --mem 64M: oom_killed %v, memory_peak %.2f MiB",
+			r.rep.OOMKilled, float64(r.rep.MemoryPeak)/mib)
+	}
+	r = d.runAsUser(true, "--pids", "10", "--bind", d.probeDir+":/t", "--", "/t/probe", "forkbomb")
+	if d.expect("subids: fork bomb", r.run, "OK") {
+		n, _ := strconv.Atoi(strings.TrimSpace(r.rep.Stdout))
+		d.check("subids: fork bomb", n == 9 && r.rep.PidsPeak == 10, "under --pids 10: %d children, pids_peak %d (want 9 and 10)", n, r.rep.PidsPeak)
+	}
+	d.measured("subids: cpu limit", func() (bool, string) {
+		r := d.runAsUser(true, "--time", "0.3", "--bind", d.probeDir+":/t", "--", "/t/probe", "forever")
+		if o := outcome(r.run, "TO"); o != "" {
+			return false, o
+		}
+		return r.rep.Limit == "cpu" && r.rep.CPUTime >= 0.3 && r.rep.CPUTime <= 0.32,
+			fmt.Sprintf("--time 0.3: TO %s at cpu_time %.4f (want cpu, 0.30-0.32)", r.rep.Limit, r.rep.CPUTime)
+	})
+	procs := append(processesOf(userUID, userUID), processesOf(subStart, subStart+subCount-1)...)
+	d.check("subids: nothing left", len(procs) == 0 && len(d.userLeft) == 0,
+		"processes of the user or its range %v; in its scopes: %v", procs, d.userLeft)
 }
 
 // userRun is a run of the user's: its report (nil if none), exit status,
@@ -202,14 +268,18 @@ func (d *driver) endUserScope(scope string) {
 	}
 }
 
-// userProcesses lists the processes running as the user.
-func userProcesses() []string {
+// processesOf lists the processes running as a uid from lo to hi.
+func processesOf(lo, hi int) []string {
 	var found []string
 	status, _ := filepath.Glob("/proc/[0-9]*/status")
 	for _, p := range status {
 		data, _ := os.ReadFile(p)
 		for _, line := range strings.Split(string(data), "\n") {
-			if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" && f[1] == strconv.Itoa(userUID) {
+			f := strings.Fields(line)
+			if len(f) < 2 || f[0] != "Uid:" {
+				continue
+			}
+			if uid, err := strconv.Atoi(f[1]); err == nil && uid >= lo && uid <= hi {
 				found = append(found, filepath.Base(filepath.Dir(p)))
 			}
 		}
