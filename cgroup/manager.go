@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/isolate-sandbox/isolate/hostfs"
 )
 
 // parentName is the directory, under the cgroup this process is in, that
@@ -190,43 +192,28 @@ func ownCgroups() (map[string]string, error) {
 }
 
 // cgroupMounts maps each v1 controller (and "" for cgroup2) to its mount
-// point, from /proc/self/mountinfo.
+// point, from the mount table the binds' checks read too (one read).
 func cgroupMounts() (map[string]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := hostfs.Mounts()
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
 	out := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		// mountinfo: id parent major:minor root mountpoint opts [optional...] - fstype source superopts
-		sep := -1
-		for i, f := range fields {
-			if f == "-" {
-				sep = i
-				break
-			}
-		}
-		if sep < 0 || sep+3 >= len(fields) {
-			continue
-		}
-		mnt, fstype, super := fields[4], fields[sep+1], fields[sep+3]
-		switch fstype {
+	for _, m := range mounts {
+		switch m.FSType {
 		case "cgroup2":
 			if _, ok := out[""]; !ok {
-				out[""] = mnt
+				out[""] = m.Point
 			}
 		case "cgroup":
-			for _, o := range strings.Split(super, ",") {
+			for _, o := range strings.Split(m.Super, ",") {
 				if _, ok := out[o]; !ok {
-					out[o] = mnt
+					out[o] = m.Point
 				}
 			}
 		}
 	}
-	return out, sc.Err()
+	return out, nil
 }
 
 func contains(list []string, s string) bool {

@@ -164,9 +164,9 @@ var kernelFSTypes = map[string]bool{
 	"fusectl": true,
 }
 
-// Mount is a line of this process's mountinfo: where, what, and
-// its source.
-type Mount struct{ Point, FSType, Source string }
+// Mount is a line of this process's mountinfo: where, what, its source
+// and its file system's options (a cgroup v1 mount's controllers).
+type Mount struct{ Point, FSType, Source, Super string }
 
 // noKernelMountBelow refuses a directory (fd) below which a kernel
 // interface is mounted: a recursive bind would bring it into the box.
@@ -261,7 +261,11 @@ func parseMounts(data []byte) []Mount {
 		fields := strings.Fields(line)
 		for i, f := range fields {
 			if f == "-" && i > 4 && i+2 < len(fields) {
-				mounts = append(mounts, Mount{Point: unescapeMount(fields[4]), FSType: fields[i+1], Source: unescapeMount(fields[i+2])})
+				m := Mount{Point: unescapeMount(fields[4]), FSType: fields[i+1], Source: unescapeMount(fields[i+2])}
+				if i+3 < len(fields) {
+					m.Super = fields[i+3]
+				}
+				mounts = append(mounts, m)
 				break
 			}
 		}
