@@ -8,7 +8,6 @@ package isolate
 import "C"
 
 import (
-	"os"
 	"runtime"
 	"strconv"
 	"time"
@@ -33,9 +32,15 @@ func RestoreCPUs() {
 	// Threads the runtime started while booting inherited the narrowed
 	// mask; one started while this runs might be missed by one listing,
 	// so list until a pass finds every thread restored.
+	task, err := unix.Open("/proc/self/task", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		task = -1
+	} else {
+		defer unix.Close(task)
+	}
 	done := map[int]bool{}
 	for {
-		tids := threadIDs()
+		tids := threadIDs(task)
 		fresh := 0
 		for _, tid := range tids {
 			if !done[tid] {
@@ -75,14 +80,27 @@ func callerCPUs() *unix.CPUSet {
 	return &set
 }
 
-// threadIDs lists this process's threads.
-func threadIDs() []int {
-	d, err := os.Open("/proc/self/task")
-	if err != nil {
+// threadIDs lists this process's threads from task, an open
+// /proc/self/task (-1: none), read again from its start.
+func threadIDs(task int) []int {
+	if task < 0 {
 		return nil
 	}
-	defer d.Close()
-	names, _ := d.Readdirnames(-1)
+	if _, err := unix.Seek(task, 0, 0); err != nil {
+		return nil
+	}
+	var names []string
+	var buf [4096]byte
+	for {
+		n, err := unix.Getdents(task, buf[:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n <= 0 {
+			break
+		}
+		_, _, names = unix.ParseDirent(buf[:n], -1, names)
+	}
 	tids := make([]int, 0, len(names))
 	for _, n := range names {
 		if tid, err := strconv.Atoi(n); err == nil {
