@@ -132,6 +132,12 @@ func (s *supervisor) createCgroup() {
 	if s.ahead {
 		limits = cgroup.Limits{} // the command's, set when it claims the box
 	}
+	// A one-shot run of a box id its caller chose (a judge's --run of its
+	// box) touches no other box's cgroups: sweeping takes each listed
+	// box's lock for a moment, which another judge's --run of that box
+	// would then find busy. A run that picks a free id sweeps, and so
+	// does a service, whatever it runs.
+	sweeps := s.spec.BoxID < 0 || host.pool.Load() != nil
 	go func() {
 		start := time.Now()
 		r := cgroupResult{}
@@ -146,7 +152,7 @@ func (s *supervisor) createCgroup() {
 			return
 		}
 		r.mode = mgr.Mode()
-		if host.sweepDue(start) {
+		if sweeps && host.sweepDue(start) {
 			sweepStale(mgr, host.lockDir(), id)
 		}
 		if r.box, r.err = mgr.Create(cgroupName(id), limits); r.err != nil {
