@@ -3,7 +3,6 @@ package isolate
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"time"
@@ -94,8 +93,7 @@ func readMessages(r *os.File, out chan<- initMessage) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
-		var m initMessage
-		if json.Unmarshal(sc.Bytes(), &m) == nil {
+		if m, ok := decodeInitMessage(sc.Bytes()); ok {
 			out <- m
 		}
 	}
