@@ -343,7 +343,9 @@ func initEnv() []string { return []string{} }
 // the file system. With announce, init says when the box is built.
 func (s *supervisor) boxPlan(announce bool) (*plan, error) {
 	sp := s.spec
-	p := &plan{}
+	// Room for a usual box part (about 5 KiB): growing it by doubling
+	// touches pages twice over.
+	p := &plan{buf: make([]byte, 0, 8<<10)}
 	p.hostname("isolate")
 	if !sp.HostNet {
 		p.loopback()
