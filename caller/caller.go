@@ -11,6 +11,7 @@ package caller
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"unsafe"
 
@@ -57,9 +58,14 @@ var QueueJob = Caller{Via: Queue, UID: -1, GID: -1}
 // handover, this process): never over TCP or the queue.
 func (c Caller) vouched() bool { return c.Via != TCP && c.Via != Queue }
 
-// Root tells whether the caller has root's rights on the host: uid 0 as
-// the kernel says (never a TCP caller, whatever its token).
-func (c Caller) Root() bool { return c.vouched() && c.UID == 0 }
+// Root tells whether the caller has the service's own rights: uid 0 as
+// the kernel says (never a TCP caller, whatever its token), or, in a
+// service a user who is not root runs for itself, that user, who could
+// run anything it asks without the service.
+func (c Caller) Root() bool { return c.vouched() && (c.UID == 0 || c.UID == serviceUID) }
+
+// serviceUID is the user this process runs as.
+var serviceUID = os.Geteuid()
 
 // InGroup tells whether the caller's gid or a supplementary group is gid.
 func (c Caller) InGroup(gid int) bool {

@@ -233,6 +233,11 @@ func (iv *invocation) checkRunner() error {
 // first use.
 func (iv *invocation) host() (*isolate.Host, error) {
 	if iv.Host != nil {
+		// A service of a user's own that enforces the limits with
+		// rlimits alone takes a run that allows that, as in-process.
+		if err := iv.Host.CheckRlimitsAllowed(iv.values.allowRlimitOnly); err != nil {
+			return nil, err
+		}
 		return iv.Host, nil
 	}
 	if iv.ownHost == nil {

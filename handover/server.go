@@ -79,6 +79,9 @@ type Server struct {
 	umask   string // this process's umask (%04o)
 	run     Runner
 	outcome func(string)
+	// declines, if set, is why the service leaves a command line to the
+	// CLI itself ("": it takes it).
+	declines func(caller.Caller, []string) string
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -137,6 +140,11 @@ func (s *Server) Serve(l *net.UnixListener) error {
 		}()
 	}
 }
+
+// DeclineWhen has the server decline each handover for which why, given
+// the caller and the command line, says why (the CLI then runs it
+// in-process); "" takes it. Call it before Serve.
+func (s *Server) DeclineWhen(why func(c caller.Caller, args []string) string) { s.declines = why }
 
 // LimitConnections sets the most connections held at once, in all and
 // per uid, on the listeners Serve is given afterwards.
@@ -233,6 +241,13 @@ func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred) {
 		s.decline(c, "the caller's umask is not the service's: files the run creates would get other modes")
 		s.tell(OutcomeDeclined)
 		return
+	}
+	if s.declines != nil {
+		if why := s.declines(peer, req.args); why != "" {
+			s.decline(c, why)
+			s.tell(OutcomeDeclined)
+			return
+		}
 	}
 	if !s.admit() {
 		s.decline(c, "the service is stopping")

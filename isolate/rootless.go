@@ -63,9 +63,7 @@ func NewRootlessHost(cfg *Config, opt RootlessOptions) (*Host, error) {
 	case r.cg.Dir == "" && opt.CgroupRoot != "":
 		return nil, usagef("--cgroup-root %s: %s", opt.CgroupRoot, r.cg.Why)
 	case r.cg.Dir == "" && !opt.AllowRlimitOnly && !h.Config.AllowRlimitOnly:
-		return nil, usagef("not root, and no cgroup v2 subtree is delegated to you to enforce the limits (%s): "+
-			"run under one (`%s`), or pass --allow-rlimit-only (allow_rlimit_only = 1 in the configuration) "+
-			"to enforce them with rlimits alone", r.cg.Why, cgroup.DelegateHint)
+		return nil, r.rlimitsRefused()
 	}
 	r.sub, _, _ = findSubIDs(h.Config, r.uid, r.gid)
 	if r.dir, err = userRuntimeDir(r.uid); err != nil {
@@ -113,6 +111,11 @@ func userRuntimeDir(uid int) (string, error) {
 	return dir, nil
 }
 
+// UserRuntimeDir is userRuntimeDir of the user this process runs as, who
+// is not root: where a service of the user's own keeps its sockets and
+// files (made if missing).
+func UserRuntimeDir() (string, error) { return userRuntimeDir(os.Getuid()) }
+
 // ownDir checks that dir is a directory (not a link) of uid's alone.
 func ownDir(dir string, uid int) error {
 	var st unix.Stat_t
@@ -125,8 +128,27 @@ func ownDir(dir string, uid int) error {
 	return nil
 }
 
+// rlimitsRefused is the refusal of a run that did not allow rlimits
+// alone where no delegated subtree exists.
+func (r *rootless) rlimitsRefused() error {
+	return usagef("not root, and no cgroup v2 subtree is delegated to you to enforce the limits (%s): "+
+		"run under one (`%s`), or pass --allow-rlimit-only (allow_rlimit_only = 1 in the configuration) "+
+		"to enforce them with rlimits alone", r.cg.Why, cgroup.DelegateHint)
+}
+
 // Rootless tells whether the host runs boxes without root.
 func (h *Host) Rootless() bool { return h.rootless != nil }
+
+// CheckRlimitsAllowed refuses, on a host without root that enforces the
+// limits with rlimits alone (a service of a user's own started with
+// --allow-rlimit-only), a run that did not allow that itself, with the
+// words a run in-process would get: never a silent downgrade.
+func (h *Host) CheckRlimitsAllowed(allowed bool) error {
+	if !h.rlimitsOnly() || allowed || h.Config.AllowRlimitOnly {
+		return nil
+	}
+	return h.rootless.rlimitsRefused()
+}
 
 // rlimitsOnly: the host enforces the limits with rlimits alone.
 func (h *Host) rlimitsOnly() bool { return h.rootless != nil && h.rootless.cg.Dir == "" }

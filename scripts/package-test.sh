@@ -170,6 +170,31 @@ wait "$service_pid" || { cat "$tmp/serve.log"; fail "the service did not stop cl
 service_pid=
 [ ! -e "$run/api.sock" ] && [ ! -e "$run/cli.sock" ] || fail "the service left its sockets"
 
+log "the user unit's ExecStart, by hand, as a user who is not root"
+user_unit=/usr/lib/systemd/user/isolate.service
+grep -qx 'Delegate=yes' "$user_unit" || fail "$user_unit: no Delegate=yes"
+[ ! -e /etc/systemd/user/default.target.wants/isolate.service ] || fail "the user unit is enabled for every user"
+user_start=$(sed -n 's/^ExecStart=//p' "$user_unit")
+xdg=$tmp/xdg
+mkdir -m 0700 "$xdg"
+chown 65534:65534 "$xdg"
+# The host's cgroups are not delegated to the user here: rlimits alone.
+"${stranger[@]}" env -i PATH=/usr/bin:/bin XDG_RUNTIME_DIR="$xdg" $user_start --allow-rlimit-only > "$tmp/user-serve.log" 2>&1 &
+service_pid=$!
+for _ in $(seq 300); do
+	[ -S "$xdg/isolate/cli.sock" ] && break
+	kill -0 "$service_pid" 2>/dev/null || { cat "$tmp/user-serve.log"; fail "the user's service exited"; }
+	sleep 0.1
+done
+[ -S "$xdg/isolate/cli.sock" ] || { cat "$tmp/user-serve.log"; fail "the user's service made no socket"; }
+via=$(expect_ok "$(cd / && "${stranger[@]}" env -i PATH=/usr/bin:/bin XDG_RUNTIME_DIR="$xdg" isolate run --allow-rlimit-only --json -- /bin/sh -c 'echo hello')") ||
+	fail "isolate run by the user, with its own service"
+[ "$via" = service ] || fail "the user's isolate run ran $via, not through its own service"
+kill -TERM "$service_pid"
+wait "$service_pid" || { cat "$tmp/user-serve.log"; fail "the user's service did not stop cleanly on SIGTERM"; }
+service_pid=
+[ ! -e "$xdg/isolate/cli.sock" ] && [ ! -e "$xdg/isolate/api.sock" ] || fail "the user's service left its sockets"
+
 log "upgrading to $(basename "$new_deb")"
 apt-get install -y -qq --no-install-recommends "$new_deb" > "$tmp/install.log" 2>&1 || { cat "$tmp/install.log"; fail "upgrade"; }
 uses "$(dpkg-deb -f "$new_deb" Version)"

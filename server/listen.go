@@ -23,10 +23,20 @@ const DefaultSocket = "/run/isolate/api.sock"
 
 // ListenUnix listens on a unix socket at path, owned by root and group
 // gid (-1: root's group), mode 0660: only root and that group may
+// connect. In a process that is not root (a service of a user's own) it
+// is the user's, mode 0600, and gid must be -1: only the user may
 // connect. A socket left by a service that died is replaced; one that
 // answers belongs to a running service and is an error.
 func ListenUnix(path string, gid int) (*net.UnixListener, error) {
-	if err := os.MkdirAll(dirOf(path), 0o755); err != nil {
+	own := os.Geteuid() != 0
+	if own && gid >= 0 {
+		return nil, errors.New("a socket group needs a service run by root")
+	}
+	dirMode := os.FileMode(0o755)
+	if own {
+		dirMode = 0o700
+	}
+	if err := os.MkdirAll(dirOf(path), dirMode); err != nil {
 		return nil, err
 	}
 	if st, err := os.Lstat(path); err == nil {
@@ -44,6 +54,9 @@ func ListenUnix(path string, gid int) (*net.UnixListener, error) {
 	l, err := listenOwnerOnly(path)
 	if err != nil {
 		return nil, err
+	}
+	if own {
+		return l, nil // listenOwnerOnly made it 0600, the user's
 	}
 	if gid < 0 {
 		gid = 0

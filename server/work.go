@@ -12,11 +12,17 @@ import (
 )
 
 // workRoot holds each service's own host files for its requests (inline
-// copy_in content, copy_out results) while they run: root-only. Every
-// service process has a directory of its own there, locked while it
-// lives, so that a service starting beside another one sweeps only what
-// dead services left.
-const workRoot = "/run/isolate/work"
+// copy_in content, copy_out results) while they run: root-only (a
+// service without root: its user's alone, SetWorkRoot). Every service
+// process has a directory of its own there, locked while it lives, so
+// that a service starting beside another one sweeps only what dead
+// services left.
+var workRoot = "/run/isolate/work"
+
+// SetWorkRoot puts the work directories under dir instead of
+// /run/isolate/work, before any request: a service without root keeps
+// them in its user's own directory.
+func SetWorkRoot(dir string) { workRoot = dir }
 
 // processWork is this process's work directory, made on first use and
 // locked (flock on the directory) until the process ends.

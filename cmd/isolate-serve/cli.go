@@ -35,16 +35,17 @@ type cliService struct {
 
 // startCLI listens on the CLI socket (o.cliSocket; "none": nil) for
 // handovers from the isolate binary o.cliBinary (default: the one beside
-// this binary), whose runs it runs on host. At the default path, a
-// socket another service holds or no isolate binary to take runs from
-// leave the service without handovers, with a warning (the CLI then runs
-// in-process, as without a service); a path or binary given is required.
+// this binary), whose runs it runs on host. At the default path (root's,
+// or a user's own), a socket another service holds or no isolate binary
+// to take runs from leave the service without handovers, with a warning
+// (the CLI then runs in-process, as without a service); a path or binary
+// given is required.
 func startCLI(o *options, gid int, host *isolate.Host, policy *caller.Policy) (*cliService, error) {
 	if o.cliSocket == "none" {
 		return nil, nil
 	}
 	cs, err := listenCLI(o, gid, host, policy)
-	if err != nil && o.cliSocket == handover.DefaultSocket && o.cliBinary == "" {
+	if err != nil && !o.set["cli-socket"] && o.cliBinary == "" {
 		fmt.Fprintln(os.Stderr, "isolate serve: warning: no CLI handovers: "+err.Error())
 		return nil, nil
 	}
@@ -73,6 +74,9 @@ func listenCLI(o *options, gid int, host *isolate.Host, policy *caller.Policy) (
 	cs.Server = handover.NewServer(build, cs.runHandedOver(host, policy), func(outcome string) {
 		cs.handovers.WithLabelValues(outcome).Inc()
 	})
+	if host.Rootless() {
+		cs.DeclineWhen(ownersRunsOnly)
+	}
 	cs.LimitConnections(o.conns)
 	l, err := server.ListenUnix(o.cliSocket, gid)
 	if err != nil {

@@ -87,6 +87,11 @@ type options struct {
 	maxSessions          int
 	maxSessionsPerCaller int
 	sessionMaxTimeout    time.Duration
+	// A service without root (rootless.go).
+	cgroupRoot      string
+	allowRlimitOnly bool
+	// set are the flags given on the command line.
+	set map[string]bool
 }
 
 // groupList is a repeatable flag of groups, each a name or a gid, also
@@ -154,6 +159,8 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.IntVar(&o.maxSessions, "max-sessions", server.DefaultMaxSessions, "sessions alive at once, in all; more get 429")
 	fs.IntVar(&o.maxSessionsPerCaller, "max-sessions-per-caller", server.DefaultMaxSessionsPerCaller, "sessions one caller (a uid; over TCP: the token) may hold at once")
 	fs.DurationVar(&o.sessionMaxTimeout, "session-max-timeout", server.DefaultSessionMaxTimeout, "longest lease a session may ask (timeout_ms)")
+	fs.StringVar(&o.cgroupRoot, "cgroup-root", "", "run by a user who is not root: a delegated cgroup v2 `DIR` for the boxes' cgroups (default: the service's own cgroup, if delegated)")
+	fs.BoolVar(&o.allowRlimitOnly, "allow-rlimit-only", false, "run by a user who is not root: go on with rlimits alone where no cgroup is delegated (it then takes only runs that allow that too)")
 	return fs
 }
 
@@ -163,6 +170,8 @@ func parseFlags(args []string) (*options, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	o.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
@@ -272,8 +281,13 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
-	if os.Geteuid() != 0 {
-		return errors.New("must run as root (box setup needs namespaces, cgroups and mounts)")
+	rootless := os.Geteuid() != 0
+	if rootless {
+		if err := o.ownPaths(); err != nil {
+			return err
+		}
+	} else if o.set["cgroup-root"] || o.set["allow-rlimit-only"] {
+		return errors.New("--cgroup-root and --allow-rlimit-only are for a service run by a user who is not root (root's boxes go under cg_root of the configuration)")
 	}
 	caps, err := o.caps.parse()
 	if err != nil {
@@ -314,7 +328,7 @@ func serve(args []string) error {
 	// and the CLI hands over only runs of callers with this umask. The
 	// library never changes it: this process is shared by every run.
 	syscall.Umask(0o022)
-	host, err := isolate.NewHost(nil)
+	host, err := newHost(o)
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,9 @@
  * an ELF constructor. When the command line is a run (`run`, `exec`, or
  * the ioi form with `--run`), the caller did not opt out
  * (ISOLATE_NO_SERVICE) and sets no ISOLATE_ variable that only an
- * in-process run honours, it connects to the service's CLI socket and
+ * in-process run honours, it connects to the service's CLI socket (root's;
+ * for a user who is not root, where root runs none, the user's own
+ * service's), checks that root or the caller's own uid listens there, and
  * hands it argv, environ, the working directory and fds 0, 1, 2. If
  * anything of that fails, or the service declines, it returns and the Go
  * program runs the invocation itself, as if no service existed: nothing
@@ -41,6 +43,7 @@
 #include <stdint.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/uio.h>
@@ -153,9 +156,11 @@ static int is_run(int argc, char **argv) {
 /* service_socket returns the socket to hand the run to, or NULL to run
  * in-process: the caller opted out, or set an ISOLATE_ variable (a
  * configuration file, cgroup root, image or language directory...) that
- * the service, configured by its own environment, would not honour. */
-static const char *service_socket(char **envp) {
+ * the service, configured by its own environment, would not honour.
+ * *given tells whether ISOLATE_SERVICE_SOCKET named it. */
+static const char *service_socket(char **envp, int *given) {
 	const char *sock = DEFAULT_SOCKET;
+	*given = 0;
 	for (char **e = envp; *e; e++) {
 		if (!starts_with(*e, "ISOLATE_"))
 			continue;
@@ -164,11 +169,88 @@ static const char *service_socket(char **envp) {
 				return NULL;
 		} else if (starts_with(*e, "ISOLATE_SERVICE_SOCKET=")) {
 			sock = *e + sizeof "ISOLATE_SERVICE_SOCKET=" - 1;
+			*given = 1;
 		} else {
 			return NULL;
 		}
 	}
 	return *sock ? sock : NULL;
+}
+
+/* env_value is the value of variable name ("NAME=") in envp, or NULL. */
+static const char *env_value(char **envp, const char *name) {
+	for (char **e = envp; *e; e++)
+		if (starts_with(*e, name))
+			return *e + str_len(name);
+	return NULL;
+}
+
+/* append copies s to out at *n, within size; -1 if it does not fit. */
+static int append(char *out, size_t *n, size_t size, const char *s) {
+	size_t l = str_len(s);
+	if (*n + l >= size)
+		return -1;
+	copy(out + *n, s, l + 1);
+	*n += l;
+	return 0;
+}
+
+/* own_dir tells whether path is a directory of uid's alone (mode 0700,
+ * not a link), as the isolate package's ownDir does. */
+static int own_dir(const char *path, unsigned uid) {
+	struct stat st;
+	return sys4(SYS_newfstatat, AT_FDCWD, path, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode) &&
+	       st.st_uid == uid && (st.st_mode & 077) == 0;
+}
+
+/* user_socket writes the CLI socket of a service the user uid (not root)
+ * runs for itself into out, where isolate.UserRuntimeDir puts it:
+ * $XDG_RUNTIME_DIR/isolate if that is a directory of the user's alone,
+ * else $TMPDIR/isolate-UID (TMPDIR empty: /tmp); -1 if it does not fit. */
+static int user_socket(char **envp, unsigned uid, char *out, size_t size) {
+	char num[16];
+	int i = sizeof num - 1;
+	num[i] = 0;
+	do
+		num[--i] = '0' + uid % 10;
+	while ((uid /= 10) && i > 0);
+	size_t n = 0;
+	out[0] = 0;
+	const char *xdg = env_value(envp, "XDG_RUNTIME_DIR=");
+	if (xdg && xdg[0] == '/' && str_len(xdg) < size && own_dir(xdg, sys0(SYS_geteuid)))
+		return append(out, &n, size, xdg) < 0 || append(out, &n, size, "/isolate/cli.sock") < 0 ? -1 : 0;
+	const char *tmp = env_value(envp, "TMPDIR=");
+	if (!tmp || !tmp[0])
+		tmp = "/tmp";
+	return append(out, &n, size, tmp) < 0 || append(out, &n, size, "/isolate-") < 0 ||
+	               append(out, &n, size, num + i) < 0 || append(out, &n, size, "/cli.sock") < 0
+	           ? -1
+	           : 0;
+}
+
+/* connect_service connects to the service at path, a process of root's
+ * or of this process's own user (SO_PEERCRED, as it listened): the run,
+ * its descriptors and its directory go to nobody else. The socket, or
+ * -1. */
+static long connect_service(const char *path) {
+	struct sockaddr_un addr;
+	size_t plen = str_len(path);
+	if (plen >= sizeof addr.sun_path)
+		return -1;
+	addr.sun_family = AF_UNIX;
+	copy(addr.sun_path, path, plen + 1);
+	long sock = sys3(SYS_socket, AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (sock < 0)
+		return -1;
+	struct ucred peer;
+	socklen_t len = sizeof peer;
+	if (sys3(SYS_connect, sock, &addr, offsetof(struct sockaddr_un, sun_path) + plen + 1) < 0 ||
+	    sys(SYS_getsockopt, sock, SOL_SOCKET, SO_PEERCRED, (long)&peer, (long)&len) < 0 || len != sizeof peer ||
+	    (peer.uid != 0 && peer.uid != (uid_t)sys0(SYS_geteuid))) {
+		sys1(SYS_close, sock);
+		return -1;
+	}
+	return sock;
 }
 
 /* aux_value is the value of type in the auxiliary vector, which the
@@ -602,24 +684,23 @@ static __attribute__((noreturn)) void relay(int sock, int argc, char **argv) {
 /* hand_over hands the run to the service and ends this process there,
  * or returns (having changed nothing) for the run to go in-process. */
 static void hand_over(int argc, char **argv, char **envp, int early) {
-	const char *path = service_socket(envp);
-	struct sockaddr_un addr;
-	size_t plen = path ? str_len(path) : 0;
-	if (!path || plen >= sizeof addr.sun_path)
+	int given;
+	const char *path = service_socket(envp, &given);
+	if (!path)
 		return;
 	/* A closed standard descriptor cannot be handed over. */
 	for (int fd = 0; fd < 3; fd++)
 		if (sys2(SYS_fcntl, fd, F_GETFD) < 0)
 			return;
-	addr.sun_family = AF_UNIX;
-	copy(addr.sun_path, path, plen + 1);
-	long sock = sys3(SYS_socket, AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	long sock = connect_service(path);
+	/* A user who is not root, where root runs no service: a service of
+	 * the user's own, if it runs one. */
+	char own[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	long uid = sys0(SYS_geteuid);
+	if (sock < 0 && !given && uid != 0 && user_socket(envp, (unsigned)uid, own, sizeof own) == 0)
+		sock = connect_service(own);
 	if (sock < 0)
 		return;
-	if (sys3(SYS_connect, sock, &addr, offsetof(struct sockaddr_un, sun_path) + plen + 1) < 0) {
-		sys1(SYS_close, sock);
-		return;
-	}
 	/* A service that hangs before it answers (it answers in
 	 * microseconds) is given up on: the run goes in-process. */
 	struct timeval deciding = {.tv_sec = DECISION_TIMEOUT_S};
