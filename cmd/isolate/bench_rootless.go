@@ -9,14 +9,15 @@ import (
 	"github.com/isolate-sandbox/isolate/internal/bench"
 )
 
-// benchRootless measures `isolate run` by a user who is not root against
-// unprivileged bwrap by the same user (bench.RunRootless).
+// benchRootless measures `isolate run` by a user who is not root, in-process
+// and handed over to a service of the user's own, against unprivileged
+// bwrap by the same user (bench.RunRootless).
 func benchRootless(c *cli.Context, runs int) error {
-	self, err := os.Executable()
+	self, serve, err := benchBinaries(c)
 	if err != nil {
 		return failure("bench: " + err.Error())
 	}
-	res, err := bench.RunRootless(bench.RootlessConfig{Bin: self, Version: cmdline.Version, Rounds: runs})
+	res, err := bench.RunRootless(bench.RootlessConfig{Bin: self, ServeBin: serve, Version: cmdline.Version, Rounds: runs})
 	if err != nil {
 		return failure("bench: " + err.Error())
 	}

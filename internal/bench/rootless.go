@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -16,21 +17,24 @@ import (
 
 // The rootless benchmark: `isolate run -- /bin/true` by a user who is not
 // root (an unprivileged user namespace of the user's; the limits from a
-// delegated cgroup, else rlimits) against unprivileged
+// delegated cgroup, else rlimits), in-process and handed over to a
+// service the user runs for itself, against unprivileged
 // `bwrap --unshare-all` run by the same user, and a bare exec, in
 // interleaved rounds. Run by root, the commands run as nobody.
 
 // Names of the rootless variants.
 const (
 	VarRootlessIsolate = "isolate run (without root)"
+	VarRootlessService = "isolate run (without root), via its service"
 	VarRootlessBwrap   = "bwrap --unshare-all (without root)"
 )
 
 // RootlessConfig says what the rootless benchmark runs.
 type RootlessConfig struct {
-	Bin     string // the isolate binary, readable by the user
-	Version string
-	Rounds  int
+	Bin      string // the isolate binary, readable by the user
+	ServeBin string // the isolate-serve the user starts for itself ("": none)
+	Version  string
+	Rounds   int
 }
 
 // RootlessResult is the rootless benchmark's outcome.
@@ -85,11 +89,25 @@ func RunRootless(c RootlessConfig) (*RootlessResult, error) {
 		{name: VarCLI, argv: []string{c.Bin, "version"}},
 		{name: VarRootlessIsolate, argv: isolateArgv},
 	}
-	var skipped map[string]string
+	skipped := map[string]string{}
 	if bwrap, err := findBwrap(); err != nil {
-		skipped = map[string]string{VarRootlessBwrap: err.Error()}
+		skipped[VarRootlessBwrap] = err.Error()
 	} else {
 		vs = append(vs, variant{name: VarRootlessBwrap, argv: BwrapArgs(bwrap)})
+	}
+	// The same run, handed over to a service the user started for itself
+	// (found where the CLI looks: the user's own directory).
+	var svcEnv []string
+	if c.ServeBin == "" {
+		skipped[VarRootlessService] = "no isolate-serve (--serve-binary)"
+	} else {
+		svcEnv = slices.DeleteFunc(slices.Clone(env), func(kv string) bool { return strings.HasPrefix(kv, "ISOLATE_NO_SERVICE=") })
+		stop, err := startOwnService(c, svcEnv, cred)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", VarRootlessService, err)
+		}
+		defer stop()
+		vs = append(vs, variant{name: VarRootlessService, argv: isolateArgv, env: svcEnv})
 	}
 	// The report says how the limits were enforced (once, untimed).
 	out, err := asUser(append(isolateArgv[:len(isolateArgv)-2:len(isolateArgv)-2], "--json", "--", "/bin/true"), env, cred)
@@ -109,9 +127,12 @@ func RunRootless(c RootlessConfig) (*RootlessResult, error) {
 			start := time.Now()
 			cmd := exec.Command(v.argv[0], v.argv[1:]...)
 			cmd.Env = env
+			if v.env != nil {
+				cmd.Env = v.env
+			}
 			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 			if err := cmd.Run(); err != nil {
-				_, err = asUser(v.argv, env, cred)
+				_, err = asUser(v.argv, cmd.Env, cred)
 				return nil, fmt.Errorf("%s: %w", v.name, err)
 			}
 			if round < 0 {
@@ -125,7 +146,7 @@ func RunRootless(c RootlessConfig) (*RootlessResult, error) {
 	for _, v := range vs {
 		sum := summarize(wall[v.name])
 		cmd := v.argv
-		if v.name == VarRootlessIsolate || v.name == VarCLI {
+		if v.name == VarRootlessIsolate || v.name == VarRootlessService || v.name == VarCLI {
 			cmd = append([]string{"isolate"}, v.argv[1:]...)
 		}
 		res.Variants = append(res.Variants, VariantResult{Name: v.name, Command: cmd, WallMs: sum, CPUMs: summarize(cpu[v.name]), RatioToBwrap: ratio(sum.Median, bwrapMedian)})
@@ -134,6 +155,50 @@ func RunRootless(c RootlessConfig) (*RootlessResult, error) {
 		res.Variants = append(res.Variants, VariantResult{Name: name, Skipped: why})
 	}
 	return res, nil
+}
+
+// startOwnService starts c.ServeBin as the user (cred; nil: this
+// process's) with env, at its default sockets in the user's own
+// directory, enforcing the limits as the in-process runs do, and waits
+// until a run is handed over to it; stop ends it.
+func startOwnService(c RootlessConfig, env []string, cred *syscall.Credential) (stop func(), err error) {
+	cmd := exec.Command(c.ServeBin, "--allow-rlimit-only", "--cli-binary", c.Bin)
+	cmd.Env = env
+	var log strings.Builder
+	cmd.Stderr = &log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stop = func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+	}
+	probe := []string{c.Bin, "run", "--allow-rlimit-only", "--json", "--", "/bin/true"}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		select {
+		case err := <-exited:
+			return nil, fmt.Errorf("isolate-serve exited (%v): %s", err, strings.TrimSpace(log.String()))
+		default:
+		}
+		if out, err := asUser(probe, env, cred); err == nil {
+			var rep api.Report
+			if json.Unmarshal(out, &rep) == nil && rep.Sandbox.Via == "service" {
+				return stop, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return nil, fmt.Errorf("runs were not handed over to it within 30 s: %s", strings.TrimSpace(log.String()))
+		}
+	}
 }
 
 // asUser runs argv once as cred (nil: this process's user) and returns
@@ -154,13 +219,13 @@ func asUser(argv, env []string, cred *syscall.Credential) ([]byte, error) {
 // PrintRootless prints the rootless benchmark as a table.
 func PrintRootless(w io.Writer, res *RootlessResult) {
 	fmt.Fprintf(w, "isolate %s, without root (uid %d), /bin/true, %d interleaved rounds\n\n", res.Version, res.UID, res.Rounds)
-	fmt.Fprintf(w, "%-36s %10s %10s %10s %9s\n", "variant", "median ms", "p90 ms", "cpu ms", "x bwrap")
+	fmt.Fprintf(w, "%-46s %10s %10s %10s %9s\n", "variant", "median ms", "p90 ms", "cpu ms", "x bwrap")
 	for _, v := range res.Variants {
 		if v.Skipped != "" {
-			fmt.Fprintf(w, "%-36s skipped: %s\n", v.Name, v.Skipped)
+			fmt.Fprintf(w, "%-46s skipped: %s\n", v.Name, v.Skipped)
 			continue
 		}
-		fmt.Fprintf(w, "%-36s %10.2f %10.2f %10.2f %9.2f\n", v.Name, v.WallMs.Median, v.WallMs.P90, v.CPUMs.Median, v.RatioToBwrap)
+		fmt.Fprintf(w, "%-46s %10.2f %10.2f %10.2f %9.2f\n", v.Name, v.WallMs.Median, v.WallMs.P90, v.CPUMs.Median, v.RatioToBwrap)
 	}
 	var limits []string
 	for _, k := range []string{"memory", "pids", "cpu", "cpus", "wall"} {

@@ -43,6 +43,8 @@ type variant struct {
 	isolate bool
 	// run, when set, runs it instead (argv then only names it).
 	run func(out *sink) (sample, error)
+	// env, when set, is its environment instead of the bench's.
+	env []string
 }
 
 // Names of the variants, as printed and in the JSON output.
