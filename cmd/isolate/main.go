@@ -33,6 +33,7 @@ func main() {
 	isolate.MaybeInit()
 	// Every command runs at most one box and exits with it.
 	isolate.OneShotProcess()
+	cmdline.CatchSignalsEarly(os.Args)
 	if cmdline.IsIOIForm(os.Args[1:]) {
 		// ioi/isolate sets umask 022 once it has parsed its options:
 		// what its form creates (the box, the program's output files)
