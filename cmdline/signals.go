@@ -55,9 +55,9 @@ var interrupt struct {
 // CatchSignalsEarly starts catching the signals now, beside the rest of
 // the process's start, when args (os.Args) are a run's: each signal the Go
 // runtime is told to deliver takes a handshake with its signal thread,
-// which, with the process's one P, took a third of a millisecond of a
-// one-shot run's start when done in line. A signal before it is done ends
-// isolate by its default action, as before a run listens anyway.
+// which, with the process's one P, costs a third of a millisecond in line
+// on a one-shot run's start. A signal before it is done ends isolate by its
+// default action, as before a run listens anyway.
 func CatchSignalsEarly(args []string) {
 	if len(args) > 1 && (args[1] == "run" || args[1] == "exec" || (IsIOIForm(args[1:]) && slices.Contains(args, "--run"))) {
 		go interrupt.once.Do(catchSignals)

@@ -8,7 +8,7 @@ import (
 // decodeInitMessage reads one of init's status lines, as init_io.c writes
 // them: a JSON object whose values are strings, integers and, for stages,
 // an object of integers. It is decoded by hand: encoding/json's first use
-// in a process (its reflection over initMessage) cost about 1 % of a
+// in a process (its reflection over initMessage) costs about 1 % of a
 // one-shot run's CPU. Keys it does not know are skipped; a line that is
 // not such an object is refused (false), as encoding/json would refuse it.
 func decodeInitMessage(line []byte) (initMessage, bool) {

@@ -62,16 +62,7 @@ func (d *driver) rootless() {
 	r = d.runAsUser(true, "--wall-time", "0.3", "--bind", d.probeDir+":/t", "--", "/t/probe", "sleep", "5")
 	d.check("rootless: TO wall", outcome(r.run, "TO") == "" && r.rep.Limit == "wall", "--wall-time 0.3 on a sleeper: %s", userSummary(r))
 
-	r = d.runAsUser(true, "--mem", "64M", "--bind", d.probeDir+":/t", "--", "/t/probe", "touch", "200")
-	if d.expect("rootless: ML", r.run, "ML") {
-		d.check("rootless: ML", r.rep.OOMKilled && float64(r.rep.MemoryPeak)/mib <= 64, "200 MiB under --mem 64M: oom_killed %v, memory_peak %.2f MiB",
-			r.rep.OOMKilled, float64(r.rep.MemoryPeak)/mib)
-	}
-	r = d.runAsUser(true, "--pids", "10", "--bind", d.probeDir+":/t", "--", "/t/probe", "forkbomb")
-	if d.expect("rootless: fork bomb", r.run, "OK") {
-		n, _ := strconv.Atoi(strings.TrimSpace(r.rep.Stdout))
-		d.check("rootless: fork bomb", n == 9 && r.rep.PidsPeak == 10, "under --pids 10: %d children, pids_peak %d (want 9 and 10)", n, r.rep.PidsPeak)
-	}
+	d.userLimits("rootless")
 	d.measured("rootless: cpu accounting", func() (bool, string) {
 		r := d.runAsUser(true, "--bind", d.probeDir+":/t", "--", "/t/probe", "spin", "0.5")
 		if o := outcome(r.run, "OK"); o != "" {
@@ -84,14 +75,6 @@ func (d *driver) rootless() {
 		}
 		return r.rep.CPUTime >= 0.49 && r.rep.CPUTime <= 0.52 && rel < 0.02 && rel > -0.02,
 			fmt.Sprintf("0.5 s spin: cpu_time %.4f, program's own %.4f (want 0.49-0.52, within 2%%)", r.rep.CPUTime, own)
-	})
-	d.measured("rootless: cpu limit", func() (bool, string) {
-		r := d.runAsUser(true, "--time", "0.3", "--bind", d.probeDir+":/t", "--", "/t/probe", "forever")
-		if o := outcome(r.run, "TO"); o != "" {
-			return false, o
-		}
-		return r.rep.Limit == "cpu" && r.rep.CPUTime >= 0.3 && r.rep.CPUTime <= 0.32,
-			fmt.Sprintf("--time 0.3: TO %s at cpu_time %.4f (want cpu, 0.30-0.32)", r.rep.Limit, r.rep.CPUTime)
 	})
 
 	procs := processesOf(userUID, userUID)
@@ -142,17 +125,27 @@ func (d *driver) subordinateIDs() {
 		"sandbox.user %q, inside %q (want uid and groups 1000, cgroup %s), a file made on the host by %d:%d (%v; want %d), limits %v, pids_peak %d, memory_peak %d B",
 		r.rep.Sandbox.User, lines, want, st.Uid, st.Gid, made, subStart+box, r.rep.Sandbox.Limits, r.rep.PidsPeak, r.rep.MemoryPeak)
 
-	r = d.runAsUser(true, "--mem", "64M", "--bind", d.probeDir+":/t", "--", "/t/probe", "touch", "200")
-	if d.expect("subids: ML", r.run, "ML") {
-		d.check("subids: ML", r.rep.OOMKilled && float64(r.rep.MemoryPeak)/mib <= 64, "200 MiB under --mem 64M: oom_killed %v, memory_peak %.2f MiB",
+	d.userLimits("subids")
+	procs := append(processesOf(userUID, userUID), processesOf(subStart, subStart+subCount-1)...)
+	d.check("subids: nothing left", len(procs) == 0 && len(d.userLeft) == 0,
+		"processes of the user or its range %v; in its scopes: %v", procs, d.userLeft)
+}
+
+// userLimits: the user's runs in a delegated scope, under each limit: ML
+// under --mem 64M, a fork bomb under --pids 10, TO under --time 0.3.
+// Each check's name starts with prefix.
+func (d *driver) userLimits(prefix string) {
+	r := d.runAsUser(true, "--mem", "64M", "--bind", d.probeDir+":/t", "--", "/t/probe", "touch", "200")
+	if d.expect(prefix+": ML", r.run, "ML") {
+		d.check(prefix+": ML", r.rep.OOMKilled && float64(r.rep.MemoryPeak)/mib <= 64, "200 MiB under --mem 64M: oom_killed %v, memory_peak %.2f MiB",
 			r.rep.OOMKilled, float64(r.rep.MemoryPeak)/mib)
 	}
 	r = d.runAsUser(true, "--pids", "10", "--bind", d.probeDir+":/t", "--", "/t/probe", "forkbomb")
-	if d.expect("subids: fork bomb", r.run, "OK") {
+	if d.expect(prefix+": fork bomb", r.run, "OK") {
 		n, _ := strconv.Atoi(strings.TrimSpace(r.rep.Stdout))
-		d.check("subids: fork bomb", n == 9 && r.rep.PidsPeak == 10, "under --pids 10: %d children, pids_peak %d (want 9 and 10)", n, r.rep.PidsPeak)
+		d.check(prefix+": fork bomb", n == 9 && r.rep.PidsPeak == 10, "under --pids 10: %d children, pids_peak %d (want 9 and 10)", n, r.rep.PidsPeak)
 	}
-	d.measured("subids: cpu limit", func() (bool, string) {
+	d.measured(prefix+": cpu limit", func() (bool, string) {
 		r := d.runAsUser(true, "--time", "0.3", "--bind", d.probeDir+":/t", "--", "/t/probe", "forever")
 		if o := outcome(r.run, "TO"); o != "" {
 			return false, o
@@ -160,9 +153,6 @@ func (d *driver) subordinateIDs() {
 		return r.rep.Limit == "cpu" && r.rep.CPUTime >= 0.3 && r.rep.CPUTime <= 0.32,
 			fmt.Sprintf("--time 0.3: TO %s at cpu_time %.4f (want cpu, 0.30-0.32)", r.rep.Limit, r.rep.CPUTime)
 	})
-	procs := append(processesOf(userUID, userUID), processesOf(subStart, subStart+subCount-1)...)
-	d.check("subids: nothing left", len(procs) == 0 && len(d.userLeft) == 0,
-		"processes of the user or its range %v; in its scopes: %v", procs, d.userLeft)
 }
 
 // userRun is a run of the user's: its report (nil if none), exit status,
