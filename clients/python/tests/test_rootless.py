@@ -6,13 +6,18 @@ use on any host, so it either refuses or (allowed) enforces the limits with rlim
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import time
 from typing import Any, Iterator
 
 import pytest
 
 from conftest import isolate_binary
-from test_service import NOBODY, as_nobody
+from isolate_sandbox.config import DEFAULT_SOCKET
+from isolate_sandbox.service_transport import service_answers
+from test_service import NOBODY, SERVE, SRC, as_nobody
 
 NO_SERVICE = "/nonexistent/api.sock"
 # A command line no other process on the machine has: the leak check looks for it.
@@ -177,4 +182,50 @@ print(json.dumps(facts(s.execute_code("print(2)", image="host"))))
     assert (answer["status"], answer["stdout"], answer["enforcement"]) == \
         ("OK", "2\n", RLIMITS_ONLY)
     os.remove(config)
+    assert_nothing_left(home)
+
+
+def test_a_service_of_the_users_own(home: str) -> None:
+    """nobody runs a service for itself: with no ISOLATE_SOCKET, get_sandbox and Session find it
+    in nobody's own directory (root's default socket answering nothing), its runs enforce the
+    limits as nobody's own runs do, and it leaves nothing when it stops."""
+    if service_answers(DEFAULT_SOCKET):
+        pytest.skip("root's service answers at the default socket: it takes nobody's calls first")
+    env = {"PATH": "/usr/bin:/bin", "TMPDIR": home, "HOME": "/nonexistent"}
+    log = tempfile.TemporaryFile()
+    svc = subprocess.Popen([SERVE, "--allow-rlimit-only", "--cli-binary", isolate_binary(),
+                            "--grace", "5s"], user=NOBODY.pw_uid, group=NOBODY.pw_gid,
+                           extra_groups=[], env=env, cwd="/", stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=log)
+    sock = os.path.join(home, f"isolate-{NOBODY.pw_uid}", "api.sock")
+    try:
+        for _ in range(200):
+            if svc.poll() is not None or service_answers(sock):
+                break
+            time.sleep(0.05)
+        if not service_answers(sock):
+            log.seek(0)
+            pytest.fail(f"nobody's isolate-serve did not come up: {log.read().decode()}")
+        script = PRELUDE + """
+box = s.get_sandbox(allow_rlimit_only=True)
+r = box.execute_code("print(6 * 7)", image="host")
+with s.Session(image="host") as sb:
+    said = sb.commands.run("echo in a session").stdout
+print(json.dumps([box.runtime, facts(r), said]))
+"""
+        client_env = {**env, "PYTHONPATH": str(SRC), "PYTHONDONTWRITEBYTECODE": "1",
+                      "ISOLATE_BIN": isolate_binary()}
+        done = subprocess.run([sys.executable, "-c", script], user=NOBODY.pw_uid,
+                              group=NOBODY.pw_gid, extra_groups=[], cwd="/", timeout=120,
+                              env=client_env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        runtime, facts, said = json.loads(done.stdout.splitlines()[-1])
+        assert runtime == "service" and said == "in a session\n", done.stdout
+        assert (facts["status"], facts["stdout"], facts["enforcement"]) == \
+            ("OK", "42\n", RLIMITS_ONLY), facts
+    finally:
+        svc.terminate()
+        assert svc.wait(timeout=30) == 0
+        log.close()
+    assert not os.path.exists(sock)
     assert_nothing_left(home)

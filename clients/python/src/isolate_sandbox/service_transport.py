@@ -20,6 +20,7 @@ import os
 import random
 import socket
 import stat
+import struct
 import time
 import urllib.parse
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -106,6 +107,52 @@ def probe(endpoint: str, token: Optional[str] = None, timeout: float = 1.0) -> O
 def service_answers(endpoint: str, timeout: float = 1.0) -> bool:
     """True when an HTTP server answers ``GET /v1/health`` at ``endpoint``."""
     return probe(endpoint, None, timeout) is None
+
+
+def own_service_socket(environ: Optional[Dict[str, str]] = None) -> Optional[str]:
+    """The API socket of a service this user, who is not root, runs for itself (``isolate
+    serve`` as the user), where isolate keeps it: ``$XDG_RUNTIME_DIR/isolate`` if that
+    directory is the user's alone (mode 0700), else ``$TMPDIR/isolate-UID``. None for root."""
+    uid = os.geteuid()
+    if uid == 0:
+        return None
+    env = os.environ if environ is None else environ
+    xdg = env.get("XDG_RUNTIME_DIR", "")
+    if os.path.isabs(xdg):
+        try:
+            st = os.lstat(xdg)
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == uid and st.st_mode & 0o077 == 0:
+                return os.path.join(xdg, "isolate", "api.sock")
+        except OSError:
+            pass
+    return os.path.join(env.get("TMPDIR") or "/tmp", f"isolate-{uid}", "api.sock")
+
+
+def listener_is_ours(path: str, timeout: float = 1.0) -> bool:
+    """True when the process listening on the unix socket ``path`` is root's or this user's
+    (``SO_PEERCRED``): requests, their code and files, go to nobody else."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(path)
+        _, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                        struct.calcsize("3i")))
+        return uid in (0, os.geteuid())
+    except OSError:
+        return False
+    finally:
+        sock.close()
+
+
+def default_socket(default: str) -> str:
+    """``default`` (root's service), unless no service answers there and one this user runs
+    for itself does: then that one's socket."""
+    if service_answers(default):
+        return default
+    own = own_service_socket()
+    if own and listener_is_ours(own) and service_answers(own):
+        return own
+    return default
 
 
 def permission_advice(path: str) -> str:

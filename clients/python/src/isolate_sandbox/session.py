@@ -20,8 +20,8 @@ from typing import (Any, Callable, Dict, Iterator, List, Literal, Mapping, Optio
 from .config import DEFAULT_SOCKET
 from .errors import CallTimeoutError, SandboxError, SandboxUnavailableError, ServiceError
 from .result import ExceptionInfo
-from .service_transport import (NDJSON, auth_headers, connection, env_list, error_of,
-                                ndjson_lines, probe)
+from .service_transport import (NDJSON, auth_headers, connection, default_socket, env_list,
+                                error_of, ndjson_lines, probe)
 from .transport import OutputCallback
 
 # Seconds a call may take beyond its own bound: the service's setup, the answer's way back.
@@ -150,7 +150,8 @@ class Session:
             url = os.environ.get("ISOLATE_URL", "").strip() or None
             if url is not None and token is None:
                 token = os.environ.get("ISOLATE_TOKEN", "").strip() or None
-        self.endpoint = url or socket_path or os.environ.get("ISOLATE_SOCKET") or DEFAULT_SOCKET
+        self.endpoint = (url or socket_path or os.environ.get("ISOLATE_SOCKET")
+                         or default_socket(DEFAULT_SOCKET))
         self.token = token
         self.language = language
         self.id = ""
