@@ -145,9 +145,9 @@ def listener_is_ours(path: str, timeout: float = 1.0) -> bool:
 
 
 def default_socket(default: str) -> str:
-    """``default`` (root's service), unless no service answers there and one this user runs
-    for itself does: then that one's socket."""
-    if service_answers(default):
+    """``default`` (root's service), unless there is no socket there and a service this user
+    runs for itself answers: then that one's socket."""
+    if os.path.lexists(default):
         return default
     own = own_service_socket()
     if own and listener_is_ours(own) and service_answers(own):
