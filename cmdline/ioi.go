@@ -103,7 +103,11 @@ func (iv *invocation) runIOI(args []string) int {
 		return exitSandbox // a signal ended the invocation: Main says how
 	}
 	defer stop()
-	rep, err := ioi.Run(ctx, o, host, &ioi.Caller{Env: iv.Env, Path: iv.path, Stdin: iv.Stdin, Stdout: iv.Stdout, Stderr: iv.Stderr, Cred: iv.cred})
+	caller := &ioi.Caller{Env: iv.Env, Path: iv.path, Stdin: iv.Stdin, Stdout: iv.Stdout, Stderr: iv.Stderr, Cred: iv.cred}
+	if iv.signals == nil {
+		caller.BeforeStart = signalsCaught
+	}
+	rep, err := ioi.Run(ctx, o, host, caller)
 	if rep == nil {
 		return ioiUsage(err)
 	}

@@ -300,6 +300,9 @@ func (iv *invocation) withRunIO(wall time.Duration, run func(context.Context, is
 	if err != nil {
 		return usageErr(err)
 	}
+	if iv.signals == nil {
+		stdio.BeforeStart = signalsCaught
+	}
 	if iv.Admit != nil && iv.Caller != nil && iv.Caller.Capped() {
 		// A run slot of the service's, as an API request of one command
 		// takes (--parallel, --queue).

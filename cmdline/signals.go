@@ -50,27 +50,34 @@ var interrupt struct {
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
 	listening atomic.Int32
+	// caught is closed once the runtime delivers the signals to it.
+	caught chan struct{}
 }
 
-// CatchSignalsEarly starts catching the signals now, beside the rest of
-// the process's start, when args (os.Args) are a run's: each signal the Go
-// runtime is told to deliver takes a handshake with its signal thread,
-// which, with the process's one P, costs a third of a millisecond in line
-// on a one-shot run's start. A signal before it is done ends isolate by its
-// default action, as before a run listens anyway.
+// CatchSignalsEarly starts catching the signals now, when args (os.Args)
+// are a run's.
 func CatchSignalsEarly(args []string) {
 	if len(args) > 1 && (args[1] == "run" || args[1] == "exec" || (IsIOIForm(args[1:]) && slices.Contains(args, "--run"))) {
-		go interrupt.once.Do(catchSignals)
+		interrupt.once.Do(catchSignals)
 	}
 }
 
 // catchSignals starts catching the signals (the first run does). With no
-// run listening, a signal ends isolate as its default action would.
+// run listening, a signal ends isolate as its default action would. The
+// signals are handed to the runtime in a goroutine, which runs while the
+// run waits for its box to be built: each takes a handshake with the
+// runtime's signal thread, a third of a millisecond in all with the
+// process's one P, which in line would lengthen the run's start. The
+// program starts only once they are caught (signalsCaught, the run's
+// IO.BeforeStart); a signal before that ends isolate by its default
+// action (the box dies with it), as one before any run listens does.
 func catchSignals() {
 	interrupt.ctx, interrupt.cancel = context.WithCancelCause(context.Background())
+	interrupt.caught = make(chan struct{})
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, caughtSignals...)
 	go func() {
+		signal.Notify(sigs, caughtSignals...)
+		close(interrupt.caught)
 		for sig := range sigs {
 			s := sig.(syscall.Signal)
 			if interrupt.listening.Load() == 0 {
@@ -80,6 +87,9 @@ func catchSignals() {
 		}
 	}()
 }
+
+// signalsCaught waits until this process catches the signals.
+func signalsCaught() { <-interrupt.caught }
 
 // signalContext is the context of a run, ended by a caught (or relayed)
 // signal or by Main's ctx, and the function to call once the run is

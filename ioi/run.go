@@ -137,6 +137,7 @@ func ioiExecute(ctx context.Context, o *Options, host *isolate.Host, pb *isolate
 		openCtx, cancel = context.WithTimeout(ctx, o.wall)
 	}
 	io, err := stdio.setup(openCtx, o, spec, mounts, pb.HostUID())
+	io.BeforeStart = caller.BeforeStart
 	cancel()
 	waited := time.Since(start)
 	switch {
@@ -274,6 +275,7 @@ type Caller struct {
 	Path                  func(string) string // nil: as given
 	Stdin, Stdout, Stderr *os.File
 	Cred                  *hostfs.Cred // whose rights open the meta file; nil: this process's
+	BeforeStart           func()       // the run's isolate.IO.BeforeStart
 }
 
 // path resolves a host path the caller named.

@@ -118,6 +118,11 @@ type IO struct {
 	// Content and Sink), after the spec's own copies: a front end's
 	// inline content or its own files, never a path on the host.
 	CopyIn, CopyOut []Copy
+	// BeforeStart, if set, is called once the box is built, right before
+	// its program starts: what a front end needs in place while the
+	// program runs, made beside the box's construction (the CLI's signal
+	// handling) rather than before it.
+	BeforeStart func()
 }
 
 // Prepared is a checked and resolved run: nothing exists for it yet.

@@ -231,6 +231,9 @@ func (s *supervisor) buildBox() error {
 // startProgram sends the command part with files and waits until the
 // program runs (or could not be started).
 func (s *supervisor) startProgram(box *pendingBox, cmd *plan, files []*os.File) error {
+	if s.io.BeforeStart != nil {
+		s.io.BeforeStart()
+	}
 	// The run's goroutines made ready meanwhile (output captures, init's
 	// reader) run to their first wait now: after the command they would
 	// hold this thread's CPU while init, woken onto it, waits.

@@ -101,7 +101,7 @@ func (j *Job) Run(ctx context.Context, stdio isolate.IO) (*api.ExecReport, error
 		if err != nil {
 			return nil, err
 		}
-		crep, err := j.run(ctx, cspec, isolate.IO{})
+		crep, err := j.run(ctx, cspec, isolate.IO{BeforeStart: stdio.BeforeStart})
 		if err != nil {
 			return nil, err
 		}
