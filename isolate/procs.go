@@ -89,18 +89,7 @@ func threadIDs(task int) []int {
 	if _, err := unix.Seek(task, 0, 0); err != nil {
 		return nil
 	}
-	var names []string
-	var buf [4096]byte
-	for {
-		n, err := unix.Getdents(task, buf[:])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil || n <= 0 {
-			break
-		}
-		_, _, names = unix.ParseDirent(buf[:n], -1, names)
-	}
+	names, _ := readNames(task)
 	tids := make([]int, 0, len(names))
 	for _, n := range names {
 		if tid, err := strconv.Atoi(n); err == nil {

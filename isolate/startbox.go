@@ -233,6 +233,7 @@ func (s *supervisor) buildBox() error {
 func (s *supervisor) startProgram(box *pendingBox, cmd *plan, files []*os.File) error {
 	if s.io.BeforeStart != nil {
 		s.io.BeforeStart()
+		s.timer.mark("before-start")
 	}
 	// The run's goroutines made ready meanwhile (output captures, init's
 	// reader) run to their first wait now: after the command they would

@@ -83,7 +83,7 @@ func TestBenchJSON(t *testing.T) {
 	}
 	// The runtime's own stage names change as it does; the bench's derived
 	// rows and the report's totals are fixed.
-	for _, name := range []string{bench.StageCLI, "start", bench.StageInitDerived, bench.StageSetup, bench.StageTeardown, bench.StageSetupTeardown, bench.StageOutside} {
+	for _, name := range []string{bench.StageCLI, "before-start", "start", bench.StageInitDerived, bench.StageSetup, bench.StageTeardown, bench.StageSetupTeardown, bench.StageOutside} {
 		if s, ok := stages[name]; !ok || s.Ms.N != 3 {
 			t.Errorf("stage %s: %+v", name, s)
 		}

@@ -17,7 +17,7 @@ const (
 
 // supervisorStages are the supervisor's timers in the order a run passes
 // them; stages not listed here (renamed or new ones) follow them.
-var supervisorStages = []string{"validate", "lock", "cgroup", "image-mount", "spawn-prep", "spawn", "plan", "cgroup-wait", "namespaces+fs", "copy-in", "start", "program", "wait-init", "cgroup-remove"}
+var supervisorStages = []string{"validate", "lock", "cgroup", "image-mount", "spawn-prep", "spawn", "plan", "cgroup-wait", "namespaces+fs", "copy-in", "before-start", "start", "program", "wait-init", "cgroup-remove"}
 
 // initStages are init's timers in order; any other "init-" stage follows
 // them.
@@ -70,7 +70,7 @@ func stageBreakdown(reports []*isolate.Report, outside []float64) []StageResult 
 			// supervisor's stages from init's spawn to the program's start
 			// they do not cover is init's way in (from execve to its first
 			// timer) and the messages' trips.
-			rest := st["plan"] + st["cgroup-wait"] + start + st["namespaces+fs"]
+			rest := st["plan"] + st["cgroup-wait"] + st["before-start"] + start + st["namespaces+fs"]
 			for k, v := range st {
 				if strings.HasPrefix(k, "init-") {
 					rest -= v

@@ -16,8 +16,7 @@ from .local_transport import LocalTransport
 from .result import ExecutionResult, ResultMeta, format_seconds, from_report, limits_of
 from .security import SecurityReport, analyze_code
 from .queue_transport import QueueTransport
-from .service_transport import (ServiceTransport, default_socket, listener_is_ours,
-                                own_service_socket, probe)
+from .service_transport import ServiceTransport, default_socket, probe
 from .transport import ExecRequest, Limits, Mount, OutputCallback, RunRequest, Transport
 
 
@@ -27,11 +26,10 @@ def select_transport(config: SandboxConfig) -> Transport:
     binary (as root, or as this user: isolate's runs without root), else raises one error
     saying what to start."""
     endpoint = config.service_url or config.socket_path
-    # The default socket is root's service's; a service of the user's own serves where none does.
-    own_default = not config.service_url and config.socket_path == DEFAULT_SOCKET
+    if config.backend in ("auto", "service") and endpoint == DEFAULT_SOCKET:
+        # Root's service's socket; a service of the user's own serves where there is none.
+        endpoint = default_socket(DEFAULT_SOCKET)
     if config.backend == "service" or (config.backend == "auto" and config.service_url):
-        if own_default:
-            endpoint = default_socket(DEFAULT_SOCKET)
         return ServiceTransport(endpoint, config.token, config.busy_wait)
     if config.backend == "cli":
         return CLITransport(config.isolate_bin, config.cgroup_root)
@@ -40,10 +38,6 @@ def select_transport(config: SandboxConfig) -> Transport:
     if config.backend == "queue" and config.queue_url:
         return QueueTransport(config.queue_url, config.queue_prefix)
     why = probe(endpoint)
-    if why is not None and own_default:
-        own = own_service_socket()
-        if own and listener_is_ours(own) and probe(own) is None:
-            endpoint, why = own, None
     if why is None:
         return ServiceTransport(endpoint, config.token, config.busy_wait)
     if why.startswith("permission denied"):
