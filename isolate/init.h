@@ -123,6 +123,14 @@ extern struct program init_prog;
 /* init_add_fd appends fd to a grown array; -1 (ENOMEM) if it cannot. */
 int init_add_fd(int **fds, size_t *n, size_t *cap, int fd);
 
+/* Descriptors init keeps for itself go at or above this number, clear of
+ * those an early init is given by number (PLACE_FD). */
+#define INIT_FD_HIGH 64
+
+/* init_place_fd gives the first received descriptor not yet placed the
+ * number target (PLACE_FD); -1 with errno if it cannot. */
+int init_place_fd(struct plan_reader *r, int target);
+
 /* Memory for init (init_io.c): zeroed, from a static arena in a box's
  * init (init_arena_on), else from malloc; init_free ignores the arena's. */
 extern int init_arena_on;

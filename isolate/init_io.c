@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,26 @@ int init_add_fd(int **fds, size_t *n, size_t *cap, int fd) {
 		*fds = p, *cap = c;
 	}
 	(*fds)[(*n)++] = fd;
+	return 0;
+}
+
+int init_place_fd(struct plan_reader *r, int target) {
+	if (r->nfds == 0 || target < ISOLATE_FD_EXTRA || target >= INIT_FD_HIGH)
+		return errno = EBADF, -1;
+	int fd = r->fds[0];
+	if (fd != target) {
+		/* A received descriptor still to be placed that holds the number
+		 * moves away first. */
+		for (size_t i = 1; i < r->nfds; i++)
+			if (r->fds[i] == target && (r->fds[i] = fcntl(target, F_DUPFD_CLOEXEC, INIT_FD_HIGH)) < 0)
+				return -1;
+		if (dup3(fd, target, O_CLOEXEC) < 0)
+			return -1;
+		close(fd);
+	}
+	/* The command part's indexes count from its own descriptors. */
+	memmove(r->fds, r->fds + 1, (r->nfds - 1) * sizeof *r->fds);
+	r->nfds--;
 	return 0;
 }
 

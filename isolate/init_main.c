@@ -32,15 +32,27 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "early.h"
 #include "init.h"
 #include "procs.h"
 
 int init_box_host_pid;
+
+/* early_maps_fd is an early init's ID maps pipe (isolate_start_early_init),
+ * at fd ISOLATE_FD_EXTRA until read; -1 for a spawned init. */
+static int early_maps_fd = -1;
+
+/* An early init makes its namespaces on a CPU other than the supervisor's
+ * (which the Go runtime boots on meanwhile); its PID 1, and so the
+ * program, then take the caller's CPUs (early_cpus) back. */
+static cpu_set_t early_cpus;
+static int early_cpus_away;
 int init_rootless;
 int init_groups_kept;
 
@@ -89,6 +101,14 @@ static int run_box(void) {
 	int sfd = signalfd(-1, &chld, SFD_CLOEXEC);
 	if (sfd < 0)
 		init_fail("create signalfd", errno);
+	if (early_maps_fd >= 0) {
+		/* Clear of the numbers the box part's descriptors take. */
+		int high = fcntl(sfd, F_DUPFD_CLOEXEC, INIT_FD_HIGH);
+		if (high < 0)
+			init_fail("move signalfd", errno);
+		close(sfd);
+		sfd = high;
+	}
 	/* Each step is carried out as it arrives: the supervisor sends the
 	 * box part at once, and the command part (whose cgroup files are
 	 * made meanwhile) after it. */
@@ -97,8 +117,13 @@ static int run_box(void) {
 	read_op(&plan, &op);
 	init_mark(STAGE_PLAN);
 	int announce = 0;
-	while (!init_box_op(&op, &announce))
-		read_op(&plan, &op);
+	for (;; read_op(&plan, &op)) {
+		if (op.type == ISOLATE_OP_PLACE_FD) {
+			if (init_place_fd(&plan, (int)op.ints[0]) < 0)
+				init_fail_op(&op, NULL, errno);
+		} else if (init_box_op(&op, &announce))
+			break;
+	}
 	init_drop_bounding_set();
 	init_prepare_program(&oldmask);
 	if (announce) {
@@ -335,6 +360,24 @@ static void map_with_tools(const char *const tools[2], pid_t pid, const char *ma
 	}
 }
 
+/* read_early_maps reads the maps text until the supervisor closes the
+ * pipe: buf, or NULL if it sent none (or too much). */
+static const char *read_early_maps(char *buf, size_t size) {
+	size_t n = 0;
+	for (;;) {
+		ssize_t k = read(early_maps_fd, buf + n, size - 1 - n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			break;
+		if ((n += (size_t)k) == size - 1)
+			return NULL;
+	}
+	close(early_maps_fd);
+	buf[n] = 0;
+	return n ? buf : NULL;
+}
+
 /* pid1_entry is PID 1 of the box, in the new namespaces: it waits until
  * its ID maps are written (the pipe mapped brings its host pid), then
  * carries out the plan. */
@@ -347,6 +390,10 @@ static void pid1_entry(void *arg) {
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
 		init_fail("set the parent-death signal", errno);
 	close(mapped[1]);
+	if (early_maps_fd >= 0)
+		close(early_maps_fd); /* the outer process's */
+	if (early_cpus_away)
+		sched_setaffinity(0, sizeof early_cpus, &early_cpus);
 	int32_t host_pid;
 	if (read(mapped[0], &host_pid, sizeof host_pid) != sizeof host_pid)
 		_exit(1); /* the parent failed, and said why */
@@ -373,6 +420,8 @@ static char pid1_stack[256 << 10] __attribute__((aligned(16)));
  * own address space to create a user namespace, which cost a millisecond
  * per run. */
 static int run_init(unsigned long flags, const char *maps, const char *gid_maps, const char *const tools[2]) {
+	/* (An early init has no maps yet: it reads them, once its
+	 * namespaces are made, from early_maps_fd.) */
 	init_arena_on = 1;
 	init_rootless = gid_maps != NULL;
 	init_groups_kept = init_rootless && !tools[0];
@@ -396,6 +445,12 @@ static int run_init(unsigned long flags, const char *maps, const char *gid_maps,
 	if (pid1 < 0)
 		init_fail("create namespaces", errno);
 	close(mapped[0]);
+	char early_maps[256];
+	if (early_maps_fd >= 0) {
+		/* EOF before any: the supervisor has no use for this init. */
+		if (!(maps = read_early_maps(early_maps, sizeof early_maps)))
+			_exit(1);
+	}
 	if (tools[0])
 		map_with_tools(tools, pid1, maps, gid_maps);
 	else if (write_id_maps(pid1, maps, gid_maps) < 0)
@@ -410,6 +465,85 @@ static int run_init(unsigned long flags, const char *maps, const char *gid_maps,
 		if (errno != EINTR)
 			return 1;
 	return WIFEXITED(ws) ? WEXITSTATUS(ws) : 1;
+}
+
+struct isolate_early_init isolate_early_init = {.pid = -1, .pidfd = -1, .ctl = -1, .status = -1, .maps = -1};
+
+/* early_child becomes the early init: the descriptors a spawned init has
+ * (the program's streams /dev/null until its command brings them), a CPU
+ * other than parent_cpu (early_cpus), no signal blocked, the caller's environment gone from its
+ * memory (PID 1 shares it); then init as if execed. */
+static __attribute__((noreturn)) void early_child(int ctl, int status, int maps, pid_t parent, unsigned long flags,
+                                                  char **envp, int parent_cpu) {
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() != parent)
+		_exit(1);
+	extern cpu_set_t isolate_caller_cpus;
+	extern int isolate_cpus_narrowed;
+	if (isolate_cpus_narrowed)
+		early_cpus = isolate_caller_cpus;
+	else if (sched_getaffinity(0, sizeof early_cpus, &early_cpus) < 0)
+		_exit(1);
+	cpu_set_t away = early_cpus;
+	if (parent_cpu >= 0)
+		CPU_CLR(parent_cpu, &away);
+	early_cpus_away = CPU_COUNT(&away) > 0 && sched_setaffinity(0, sizeof away, &away) == 0;
+	if (!early_cpus_away && isolate_cpus_narrowed)
+		sched_setaffinity(0, sizeof early_cpus, &early_cpus);
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	for (char **e = envp; e && *e; e++)
+		memset(*e, 0, strlen(*e));
+	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+	ctl = fcntl(ctl, F_DUPFD, INIT_FD_HIGH);
+	status = fcntl(status, F_DUPFD, INIT_FD_HIGH);
+	maps = fcntl(maps, F_DUPFD, INIT_FD_HIGH);
+	if (null < 0 || ctl < 0 || status < 0 || maps < 0)
+		_exit(1);
+	for (int fd = 0; fd < 3; fd++)
+		dup2(null, fd);
+	dup2(ctl, ISOLATE_FD_CONTROL);
+	dup2(status, ISOLATE_FD_STATUS);
+	dup2(maps, ISOLATE_FD_EXTRA);
+	syscall(SYS_close_range, ISOLATE_FD_EXTRA + 1, ~0U, 0);
+	early_maps_fd = ISOLATE_FD_EXTRA;
+	const char *tools[2] = {NULL, NULL};
+	_exit(run_init(flags, NULL, NULL, tools));
+}
+
+void isolate_start_early_init(unsigned long flags, char **envp) {
+	/* A closed standard descriptor would be taken by the pipes below. */
+	for (int fd = 0; fd < 3; fd++)
+		if (fcntl(fd, F_GETFD) < 0)
+			return;
+	int ctl[2], status[2], maps[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ctl) < 0)
+		return;
+	if (pipe2(status, O_CLOEXEC) < 0) {
+		close(ctl[0]), close(ctl[1]);
+		return;
+	}
+	if (pipe2(maps, O_CLOEXEC) < 0) {
+		close(ctl[0]), close(ctl[1]), close(status[0]), close(status[1]);
+		return;
+	}
+	pid_t parent = getpid();
+	int cpu = sched_getcpu();
+	pid_t pid = fork();
+	if (pid == 0)
+		early_child(ctl[1], status[1], maps[0], parent, flags, envp, cpu);
+	close(ctl[1]), close(status[1]), close(maps[0]);
+	/* The supervisor reads init's messages through Go's poller. */
+	fcntl(status[0], F_SETFL, O_NONBLOCK);
+	int pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
+	if (pidfd < 0) {
+		close(ctl[0]), close(status[0]), close(maps[1]);
+		if (pid > 0)
+			waitpid(pid, NULL, 0); /* it ends at EOF on its maps pipe */
+		return;
+	}
+	isolate_early_init = (struct isolate_early_init){
+	    .pid = pid, .pidfd = pidfd, .ctl = ctl[0], .status = status[0], .maps = maps[1], .flags = flags};
 }
 
 #ifdef __GLIBC__

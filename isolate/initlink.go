@@ -28,9 +28,10 @@ type pendingBox struct {
 	announced bool
 }
 
-// startBox sends init the box part of a plan (see supervisor.boxPlan).
-func (l *initLink) startBox(boxPart *plan) (*pendingBox, error) {
-	if _, err := l.ctl.Write(boxPart.buf); err != nil {
+// startBox sends init the box part of a plan (see supervisor.boxPlan),
+// files attached (the descriptors it places, plan.placeFD).
+func (l *initLink) startBox(boxPart *plan, files []*os.File) (*pendingBox, error) {
+	if err := sendWithFiles(l.ctl, boxPart.buf, files); err != nil {
 		return nil, l.sendFailed("send the plan to init", err)
 	}
 	return &pendingBox{link: l, announced: boxPart.announces}, nil

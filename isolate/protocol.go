@@ -71,6 +71,12 @@ func flag(b bool) uint64 {
 
 // ---- the box part ----
 
+// placeFD has an early init give the next descriptor sent with the box
+// part the number fd (earlyinit.go).
+func (p *plan) placeFD(fd int) {
+	p.op(C.ISOLATE_OP_PLACE_FD, "place a descriptor", []uint64{uint64(fd)})
+}
+
 func (p *plan) hostname(name string) { p.op(C.ISOLATE_OP_HOSTNAME, "set host name", nil, name) }
 
 func (p *plan) loopback() { p.op(C.ISOLATE_OP_LOOPBACK, "bring up loopback", nil) }

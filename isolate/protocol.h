@@ -50,6 +50,7 @@ enum {
 #define ISOLATE_ANY (-1)
 #define ISOLATE_OPS(X)                                                                                               \
 	/* --- the box part --- */                                                                                   \
+	X(PLACE_FD, "place-fd", 1, 0)    /* the first received descriptor not yet placed takes this number (early init) */ \
 	X(HOSTNAME, "hostname", 0, 1)     /* name */                                                                 \
 	X(LOOPBACK, "loopback", 0, 0)     /* bring up lo */                                                          \
 	X(SYSCTL, "sysctl", 0, 2)         /* path, value */                                                          \

@@ -86,21 +86,34 @@ func (s *supervisor) startClaimed(b *builtBox) error {
 // startInit starts init, which clones the box's PID 1 into new
 // namespaces and maps them; PID 1 then waits for the plan (see buildBox).
 func (s *supervisor) startInit() error {
-	// A socket, not a pipe: the cgroup files, created meanwhile, travel
-	// with the plan.
-	ctl, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("create the control socket: %w", err)
+	flags := uintptr(syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS)
+	if !s.spec.HostNet {
+		flags |= syscall.CLONE_NEWNET
 	}
-	s.ctl = os.NewFile(uintptr(ctl[0]), "init-control")
-	ctlInit := os.NewFile(uintptr(ctl[1]), "init-control")
-	statusW, statusR, err := boxPipe(false)
-	if err != nil {
-		ctlInit.Close()
-		return err
+	early := s.earlyInitFor(flags)
+	// extra are init's descriptors from fdControl on.
+	var extra []*os.File
+	var statusR *os.File
+	if early != nil {
+		s.ctl, statusR = early.ctl, early.status
+		extra = []*os.File{nil, nil} // (the early init has them)
+	} else {
+		// A socket, not a pipe: the cgroup files, created meanwhile,
+		// travel with the plan.
+		ctl, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("create the control socket: %w", err)
+		}
+		s.ctl = os.NewFile(uintptr(ctl[0]), "init-control")
+		ctlInit := os.NewFile(uintptr(ctl[1]), "init-control")
+		var statusW *os.File
+		if statusW, statusR, err = boxPipe(false); err != nil {
+			ctlInit.Close()
+			return err
+		}
+		s.closers = append(s.closers, ctlInit, statusW)
+		extra = []*os.File{ctlInit, statusW}
 	}
-	s.closers = append(s.closers, ctlInit, statusW)
-	extra := []*os.File{ctlInit, statusW}
 	s.notifySock = -1
 	// A box built ahead has the listener's socket whatever its command's
 	// policy turns out to be.
@@ -143,9 +156,8 @@ func (s *supervisor) startInit() error {
 	if err != nil {
 		return err
 	}
-	flags := uintptr(syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS)
-	if !s.spec.HostNet {
-		flags |= syscall.CLONE_NEWNET
+	if early != nil {
+		return s.adoptInit(early, extra[2:], []*os.File{stdin, stdout, stderr}, statusR)
 	}
 	files := []uintptr{stdin.Fd(), stdout.Fd(), stderr.Fd()}
 	for _, f := range extra {
@@ -165,10 +177,8 @@ func (s *supervisor) startInit() error {
 			PidFD:     &pidfd,
 		},
 	}
-	if s.host.rootless == nil { // (a user's own exists: rootless.go)
-		if err := os.MkdirAll(rootfs.StagingDir, 0o755); err != nil {
-			return fmt.Errorf("create %s: %w", rootfs.StagingDir, err)
-		}
+	if err := s.makeStaging(); err != nil {
+		return err
 	}
 	s.timer.mark("spawn-prep")
 	argv := s.appendInitMaps(append(make([]string, 0, 7), "isolate-init", InitArg, strconv.FormatUint(uint64(flags), 10)))
@@ -185,10 +195,20 @@ func (s *supervisor) startInit() error {
 	return nil
 }
 
+// makeStaging makes the directory where init builds the box's root.
+func (s *supervisor) makeStaging() error {
+	if s.host.rootless == nil { // (a user's own exists: rootless.go)
+		if err := os.MkdirAll(rootfs.StagingDir, 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", rootfs.StagingDir, err)
+		}
+	}
+	return nil
+}
+
 // startBoxPart sends init the box part of the plan, then lets go of the
 // run's own image mount: init holds it from then on.
 func (s *supervisor) startBoxPart(part *plan) (*pendingBox, error) {
-	box, err := s.startBox(part)
+	box, err := s.startBox(part, s.boxFiles)
 	if s.ownImage != nil {
 		s.ownImage.Close()
 		s.ownImage = nil
@@ -215,6 +235,12 @@ func (s *supervisor) buildBox() error {
 	if err := s.awaitCgroup(); err != nil {
 		return err
 	}
+	files := s.placement
+	if s.streams != nil {
+		n := len(files)
+		files = append(append(make([]*os.File, 0, n+3), files...), s.streams...)
+		cmd.stdio(n, n+1, n+2)
+	}
 	s.placeInCgroup(cmd)
 	if fillFirst {
 		if s.boxPid, err = box.ready(); err != nil {
@@ -225,7 +251,13 @@ func (s *supervisor) buildBox() error {
 			return err
 		}
 	}
-	return s.startProgram(box, cmd, s.placement)
+	err = s.startProgram(box, cmd, files)
+	if s.streams != nil {
+		// (An early init's: they went with the plan.)
+		closeAll(s.closers)
+		s.closers = nil
+	}
+	return err
 }
 
 // startProgram sends the command part with files and waits until the
@@ -350,6 +382,9 @@ func (s *supervisor) boxPlan(announce bool) (*plan, error) {
 	// Room for a usual box part (about 5 KiB): growing it by doubling
 	// touches pages twice over.
 	p := &plan{buf: make([]byte, 0, 8<<10)}
+	for i := range s.boxFiles {
+		p.placeFD(fdExtra + i)
+	}
 	p.hostname("isolate")
 	if !sp.HostNet {
 		p.loopback()
@@ -388,9 +423,11 @@ func (s *supervisor) boxPlan(announce bool) (*plan, error) {
 		return nil, fmt.Errorf("plan the box file system: %w", err)
 	}
 	p.fs(ops)
-	if s.ahead && s.policy != nil && s.policy.Filter != nil {
+	if (s.ahead || s.streams != nil) && s.policy != nil && s.policy.Filter != nil {
 		// The filter the pool expects its boxes' commands to have (the
 		// default): a command with another one gets a fresh process.
+		// An early init's box has the run's own: its process is made
+		// while the cgroup is.
 		p.prepare(s.policy.Filter, s.policy.Notify)
 	}
 	if s.session {

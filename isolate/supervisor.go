@@ -43,10 +43,14 @@ type supervisor struct {
 	cg     *cgroup.Box
 	policy *seccomp.Program
 	initLink
-	stdout  *capture
-	stderr  *capture
-	stdinW  *os.File   // the pipe a Reader given as stdin is copied into
-	closers []*os.File // host ends to close once init has them
+	stdout *capture
+	stderr *capture
+	stdinW *os.File // the pipe a Reader given as stdin is copied into
+	// An early init's (earlyinit.go): its descriptors from fdExtra on,
+	// sent with the box part, and the program's streams, with the
+	// command part.
+	boxFiles, streams []*os.File
+	closers           []*os.File // host ends to close once init has them
 	// placement are the cgroup files through which the program joins the
 	// box's cgroup; they reach init with the plan.
 	placement  []*os.File

@@ -51,7 +51,7 @@ func TestCallersCPUsReachTheProgram(t *testing.T) {
 			startWithCPUs(t, cmd, tc.set)
 			var threads []string
 			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-				if threads = threadCPUs(cmd.Process.Pid); len(threads) > 0 && hasChildren(cmd.Process.Pid) {
+				if threads = threadCPUs(cmd.Process.Pid); len(threads) > 0 && runsProgram(cmd.Process.Pid, "probe") {
 					break
 				}
 			}
@@ -114,12 +114,36 @@ func threadCPUs(pid int) []string {
 	return out
 }
 
-// hasChildren tells whether pid has started a child (init).
-func hasChildren(pid int) bool {
-	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-	for _, p := range tasks {
-		if d, _ := os.ReadFile(p); len(strings.TrimSpace(string(d))) > 0 {
-			return true
+// runsProgram tells whether a descendant of pid runs the executable
+// named comm (the program, not init: init may be started before Go).
+func runsProgram(pid int, comm string) bool {
+	parent := map[int]int{}
+	names := map[int]string{}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range stats {
+		d, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		open, close := strings.IndexByte(string(d), '('), strings.LastIndexByte(string(d), ')')
+		if open < 0 || close < open {
+			continue
+		}
+		var id, ppid int
+		var state string
+		fmt.Sscan(string(d[:open]), &id)
+		fmt.Sscan(string(d[close+1:]), &state, &ppid)
+		parent[id], names[id] = ppid, string(d[open+1:close])
+	}
+	for id, name := range names {
+		if name != comm {
+			continue
+		}
+		for p, hops := parent[id], 0; p > 1 && hops < 64; p, hops = parent[p], hops+1 {
+			if p == pid {
+				return true
+			}
 		}
 	}
 	return false

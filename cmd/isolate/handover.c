@@ -50,6 +50,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "early.h"
 #include "protocol.h"
 
 /* Nor may the compiler call the C library's memset or memcpy for a loop
@@ -755,13 +756,35 @@ static void hand_over(int argc, char **argv, char **envp, int early) {
  * in-process); the constructor does not ask the service again. */
 static int handover_tried;
 
+/* in_process: the command line is a run that stays in-process. */
+static int in_process;
+
 static void handover(int argc, char **argv, char **envp, int early) {
 	/* Only the isolate command hands over, not its test binary. */
 	size_t n = argc > 0 ? str_len(argv[0]) : 0;
 	int test = n >= 5 && str_eq(argv[0] + n - 5, ".test");
-	if (!test && is_run(argc, argv))
+	if (!test && is_run(argc, argv)) {
 		hand_over(argc, argv, envp, early); /* returns if the run stays in-process */
+		in_process = 1;
+	}
 	handover_tried = 1;
+}
+
+/* The namespaces of a box with its own network (the default): the early
+ * init's (../../isolate/early.h). */
+#define EARLY_FLAGS (CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET)
+
+/* start_early starts a box's init for a run that stays in-process, as
+ * root, while the Go runtime starts: unless the options before the
+ * command may ask for the host's network (the supervisor would not take
+ * that init, it spawns its own). */
+static void start_early(int argc, char **argv, char **envp) {
+	if (!in_process || sys0(SYS_geteuid) != 0)
+		return;
+	for (int i = 1; i < argc && !str_eq(argv[i], "--"); i++)
+		if (str_eq(argv[i], "--share-net") || starts_with(argv[i], "--net") || starts_with(argv[i], "-net"))
+			return;
+	isolate_start_early_init(EARLY_FLAGS, envp);
 }
 
 #if defined(__x86_64__)
@@ -801,4 +824,5 @@ __attribute__((constructor)) static void isolate_handover_entry(void) {
 #endif
 	if (!handover_tried)
 		handover((int)argc, argv, envp, 0);
+	start_early((int)argc, argv, envp);
 }

@@ -45,6 +45,8 @@ func main() {
 	exit := cmdline.Main(context.Background(), &cmdline.Invocation{
 		Args: os.Args, Env: os.Environ(), Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 	})
+	// A box's init started before Go for a run that did not take it.
+	isolate.DiscardEarlyInit()
 	if exit.Signal != 0 {
 		cmdline.DieOf(exit.Signal)
 	}

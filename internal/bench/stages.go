@@ -17,7 +17,7 @@ const (
 
 // supervisorStages are the supervisor's timers in the order a run passes
 // them; stages not listed here (renamed or new ones) follow them.
-var supervisorStages = []string{"validate", "lock", "cgroup", "image-mount", "spawn-prep", "spawn", "plan", "cgroup-wait", "namespaces+fs", "copy-in", "before-start", "start", "program", "wait-init", "cgroup-remove"}
+var supervisorStages = []string{"validate", "lock", "cgroup", "image-mount", "spawn-prep", "spawn", "early-init", "plan", "cgroup-wait", "namespaces+fs", "copy-in", "before-start", "start", "program", "wait-init", "cgroup-remove"}
 
 // initStages are init's timers in order; any other "init-" stage follows
 // them.
