@@ -447,9 +447,14 @@ static int run_init(unsigned long flags, const char *maps, const char *gid_maps,
 	close(mapped[0]);
 	char early_maps[256];
 	if (early_maps_fd >= 0) {
-		/* EOF before any: the supervisor has no use for this init. */
-		if (!(maps = read_early_maps(early_maps, sizeof early_maps)))
+		/* EOF before any: the supervisor has no use for this init,
+		 * and waits until it and its PID 1 are gone. */
+		if (!(maps = read_early_maps(early_maps, sizeof early_maps))) {
+			kill(pid1, SIGKILL);
+			while (waitpid(pid1, NULL, 0) < 0 && errno == EINTR)
+				;
 			_exit(1);
+		}
 	}
 	if (tools[0])
 		map_with_tools(tools, pid1, maps, gid_maps);

@@ -64,6 +64,7 @@ func TestProtocolOps(t *testing.T) {
 		enc  func(*plan)
 		want string
 	}{
+		{"place-fd", func(p *plan) { p.placeFD(7) }, `place-fd step="place a descriptor" 7`},
 		{"hostname", func(p *plan) { p.hostname("isolate") }, `hostname step="set host name" "isolate"`},
 		{"hostname, empty", func(p *plan) { p.hostname("") }, `hostname step="set host name" ""`},
 		{"loopback", func(p *plan) { p.loopback() }, `loopback step="bring up loopback"`},

@@ -44,6 +44,9 @@ var builtServeDir string
 var viaService = os.Getenv("ISOLATE_TEST_VIA") == "service"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(orphansEnv) != "" {
+		orphansHelper()
+	}
 	// This binary never starts boxes itself, but if it ever re-executes
 	// itself as init, that must win over running the tests again.
 	isolate.MaybeInit()
