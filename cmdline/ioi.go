@@ -105,7 +105,7 @@ func (iv *invocation) runIOI(args []string) int {
 	defer stop()
 	caller := &ioi.Caller{Env: iv.Env, Path: iv.path, Stdin: iv.Stdin, Stdout: iv.Stdout, Stderr: iv.Stderr, Cred: iv.cred}
 	if iv.signals == nil {
-		caller.BeforeStart = signalsCaught
+		caller.BeforeStart = catchFaults
 	}
 	rep, err := ioi.Run(ctx, o, host, caller)
 	if rep == nil {

@@ -301,7 +301,7 @@ func (iv *invocation) withRunIO(wall time.Duration, run func(context.Context, is
 		return usageErr(err)
 	}
 	if iv.signals == nil {
-		stdio.BeforeStart = signalsCaught
+		stdio.BeforeStart = catchFaults
 	}
 	if iv.Admit != nil && iv.Caller != nil && iv.Caller.Capped() {
 		// A run slot of the service's, as an API request of one command

@@ -5,16 +5,16 @@ package cmdline
 // SIGINT, and Piston stops runaway output with SIGABRT. As
 // ioi/isolate does, isolate then kills the box, accounts for what ran,
 // writes the report (or meta file) and tears everything down: the run
-// ends "interrupted", by which signal. The signals are caught from the
-// moment a run begins, before it creates anything, so that none finds a
-// half-built or half-handed-over box to leave behind, and a Go stack
-// trace (the runtime's reaction to QUIT, ABRT and to a SEGV, BUS, FPE or
-// ILL that kill(2) sent) never reaches a judge's user. Not earlier:
-// signal.Notify makes the runtime start a thread that waits for signals,
-// 1.3 ms of every isolate command here (isolate version, A/B), which
-// commands that create nothing need not pay. Catching SEGV, BUS, FPE and
-// ILL takes only those another process sends: a fault of isolate's own
-// (si_code from the kernel) is still the runtime's crash.
+// ends "interrupted", by which signal. HUP, INT, QUIT, TERM and ABRT are
+// caught (catch.go) from the moment a run begins, before it creates
+// anything, so that none finds a half-built or half-handed-over box to
+// leave behind, and a Go stack trace (the runtime's reaction to QUIT and
+// ABRT) never reaches a judge's user. A SEGV, BUS, FPE or ILL that
+// kill(2) sent is caught too, through signal.Notify, from the program's
+// start: that starts a thread of the runtime's that waits for signals,
+// which the run's start need not wait for, and commands that create
+// nothing need not pay (1.3 ms, isolate version, A/B). A fault of
+// isolate's own (si_code from the kernel) is still the runtime's crash.
 
 import (
 	"context"
@@ -27,11 +27,11 @@ import (
 	"syscall"
 )
 
-// caughtSignals are the signals that interrupt a run: ioi/isolate's
-// interrupting ones (HUP, INT, QUIT, TERM) and its fatal ones (ILL, ABRT,
-// FPE, SEGV, BUS), which it dies of after the same cleanup.
-var caughtSignals = []os.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM,
-	syscall.SIGILL, syscall.SIGABRT, syscall.SIGFPE, syscall.SIGSEGV, syscall.SIGBUS}
+// The signals that interrupt a run are ioi/isolate's interrupting ones
+// (HUP, INT, QUIT, TERM) and its fatal ones (ILL, ABRT, FPE, SEGV, BUS),
+// which it dies of after the same cleanup: asyncSignals (catch.go) and
+// faultSignals.
+var faultSignals = []os.Signal{syscall.SIGILL, syscall.SIGFPE, syscall.SIGSEGV, syscall.SIGBUS}
 
 // signalCause is why a run was interrupted: the signal isolate got. A
 // report's Cause wraps it (errors.As).
@@ -50,8 +50,8 @@ var interrupt struct {
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
 	listening atomic.Int32
-	// caught is closed once the runtime delivers the signals to it.
-	caught chan struct{}
+	// faults catches faultSignals once (catchFaults).
+	faults sync.Once
 }
 
 // CatchSignalsEarly starts catching the signals now, when args (os.Args)
@@ -63,33 +63,57 @@ func CatchSignalsEarly(args []string) {
 }
 
 // catchSignals starts catching the signals (the first run does). With no
-// run listening, a signal ends isolate as its default action would. The
-// signals are handed to the runtime in a goroutine, which runs while the
-// run waits for its box to be built: each takes a handshake with the
-// runtime's signal thread, a third of a millisecond in all with the
-// process's one P, which in line would lengthen the run's start. The
-// program starts only once they are caught (signalsCaught, the run's
-// IO.BeforeStart); a signal before that ends isolate by its default
-// action (the box dies with it), as one before any run listens does.
+// run listening, a signal ends isolate as its default action would.
 func catchSignals() {
 	interrupt.ctx, interrupt.cancel = context.WithCancelCause(context.Background())
-	interrupt.caught = make(chan struct{})
-	sigs := make(chan os.Signal, 1)
+	caught, err := catchAsyncSignals()
+	if err != nil {
+		// (Not seen: pipe2 and sigaction fail only on bad arguments.)
+		// The runtime's way, then.
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM, syscall.SIGABRT)
+		go interruptBy(sigs)
+		return
+	}
 	go func() {
-		signal.Notify(sigs, caughtSignals...)
-		close(interrupt.caught)
-		for sig := range sigs {
-			s := sig.(syscall.Signal)
-			if interrupt.listening.Load() == 0 {
-				DieOf(s)
+		var b [16]byte
+		for {
+			n, err := caught.Read(b[:])
+			for _, s := range b[:n] {
+				interruptOrDie(syscall.Signal(s))
 			}
-			interrupt.cancel(&signalCause{s})
+			if err != nil {
+				return
+			}
 		}
 	}()
 }
 
-// signalsCaught waits until this process catches the signals.
-func signalsCaught() { <-interrupt.caught }
+// catchFaults starts catching faultSignals, once, in the background: the
+// run's IO.BeforeStart, so that it overlaps the program's start.
+func catchFaults() {
+	interrupt.faults.Do(func() {
+		go func() {
+			sigs := make(chan os.Signal, 1)
+			signal.Notify(sigs, faultSignals...)
+			interruptBy(sigs)
+		}()
+	})
+}
+
+func interruptBy(sigs <-chan os.Signal) {
+	for sig := range sigs {
+		interruptOrDie(sig.(syscall.Signal))
+	}
+}
+
+// interruptOrDie interrupts the runs listening, or with none ends isolate.
+func interruptOrDie(s syscall.Signal) {
+	if interrupt.listening.Load() == 0 {
+		DieOf(s)
+	}
+	interrupt.cancel(&signalCause{s})
+}
 
 // signalContext is the context of a run, ended by a caught (or relayed)
 // signal or by Main's ctx, and the function to call once the run is
@@ -200,6 +224,7 @@ func DieOf(sig syscall.Signal) {
 		os.Exit(e.Code)
 	}
 	signal.Reset(sig)
+	defaultAction(sig)
 	syscall.Kill(os.Getpid(), sig)
 	select {}
 }

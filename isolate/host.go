@@ -120,8 +120,8 @@ type IO struct {
 	CopyIn, CopyOut []Copy
 	// BeforeStart, if set, is called once the box is built, right before
 	// its program starts: what a front end needs in place while the
-	// program runs, made beside the box's construction (the CLI's signal
-	// handling) rather than before it.
+	// program runs, made as it starts rather than before (the CLI's
+	// catching of signals that only faults of its own would send it).
 	BeforeStart func()
 }
 

@@ -423,11 +423,9 @@ func (s *supervisor) boxPlan(announce bool) (*plan, error) {
 		return nil, fmt.Errorf("plan the box file system: %w", err)
 	}
 	p.fs(ops)
-	if (s.ahead || s.streams != nil) && s.policy != nil && s.policy.Filter != nil {
+	if s.ahead && s.policy != nil && s.policy.Filter != nil {
 		// The filter the pool expects its boxes' commands to have (the
 		// default): a command with another one gets a fresh process.
-		// An early init's box has the run's own: its process is made
-		// while the cgroup is.
 		p.prepare(s.policy.Filter, s.policy.Notify)
 	}
 	if s.session {
