@@ -298,6 +298,25 @@ func handoverTargets(res *HandoverResult) []targetResult {
 			ts = append(ts, targetResult{Name: "via service: median / bwrap", Value: v.RatioToBwrap, Target: "< 1.00", Met: v.RatioToBwrap < 1})
 		}
 	}
+	// The judges' path against ioi/isolate's, when it ran in the rounds.
+	byName := map[string]VariantResult{}
+	for _, v := range res.Latency {
+		byName[v.Name] = v
+	}
+	if ioi := byName[VarIOI]; ioi.Skipped == "" && ioi.WallMs.Median > 0 {
+		for _, r := range []struct {
+			variant, name, target string
+			max                   float64
+		}{
+			{VarIOIFormInProcess, "ioi form in-process: median / ioi/isolate", "≤ 1.50", 1.5},
+			{VarIOIFormService, "ioi form via service: median / ioi/isolate", "≤ 1.00", 1},
+		} {
+			if v, ok := byName[r.variant]; ok && v.WallMs.Median > 0 {
+				x := v.WallMs.Median / ioi.WallMs.Median
+				ts = append(ts, targetResult{Name: r.name, Value: x, Target: r.target, Met: x <= r.max})
+			}
+		}
+	}
 	for _, t := range res.Throughput {
 		if t.Callers == 2 {
 			ts = append(ts, targetResult{Name: "2 callers: runs/s via service / in-process", Value: t.Ratio, Target: "≥ 2.00", Met: t.Ratio >= 2})

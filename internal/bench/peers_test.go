@@ -100,3 +100,32 @@ func TestRunningChildIsOwnCPU(t *testing.T) {
 		t.Errorf("a running child's CPU not counted: %v", used)
 	}
 }
+
+// TestJudgesPathTargets: with ioi/isolate in the rounds, the handover
+// bench states the judges' path against it: in-process at most 1.5
+// times, handed over at most once its median.
+func TestJudgesPathTargets(t *testing.T) {
+	row := func(name string, ms float64) VariantResult {
+		return VariantResult{Name: name, WallMs: dist{N: 1, Median: ms}}
+	}
+	res := &HandoverResult{Latency: []VariantResult{row(VarIOI, 4), row(VarIOIFormInProcess, 6.4), row(VarIOIFormService, 3)}}
+	got := map[string]targetResult{}
+	for _, tr := range handoverTargets(res) {
+		got[tr.Name] = tr
+	}
+	for name, want := range map[string]targetResult{
+		"ioi form in-process: median / ioi/isolate":  {Value: 1.6, Met: false},
+		"ioi form via service: median / ioi/isolate": {Value: 0.75, Met: true},
+	} {
+		tr, ok := got[name]
+		if !ok || tr.Met != want.Met || tr.Value < want.Value-1e-9 || tr.Value > want.Value+1e-9 {
+			t.Errorf("%s: %+v (present %v), want value %v met %v", name, tr, ok, want.Value, want.Met)
+		}
+	}
+	res.Latency[0].Skipped = "not installed"
+	for _, tr := range handoverTargets(res) {
+		if strings.Contains(tr.Name, "ioi/isolate") {
+			t.Errorf("ioi/isolate skipped, yet target %q", tr.Name)
+		}
+	}
+}
