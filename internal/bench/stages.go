@@ -65,11 +65,12 @@ func stageBreakdown(reports []*isolate.Report, outside []float64) []StageResult 
 		// binary, the Go runtime's start, flag parsing, printing the
 		// report and exiting.
 		add(StageCLI, outside[i]-(sb.SetupTime+program+sb.TeardownTime)*1000)
-		if start, ok := st["start"]; ok {
+		if start, ok := st["start"]; ok && st["early-init"] == 0 {
 			// Init's timers start when its own code does: what of the
 			// supervisor's stages from init's spawn to the program's start
 			// they do not cover is init's way in (from execve to its first
-			// timer) and the messages' trips.
+			// timer) and the messages' trips. (An early init started
+			// before the supervisor's timers.)
 			rest := st["plan"] + st["cgroup-wait"] + st["before-start"] + start + st["namespaces+fs"]
 			for k, v := range st {
 				if strings.HasPrefix(k, "init-") {
