@@ -4,7 +4,6 @@ package isolate
 import "C"
 
 import (
-	"fmt"
 	"os"
 	"sync"
 	"syscall"
@@ -106,7 +105,8 @@ func (s *supervisor) adoptInit(e *earlyInit, boxFiles, streams []*os.File, statu
 	}
 	s.timer.mark("early-init")
 	if err != nil {
-		return fmt.Errorf("write the box's ID maps: %w", err)
+		// Init failed first (its namespaces, most likely) and said why.
+		return s.sendFailed("write the box's ID maps", err)
 	}
 	return nil
 }
