@@ -43,6 +43,8 @@
 #include "procs.h"
 
 int init_box_host_pid;
+int init_rootless;
+int init_groups_kept;
 
 /* early_maps_fd is an early init's ID maps pipe (isolate_start_early_init),
  * at fd ISOLATE_FD_EXTRA until read; -1 for a spawned init. */
@@ -53,8 +55,6 @@ static int early_maps_fd = -1;
  * program, then take the caller's CPUs (early_cpus) back. */
 static cpu_set_t early_cpus;
 static int early_cpus_away;
-int init_rootless;
-int init_groups_kept;
 
 /* read_op reads the next record of the plan, or fails. */
 static void read_op(struct plan_reader *r, struct op *op) {
@@ -482,8 +482,6 @@ static __attribute__((noreturn)) void early_child(int ctl, int status, int maps,
                                                   char **envp, int parent_cpu) {
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() != parent)
 		_exit(1);
-	extern cpu_set_t isolate_caller_cpus;
-	extern int isolate_cpus_narrowed;
 	if (isolate_cpus_narrowed)
 		early_cpus = isolate_caller_cpus;
 	else if (sched_getaffinity(0, sizeof early_cpus, &early_cpus) < 0)

@@ -3,8 +3,6 @@ package isolate
 // #define _GNU_SOURCE
 // #include <sched.h>
 // #include "procs.h"
-// extern cpu_set_t isolate_caller_cpus;
-// extern int isolate_cpus_narrowed;
 import "C"
 
 import (

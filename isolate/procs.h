@@ -17,6 +17,13 @@
  * inits set the kernel's default back for the programs (init_main.c). */
 #define ISOLATE_TIMER_SLACK_NS 1000000
 
+#include <sched.h>
+
+/* The caller's CPU affinity, and whether isolate_narrow_cpus narrowed
+ * this process's to one CPU (procs.c). */
+extern cpu_set_t isolate_caller_cpus;
+extern int isolate_cpus_narrowed;
+
 void isolate_narrow_cpus(void);
 void isolate_relax_timers(void);
 
