@@ -68,8 +68,9 @@ func (e *earlyInit) discard() {
 
 // earlyInitFor returns the early init for a run whose init is made with
 // flags, or nil: none was started, or this run cannot take it (it would
-// need other namespaces, or it builds a box for a pool or without root),
-// which ends it.
+// need other namespaces, or it builds a box for a pool or a session, or
+// without root), which ends it. (Only buildBox sends an early init's
+// descriptors and streams.)
 func (s *supervisor) earlyInitFor(flags uintptr) *earlyInit {
 	if !oneShot.Load() {
 		return nil
@@ -78,7 +79,7 @@ func (s *supervisor) earlyInitFor(flags uintptr) *earlyInit {
 	if e == nil {
 		return nil
 	}
-	if e.flags != flags || s.ahead || s.host.rootless != nil {
+	if e.flags != flags || s.ahead || s.session || s.host.rootless != nil {
 		e.discard()
 		return nil
 	}

@@ -476,8 +476,9 @@ struct isolate_early_init isolate_early_init = {.pid = -1, .pidfd = -1, .ctl = -
 
 /* early_child becomes the early init: the descriptors a spawned init has
  * (the program's streams /dev/null until its command brings them), a CPU
- * other than parent_cpu (early_cpus), no signal blocked, the caller's environment gone from its
- * memory (PID 1 shares it); then init as if execed. */
+ * other than parent_cpu (early_cpus), no signal blocked, the caller's
+ * environment gone from its memory (PID 1 shares it); then init as if
+ * execed. */
 static __attribute__((noreturn)) void early_child(int ctl, int status, int maps, pid_t parent, unsigned long flags,
                                                   char **envp, int parent_cpu) {
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() != parent)
