@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 
@@ -36,6 +37,7 @@ func benchCommand() *cli.Command {
 			&cli.StringFlag{Name: "go-judge", Usage: "measure the go-judge at `URL` (POST /run) in the same rounds"},
 			&cli.StringFlag{Name: "serve-binary", Usage: "with --handover or --service, the isolate-serve `PATH` to start (default: beside isolate)"},
 			&cli.BoolFlag{Name: "sessions", Usage: "measure sessions of a service of its own: time to interactive (--runs rounds, then bursts of 20), a command and run_code(\"1+1\") in a live session, memory per idle session, sessions per CPU-second"},
+			&cli.Uint64Flag{Name: "seed", Usage: "the running order's `SEED`: every round and block runs in a random order made from it (default: a new one, printed with the results)"},
 			&cli.BoolFlag{Name: "rootless", Usage: "measure isolate run without root against unprivileged bwrap, as the same user (as root: nobody; --runs rounds)"},
 		},
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageErr(err) },
@@ -76,7 +78,7 @@ func benchCommand() *cli.Command {
 				return benchWithService(c, runs, peers)
 			}
 			// The isolate binary itself, started as a user would start it.
-			res, err := bench.Run(bench.Config{Bin: "/proc/self/exe", Version: cmdline.Version, Rounds: runs, Precision: c.Bool("precision"), PrecisionRuns: precRuns, Peers: peers})
+			res, err := bench.Run(bench.Config{Bin: "/proc/self/exe", Version: cmdline.Version, Rounds: runs, Precision: c.Bool("precision"), PrecisionRuns: precRuns, Peers: peers, Seed: benchSeed(c)})
 			if err != nil {
 				return failure("bench: " + err.Error())
 			}
@@ -100,17 +102,26 @@ func benchWithService(c *cli.Context, runs int, peers bench.Peers) error {
 		return err
 	}
 	if c.Bool("service") {
-		res, err := bench.RunService(bench.ServiceConfig{Bin: self, ServeBin: serve, Version: cmdline.Version, Rounds: runs, Seconds: c.Float64("seconds"), ThroughputRounds: 3})
+		res, err := bench.RunService(bench.ServiceConfig{Bin: self, ServeBin: serve, Version: cmdline.Version, Rounds: runs, Seconds: c.Float64("seconds"), ThroughputRounds: 3, Seed: benchSeed(c)})
 		if err != nil {
 			return failure("bench: " + err.Error())
 		}
 		return jsonOr(c, res, func() { bench.PrintService(os.Stdout, res) })
 	}
-	res, err := bench.RunHandover(bench.HandoverConfig{Bin: self, ServeBin: serve, Version: cmdline.Version, Rounds: runs, PerBlock: max(runs/2, 20), Peers: peers})
+	res, err := bench.RunHandover(bench.HandoverConfig{Bin: self, ServeBin: serve, Version: cmdline.Version, Rounds: runs, PerBlock: max(runs/2, 20), Peers: peers, Seed: benchSeed(c)})
 	if err != nil {
 		return failure("bench: " + err.Error())
 	}
 	return jsonOr(c, res, func() { bench.PrintHandover(os.Stdout, res, c.Bool("markdown")) })
+}
+
+// benchSeed is --seed, or a new seed when none is given: the results
+// print it, so any order can be run again.
+func benchSeed(c *cli.Context) uint64 {
+	if c.IsSet("seed") {
+		return c.Uint64("seed")
+	}
+	return rand.Uint64()
 }
 
 // benchBinaries are this isolate binary and the isolate-serve a bench

@@ -17,7 +17,7 @@ func benchRootless(c *cli.Context, runs int) error {
 	if err != nil {
 		return failure("bench: " + err.Error())
 	}
-	res, err := bench.RunRootless(bench.RootlessConfig{Bin: self, ServeBin: serve, Version: cmdline.Version, Rounds: runs})
+	res, err := bench.RunRootless(bench.RootlessConfig{Bin: self, ServeBin: serve, Version: cmdline.Version, Rounds: runs, Seed: benchSeed(c)})
 	if err != nil {
 		return failure("bench: " + err.Error())
 	}

@@ -38,12 +38,13 @@ type Config struct {
 	Precision     bool   // also measure limits' overshoot and accounting error
 	PrecisionRuns int    // runs per precision benchmark
 	Peers         Peers  // other sandboxes measured in the same rounds
+	Seed          uint64 // the running order's seed
 }
 
 // Run measures everything: rounds of the latency variants, the stage
 // breakdown, throughput and, if asked, precision.
 func Run(c Config) (*Result, error) {
-	r := &benchRunner{bin: c.Bin, version: c.Version, env: oneShotEnv(), peers: c.Peers}
+	r := &benchRunner{bin: c.Bin, version: c.Version, env: oneShotEnv(), peers: c.Peers, order: newOrder(c.Seed)}
 	return r.bench(c.Rounds, c.Precision, c.PrecisionRuns)
 }
 
@@ -58,7 +59,7 @@ func progress(format string, a ...any) {
 // bench measures everything: latency rounds, stage breakdown, throughput
 // and, if asked, precision.
 func (r *benchRunner) bench(rounds int, precision bool, precRuns int) (*Result, error) {
-	res := &Result{Machine: describeMachine(r.version), Rounds: rounds}
+	res := &Result{Machine: describeMachine(r.version, r.order.seed), Rounds: rounds}
 	meter := newCPUMeter()
 	vs, skipped := r.variants()
 	ps, err := r.peers.peers()
@@ -81,7 +82,7 @@ func (r *benchRunner) bench(rounds int, precision bool, precRuns int) (*Result, 
 	if perBlock < 10 {
 		perBlock = 10
 	}
-	progress("throughput: %d alternating blocks of %d runs, 1 and 2 at a time", ThroughputBlocks, perBlock)
+	progress("throughput: %d turns of blocks of %d runs, 1 and 2 at a time, in a random order each turn", ThroughputBlocks, perBlock)
 	if res.Throughput, err = r.throughput(perBlock); err != nil {
 		return nil, err
 	}

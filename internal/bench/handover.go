@@ -40,6 +40,7 @@ type HandoverConfig struct {
 	Rounds                 int    // interleaved latency rounds
 	PerBlock               int    // runs per throughput block
 	Peers                  Peers  // other sandboxes measured in the same rounds
+	Seed                   uint64 // the running order's seed
 }
 
 // HandoverResult is what it measured.
@@ -92,11 +93,11 @@ func RunHandover(c HandoverConfig) (*HandoverResult, error) {
 		return nil, err
 	}
 	defer svc.stop()
-	inProc := &benchRunner{bin: c.Bin, version: c.Version, env: oneShotEnv()}
+	inProc := &benchRunner{bin: c.Bin, version: c.Version, env: oneShotEnv(), order: newOrder(c.Seed)}
 	// A caller's ISOLATE_ settings keep its runs in-process (the service
 	// honours its own): the service's runs get none of them.
 	viaSvc := &benchRunner{bin: c.Bin, version: c.Version, env: append(withoutIsolateVars(os.Environ()), "ISOLATE_SERVICE_SOCKET="+svc.socket)}
-	res := &HandoverResult{Machine: describeMachine(c.Version), Rounds: c.Rounds}
+	res := &HandoverResult{Machine: describeMachine(c.Version, c.Seed), Rounds: c.Rounds}
 	meter := newCPUMeter(svc.cmd.Process.Pid)
 	vs := []variant{
 		{name: VarBare, argv: []string{"/bin/true"}},
@@ -136,12 +137,14 @@ func RunHandover(c HandoverConfig) (*HandoverResult, error) {
 	progress("throughput: blocks of %d runs, 1 and 2 callers, each way", c.PerBlock)
 	for _, callers := range []int{1, 2} {
 		var svcRates, inRates []float64
+		ways := []struct {
+			r     *benchRunner
+			via   string
+			rates *[]float64
+		}{{viaSvc, "service", &svcRates}, {inProc, "in-process", &inRates}}
 		for b := 0; b < ThroughputBlocks; b++ {
-			for _, w := range []struct {
-				r     *benchRunner
-				via   string
-				rates *[]float64
-			}{{viaSvc, "service", &svcRates}, {inProc, "in-process", &inRates}} {
+			for _, i := range inProc.order.next(len(ways)) {
+				w := ways[i]
 				rate, err := block(c.PerBlock, callers, w.r.viaTrue(w.via))
 				if err != nil {
 					return nil, err
@@ -154,7 +157,7 @@ func RunHandover(c HandoverConfig) (*HandoverResult, error) {
 		res.Throughput = append(res.Throughput, t)
 	}
 	if ioi := c.Peers.ioiBinary(); ioi != "" {
-		if res.Judges, err = judgesThroughput(c.PerBlock, viaSvc, ioi); err != nil {
+		if res.Judges, err = judgesThroughput(c.PerBlock, viaSvc, ioi, inProc.order); err != nil {
 			return nil, err
 		}
 	}
@@ -199,40 +202,48 @@ func (r *benchRunner) ioiForm(svc *benchRunner) (*peerSet, error) {
 }
 
 // judgesThroughput measures `--run` of /bin/true per second with 1 and 2
-// callers, each caller on a box of its own initialised once (as judges
-// run tests side by side): this isolate's ioi form through the service
-// (svc) against ioi/isolate (ioi), in alternating blocks.
-func judgesThroughput(perBlock int, svc *benchRunner, ioi string) ([]judgesThrough, error) {
-	var ways [2]chan []string
+// callers, each caller on one box of its own initialised once, test
+// after test on the same box (as judges run): this isolate's ioi form
+// through the service (svc) against ioi/isolate (ioi), blocks in a random
+// order each turn.
+func judgesThroughput(perBlock int, svc *benchRunner, ioi string, o *order) ([]judgesThrough, error) {
+	var boxes [2][][]string // per way, the --run argv of each of its boxes
 	for i, bin := range []string{svc.bin, ioi} {
-		ways[i] = make(chan []string, 2)
 		for _, id := range judgesBoxes[i] {
 			box := []string{bin, "--box-id=" + strconv.Itoa(id)}
 			if _, err := timed(append(box, "--init"), svc.env, nil); err != nil {
 				return nil, fmt.Errorf("%s --init: %w", strings.Join(box, " "), err)
 			}
 			defer timed(append(box, "--cleanup"), svc.env, nil)
-			ways[i] <- append(box, "--run", "--", "/bin/true")
+			boxes[i] = append(boxes[i], append(box, "--run", "--", "/bin/true"))
 		}
 	}
-	// Each run takes a box no other caller is using, and gives it back.
-	runOn := func(boxes chan []string) func(*sink) (sample, error) {
+	// With n callers a way has n boxes: each run takes a box no other
+	// caller is using, and gives it back, so each box serves one caller's
+	// runs one after another.
+	runOn := func(argvs [][]string) func(*sink) (sample, error) {
+		free := make(chan []string, len(argvs))
+		for _, argv := range argvs {
+			free <- argv
+		}
 		return func(*sink) (sample, error) {
-			argv := <-boxes
-			defer func() { boxes <- argv }()
+			argv := <-free
+			defer func() { free <- argv }()
 			return timed(argv, svc.env, nil)
 		}
 	}
-	runs := []func(*sink) (sample, error){runOn(ways[0]), runOn(ways[1])}
-	if unshare, err := exec.LookPath("unshare"); err == nil {
-		floor := []string{unshare, "-Urnpimf", "/bin/true"}
-		runs = append(runs, func(*sink) (sample, error) { return timed(floor, svc.env, nil) })
-	}
+	unshare, _ := exec.LookPath("unshare")
 	var res []judgesThrough
 	for _, callers := range []int{1, 2} {
+		runs := []func(*sink) (sample, error){runOn(boxes[0][:callers]), runOn(boxes[1][:callers])}
+		if unshare != "" {
+			floor := []string{unshare, "-Urnpimf", "/bin/true"}
+			runs = append(runs, func(*sink) (sample, error) { return timed(floor, svc.env, nil) })
+		}
 		rates, cpus := make([][]float64, len(runs)), make([][]float64, len(runs))
 		for b := 0; b < ThroughputBlocks; b++ {
-			for i, run := range runs {
+			for _, i := range o.next(len(runs)) {
+				run := runs[i]
 				used := machineCPU()
 				rate, err := block(perBlock, callers, run)
 				if err != nil {
@@ -425,11 +436,11 @@ func PrintHandover(w io.Writer, res *HandoverResult, markdown bool) {
 			fmt.Fprintln(w, "|"+strings.Repeat("---|", n))
 		}
 	}
-	fmt.Fprintf(w, "isolate bench --handover · %s · %d CPUs · %s · Linux %s · cgroup %s · load %s · isolate %s\n\n", m.Date, m.CPUs, m.CPUModel, m.Kernel, m.Cgroup, m.Load, m.Isolate)
+	fmt.Fprintf(w, "isolate bench --handover · %s · %d CPUs · %s · Linux %s · cgroup %s · load %s · isolate %s · --seed %d\n\n", m.Date, m.CPUs, m.CPUModel, m.Kernel, m.Cgroup, m.Load, m.Isolate, m.Seed)
 	if m.busy() {
 		fmt.Fprintf(w, "warning: other work kept %.2f of %d CPUs busy meanwhile: it inflates these figures\n\n", m.OtherCPUs, m.CPUs)
 	}
-	fmt.Fprintf(w, "/bin/true, %d interleaved rounds (ms from fork to reap)\n\n", res.Rounds)
+	fmt.Fprintf(w, "/bin/true, %d interleaved rounds, each in a random order (ms from fork to reap)\n\n", res.Rounds)
 	row("", "median", "p90", "min", "× bare", "× bwrap")
 	rule(6)
 	for _, v := range res.Latency {
@@ -439,7 +450,7 @@ func PrintHandover(w io.Writer, res *HandoverResult, markdown bool) {
 		}
 		row(v.Name, f2(v.WallMs.Median), f2(v.WallMs.P90), f2(v.WallMs.Min), ratioText(v.RatioToBare), ratioText(v.RatioToBwrap))
 	}
-	fmt.Fprintln(w, "\nthroughput, runs/s (median of alternating blocks)")
+	fmt.Fprintln(w, "\nthroughput, runs/s (median of blocks, a random order each turn)")
 	fmt.Fprintln(w)
 	row("callers", "service", "in-process", "ratio")
 	rule(4)
@@ -447,7 +458,7 @@ func PrintHandover(w io.Writer, res *HandoverResult, markdown bool) {
 		row(fmt.Sprint(t.Callers), f2(t.Service), f2(t.InProcess), f2(t.Ratio))
 	}
 	if len(res.Judges) > 0 {
-		fmt.Fprintln(w, "\nthe judges' path, --run/s on initialised boxes, a box per caller (median of alternating blocks)")
+		fmt.Fprintln(w, "\nthe judges' path, --run/s on initialised boxes, one box per caller (median of blocks, a random order each turn)")
 		fmt.Fprintln(w, "and the machine's CPU per run (ms, every task's; unshare -Urnpimf /bin/true: the kernel's floor)")
 		fmt.Fprintln(w)
 		row("callers", "ioi form via service", "ioi/isolate", "ratio")

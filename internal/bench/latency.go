@@ -38,8 +38,8 @@ type latencySamples struct {
 	outside []float64 // ms of each isolate run, matching reports
 }
 
-// latency runs rounds interleaved rounds of every variant, starting each
-// round with the next variant in turn so that none always runs first or
+// latency runs rounds interleaved rounds of every variant, each round in
+// a fresh random order (r.order), so that none always runs first or
 // right after isolate's teardown (whose asynchronous kernel work, such as
 // freeing a network namespace, lands on whatever runs next).
 func (r *benchRunner) latency(rounds int, vs []variant) (*latencySamples, error) {
@@ -50,8 +50,8 @@ func (r *benchRunner) latency(rounds int, vs []variant) (*latencySamples, error)
 	defer out.Close()
 	s := &latencySamples{wall: map[string][]float64{}, cpu: map[string][]float64{}}
 	for round := -warmupRounds; round < rounds; round++ {
-		for i := range vs {
-			v := vs[(i+round+warmupRounds)%len(vs)]
+		for _, i := range r.order.next(len(vs)) {
+			v := vs[i]
 			var took sample
 			var rep *isolate.Report
 			var err error

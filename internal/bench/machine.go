@@ -30,6 +30,9 @@ type machineInfo struct {
 	// own and its children's. Other work shifts every figure.
 	OtherCPUs float64 `json:"other_cpus"`
 	Date      string  `json:"date"`
+	// Seed made the running order of every round and block (--seed
+	// repeats it).
+	Seed uint64 `json:"seed"`
 }
 
 // loadAvg is the 1-minute load average ("" if unknown).
@@ -159,7 +162,7 @@ func reapedCPU() time.Duration {
 // busy tells whether other work took a noticeable share of the CPUs.
 func (m machineInfo) busy() bool { return m.OtherCPUs > 0.2 }
 
-func describeMachine(version string) machineInfo {
+func describeMachine(version string, seed uint64) machineInfo {
 	var uts unix.Utsname
 	unix.Uname(&uts)
 	m := machineInfo{
@@ -170,6 +173,7 @@ func describeMachine(version string) machineInfo {
 		Go:       runtime.Version(),
 		Isolate:  version,
 		Date:     time.Now().UTC().Format("2006-01-02 15:04 UTC"),
+		Seed:     seed,
 	}
 	m.Load = loadAvg()
 	return m

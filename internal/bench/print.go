@@ -40,12 +40,12 @@ var stageMeaning = map[string]string{
 // printText writes the results for a person at a terminal.
 func PrintText(w io.Writer, res *Result) {
 	m := res.Machine
-	fmt.Fprintf(w, "isolate bench · %d CPUs · %s · Linux %s · cgroup %s · load %s · %s\n", m.CPUs, m.CPUModel, m.Kernel, m.Cgroup, m.Load, m.Date)
+	fmt.Fprintf(w, "isolate bench · %d CPUs · %s · Linux %s · cgroup %s · load %s · %s · --seed %d\n", m.CPUs, m.CPUModel, m.Kernel, m.Cgroup, m.Load, m.Date, m.Seed)
 	if m.busy() {
 		fmt.Fprintf(w, "warning: other work kept %.2f of %d CPUs busy meanwhile: it inflates these figures\n", m.OtherCPUs, m.CPUs)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "/bin/true, %d interleaved rounds (ms from fork to reap; cpu: user+sys of all it reaped)\n", res.Rounds)
+	fmt.Fprintf(w, "/bin/true, %d interleaved rounds, each in a random order (ms from fork to reap; cpu: user+sys of all it reaped)\n", res.Rounds)
 	fmt.Fprintf(w, "  %-40s %8s %8s %8s %8s  %s\n", "", "median", "p90", "min", "cpu", "ratio to bwrap")
 	for _, v := range res.Latency {
 		if v.Skipped != "" {
@@ -159,7 +159,7 @@ func PrintMarkdown(w io.Writer, res *Result) {
 		fmt.Fprintf(w, "| %s | %.3f | %.3f | %s |\n", name, s.Ms.Median, s.Ms.P90, stageMeaning[s.Name])
 	}
 	if t := res.Throughput; t != nil {
-		fmt.Fprintf(w, "\n### Throughput of `isolate run -- /bin/true` (median of %d alternating blocks of %d runs)\n\n", t.Blocks, t.RunsPerBlock)
+		fmt.Fprintf(w, "\n### Throughput of `isolate run -- /bin/true` (median of %d turns of blocks of %d runs, a random order each turn)\n\n", t.Blocks, t.RunsPerBlock)
 		fmt.Fprintln(w, "| runs at a time | runs/s | blocks (runs/s) |")
 		fmt.Fprintln(w, "|---:|---:|---|")
 		fmt.Fprintf(w, "| 1 | %.1f | %s |\n| 2 | %.1f | %s |\n\nRatio 2 parallel / 1: **%.2f**.\n", t.One, floats(t.OneBlocks), t.Two, floats(t.TwoBlocks), t.Ratio)

@@ -35,6 +35,7 @@ type RootlessConfig struct {
 	ServeBin string // the isolate-serve the user starts for itself ("": none)
 	Version  string
 	Rounds   int
+	Seed     uint64 // the running order's seed
 }
 
 // RootlessResult is the rootless benchmark's outcome.
@@ -42,6 +43,7 @@ type RootlessResult struct {
 	Version string `json:"version"`
 	UID     int    `json:"uid"`
 	Rounds  int    `json:"rounds"`
+	Seed    uint64 `json:"seed"` // of the rounds' random order
 	// Variants: a bare exec, isolate version, isolate's run, bwrap's
 	// (skipped where bwrap is missing); ratios to bwrap's median.
 	Variants []VariantResult `json:"variants"`
@@ -58,7 +60,7 @@ func RunRootless(c RootlessConfig) (*RootlessResult, error) {
 	if c.Rounds < 1 {
 		return nil, errors.New("rounds must be 1 or more")
 	}
-	res := &RootlessResult{Version: c.Version, UID: os.Getuid(), Rounds: c.Rounds}
+	res := &RootlessResult{Version: c.Version, UID: os.Getuid(), Rounds: c.Rounds, Seed: c.Seed}
 	var cred *syscall.Credential
 	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "ISOLATE_NO_SERVICE=1"}
 	if os.Getuid() == 0 {
@@ -121,9 +123,10 @@ func RunRootless(c RootlessConfig) (*RootlessResult, error) {
 	res.Limits = rep.Sandbox.Limits
 
 	wall, cpu := map[string][]float64{}, map[string][]float64{}
+	o := newOrder(c.Seed)
 	for round := -warmupRounds; round < c.Rounds; round++ {
-		for i := range vs {
-			v := vs[(i+round+warmupRounds)%len(vs)]
+		for _, i := range o.next(len(vs)) {
+			v := vs[i]
 			start := time.Now()
 			cmd := exec.Command(v.argv[0], v.argv[1:]...)
 			cmd.Env = env
@@ -218,7 +221,7 @@ func asUser(argv, env []string, cred *syscall.Credential) ([]byte, error) {
 
 // PrintRootless prints the rootless benchmark as a table.
 func PrintRootless(w io.Writer, res *RootlessResult) {
-	fmt.Fprintf(w, "isolate %s, without root (uid %d), /bin/true, %d interleaved rounds\n\n", res.Version, res.UID, res.Rounds)
+	fmt.Fprintf(w, "isolate %s, without root (uid %d), /bin/true, %d interleaved rounds, each in a random order (--seed %d)\n\n", res.Version, res.UID, res.Rounds, res.Seed)
 	fmt.Fprintf(w, "%-46s %10s %10s %10s %9s\n", "variant", "median ms", "p90 ms", "cpu ms", "x bwrap")
 	for _, v := range res.Variants {
 		if v.Skipped != "" {

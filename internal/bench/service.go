@@ -5,8 +5,8 @@ package bench
 // /bin/true, rounds interleaved (bare exec, a request over one keep-alive
 // connection on the API socket, one-shot `isolate run`, bwrap); then
 // throughput with 1, 2 and 4 concurrent clients, the service against
-// one-shot `isolate run`, in alternating rounds (the machine's speed
-// drifts within minutes: one block of each compares badly).
+// one-shot `isolate run`, rounds taking turns in a random order (the
+// machine's speed drifts within minutes: one block of each compares badly).
 //
 // The client speaks just enough HTTP/1.1 for the service's answers, so
 // that the isolate binary links no net/http.
@@ -34,7 +34,8 @@ type ServiceConfig struct {
 	Bin, ServeBin, Version string  // the isolate binary; the isolate-serve to start
 	Rounds                 int     // interleaved latency rounds
 	Seconds                float64 // length of each throughput measurement
-	ThroughputRounds       int     // alternating rounds per number of clients
+	ThroughputRounds       int     // rounds per number of clients, each in a random order
+	Seed                   uint64  // the running order's seed
 }
 
 // Names of the service bench's variants.
@@ -111,7 +112,7 @@ func RunService(c ServiceConfig) (*ServiceResult, error) {
 	}
 	defer svc.stop()
 	apiSock := filepath.Join(svc.dir, "api.sock")
-	res := &ServiceResult{Machine: describeMachine(c.Version), Rounds: c.Rounds, Parallel: parallel}
+	res := &ServiceResult{Machine: describeMachine(c.Version, c.Seed), Rounds: c.Rounds, Parallel: parallel}
 	meter := newCPUMeter(svc.cmd.Process.Pid)
 	client, err := dialAPI(apiSock)
 	if err != nil {
@@ -138,9 +139,10 @@ func RunService(c ServiceConfig) (*ServiceResult, error) {
 		vs = append(vs, &timedWay{name: VarBwrap, run: func() error { _, err := timed(BwrapArgs(bwrap), nil, nil); return err }})
 	}
 	progress("%d interleaved rounds of %d variants", c.Rounds, len(vs))
+	o := newOrder(c.Seed)
 	for round := -warmupRounds; round < c.Rounds; round++ {
-		for i := range vs {
-			v := vs[(i+round+warmupRounds)%len(vs)] // rotate who goes first
+		for _, i := range o.next(len(vs)) {
+			v := vs[i]
 			if v.before != nil {
 				if err := v.before(); err != nil {
 					return nil, fmt.Errorf("%s: %v", v.name, err)
@@ -172,7 +174,7 @@ func RunService(c ServiceConfig) (*ServiceResult, error) {
 	}
 	res.Stages, res.Claimed, res.Runs = client.stages()
 
-	progress("throughput: %d alternating rounds of %.0f s, 1, 2 and 4 clients", c.ThroughputRounds, c.Seconds)
+	progress("throughput: %d rounds of %.0f s, 1, 2 and 4 clients, a random order each round", c.ThroughputRounds, c.Seconds)
 	for _, clients := range []int{1, 2, 4} {
 		t := serviceTput{Clients: clients}
 		var api, apiCPU, one, oneCPU []float64
@@ -195,7 +197,7 @@ func RunService(c ServiceConfig) (*ServiceResult, error) {
 		}
 		for r := 0; r < c.ThroughputRounds; r++ {
 			first, second := measureAPI, measureOne
-			if r%2 == 1 {
+			if o.next(2)[0] == 1 {
 				first, second = measureOne, measureAPI
 			}
 			if err := first(); err != nil {
@@ -448,7 +450,7 @@ func (a *apiClient) stages() (rows []serviceStage, claimed, runs int) {
 // terminal.
 func PrintService(w io.Writer, res *ServiceResult) {
 	m := res.Machine
-	fmt.Fprintf(w, "isolate bench --service · %s · %d CPUs · %s · Linux %s · cgroup %s · load %s · isolate %s\n\n", m.Date, m.CPUs, m.CPUModel, m.Kernel, m.Cgroup, m.Load, m.Isolate)
+	fmt.Fprintf(w, "isolate bench --service · %s · %d CPUs · %s · Linux %s · cgroup %s · load %s · isolate %s · --seed %d\n\n", m.Date, m.CPUs, m.CPUModel, m.Kernel, m.Cgroup, m.Load, m.Isolate, m.Seed)
 	if m.busy() {
 		fmt.Fprintf(w, "warning: other work kept %.2f of %d CPUs busy meanwhile: it inflates these figures\n\n", m.OtherCPUs, m.CPUs)
 	}
@@ -470,7 +472,7 @@ func PrintService(w io.Writer, res *ServiceResult) {
 	for _, s := range res.Stages {
 		fmt.Fprintf(w, "  %-20s %8.3f  (%d runs)\n", s.Name, s.Median, s.Runs)
 	}
-	fmt.Fprintf(w, "throughput of /bin/true, alternating rounds, order flipped each round\n")
+	fmt.Fprintf(w, "throughput of /bin/true, rounds in a random order each\n")
 	fmt.Fprintf(w, "(medians; runs/s; CPU ms per run: the service process with its boxes and clients, or the\n")
 	fmt.Fprintf(w, "one-shot processes with theirs; ratio: of the medians, with the rounds' own in brackets):\n")
 	fmt.Fprintf(w, "  %-8s %10s %8s %12s %8s %8s\n", "clients", "service", "CPU", "one-shot", "CPU", "ratio")

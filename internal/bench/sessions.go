@@ -167,7 +167,7 @@ func RunSessions(c SessionsConfig) (*SessionsResult, error) {
 		return nil, err
 	}
 	defer cl.conn.Close()
-	res := &SessionsResult{Machine: describeMachine(c.Version), Rounds: c.Rounds, BurstSize: c.BurstSize, Idle: c.Idle}
+	res := &SessionsResult{Machine: describeMachine(c.Version, 0), Rounds: c.Rounds, BurstSize: c.BurstSize, Idle: c.Idle}
 	// The python3 a box finds: the same binary, bare and in a session.
 	python := ""
 	for _, dir := range []string{"/usr/local/bin", "/usr/bin", "/bin"} {

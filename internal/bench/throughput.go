@@ -1,8 +1,8 @@
 package bench
 
 // ThroughputBlocks is how many blocks of runs each parallelism gets; they
-// alternate (1, 2, 1, 2, ...) so that a change in the machine's load
-// hits both alike, and the median block counts.
+// take turns, in a random order each turn, so that a change in the
+// machine's load hits both alike, and the median block counts.
 const ThroughputBlocks = 3
 
 // throughputResult is how many `isolate run -- /bin/true` finish per
@@ -21,7 +21,8 @@ type throughputResult struct {
 func (r *benchRunner) throughput(perBlock int) (*throughputResult, error) {
 	res := &throughputResult{RunsPerBlock: perBlock, Blocks: ThroughputBlocks}
 	for b := 0; b < ThroughputBlocks; b++ {
-		for _, workers := range []int{1, 2} {
+		for _, i := range r.order.next(2) {
+			workers := i + 1
 			rate, err := r.parallelBlock(perBlock, workers)
 			if err != nil {
 				return nil, err

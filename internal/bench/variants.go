@@ -28,6 +28,8 @@ type benchRunner struct {
 	env []string
 	// peers are the other sandboxes the latency rounds measure.
 	peers Peers
+	// order is the running order of rounds and blocks.
+	order *order
 }
 
 // oneShotEnv is the environment of a one-shot isolate command: the
