@@ -67,3 +67,18 @@ func (c Caps) apply(s *api.Spec, prefix string) error {
 	}
 	return nil
 }
+
+// Max is each capped field's cap, by its request field name (a field
+// without a cap is absent).
+func (c Caps) Max() map[string]int64 {
+	m := map[string]int64{}
+	for _, f := range c.fields(&api.Spec{}) {
+		if f.max > 0 {
+			m[f.name] = f.max
+		}
+	}
+	if c.Commands > 0 {
+		m["commands"] = int64(c.Commands)
+	}
+	return m
+}

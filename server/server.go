@@ -160,6 +160,7 @@ func New(cfg Config) *Server {
 	handle("DELETE /v1/files/{id}", "files", s.handleFileDelete)
 	handle("GET /v1/health", "health", s.handleHealth)
 	handle("GET /v1/version", "version", s.handleVersion)
+	handle("GET /v1/limits", "limits", s.handleLimits)
 	s.registerSessions(handle)
 	s.mux.Handle("GET /metrics", s.metrics.handler())
 	return s

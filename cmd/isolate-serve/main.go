@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"os/user"
@@ -35,6 +36,7 @@ import (
 	"github.com/isolate-sandbox/isolate/handover"
 	"github.com/isolate-sandbox/isolate/internal/connlimit"
 	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/mcp"
 	"github.com/isolate-sandbox/isolate/rootfs"
 	"github.com/isolate-sandbox/isolate/server"
 )
@@ -59,6 +61,9 @@ func main() {
 	}
 	if len(os.Args) >= 2 && os.Args[1] == "probe" {
 		run = func(args []string) error { return probe(args[1:]) }
+	}
+	if len(os.Args) >= 2 && os.Args[1] == "mcp" {
+		run = func(args []string) error { return mcpStdio(args[1:]) }
 	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "isolate serve: "+err.Error())
@@ -391,6 +396,12 @@ func serve(args []string) error {
 		SessionMaxTimeout:    o.sessionMaxTimeout,
 	})
 	cli.serve(srv.Slot)
+	// MCP over streamable HTTP: each MCP session speaks as the caller
+	// that opened it, through the API's own handlers.
+	mcp.Version = version
+	srv.Mount("/mcp", "mcp", mcp.HTTPHandler(server.OwnerOf, func(r *http.Request) mcp.API {
+		return mcp.HandlerAPI(srv.HandlerAs(server.CallerOf(r)))
+	}))
 	ul, err := server.ListenUnix(o.socket, gid)
 	if err != nil {
 		return err

@@ -26,7 +26,7 @@ func init() {
 	// tables it would not touch otherwise.
 	runtime.MemProfileRate = 0
 	cmdline.Register(checkCommand, cmdline.VersionCommand, benchCommand, boxInitCommand, boxCleanupCommand,
-		cmdline.ExecCommand, imageCommand, langsCommand, serveCommand)
+		cmdline.ExecCommand, imageCommand, langsCommand, serveCommand, mcpCommand)
 }
 
 func main() {
