@@ -343,7 +343,7 @@ func (c *conn) closeSession(ctx context.Context, _ *sdk.CallToolRequest, in Sess
 // Description is what describe_sandbox returns.
 type Description struct {
 	Languages []string       `json:"languages" jsonschema:"languages whose images are built here: run_code, run_command's language and sessions use them"`
-	Limits    map[string]any `json:"limits" jsonschema:"the largest limits this caller may ask (absent: no cap)"`
+	Limits    map[string]int64 `json:"limits" jsonschema:"the largest limits this caller may ask, by the API's field names (absent: no cap)"`
 	Version   string         `json:"version"`
 }
 
@@ -355,7 +355,7 @@ func (c *conn) describe(ctx context.Context, _ *sdk.CallToolRequest, _ struct{})
 			return nil, nil, toolError(err)
 		}
 	}
-	d := &Description{Languages: h.Images, Limits: map[string]any{}}
+	d := &Description{Languages: h.Images, Limits: map[string]int64{}}
 	if d.Languages == nil {
 		d.Languages = []string{}
 	}
@@ -409,7 +409,7 @@ type fileStat struct {
 	IsDir bool   `json:"is_dir"`
 }
 
-func sortedKeys(m map[string]any) []string {
+func sortedKeys(m map[string]int64) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -239,7 +240,7 @@ func (c *conn) runCommand(ctx context.Context, _ *sdk.CallToolRequest, in RunCom
 		err = errNoAnswer
 	}
 	if err != nil {
-		return nil, nil, toolError(err, "commands[0].")
+		return nil, nil, toolError(err, "commands[0].copy_in", "files", "commands[0].", "")
 	}
 	res := runResult(rep, &out, "")
 	return res.toolResult(), res, nil
@@ -274,20 +275,15 @@ func boxPath(p string) string {
 	return "/box/" + p
 }
 
-// toolError is err as a tool's failure; an API error names its field
-// with the API's prefix (e.g. "commands[0].") taken off, as the tool's
-// arguments name it.
-func toolError(err error, prefix ...string) error {
+// toolError is err as a tool's failure; an API error names its field as
+// the tool's arguments name it (renames are pairs of the API's prefix and
+// the tool's, e.g. "commands[0].copy_in", "files").
+func toolError(err error, renames ...string) error {
 	var ae *APIError
 	if !errors.As(err, &ae) {
 		return err
 	}
-	msg := ae.Message
-	for _, p := range prefix {
-		if len(msg) > len(p) && msg[:len(p)] == p {
-			msg = msg[len(p):]
-		}
-	}
+	msg := strings.NewReplacer(renames...).Replace(ae.Message)
 	switch ae.Status {
 	case http.StatusTooManyRequests:
 		return fmt.Errorf("the sandbox is busy (%s): try again shortly", msg)
