@@ -2,8 +2,8 @@ package mcp
 
 import (
 	"bytes"
-	"encoding/base64"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -342,9 +342,9 @@ func (c *conn) closeSession(ctx context.Context, _ *sdk.CallToolRequest, in Sess
 
 // Description is what describe_sandbox returns.
 type Description struct {
-	Languages []string       `json:"languages" jsonschema:"languages whose images are built here: run_code, run_command's language and sessions use them"`
+	Languages []string         `json:"languages" jsonschema:"languages whose images are built here: run_code, run_command's language and sessions use them"`
 	Limits    map[string]int64 `json:"limits" jsonschema:"the largest limits this caller may ask, by the API's field names (absent: no cap)"`
-	Version   string         `json:"version"`
+	Version   string           `json:"version"`
 }
 
 func (c *conn) describe(ctx context.Context, _ *sdk.CallToolRequest, _ struct{}) (*sdk.CallToolResult, *Description, error) {

@@ -11,6 +11,8 @@ cd "$(dirname "$0")/.."
 # newuidmap and newgidmap, which map a subordinate id as the box user of a
 # run without root (TestRootlessSubordinateIDs).
 export PATH="$(./scripts/deps.sh bubblewrap redis-server python3-redis uidmap):$PATH"
+# The MCP clients the MCP server is tested with (npm registry).
+export ISOLATE_MCP_CLIENTS="$(./scripts/mcp-clients.sh)"
 . scripts/cgo-env.sh
 # initbin: every box of a long-running process (the service, the pool and
 # server tests) starts the small init (isolate/initbin), built first.

@@ -65,6 +65,9 @@ type ServiceResult struct {
 	Runs       int            `json:"api_runs"`
 	Stages     []serviceStage `json:"stages_ms"`
 	Through    []serviceTput  `json:"throughput"`
+	// MCP is what a tool call of `isolate mcp` adds to the same run
+	// through the API (Python's print(1)).
+	MCP *mcpResult `json:"mcp,omitempty"`
 }
 
 // serviceLat is the latency of one way of running /bin/true.
@@ -173,6 +176,10 @@ func RunService(c ServiceConfig) (*ServiceResult, error) {
 		}
 	}
 	res.Stages, res.Claimed, res.Runs = client.stages()
+	progress("MCP: run_code(print(1)) through isolate mcp against POST /v1/exec, %d interleaved rounds", c.Rounds)
+	if res.MCP, err = measureMCP(c.Bin, apiSock, c.Rounds, o); err != nil {
+		return nil, err
+	}
 
 	progress("throughput: %d rounds of %.0f s, 1, 2 and 4 clients, a random order each round", c.ThroughputRounds, c.Seconds)
 	for _, clients := range []int{1, 2, 4} {
@@ -471,6 +478,16 @@ func PrintService(w io.Writer, res *ServiceResult) {
 	fmt.Fprintf(w, "service runs in a box built ahead: %d of %d; median stages (ms):\n", res.Claimed, res.Runs)
 	for _, s := range res.Stages {
 		fmt.Fprintf(w, "  %-20s %8.3f  (%d runs)\n", s.Name, s.Median, s.Runs)
+	}
+	if m := res.MCP; m != nil && m.Skipped != "" {
+		fmt.Fprintf(w, "MCP run_code(print(1)) against POST /v1/exec: skipped: %s\n", m.Skipped)
+	} else if m != nil {
+		met := "missed"
+		if m.Met {
+			met = "met"
+		}
+		fmt.Fprintf(w, "python print(1): POST /v1/exec %.2f ms, MCP run_code through isolate mcp %.2f ms: %+.2f ms (target ≤ +%.0f: %s)\n",
+			m.API, m.MCP, m.Over, mcpTarget, met)
 	}
 	fmt.Fprintf(w, "throughput of /bin/true, rounds in a random order each\n")
 	fmt.Fprintf(w, "(medians; runs/s; CPU ms per run: the service process with its boxes and clients, or the\n")
