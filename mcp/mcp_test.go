@@ -387,3 +387,33 @@ func TestNotRootCaller(t *testing.T) {
 		t.Errorf("nobody ran a command in root's session: %+v", r)
 	}
 }
+
+// With no service to reach, `isolate mcp` starts one of its own for the
+// connection, with its user's rights (here nobody, without root, on
+// rlimits where no cgroup is delegated), and stops it with the
+// connection, leaving nothing in its temporary directory.
+func TestStdioStartsItsOwnService(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run as nobody")
+	}
+	tmp, err := os.MkdirTemp("", "isolate-mcp-own-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(tmp)
+	os.Chmod(tmp, 0o777)
+	cmd := exec.Command(bin, "mcp", "--allow-rlimit-only")
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "TMPDIR=" + tmp}
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	cs := connect(t, &sdk.CommandTransport{Command: cmd})
+	r := callTool(t, cs, "run_command", map[string]any{"command": "echo own; id -u"})
+	if r.isError || r.str("stdout") != "own\n1000\n" {
+		t.Errorf("a run through its own service: %+v", r)
+	}
+	cs.Close()
+	left, _ := filepath.Glob(filepath.Join(tmp, "isolate-mcp-*"))
+	if len(left) > 0 {
+		t.Errorf("left behind: %v", left)
+	}
+}
