@@ -12,11 +12,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Iterator, NamedTuple
+from typing import Any, Iterator
 
 import pytest
 
-from conftest import isolate_binary
+from conftest import User, isolate_binary
 from isolate_sandbox.config import DEFAULT_SOCKET
 from isolate_sandbox.service_transport import service_answers
 from test_service import NOBODY, SERVE, SRC
@@ -55,44 +55,13 @@ RLIMITS_ONLY = {"memory": "rlimit", "pids": "rlimit", "cpu": "rlimit", "cpus": "
                 "wall": "supervisor"}
 
 
-class User(NamedTuple):
-    """A user who is not root, as the tests run it."""
-    uid: int
-    gid: int
-
-
-# The user the tests make: its primary group is not its uid, as most users' are.
-SPLIT_NAME, SPLIT_GROUP = "isolate-split-py", "isolate-split-py-g"
-SPLIT_UID, SPLIT_GID = 23002, 23502
-
-
-def _remove_split_user() -> None:
-    for cmd, name, db in (("userdel", SPLIT_NAME, "/etc/passwd"),
-                          ("groupdel", SPLIT_GROUP, "/etc/group")):
-        with open(db) as f:
-            if any(line.split(":")[0] == name for line in f):
-                subprocess.run([cmd, name], check=True, capture_output=True)
-
-
 @pytest.fixture(params=["nobody", "uid-not-gid"])
-def user(request: pytest.FixtureRequest) -> Iterator[User]:
-    """nobody, or a user made with groupadd and useradd (uid 23002, primary gid 23502) and
-    removed afterwards (with the subordinate range useradd gave it)."""
+def user(request: pytest.FixtureRequest) -> User:
+    """nobody, or a user whose primary gid is not its uid (conftest's split_user)."""
     if request.param == "nobody":
-        yield User(NOBODY.pw_uid, NOBODY.pw_gid)
-        return
-    if not shutil.which("useradd"):
-        pytest.fail("useradd is missing (Debian's passwd package)")
-    _remove_split_user()  # left by a test that was killed
-    subprocess.run(["groupadd", "-g", str(SPLIT_GID), SPLIT_GROUP], check=True,
-                   capture_output=True)
-    try:
-        subprocess.run(["useradd", "-u", str(SPLIT_UID), "-g", SPLIT_GROUP, "-M", "-d",
-                        "/nonexistent", "-s", "/usr/sbin/nologin", SPLIT_NAME], check=True,
-                       capture_output=True)
-        yield User(SPLIT_UID, SPLIT_GID)
-    finally:
-        _remove_split_user()
+        return User(NOBODY.pw_uid, NOBODY.pw_gid)
+    split: User = request.getfixturevalue("split_user")
+    return split
 
 
 def as_user(who: User, script: str, socket_path: str,
