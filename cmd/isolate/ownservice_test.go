@@ -115,6 +115,18 @@ func rootlessOwnService(t *testing.T, u plainUser) {
 	if rep.Stdout != "1000\n/bin/sh\n" || rep.Sandbox.User != u.boxUser() || rep.Sandbox.Limits["memory"] != "rlimit" {
 		t.Errorf("through the user's service: stdout %q, sandbox.user %q, limits %v", rep.Stdout, rep.Sandbox.User, rep.Sandbox.Limits)
 	}
+	// exec, whose /box is a directory of the user's shared by its phases.
+	src := filepath.Join(tmp, "a.c")
+	os.WriteFile(src, []byte("#include <stdio.h>\nint main(void) { printf(\"%d\\n\", 6*7); return 0; }\n"), 0o644)
+	res := asUser(t, u, env, "exec", "--allow-rlimit-only", "--json", "--image", "host", "--lang", "c", src)
+	var er struct {
+		Status       string
+		Compile, Run *isolate.Report
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), &er); err != nil || er.Status != "OK" || er.Run == nil || er.Run.Stdout != "42\n" ||
+		er.Run.Sandbox.Via != "service" || er.Run.Sandbox.User != u.boxUser() {
+		t.Errorf("exec through the user's service: exit %d %s %s", res.Code, res.Stdout, res.Stderr)
+	}
 	for _, f := range []string{own, sock} {
 		var st syscall.Stat_t
 		if err := syscall.Lstat(f, &st); err != nil || int(st.Uid) != u.uid || st.Mode&0o077 != 0 {
