@@ -191,3 +191,34 @@ func TestSetupStopsWhereDepsFail(t *testing.T) {
 		t.Errorf("setup.sh went on after deps.sh failed: exit %d %s", res.Code, res.Stderr)
 	}
 }
+
+// `make build` (README's build from source) stops where scripts/deps.sh
+// fails: nothing is built with an empty entry first in PATH.
+func TestMakeBuildStopsWhereDepsFail(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make here (scripts/deps.sh installs it)")
+	}
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "scripts"), 0o755)
+	makefile, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := filepath.Join(dir, "ran")
+	for path, text := range map[string]string{
+		"Makefile":              string(makefile),
+		"scripts/deps.sh":       "#!/bin/sh\necho 'deps: no network' >&2\nexit 1\n",
+		"scripts/cgo-env.sh":    "true\n",
+		"scripts/build-init.sh": "#!/bin/sh\ntouch " + ran + "\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, path), []byte(text), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command("make", "-C", dir, "build")
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	res := runResult(t, cmd)
+	if _, err := os.Stat(ran); err == nil || res.Code == 0 {
+		t.Errorf("make build went on after deps.sh failed: exit %d %s", res.Code, res.Stderr)
+	}
+}
