@@ -11,8 +11,10 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X github.com/isolate-sandbox/isolat
 # The Go toolchain's directory: scripts/deps.sh installs what is missing
 # and prints it. A package build (debian/rules) names its own and
 # installs nothing.
+# It is taken in an assignment of its own: where deps.sh fails, the recipe
+# stops (`export PATH="$$(...):$$PATH"` would go on with an empty entry).
 GODIR ?= $$(./scripts/deps.sh)
-WITH_GO = export PATH="$(GODIR):$$PATH"; . ./scripts/cgo-env.sh;
+WITH_GO = godir=$(GODIR) && export PATH="$$godir:$$PATH" && . ./scripts/cgo-env.sh &&
 
 .PHONY: all build docs test bench vet clean vmtest demo release
 

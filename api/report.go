@@ -92,6 +92,10 @@ type SandboxInfo struct {
 	// subordinate uid and gid of the caller's, /etc/subuid and
 	// /etc/subgid). Root's box users are always a uid of their own: absent.
 	User string `json:"user,omitempty"`
+	// HostUID and HostGID are, for a run without root, the uid and gid
+	// on the host the program ran as (the box's own map says so).
+	HostUID int `json:"host_uid,omitempty"`
+	HostGID int `json:"host_gid,omitempty"`
 }
 
 // ExecReport is `isolate exec`'s report: the outcome, and the report of

@@ -263,7 +263,7 @@ func CopyOut(t *FSThread, rootFD int, from string, dst *HostPath, box, caller Cr
 			return fmt.Errorf("%s cannot hold a directory", dst.path)
 		}
 		defer unix.Close(fd)
-		out, err := openOutput(t, caller, dst, regularOnly)
+		out, err := openCopyOutput(t, caller, dst, st.Mode)
 		if err != nil {
 			return err
 		}
@@ -483,7 +483,7 @@ func (c *treeCopy) copyFile(src int, st *unix.Stat_t, dir int, name string) erro
 		}
 		out = fd
 	} else {
-		f, err := openOutput(c.t, c.to, &HostPath{path: name, dir: dir, name: name}, regularOnly)
+		f, err := openCopyOutput(c.t, c.to, &HostPath{path: name, dir: dir, name: name}, st.Mode)
 		if err != nil {
 			return err
 		}

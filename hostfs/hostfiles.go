@@ -375,16 +375,25 @@ const (
 // blocking: a FIFO with no reader is an error ("no such device or
 // address"), never a hang.
 func openOutput(t *FSThread, caller Cred, h *HostPath, streams bool) (*os.File, error) {
-	return openCallerFile(t, caller, h, unix.O_WRONLY|unix.O_CREAT, streams)
+	return openCallerFile(t, caller, h, unix.O_WRONLY|unix.O_CREAT, streams, 0o644)
+}
+
+// openCopyOutput is openOutput of a regular file copied out of the box: a
+// file it creates gets the box file's permission bits perm (no set-id or
+// sticky bit) under this process's umask, which is the caller's (the
+// service takes only callers whose umask is its own); an existing file
+// keeps its mode, as with cp.
+func openCopyOutput(t *FSThread, caller Cred, h *HostPath, perm uint32) (*os.File, error) {
+	return openCallerFile(t, caller, h, unix.O_WRONLY|unix.O_CREAT, regularOnly, perm&0o777)
 }
 
 // openInput opens the host file h for reading with the caller's rights,
 // under openOutput's rules (nothing created or truncated).
 func openInput(t *FSThread, caller Cred, h *HostPath) (*os.File, error) {
-	return openCallerFile(t, caller, h, unix.O_RDONLY, streamsAllow)
+	return openCallerFile(t, caller, h, unix.O_RDONLY, streamsAllow, 0)
 }
 
-func openCallerFile(t *FSThread, caller Cred, h *HostPath, mode int, streams bool) (*os.File, error) {
+func openCallerFile(t *FSThread, caller Cred, h *HostPath, mode int, streams bool, perm uint32) (*os.File, error) {
 	if err := t.Become(caller); err != nil {
 		return nil, err
 	}
@@ -394,7 +403,7 @@ func openCallerFile(t *FSThread, caller Cred, h *HostPath, mode int, streams boo
 	if h.dir < 0 {
 		fd, err = unix.Open(h.fdPath, flags&^unix.O_CREAT, 0)
 	} else {
-		fd, err = unix.Openat(h.dir, h.name, flags|unix.O_NOFOLLOW, 0o644)
+		fd, err = unix.Openat(h.dir, h.name, flags|unix.O_NOFOLLOW, perm)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", h.path, openErr(err))

@@ -181,9 +181,11 @@ func (s *supervisor) appendInitMaps(argv []string) []string {
 		return append(argv, idMaps(FirstUID+s.lock.id))
 	}
 	if sub := s.subIDs(); sub != nil {
-		return append(argv, fmt.Sprintf("0 %d 1\n%d %d 1\n", r.uid, boxUID, sub.uid.of(s.lock.id)),
-			fmt.Sprintf("0 %d 1\n%d %d 1\n", r.gid, boxUID, sub.gid.of(s.lock.id)), sub.newuidmap, sub.newgidmap)
+		s.hostUID, s.hostGID = sub.uid.of(s.lock.id), sub.gid.of(s.lock.id)
+		return append(argv, fmt.Sprintf("0 %d 1\n%d %d 1\n", r.uid, boxUID, s.hostUID),
+			fmt.Sprintf("0 %d 1\n%d %d 1\n", r.gid, boxUID, s.hostGID), sub.newuidmap, sub.newgidmap)
 	}
+	s.hostUID, s.hostGID = r.uid, r.gid
 	return append(argv, fmt.Sprintf("%d %d 1\n", boxUID, r.uid), fmt.Sprintf("%d %d 1\n", boxUID, r.gid))
 }
 

@@ -168,4 +168,10 @@ func TestRlimitsForCgroupSubordinate(t *testing.T) {
 	if s.subIDs() != nil || s.boxUser() != boxUserCaller {
 		t.Error("a session's box user is a subordinate id")
 	}
+	// A box built ahead is mapped as the run that claims it would map
+	// its own: the hand-over and the report depend on it.
+	s.session, s.ahead = false, true
+	if s.subIDs() == nil || s.boxUser() != boxUserSubordinate {
+		t.Error("a box built ahead keeps the caller as box user")
+	}
 }

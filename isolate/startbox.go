@@ -41,6 +41,8 @@ func (s *supervisor) startClaimed(b *builtBox) error {
 	a := b.s
 	s.claimed = b.box
 	s.lock, s.cg, s.placement, s.boxPid, s.notifySock = a.lock, a.cg, a.placement, a.boxPid, -1
+	// The box user is the one the box was built with.
+	s.hostUID, s.hostGID, s.report.Sandbox.User = a.hostUID, a.hostGID, a.boxUser()
 	if s.policy != nil && s.policy.Notify {
 		s.notify, s.notifySock = a.notify, a.notifySock
 	} else {

@@ -180,10 +180,13 @@ func freeSubStart() int {
 }
 
 // subIDs is the subordinate ids of this run's box user, nil for the
-// caller's own: a session or a box built ahead keeps the caller (their
-// files are handled without a hand-over).
+// caller's own: a session keeps the caller (its files are handled between
+// commands without a hand-over). A box built ahead maps what the run that
+// claims it would map had it built its own box: the same box user, the
+// same hand-over, and PID 1 (the box's uid 0) another uid than the
+// program's.
 func (s *supervisor) subIDs() *subIDs {
-	if r := s.host.rootless; r != nil && !s.session && !s.ahead {
+	if r := s.host.rootless; r != nil && !s.session {
 		return r.sub
 	}
 	return nil

@@ -84,6 +84,9 @@ type supervisor struct {
 	claimed *pendingBox
 	// session: the box serves many commands (session_box.go).
 	session bool
+	// hostUID and hostGID are, without root, the host uid and gid the
+	// box's map gives the box user (appendInitMaps).
+	hostUID, hostGID int
 }
 
 // run performs one sandboxed run: take a box the pool built ahead, or
@@ -108,6 +111,9 @@ func run(ctx context.Context, p *Prepared, stdio IO) *Report {
 		} else {
 			err = s.build()
 		}
+	}
+	if err == nil && p.h.rootless != nil {
+		s.report.Sandbox.HostUID, s.report.Sandbox.HostGID = s.hostUID, s.hostGID
 	}
 	if err == nil {
 		s.timer.markAt("start", s.execAt)

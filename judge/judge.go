@@ -158,22 +158,24 @@ func (j *Job) run(ctx context.Context, spec *isolate.Spec, stdio isolate.IO) (*i
 // The box user owns it when the box id is known; otherwise each phase may
 // get another id (another uid), so it is open to all of them.
 func (j *Job) makeBox() (*rootfs.Mounted, error) {
-	owner, mode := 0, os.FileMode(0o777)
+	// Root's box users have their uid as gid; a user who is not root
+	// has a primary group of its own, most often another number.
+	uid, gid, mode := 0, 0, os.FileMode(0o777)
 	if j.spec.BoxID >= 0 {
-		owner, mode = isolate.FirstUID+j.spec.BoxID, 0o755
+		uid, gid, mode = isolate.FirstUID+j.spec.BoxID, isolate.FirstUID+j.spec.BoxID, 0o755
 	}
 	newBox := rootfs.MountTmpfs
 	if j.host.Rootless() {
 		// A directory of the caller's: the box user is the caller, or a
 		// subordinate id each phase's init hands it to and takes it back
 		// from.
-		owner, newBox = os.Getuid(), j.host.RootlessBoxDir
+		uid, gid, newBox = os.Getuid(), os.Getgid(), j.host.RootlessBoxDir
 	}
-	box, err := newBox(j.spec.TmpSize, owner, owner, mode)
+	box, err := newBox(j.spec.TmpSize, uid, gid, mode)
 	if err != nil {
 		return nil, fmt.Errorf("create the box: %w", err)
 	}
-	if err := copySource(j.spec.Caller, j.source, box.File(), j.lang.Source, owner); err != nil {
+	if err := copySource(j.spec.Caller, j.source, box.File(), j.lang.Source, uid, gid); err != nil {
 		box.Close()
 		return nil, fmt.Errorf("copy the source into the box: %w", err)
 	}
@@ -181,8 +183,8 @@ func (j *Job) makeBox() (*rootfs.Mounted, error) {
 }
 
 // copySource copies the caller's file src (opened with the caller's
-// rights) to name in directory dir.
-func copySource(caller *hostfs.Cred, src string, dir *os.File, name string, owner int) error {
+// rights) to name in directory dir, owned by uid:gid.
+func copySource(caller *hostfs.Cred, src string, dir *os.File, name string, uid, gid int) error {
 	var in *os.File
 	err := hostfs.AsCaller(caller, func() (err error) {
 		in, err = os.Open(src)
@@ -201,7 +203,7 @@ func copySource(caller *hostfs.Cred, src string, dir *os.File, name string, owne
 		out.Close()
 		return err
 	}
-	if err := out.Chown(owner, owner); err != nil {
+	if err := out.Chown(uid, gid); err != nil {
 		out.Close()
 		return err
 	}

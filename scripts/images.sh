@@ -12,7 +12,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "images: run as root (debootstrap, chroot, mounts)" >&2; exit 2; }
-export PATH="$(./scripts/deps.sh debootstrap squashfs-tools):$PATH"
+godir=$(./scripts/deps.sh debootstrap squashfs-tools) # (a failure stops here)
+export PATH="$godir:$PATH"
 bin=${ISOLATE_BIN:-}
 if [ -z "$bin" ]; then
 	work=$(mktemp -d /tmp/isolate-images.XXXXXX)

@@ -6,7 +6,10 @@ cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "setup: run as root (sudo $0)" >&2; exit 2; }
 # bubblewrap: the baseline `isolate bench` compares against. uidmap: a
 # subordinate uid per box for users' runs without root (SECURITY.md).
-export PATH="$(./scripts/deps.sh make bubblewrap uidmap):$PATH"
+# (An assignment of its own: a failure stops the script, where `export
+# PATH="$(...):$PATH"` would go on with an empty entry first in PATH.)
+godir=$(./scripts/deps.sh make bubblewrap uidmap)
+export PATH="$godir:$PATH"
 make build
 ./bin/isolate check
 echo

@@ -10,9 +10,11 @@ cd "$(dirname "$0")/.."
 # their own; python3-redis: the Python client's queue transport. uidmap:
 # newuidmap and newgidmap, which map a subordinate id as the box user of a
 # run without root (TestRootlessSubordinateIDs).
-export PATH="$(./scripts/deps.sh bubblewrap redis-server python3-redis uidmap):$PATH"
+godir=$(./scripts/deps.sh bubblewrap redis-server python3-redis uidmap) # (a failure stops here)
+export PATH="$godir:$PATH"
 # The MCP clients the MCP server is tested with (npm registry).
-export ISOLATE_MCP_CLIENTS="$(./scripts/mcp-clients.sh)"
+mcp_clients=$(./scripts/mcp-clients.sh) # (a failure stops here)
+export ISOLATE_MCP_CLIENTS="$mcp_clients"
 . scripts/cgo-env.sh
 # initbin: every box of a long-running process (the service, the pool and
 # server tests) starts the small init (isolate/initbin), built first.

@@ -97,8 +97,11 @@ type Result struct {
 // stored or read (the store's quota). A file the box lacks fails the
 // command (XX), as the CLI's --copy-out does.
 type CopyOutResult struct {
-	Path      string  `json:"path"`
-	Size      int64   `json:"size"`
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+	// Mode is the file's permission bits in the box (absent when it was
+	// not copied out, or they are 0).
+	Mode      uint32  `json:"mode,omitempty"`
 	Text      *string `json:"text,omitempty"`
 	Base64    []byte  `json:"base64,omitempty"`
 	File      string  `json:"file,omitempty"`

@@ -256,6 +256,9 @@ func (t *task) result(i int, rep *api.Report) Result {
 func (t *task) takeOut(f *os.File, size int64, co CopyOut) CopyOutResult {
 	res := CopyOutResult{Path: co.Path}
 	res.Size = size
+	if fi, err := f.Stat(); err == nil {
+		res.Mode = uint32(fi.Mode().Perm())
+	}
 	if co.Store {
 		info, err := t.s.store.Put(t.who.StoreOwner(), f, 0)
 		if err != nil {

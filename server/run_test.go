@@ -67,7 +67,7 @@ func TestRunStreamsAndFiles(t *testing.T) {
 	}
 	var up struct{ ID string }
 	json.Unmarshal(b, &up)
-	script := `cat; cat /box/a /box/b /tmp/c; echo err >&2; printf '\377\376' > /box/bin; seq 1 1000 > /box/big; echo kept > /box/kept; ls -l /box/a | cut -c1-10`
+	script := `cat; cat /box/a /box/b /tmp/c; echo err >&2; printf '\377\376' > /box/bin; chmod 750 /box/bin; seq 1 1000 > /box/big; echo kept > /box/kept; ls -l /box/a | cut -c1-10`
 	req := map[string]any{"commands": []any{map[string]any{
 		"args":  []string{"/bin/sh", "-c", script},
 		"stdin": map[string]any{"file": up.ID},
@@ -98,7 +98,7 @@ func TestRunStreamsAndFiles(t *testing.T) {
 	if len(co) != 3 {
 		t.Fatalf("copy_out: %+v", co)
 	}
-	if string(co[0].Base64) != "\xff\xfe" || co[0].Text != nil {
+	if string(co[0].Base64) != "\xff\xfe" || co[0].Text != nil || co[0].Mode != 0o750 || co[1].Mode != 0o644 {
 		t.Errorf("binary copy_out: %+v", co[0])
 	}
 	if co[1].Text == nil || *co[1].Text != "1\n2\n3\n4\n5\n" || !co[1].Truncated || co[1].Size != 3893 {

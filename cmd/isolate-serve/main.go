@@ -275,7 +275,10 @@ func lookupGroup(flag, g string) (int, error) {
 		return n, nil
 	}
 	gr, err := user.LookupGroup(g)
-	if err != nil {
+	var unknown user.UnknownGroupError
+	if errors.As(err, &unknown) {
+		return 0, fmt.Errorf("%s %s: no such group: make it first (`groupadd %s`), then add its members (`adduser USER %s`)", flag, g, g, g)
+	} else if err != nil {
 		return 0, fmt.Errorf("%s: %v", flag, err)
 	}
 	return strconv.Atoi(gr.Gid)

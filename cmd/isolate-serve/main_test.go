@@ -282,6 +282,20 @@ func TestFlags(t *testing.T) {
 	}
 }
 
+// A group that does not exist yet is named with the commands that make it
+// (README's `isolate serve --socket-group judges` needs the group first).
+func TestUnknownGroupSaysHowToMakeIt(t *testing.T) {
+	const name = "isolate-test-no-such-group"
+	_, err := lookupGroup("--socket-group", name)
+	if err == nil || !strings.Contains(err.Error(), "--socket-group "+name+": no such group") ||
+		!strings.Contains(err.Error(), "`groupadd "+name+"`") {
+		t.Errorf("an unknown group: %v", err)
+	}
+	if id, err := lookupGroup("--socket-group", "0"); err != nil || id != 0 {
+		t.Errorf("gid 0: %d %v", id, err)
+	}
+}
+
 // The service's threads sleep with isolate.TimerSlack; its boxes'
 // programs with the kernel's default.
 func TestTimerSlack(t *testing.T) {

@@ -22,13 +22,19 @@ import (
 // nobody is the user the rootless tests run as.
 const nobody = 65534
 
-// rootlessEnv is the environment of a user's runs: a TMPDIR of its own,
-// where its runtime directory (box locks, staging point, exec's boxes)
-// goes, removed with the test.
+// rootlessEnv is the environment of nobody's runs (rootlessEnvOf).
 func rootlessEnv(t *testing.T) (env []string, tmp string) {
 	t.Helper()
+	return rootlessEnvOf(t, nobodyUser)
+}
+
+// rootlessEnvOf is the environment of user u's runs: a TMPDIR of its own,
+// where its runtime directory (box locks, staging point, exec's boxes)
+// goes, removed with the test.
+func rootlessEnvOf(t *testing.T, u plainUser) (env []string, tmp string) {
+	t.Helper()
 	tmp = shareDir(t)
-	if err := os.Chown(tmp, nobody, nobody); err != nil {
+	if err := os.Chown(tmp, u.uid, u.gid); err != nil {
 		t.Fatal(err)
 	}
 	env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "TMPDIR=" + tmp, "ISOLATE_NO_SERVICE=1"}
@@ -40,11 +46,11 @@ func rootlessEnv(t *testing.T) (env []string, tmp string) {
 		cover = os.Getenv("GOCOVERDIR") // the service's pass keeps it only there
 	}
 	if cover != "" {
-		// An instrumented binary writes its counters where nobody may
+		// An instrumented binary writes its counters where the user may
 		// (else it warns on stderr); they join the suite's afterwards.
 		own := filepath.Join(tmp, "cover")
-		if err := os.Mkdir(own, 0o755); err != nil || os.Chown(own, nobody, nobody) != nil {
-			t.Fatalf("coverage directory for nobody: %v", err)
+		if err := os.Mkdir(own, 0o755); err != nil || os.Chown(own, u.uid, u.gid) != nil {
+			t.Fatalf("coverage directory for %s: %v", u.name, err)
 		}
 		env = append(env, "GOCOVERDIR="+own)
 		t.Cleanup(func() {
@@ -62,20 +68,32 @@ func rootlessEnv(t *testing.T) (env []string, tmp string) {
 // asNobody runs the binary as nobody with env.
 func asNobody(t *testing.T, env []string, args ...string) result {
 	t.Helper()
+	return asUser(t, nobodyUser, env, args...)
+}
+
+// asUser runs the binary as user u with env.
+func asUser(t *testing.T, u plainUser, env []string, args ...string) result {
+	t.Helper()
 	cmd := exec.Command(isolateBin, args...)
 	cmd.Env = env
 	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: u.cred()}
 	return runResult(t, cmd)
 }
 
 // rootlessRun is `isolate run --allow-rlimit-only --json ARGS` as nobody.
 func rootlessRun(t *testing.T, env []string, args ...string) (*isolate.Report, int) {
 	t.Helper()
-	res := asNobody(t, env, append([]string{"run", "--allow-rlimit-only", "--json"}, args...)...)
+	return rootlessRunAs(t, nobodyUser, env, args...)
+}
+
+// rootlessRunAs is `isolate run --allow-rlimit-only --json ARGS` as u.
+func rootlessRunAs(t *testing.T, u plainUser, env []string, args ...string) (*isolate.Report, int) {
+	t.Helper()
+	res := asUser(t, u, env, append([]string{"run", "--allow-rlimit-only", "--json"}, args...)...)
 	var rep isolate.Report
 	if err := json.Unmarshal([]byte(res.Stdout), &rep); err != nil {
-		t.Fatalf("isolate run %v as nobody: exit %d, no JSON report (%v)\nstderr: %s", args, res.Code, err, res.Stderr)
+		t.Fatalf("isolate run %v as %s: exit %d, no JSON report (%v)\nstderr: %s", args, u.name, res.Code, err, res.Stderr)
 	}
 	if rep.Sandbox.Via != "in-process" {
 		t.Fatalf("ran %q, want in-process", rep.Sandbox.Via)
@@ -83,18 +101,21 @@ func rootlessRun(t *testing.T, env []string, args ...string) (*isolate.Report, i
 	return &rep, res.Code
 }
 
-// rootlessLeaks lists what the user's runs left: inits, the user's box
+// rootlessLeaks is rootlessLeaksOf nobody.
+func rootlessLeaks(tmp, marker string) []string { return rootlessLeaksOf(nobodyUser, tmp, marker) }
+
+// rootlessLeaksOf lists what user u's runs left: inits, the user's box
 // processes (named by the marker in their command lines), exec's box
 // directories, mounts of the user's runtime directory. marker "": no
 // box process to look for by name.
-func rootlessLeaks(tmp, marker string) []string {
+func rootlessLeaksOf(u plainUser, tmp, marker string) []string {
 	var leaks []string
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		cmdline, _ := os.ReadFile(p)
 		// A user's init maps the user alone (root's map host uids of
 		// their own: other runs on the host are not this test's).
-		usersInit := bytes.Contains(cmdline, []byte(isolate.InitArg)) && bytes.Contains(cmdline, []byte(" "+strconv.Itoa(nobody)+" 1\n"))
+		usersInit := bytes.Contains(cmdline, []byte(isolate.InitArg)) && bytes.Contains(cmdline, []byte(" "+strconv.Itoa(u.uid)+" 1\n"))
 		if usersInit || (marker != "" && bytes.Contains(cmdline, []byte(marker))) {
 			leaks = append(leaks, "process "+filepath.Dir(p)+": "+strings.ReplaceAll(string(cmdline), "\x00", " "))
 		}
@@ -255,23 +276,30 @@ func TestRootlessRlimitOnly(t *testing.T) {
 
 // Files in and out of a user's box are the user's own, and a user's run
 // of exec shares its /box between the phases in the user's directory,
-// removed afterwards.
+// removed afterwards: for nobody (uid = gid, no subordinate ids) and for
+// a user made as useradd makes them (a primary group of another number,
+// subordinate ids).
 func TestRootlessFilesAndExec(t *testing.T) {
 	needRoot(t)
-	env, tmp := rootlessEnv(t)
+	t.Run("nobody", func(t *testing.T) { rootlessFilesAndExec(t, nobodyUser) })
+	t.Run("uid-not-gid", func(t *testing.T) { rootlessFilesAndExec(t, splitUser(t)) })
+}
+
+func rootlessFilesAndExec(t *testing.T, u plainUser) {
+	env, tmp := rootlessEnvOf(t, u)
 	dir := filepath.Join(tmp, "files")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(dir, "in.txt"), []byte("hello\n"), 0o644)
-	os.Chown(dir, nobody, nobody)
+	os.Chown(dir, u.uid, u.gid)
 	out := filepath.Join(dir, "out.txt")
-	rep, _ := rootlessRun(t, env, "--copy-in", filepath.Join(dir, "in.txt")+":/box/in.txt", "--copy-out", "/box/out.txt:"+out,
+	rep, _ := rootlessRunAs(t, u, env, "--copy-in", filepath.Join(dir, "in.txt")+":/box/in.txt", "--copy-out", "/box/out.txt:"+out,
 		"--", "/bin/sh", "-c", "tr a-z A-Z < in.txt > out.txt")
 	expectStatus(t, rep, isolate.StatusOK)
 	var st syscall.Stat_t
-	if data, err := os.ReadFile(out); err != nil || string(data) != "HELLO\n" || syscall.Stat(out, &st) != nil || st.Uid != nobody {
-		t.Errorf("copy-out: %q %v (owner %d)", data, err, st.Uid)
+	if data, err := os.ReadFile(out); err != nil || string(data) != "HELLO\n" || syscall.Stat(out, &st) != nil || int(st.Uid) != u.uid || int(st.Gid) != u.gid {
+		t.Errorf("copy-out: %q %v (owner %d:%d)", data, err, st.Uid, st.Gid)
 	}
 
 	// The host's compilers and interpreters (--image host): the same
@@ -281,7 +309,7 @@ func TestRootlessFilesAndExec(t *testing.T) {
 	for lang, text := range sources {
 		src := filepath.Join(dir, "a."+map[string]string{"python": "py", "c": "c"}[lang])
 		os.WriteFile(src, []byte(text), 0o644)
-		res := asNobody(t, env, "exec", "--allow-rlimit-only", "--json", "--image", "host", "--lang", lang, src)
+		res := asUser(t, u, env, "exec", "--allow-rlimit-only", "--json", "--image", "host", "--lang", lang, src)
 		var er struct {
 			Status  string
 			Compile *isolate.Report
@@ -289,23 +317,23 @@ func TestRootlessFilesAndExec(t *testing.T) {
 		}
 		if err := json.Unmarshal([]byte(res.Stdout), &er); err != nil || er.Status != "OK" || er.Run == nil || er.Run.Stdout != "42\n" ||
 			(lang == "c") != (er.Compile != nil) {
-			t.Errorf("exec --lang %s as nobody: exit %d %s %s", lang, res.Code, res.Stdout, res.Stderr)
+			t.Errorf("exec --lang %s as %s: exit %d %s %s", lang, u.name, res.Code, res.Stdout, res.Stderr)
 		}
 	}
 	// A bind of the user's own directory: bound by init, in the user's
 	// namespaces; a kernel interface or a directory the user cannot read
 	// is refused as it is for root's callers.
-	rep, _ = rootlessRun(t, env, "--bind", dir+":/data", "--", "/bin/cat", "/data/in.txt")
+	rep, _ = rootlessRunAs(t, u, env, "--bind", dir+":/data", "--", "/bin/cat", "/data/in.txt")
 	expectStatus(t, rep, isolate.StatusOK)
 	if rep.Stdout != "hello\n" {
 		t.Errorf("--bind of the user's directory: %q", rep.Stdout)
 	}
 	for _, src := range []string{"/proc", "/root"} {
-		if res := asNobody(t, env, "run", "--allow-rlimit-only", "--bind", src+":/data", "--", "/bin/true"); res.Code != 2 {
-			t.Errorf("--bind %s as nobody: exit %d %s", src, res.Code, res.Stderr)
+		if res := asUser(t, u, env, "run", "--allow-rlimit-only", "--bind", src+":/data", "--", "/bin/true"); res.Code != 2 {
+			t.Errorf("--bind %s as %s: exit %d %s", src, u.name, res.Code, res.Stderr)
 		}
 	}
-	if leaks := rootlessLeaks(tmp, ""); len(leaks) > 0 {
+	if leaks := rootlessLeaksOf(u, tmp, ""); len(leaks) > 0 {
 		t.Errorf("exec left %v", leaks)
 	}
 }

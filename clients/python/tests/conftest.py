@@ -6,7 +6,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
-from typing import Iterator, Set
+from typing import Iterator, NamedTuple, Set
 
 import pytest
 
@@ -82,3 +82,41 @@ def stop(proc: "subprocess.Popen[bytes]") -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+class User(NamedTuple):
+    """A user who is not root, as the tests run it."""
+    uid: int
+    gid: int
+
+
+# The user the tests make: its primary group is not its uid, as most users' are.
+SPLIT_NAME, SPLIT_GROUP = "isolate-split-py", "isolate-split-py-g"
+SPLIT_UID, SPLIT_GID = 23002, 23502
+
+
+def _remove_split_user() -> None:
+    for cmd, name, db in (("userdel", SPLIT_NAME, "/etc/passwd"),
+                          ("groupdel", SPLIT_GROUP, "/etc/group")):
+        with open(db) as f:
+            if any(line.split(":")[0] == name for line in f):
+                subprocess.run([cmd, name], check=True, capture_output=True)
+
+
+@pytest.fixture
+def split_user() -> Iterator[User]:
+    """A user made with groupadd and useradd (uid 23002, primary gid 23502), as a host's
+    administrator makes users, and removed afterwards (with the subordinate range useradd gave
+    it). One left by a test that was killed is removed first."""
+    if not shutil.which("useradd"):
+        pytest.fail("useradd is missing (Debian's passwd package)")
+    _remove_split_user()
+    subprocess.run(["groupadd", "-g", str(SPLIT_GID), SPLIT_GROUP], check=True,
+                   capture_output=True)
+    try:
+        subprocess.run(["useradd", "-u", str(SPLIT_UID), "-g", SPLIT_GROUP, "-M", "-d",
+                        "/nonexistent", "-s", "/usr/sbin/nologin", SPLIT_NAME], check=True,
+                       capture_output=True)
+        yield User(SPLIT_UID, SPLIT_GID)
+    finally:
+        _remove_split_user()

@@ -1,7 +1,9 @@
-"""The CLI transport as a caller who is not root (nobody), with no service: the binary's runs
-without root, through execute_code and SandboxRunner. nobody's processes start from this
-test's cgroup, which is not delegated to nobody: isolate has no cgroup subtree of nobody's to
-use on any host, so it either refuses or (allowed) enforces the limits with rlimits alone."""
+"""The CLI transport as a caller who is not root, with no service: the binary's runs without
+root, through execute_code and SandboxRunner. Each test runs as nobody (uid = gid) and as a user
+made as ``useradd`` makes them (a primary group of another number than the uid, subordinate
+ids), created by the test and removed after it. Their processes start from this test's cgroup,
+which is not delegated to them: isolate has no cgroup subtree of theirs to use on any host, so
+it either refuses or (allowed) enforces the limits with rlimits alone."""
 
 import json
 import os
@@ -14,10 +16,10 @@ from typing import Any, Iterator
 
 import pytest
 
-from conftest import isolate_binary
+from conftest import User, isolate_binary
 from isolate_sandbox.config import DEFAULT_SOCKET
 from isolate_sandbox.service_transport import service_answers
-from test_service import NOBODY, SERVE, SRC, as_nobody
+from test_service import NOBODY, SERVE, SRC
 
 NO_SERVICE = "/nonexistent/api.sock"
 # A command line no other process on the machine has: the leak check looks for it.
@@ -53,9 +55,29 @@ RLIMITS_ONLY = {"memory": "rlimit", "pids": "rlimit", "cpu": "rlimit", "cpus": "
                 "wall": "supervisor"}
 
 
+@pytest.fixture(params=["nobody", "uid-not-gid"])
+def user(request: pytest.FixtureRequest) -> User:
+    """nobody, or a user whose primary gid is not its uid (conftest's split_user)."""
+    if request.param == "nobody":
+        return User(NOBODY.pw_uid, NOBODY.pw_gid)
+    split: User = request.getfixturevalue("split_user")
+    return split
+
+
+def as_user(who: User, script: str, socket_path: str,
+            **extra: str) -> "subprocess.CompletedProcess[str]":
+    """A Python script run as ``who`` (no extra groups) with the client on its path and the
+    ``extra`` variables."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(SRC), "ISOLATE_SOCKET": socket_path,
+           "PYTHONDONTWRITEBYTECODE": "1", "HOME": "/nonexistent", **extra}
+    return subprocess.run([sys.executable, "-c", script], user=who.uid, group=who.gid,
+                          extra_groups=[], env=env, cwd="/", capture_output=True, text=True,
+                          timeout=120)
+
+
 @pytest.fixture
-def home() -> Iterator[str]:
-    """nobody's TMPDIR (the client's temporary directories, isolate's own box ids and locks)
+def home(user: User) -> Iterator[str]:
+    """The user's TMPDIR (the client's temporary directories, isolate's own box ids and locks)
     holding a project to copy in."""
     path = tempfile.mkdtemp(prefix="pyrootless-")
     project = os.path.join(path, "project")
@@ -63,28 +85,28 @@ def home() -> Iterator[str]:
     with open(os.path.join(project, "data.txt"), "w") as f:
         f.write("from the project\n")
     for p in (path, project, os.path.join(project, "data.txt")):
-        os.chown(p, NOBODY.pw_uid, NOBODY.pw_gid)
+        os.chown(p, user.uid, user.gid)
     try:
         yield path
     finally:
         shutil.rmtree(path)
 
 
-def nobody_runs(home: str, script: str, **env: str) -> Any:
-    """``script`` (after PRELUDE) run as nobody with the binary, no service, ``home`` as
+def user_runs(who: User, home: str, script: str, **env: str) -> Any:
+    """``script`` (after PRELUDE) run as ``who`` with the binary, no service, ``home`` as
     TMPDIR and an empty isolate configuration unless ``env`` names one (the host's could allow
     rlimits); the JSON its last line prints."""
     env.setdefault("ISOLATE_CONFIG", "/dev/null")
-    done = as_nobody(PRELUDE + script, NO_SERVICE, ISOLATE_BIN=isolate_binary(),
-                     ISOLATE_NO_SERVICE="1", TMPDIR=home, **env)
+    done = as_user(who, PRELUDE + script, NO_SERVICE, ISOLATE_BIN=isolate_binary(),
+                   ISOLATE_NO_SERVICE="1", TMPDIR=home, **env)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def assert_nothing_left(home: str) -> None:
+def assert_nothing_left(home: str, who: User) -> None:
     """No temporary directory of the client, no box of isolate's, no mount and no process of
     the runs remains: only the project and isolate's (empty) runtime directory."""
-    runtime = f"isolate-{NOBODY.pw_uid}"
+    runtime = f"isolate-{who.uid}"
     assert set(os.listdir(home)) - {runtime} == {"project"}
     for sub in ("boxes", "root"):
         where = os.path.join(home, runtime, sub)
@@ -100,8 +122,8 @@ def assert_nothing_left(home: str) -> None:
         assert cmdline != SLEEPER, f"process {pid} of a run remains"
 
 
-def test_ok_and_re_with_rlimits_say_how_limits_were_enforced(home: str) -> None:
-    answer = nobody_runs(home, f"""
+def test_ok_and_re_with_rlimits_say_how_limits_were_enforced(user: User, home: str) -> None:
+    answer = user_runs(user, home, f"""
 box = s.get_sandbox(allow_rlimit_only=True)
 runner = s.SandboxRunner(allow_rlimit_only=True)
 project = {os.path.join(home, "project")!r}
@@ -123,11 +145,11 @@ print(json.dumps([box.runtime,
         assert r["runtime"] == "cli" and r["enforcement"] == RLIMITS_ONLY
         # No cgroup: no peak memory measured, and the result still maps.
         assert (r["cgroup"], r["memory_peak"]) == ("none", 0)
-    assert_nothing_left(home)
+    assert_nothing_left(home, user)
 
 
-def test_wall_timeout_allowed_from_the_environment(home: str) -> None:
-    answer = nobody_runs(home, f"""
+def test_wall_timeout_allowed_from_the_environment(user: User, home: str) -> None:
+    answer = user_runs(user, home, f"""
 runner = s.SandboxRunner()
 print(json.dumps([facts(runner.execute({SLEEPER!r}, {os.path.join(home, "project")!r},
                                        timeout=1)),
@@ -138,11 +160,11 @@ print(json.dumps([facts(runner.execute({SLEEPER!r}, {os.path.join(home, "project
         ("TO", "wall", "Code execution timed out after 1s")
     assert slept["enforcement"] == RLIMITS_ONLY
     assert (spun["status"], spun["error"]) == ("TO", "Code execution timed out after 1s")
-    assert_nothing_left(home)
+    assert_nothing_left(home, user)
 
 
-def test_refused_without_the_option_with_isolates_fix(home: str) -> None:
-    answer = nobody_runs(home, f"""
+def test_refused_without_the_option_with_isolates_fix(user: User, home: str) -> None:
+    answer = user_runs(user, home, f"""
 project = {os.path.join(home, "project")!r}
 print(json.dumps([
     refusal(lambda: s.execute_code("print(1)", image="host")),
@@ -157,11 +179,11 @@ print(json.dumps([
         assert "systemd-run --user --scope -p Delegate=yes" in said
         assert "allow_rlimit_only=True (SANDBOX_ALLOW_RLIMIT_ONLY=1)" in said
     assert "--cgroup-root /sys/fs/cgroup: " in named and "SANDBOX_CGROUP_ROOT" in named
-    assert_nothing_left(home)
+    assert_nothing_left(home, user)
 
 
-def test_per_call_option_wins_over_the_environment(home: str) -> None:
-    answer = nobody_runs(home, """
+def test_per_call_option_wins_over_the_environment(user: User, home: str) -> None:
+    answer = user_runs(user, home, """
 print(json.dumps([refusal(lambda: s.execute_code("print(1)", image="host",
                                                  allow_rlimit_only=False)),
                   facts(s.execute_code("print(1)", image="host"))]))
@@ -169,35 +191,35 @@ print(json.dumps([refusal(lambda: s.execute_code("print(1)", image="host",
     refused, ran = answer
     assert refused.startswith("the isolate binary cannot run here without root"), refused
     assert (ran["status"], ran["stdout"]) == ("OK", "1\n")
-    assert_nothing_left(home)
+    assert_nothing_left(home, user)
 
 
-def test_isolates_configuration_allows_rlimits(home: str) -> None:
+def test_isolates_configuration_allows_rlimits(user: User, home: str) -> None:
     config = os.path.join(home, "isolate.conf")
     with open(config, "w") as f:
         f.write("allow_rlimit_only = 1\n")
-    answer = nobody_runs(home, """
+    answer = user_runs(user, home, """
 print(json.dumps(facts(s.execute_code("print(2)", image="host"))))
 """, ISOLATE_CONFIG=config)
     assert (answer["status"], answer["stdout"], answer["enforcement"]) == \
         ("OK", "2\n", RLIMITS_ONLY)
     os.remove(config)
-    assert_nothing_left(home)
+    assert_nothing_left(home, user)
 
 
-def test_a_service_of_the_users_own(home: str) -> None:
-    """nobody runs a service for itself: with no ISOLATE_SOCKET, get_sandbox and Session find it
-    in nobody's own directory (root's default socket answering nothing), its runs enforce the
-    limits as nobody's own runs do, and it leaves nothing when it stops."""
+def test_a_service_of_the_users_own(user: User, home: str) -> None:
+    """The user runs a service for itself: with no ISOLATE_SOCKET, get_sandbox and Session find
+    it in the user's own directory (root's default socket answering nothing), its runs enforce the
+    limits as the user's own runs do, and it leaves nothing when it stops."""
     if service_answers(DEFAULT_SOCKET):
-        pytest.skip("root's service answers at the default socket: it takes nobody's calls first")
+        pytest.skip("root's service answers at the default socket: it takes the user's calls first")
     env = {"PATH": "/usr/bin:/bin", "TMPDIR": home, "HOME": "/nonexistent"}
     log = tempfile.TemporaryFile()
     svc = subprocess.Popen([SERVE, "--allow-rlimit-only", "--cli-binary", isolate_binary(),
-                            "--grace", "5s"], user=NOBODY.pw_uid, group=NOBODY.pw_gid,
+                            "--grace", "5s"], user=user.uid, group=user.gid,
                            extra_groups=[], env=env, cwd="/", stdin=subprocess.DEVNULL,
                            stdout=subprocess.DEVNULL, stderr=log)
-    sock = os.path.join(home, f"isolate-{NOBODY.pw_uid}", "api.sock")
+    sock = os.path.join(home, f"isolate-{user.uid}", "api.sock")
     try:
         for _ in range(200):
             if svc.poll() is not None or service_answers(sock):
@@ -205,7 +227,7 @@ def test_a_service_of_the_users_own(home: str) -> None:
             time.sleep(0.05)
         if not service_answers(sock):
             log.seek(0)
-            pytest.fail(f"nobody's isolate-serve did not come up: {log.read().decode()}")
+            pytest.fail(f"the user's isolate-serve did not come up: {log.read().decode()}")
         script = PRELUDE + """
 box = s.get_sandbox(allow_rlimit_only=True)
 r = box.execute_code("print(6 * 7)", image="host")
@@ -215,8 +237,8 @@ print(json.dumps([box.runtime, facts(r), said]))
 """
         client_env = {**env, "PYTHONPATH": str(SRC), "PYTHONDONTWRITEBYTECODE": "1",
                       "ISOLATE_BIN": isolate_binary()}
-        done = subprocess.run([sys.executable, "-c", script], user=NOBODY.pw_uid,
-                              group=NOBODY.pw_gid, extra_groups=[], cwd="/", timeout=120,
+        done = subprocess.run([sys.executable, "-c", script], user=user.uid,
+                              group=user.gid, extra_groups=[], cwd="/", timeout=120,
                               env=client_env, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         runtime, facts, said = json.loads(done.stdout.splitlines()[-1])
@@ -228,4 +250,4 @@ print(json.dumps([box.runtime, facts(r), said]))
         assert svc.wait(timeout=30) == 0
         log.close()
     assert not os.path.exists(sock)
-    assert_nothing_left(home)
+    assert_nothing_left(home, user)

@@ -17,7 +17,7 @@ from typing import Iterator, List, Tuple
 
 import pytest
 
-from conftest import isolate_binary, open_fds, stop
+from conftest import User, isolate_binary, open_fds, stop
 from isolate_sandbox import (Sandbox, SandboxConfig, SandboxError, SandboxExecutor, SandboxRunner,
                              SandboxUnavailableError, ServiceError, get_sandbox)
 from isolate_sandbox.service_transport import (ServiceTransport, copied_out, env_list, error_of,
@@ -293,6 +293,38 @@ def as_nobody(script: str, socket_path: str, **extra: str) -> "subprocess.Comple
     return subprocess.run([sys.executable, "-c", script], user=NOBODY.pw_uid,
                           group=NOBODY.pw_gid, extra_groups=[], env=env, cwd="/",
                           capture_output=True, text=True, timeout=120)
+
+
+@needs_service
+def test_a_user_whose_gid_is_not_its_uid_through_the_service(service: str,
+                                                             split_user: User) -> None:
+    """A member of the socket's group whose primary gid is not its uid (as useradd makes users)
+    runs execute_code, and SandboxRunner on a project of its own with a file collected, through
+    the service, which opens the project with that user's rights."""
+    project = tempfile.mkdtemp(prefix="pysvc-split-")
+    try:
+        data = os.path.join(project, "data.txt")
+        with open(data, "w") as f:
+            f.write("mine\n")
+        for p in (project, data):
+            os.chown(p, split_user.uid, split_user.gid)
+        os.chmod(project, 0o700)
+        script = ("import json\nfrom isolate_sandbox import execute_code, SandboxRunner\n"
+                  "r = execute_code('print(1+1)')\n"
+                  "c = SandboxRunner().execute('cat data.txt > out.txt; cat out.txt', "
+                  f"{project!r}, collect=['out.txt'])\n"
+                  "print(json.dumps([r.status, r.stdout, r.meta.runtime, c.status, c.stdout,"
+                  " {k: v.decode() for k, v in c.files.items()}]))\n")
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(SRC), "ISOLATE_SOCKET": service,
+               "PYTHONDONTWRITEBYTECODE": "1", "HOME": "/nonexistent"}
+        done = subprocess.run([sys.executable, "-c", script], user=split_user.uid,
+                              group=split_user.gid, extra_groups=[NOBODY.pw_gid], env=env,
+                              cwd="/", capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == ["OK", "2\n", "service", "OK", "mine\n",
+                                           {"out.txt": "mine\n"}]
+    finally:
+        shutil.rmtree(project)
 
 
 @needs_service
