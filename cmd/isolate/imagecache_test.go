@@ -362,3 +362,26 @@ func TestImageImportWithoutMounting(t *testing.T) {
 		t.Errorf("run on the image unpacked without mounting: %q", rep.Stdout)
 	}
 }
+
+// The host's images bound into a container: the trees' directory (root's,
+// mode 0711) belongs to a user not mapped there, so it cannot be listed;
+// runs need no listing, and check says so instead of failing.
+func TestCheckImageCacheNotListable(t *testing.T) {
+	needRoot(t)
+	withImagesDir(t)
+	importImage(t, makeExportedImage(t, "bound", "v1"))
+	cmd := exec.Command(isolateBin, "check")
+	cmd.Env = os.Environ()
+	// Root of a user namespace of 65536 ids from 200000, as deploy/run.sh
+	// starts the container.
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 200000, Size: 65536}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 200000, Size: 65536}},
+		Credential:  &syscall.Credential{Uid: 0, Gid: 0},
+	}
+	res := runResult(t, cmd)
+	if !strings.Contains(res.Stdout, "image cache") || strings.Contains(res.Stdout, "FAIL image cache") {
+		t.Errorf("check where the trees cannot be listed:\n%s%s", res.Stdout, res.Stderr)
+	}
+}
