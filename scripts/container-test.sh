@@ -52,7 +52,10 @@ ids=()
 cleanup() {
 	for c in "$name-minimal" "$name-full"; do
 		podman rm -f -t 0 "$c" > /dev/null 2>&1 || true
-		deploy/cgroup-subtree.sh remove "isolate-container-$c" > /dev/null 2>&1 || true
+		# Killed, the service leaves its boxes' cgroups (empty now).
+		for d in /sys/fs/cgroup/isolate-container-"$c" /sys/fs/cgroup/*/isolate-container-"$c"; do
+			[ ! -d "$d" ] || find "$d" -depth -type d -exec rmdir {} + 2> /dev/null || true
+		done
 	done
 	podman rmi -f "$image" "$minimal" > /dev/null 2>&1 || true
 	rm -rf "$tmp"
