@@ -62,6 +62,12 @@ nproc=$(ulimit -Hu)
 [ "$nproc" = unlimited ] || [ "$nproc" -le 32768 ] || nproc=32768
 nofile=$(ulimit -Hn)
 
+# Each in one line (docs/INSTALL.md says more): the user namespace makes
+# the container's root uid $root_id on the host; SYS_ADMIN, held in that
+# namespace only, lets the service mount exec's tmpfs (fsopen); the
+# seccomp profile allows the box's sethostname, setdomainname and setns
+# and refuses what SYS_ADMIN would unlock besides; /proc unmasked so a box
+# may mount its own; the cgroup subtree is the only cgroup it may write.
 podman run -d --name "$name" ${runtime:+--runtime "$runtime"} \
 	--uidmap "0:$root_id:65536" --gidmap "0:$root_id:65536" \
 	--cap-add SYS_ADMIN \
