@@ -58,6 +58,17 @@ func buildEnv() []string {
 	return env
 }
 
+// inUserNamespace tells whether this process runs in a user namespace
+// other than the host's: its uid_map maps not every id to itself.
+func inUserNamespace() bool {
+	data, err := os.ReadFile("/proc/self/uid_map")
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(data))
+	return len(f) != 3 || f[0] != "0" || f[1] != "0" || f[2] != "4294967295"
+}
+
 // DefaultCacheDir holds what every build shares: the debootstrapped
 // base of each suite and the downloaded packages. ISOLATE_CACHE_DIR
 // overrides it. Builds in progress work beside it, in build/.
@@ -268,6 +279,15 @@ func (b *builder) base() (string, error) {
 		return "", err
 	}
 	ds := exec.Command("debootstrap", "--variant=minbase", "--components=main", "--cache-dir="+archives, b.spec.Suite, tmp, b.mirrors.Archive)
+	if inUserNamespace() {
+		// debootstrap makes the tree's device nodes, which the kernel
+		// refuses in a user namespace that is not the host's (a
+		// container's). Told it runs in a container ("lxc"), it binds
+		// the namespace's own /dev nodes instead, on a tmpfs it mounts
+		// for the time it runs: no image keeps them (boxes have a /dev
+		// of their own).
+		ds.Env = []string{"container=lxc"}
+	}
 	if err := b.run("debootstrap "+b.spec.Suite, ds); err != nil {
 		return "", err
 	}
@@ -353,7 +373,7 @@ func (b *builder) chrootOut(root, step, command string, out *bytes.Buffer) error
 // the end of the log.
 func (b *builder) run(step string, cmd *exec.Cmd) error {
 	fmt.Fprintf(b.log, "== %s\n", step)
-	cmd.Env = buildEnv()
+	cmd.Env = append(buildEnv(), cmd.Env...)
 	if cmd.Stdout == nil {
 		cmd.Stdout = b.log
 	}

@@ -170,18 +170,18 @@ func unpackTree(name, sum, squashfs string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	mnt, err := MountSquashfs(squashfs)
-	if err != nil {
-		return fmt.Errorf("unpack image %s: %w", name, err)
-	}
-	// cp reads the detached mount through its descriptor: nothing is
-	// mounted anywhere, and the mount goes when cp and we close it.
-	cp := exec.Command("cp", "-a", "/proc/self/fd/3/.", tmp)
-	cp.ExtraFiles = []*os.File{mnt.File()}
-	out, err := cp.CombinedOutput()
-	mnt.Close()
-	if err != nil {
-		return fmt.Errorf("unpack image %s: cp: %v: %s", name, err, strings.TrimSpace(string(out)))
+	if mnt, err := MountSquashfs(squashfs); err == nil {
+		// cp reads the detached mount through its descriptor: nothing is
+		// mounted anywhere, and the mount goes when cp and we close it.
+		cp := exec.Command("cp", "-a", "/proc/self/fd/3/.", tmp)
+		cp.ExtraFiles = []*os.File{mnt.File()}
+		out, err := cp.CombinedOutput()
+		mnt.Close()
+		if err != nil {
+			return fmt.Errorf("unpack image %s: cp: %v: %s", name, err, strings.TrimSpace(string(out)))
+		}
+	} else if uerr := unsquash(squashfs, tmp); uerr != nil {
+		return fmt.Errorf("unpack image %s: %w; without mounting it: %v", name, err, uerr)
 	}
 	if err := dropSetID(tmp); err != nil {
 		return fmt.Errorf("unpack image %s: %w", name, err)
@@ -190,6 +190,32 @@ func unpackTree(name, sum, squashfs string) error {
 		return err
 	}
 	return os.Rename(tmp, dir)
+}
+
+// unsquash unpacks squashfs into dir with unsquashfs, for where no image
+// can be mounted: no loop device, or a user namespace that is not the
+// host's (a container), in which the kernel mounts no squashfs. The image's
+// /dev is left empty: its device nodes could not be made there, and no box
+// binds it (each box has its own /dev).
+func unsquash(squashfs, dir string) error {
+	if _, err := exec.LookPath("unsquashfs"); err != nil {
+		return errors.New("no unsquashfs (Debian's squashfs-tools) to unpack it with")
+	}
+	f, err := os.Open(squashfs)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	cmd := exec.Command("unsquashfs", "-no-progress", "-quiet", "-no-xattrs", "-force", "-dest", dir,
+		"-excludes", "/proc/self/fd/3", "dev")
+	cmd.ExtraFiles = []*os.File{f}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("unsquashfs: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	if err := os.Mkdir(filepath.Join(dir, "dev"), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return nil
 }
 
 // dropSetID clears the setuid and setgid bits under root (boxes bind the

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -137,6 +139,13 @@ func checkImages(line func(ok bool, what, detail, fix string)) {
 		line(true, "images", strings.Join(names, " ")+" in "+rootfs.ImagesDir(), "")
 	}
 	trees, err := rootfs.ListTrees()
+	if errors.Is(err, fs.ErrPermission) {
+		// Its owner is another user, or one not mapped into this user
+		// namespace (the host's images bound into a container): runs
+		// open their trees by name, which needs no listing.
+		fmt.Printf("note %-22s %s is not listable here (runs open trees by name)\n", "image cache", rootfs.TreesDir())
+		return
+	}
 	if err != nil {
 		line(false, "image cache", err.Error(), "isolate cleanup --images")
 		return

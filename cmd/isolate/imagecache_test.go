@@ -337,3 +337,51 @@ func TestImageImportRefusesTampered(t *testing.T) {
 		t.Errorf("run on the imported image: %q", rep.Stdout)
 	}
 }
+
+// An image imported where the kernel mounts no squashfs (a user namespace
+// that is not the host's, as in a container) is unpacked by unsquashfs,
+// and runs from it as from one unpacked through a mount.
+func TestImageImportWithoutMounting(t *testing.T) {
+	needRoot(t)
+	withImagesDir(t)
+	file := makeExportedImage(t, "unmounted", "v1")
+	cmd := exec.Command(isolateBin, "image", "import", file)
+	cmd.Env = os.Environ()
+	// Root, mapped to itself, in a user namespace of its own: it may
+	// write the images directory but mount no squashfs.
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}},
+	}
+	if res := runResult(t, cmd); res.Code != 0 {
+		t.Fatalf("image import in a user namespace: exit %d\n%s", res.Code, res.Stderr)
+	}
+	rep, _ := runBox(t, "--image", "unmounted", "--", "/usr/bin/cat", "/usr/share/marker/0")
+	if expectStatus(t, rep, isolate.StatusOK); rep.Stdout != "v1\n" {
+		t.Errorf("run on the image unpacked without mounting: %q", rep.Stdout)
+	}
+}
+
+// The host's images bound into a container: the trees' directory (root's,
+// mode 0711) belongs to a user not mapped there, so it cannot be listed;
+// runs need no listing, and check says so instead of failing.
+func TestCheckImageCacheNotListable(t *testing.T) {
+	needRoot(t)
+	withImagesDir(t)
+	importImage(t, makeExportedImage(t, "bound", "v1"))
+	cmd := exec.Command(isolateBin, "check")
+	cmd.Env = os.Environ()
+	// Root of a user namespace of 65536 ids from 200000, as deploy/run.sh
+	// starts the container.
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 200000, Size: 65536}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 200000, Size: 65536}},
+		Credential:  &syscall.Credential{Uid: 0, Gid: 0},
+	}
+	res := runResult(t, cmd)
+	if !strings.Contains(res.Stdout, "image cache") || strings.Contains(res.Stdout, "FAIL image cache") {
+		t.Errorf("check where the trees cannot be listed:\n%s%s", res.Stdout, res.Stderr)
+	}
+}
