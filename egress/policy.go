@@ -54,8 +54,14 @@ type Policy struct {
 // MaxRules bounds each list.
 const MaxRules = 256
 
-// Parse reads the allow and deny lists. A bad entry's error names it
-// (field is the lists' name in the request, e.g. "network").
+// ParseError is a list or an entry that is not a rule: the field that
+// names it (e.g. "network.allow[2]") and why.
+type ParseError struct{ Field, Msg string }
+
+func (e *ParseError) Error() string { return e.Field + ": " + e.Msg }
+
+// Parse reads the allow and deny lists. A bad entry's *ParseError names
+// it (field is the lists' name in the request, e.g. "network").
 func Parse(field string, allow, deny []string) (*Policy, error) {
 	p := &Policy{}
 	for _, l := range []struct {
@@ -64,18 +70,18 @@ func Parse(field string, allow, deny []string) (*Policy, error) {
 		rules   *[]Rule
 	}{{"allow", allow, &p.Allow}, {"deny", deny, &p.Deny}} {
 		if len(l.entries) > MaxRules {
-			return nil, fmt.Errorf("%s.%s: %d entries, at most %d", field, l.name, len(l.entries), MaxRules)
+			return nil, &ParseError{field + "." + l.name, fmt.Sprintf("%d entries, at most %d", len(l.entries), MaxRules)}
 		}
 		for i, e := range l.entries {
 			r, err := ParseRule(e)
 			if err != nil {
-				return nil, fmt.Errorf("%s.%s[%d]: %q: %v", field, l.name, i, e, err)
+				return nil, &ParseError{fmt.Sprintf("%s.%s[%d]", field, l.name, i), fmt.Sprintf("%q: %v", e, err)}
 			}
 			*l.rules = append(*l.rules, r)
 		}
 	}
 	if len(p.Allow) == 0 {
-		return nil, fmt.Errorf("%s.allow: empty: name what the box may reach (a domain, an address or a CIDR)", field)
+		return nil, &ParseError{field + ".allow", "empty: name what the box may reach (a domain, an address or a CIDR)"}
 	}
 	return p, nil
 }

@@ -76,6 +76,9 @@ func (s *supervisor) startClaimed(b *builtBox) error {
 			return err
 		}
 	}
+	if err := s.startEgress(); err != nil {
+		return err
+	}
 	s.timer.mark("plan")
 	err = s.startProgram(b.box, cmd, files)
 	closeAll(s.closers)
@@ -221,7 +224,9 @@ func (s *supervisor) startBoxPart(part *plan) (*pendingBox, error) {
 // cgroup files, once the cgroup is made. With --copy-in the box is filled
 // in between. Then it waits for the program to start.
 func (s *supervisor) buildBox() error {
-	fillFirst := len(s.spec.CopyIn) > 0
+	// The box is filled, and its allowlist's proxy made, once it is
+	// built and before the program starts.
+	fillFirst := len(s.spec.CopyIn) > 0 || s.spec.Egress != nil
 	boxPart, err := s.boxPlan(fillFirst)
 	if err != nil {
 		return err
@@ -248,6 +253,9 @@ func (s *supervisor) buildBox() error {
 		}
 		s.timer.mark("namespaces+fs")
 		if err := s.fill(); err != nil {
+			return err
+		}
+		if err := s.startEgress(); err != nil {
 			return err
 		}
 	}
