@@ -211,8 +211,8 @@ func (p *Policy) CheckAddr(a netip.Addr, port uint16) error {
 	return p.checkAddr(a.Unmap(), port, false)
 }
 
-// checkResolved checks an address a name (already allowed) resolved to.
-func (p *Policy) checkResolved(a netip.Addr, port uint16) error {
+// CheckResolved checks an address a name (already allowed) resolved to.
+func (p *Policy) CheckResolved(a netip.Addr, port uint16) error {
 	return p.checkAddr(a.Unmap(), port, true)
 }
 
@@ -244,3 +244,39 @@ func special(a netip.Addr) bool {
 
 // cgnat is shared address space (RFC 6598), private in all but name.
 var cgnat = netip.MustParsePrefix("100.64.0.0/10")
+
+// MaxLogged bounds the connections a report lists; the rest are counted.
+const MaxLogged = 256
+
+// Connection is one connection a box asked for, as the report lists it.
+type Connection struct {
+	Host     string `json:"host"` // as the client named it
+	Port     uint16 `json:"port"`
+	Via      string `json:"via"`            // connect, http or socks5
+	Address  string `json:"addr,omitempty"` // what the proxy connected to
+	Allowed  bool   `json:"allowed"`
+	Reason   string `json:"reason,omitempty"` // why it was refused
+	BytesOut int64  `json:"bytes_out"`        // from the box
+	BytesIn  int64  `json:"bytes_in"`         // to the box
+}
+
+// Report is what a box's proxy saw.
+type Report struct {
+	Connections []Connection `json:"connections"`
+	Allowed     int          `json:"allowed"`
+	Refused     int          `json:"refused"`
+	// Unlisted counts connections beyond MaxLogged.
+	Unlisted int `json:"unlisted,omitempty"`
+}
+
+// Port is where the proxy listens on the box's loopback.
+const Port = 3128
+
+// Env is what the box's programs are told: where the proxy is, for every
+// protocol the usual clients read it for.
+func Env() []string {
+	u := "http://127.0.0.1:" + strconv.Itoa(Port)
+	s := "socks5h://127.0.0.1:" + strconv.Itoa(Port)
+	return []string{"HTTP_PROXY=" + u, "HTTPS_PROXY=" + u, "http_proxy=" + u, "https_proxy=" + u,
+		"ALL_PROXY=" + s, "all_proxy=" + s, "NO_PROXY=", "no_proxy="}
+}

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolate-sandbox/isolate/egress"
+	"github.com/isolate-sandbox/isolate/egress/proxy"
 )
 
 // startEgress serves the box's allowlist on its loopback before the
@@ -29,7 +30,7 @@ func (s *supervisor) startEgress() error {
 	if err != nil {
 		return fmt.Errorf("the network allowlist's proxy: %w", err)
 	}
-	s.proxy = egress.New(s.spec.Egress, nil, nil)
+	s.proxy = proxy.New(s.spec.Egress, nil, nil)
 	s.proxy.Serve(l)
 	s.timer.mark("egress")
 	return nil

@@ -1,4 +1,7 @@
-package egress
+// Package proxy is a box's egress proxy: HTTP CONNECT, plain HTTP and
+// SOCKS5 on one listener (the box's loopback), each destination checked
+// against an egress.Policy and connected from the host's network.
+package proxy
 
 import (
 	"bufio"
@@ -14,24 +17,13 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/isolate-sandbox/isolate/egress"
 )
-
-// Port is where the proxy listens on the box's loopback.
-const Port = 3128
-
-// Env is what the box's programs are told: where the proxy is, for every
-// protocol the usual clients read it for.
-func Env() []string {
-	u := "http://127.0.0.1:" + strconv.Itoa(Port)
-	s := "socks5h://127.0.0.1:" + strconv.Itoa(Port)
-	return []string{"HTTP_PROXY=" + u, "HTTPS_PROXY=" + u, "http_proxy=" + u, "https_proxy=" + u,
-		"ALL_PROXY=" + s, "all_proxy=" + s, "NO_PROXY=", "no_proxy="}
-}
 
 // Bounds of one box's proxy.
 const (
 	MaxConns       = 64        // connections open at once; more are refused
-	MaxLogged      = 256       // connections listed in the report; the rest are counted
 	MaxBytes       = 256 << 20 // bytes through the proxy, both ways, per box
 	headerTimeout  = 10 * time.Second
 	idleTimeout    = 5 * time.Minute
@@ -39,31 +31,10 @@ const (
 	maxHeaderBytes = 64 << 10
 )
 
-// Connection is one connection a box asked for, as the report lists it.
-type Connection struct {
-	Host     string `json:"host"` // as the client named it
-	Port     uint16 `json:"port"`
-	Via      string `json:"via"`            // connect, http or socks5
-	Address  string `json:"addr,omitempty"` // what the proxy connected to
-	Allowed  bool   `json:"allowed"`
-	Reason   string `json:"reason,omitempty"` // why it was refused
-	BytesOut int64  `json:"bytes_out"`        // from the box
-	BytesIn  int64  `json:"bytes_in"`         // to the box
-}
-
-// Report is what a box's proxy saw.
-type Report struct {
-	Connections []Connection `json:"connections"`
-	Allowed     int          `json:"allowed"`
-	Refused     int          `json:"refused"`
-	// Unlisted counts connections beyond MaxLogged.
-	Unlisted int `json:"unlisted,omitempty"`
-}
-
 // Proxy serves one box: HTTP CONNECT, plain HTTP and SOCKS5 on one
 // listener, each destination checked against the policy.
 type Proxy struct {
-	policy  *Policy
+	policy  *egress.Policy
 	resolve func(ctx context.Context, host string) ([]netip.Addr, error)
 	dial    func(ctx context.Context, addr string) (net.Conn, error)
 
@@ -75,13 +46,13 @@ type Proxy struct {
 	mu     sync.Mutex
 	l      net.Listener
 	conns  map[net.Conn]struct{}
-	report Report
+	report egress.Report
 	bytes  int64
 }
 
 // New is a proxy of policy; resolve and dial default to the host's
 // resolver and a TCP dial from the host's network.
-func New(policy *Policy, resolve func(ctx context.Context, host string) ([]netip.Addr, error), dial func(ctx context.Context, addr string) (net.Conn, error)) *Proxy {
+func New(policy *egress.Policy, resolve func(ctx context.Context, host string) ([]netip.Addr, error), dial func(ctx context.Context, addr string) (net.Conn, error)) *Proxy {
 	if resolve == nil {
 		resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
 			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
@@ -113,7 +84,7 @@ func (p *Proxy) Serve(l net.Listener) {
 			case p.slots <- struct{}{}:
 			default:
 				c.Close() // beyond MaxConns
-				p.record(Connection{Via: "?", Reason: fmt.Sprintf("more than %d connections at once", MaxConns)})
+				p.record(egress.Connection{Via: "?", Reason: fmt.Sprintf("more than %d connections at once", MaxConns)})
 				continue
 			}
 			p.track(c, true)
@@ -131,7 +102,7 @@ func (p *Proxy) Serve(l net.Listener) {
 
 // Close stops the proxy: the listener, every connection through it; it
 // returns what the proxy saw.
-func (p *Proxy) Close() *Report {
+func (p *Proxy) Close() *egress.Report {
 	p.cancel()
 	p.mu.Lock()
 	if p.l != nil {
@@ -146,7 +117,7 @@ func (p *Proxy) Close() *Report {
 	defer p.mu.Unlock()
 	r := p.report
 	if r.Connections == nil {
-		r.Connections = []Connection{}
+		r.Connections = []egress.Connection{}
 	}
 	return &r
 }
@@ -162,7 +133,7 @@ func (p *Proxy) track(c net.Conn, open bool) {
 }
 
 // record lists a connection once it ended (or was refused).
-func (p *Proxy) record(c Connection) {
+func (p *Proxy) record(c egress.Connection) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if c.Allowed {
@@ -170,7 +141,7 @@ func (p *Proxy) record(c Connection) {
 	} else {
 		p.report.Refused++
 	}
-	if len(p.report.Connections) < MaxLogged {
+	if len(p.report.Connections) < egress.MaxLogged {
 		p.report.Connections = append(p.report.Connections, c)
 	} else {
 		p.report.Unlisted++
@@ -221,8 +192,8 @@ func (h *headLimit) done() { h.left = -1 }
 
 // open checks host:port against the policy, resolves it and connects:
 // the connection, and the record so far.
-func (p *Proxy) open(host string, port uint16, via string) (net.Conn, *Connection) {
-	rec := &Connection{Host: host, Port: port, Via: via}
+func (p *Proxy) open(host string, port uint16, via string) (net.Conn, *egress.Connection) {
+	rec := &egress.Connection{Host: host, Port: port, Via: via}
 	if err := p.policy.CheckName(host, port); err != nil {
 		rec.Reason = err.Error()
 		return nil, rec
@@ -239,7 +210,7 @@ func (p *Proxy) open(host string, port uint16, via string) (net.Conn, *Connectio
 			return nil, rec
 		}
 		for _, a := range found {
-			if err := p.policy.checkResolved(a, port); err != nil {
+			if err := p.policy.CheckResolved(a, port); err != nil {
 				rec.Reason = host + " resolved to " + err.Error()
 				continue
 			}
@@ -279,7 +250,7 @@ func (p *Proxy) http(c net.Conn, br *bufio.Reader, head *headLimit) {
 		host, port, err := hostPort(req.Host, 443)
 		if err != nil {
 			writeStatus(c, http.StatusBadRequest, "isolate's egress proxy: "+err.Error())
-			p.record(Connection{Host: req.Host, Via: "connect", Reason: err.Error()})
+			p.record(egress.Connection{Host: req.Host, Via: "connect", Reason: err.Error()})
 			return
 		}
 		up, rec := p.open(host, port, "connect")
@@ -346,7 +317,7 @@ func (p *Proxy) socks(c net.Conn, br *bufio.Reader, head *headLimit) {
 	}
 	if req[0] != 5 || req[1] != 1 { // CONNECT only
 		c.Write([]byte{5, 7, 0, 1, 0, 0, 0, 0, 0, 0})
-		p.record(Connection{Via: "socks5", Reason: "only CONNECT is served (no UDP, no BIND)"})
+		p.record(egress.Connection{Via: "socks5", Reason: "only CONNECT is served (no UDP, no BIND)"})
 		return
 	}
 	var host string
@@ -393,7 +364,7 @@ func (p *Proxy) socks(c net.Conn, br *bufio.Reader, head *headLimit) {
 
 // splice copies both ways until either side ends, within the box's byte
 // budget and the idle timeout, then records the connection.
-func (p *Proxy) splice(c net.Conn, br *bufio.Reader, up net.Conn, rec *Connection) {
+func (p *Proxy) splice(c net.Conn, br *bufio.Reader, up net.Conn, rec *egress.Connection) {
 	defer up.Close()
 	p.track(up, true)
 	defer p.track(up, false)
