@@ -1,22 +1,21 @@
 package isolate
 
 // A box with an allowlist (Spec.Egress) keeps its own network namespace
-// with loopback alone; the supervisor makes the proxy's listener on that
-// loopback, inside the namespace, and serves it from outside: every
-// connection the box makes through it is checked and made from the
-// host's network (package egress). Nothing else of the host's network is
-// joined to the box: no veth, no route, no NAT.
+// with loopback alone; its PID 1 listens on that loopback as the box is
+// built (LISTEN), and the supervisor takes that listener and serves it
+// from outside: every connection the box makes through it is checked and
+// made from the host's network (package egress). Nothing else of the
+// host's network is joined to the box: no veth, no route, no NAT, and no
+// privilege is needed (the supervisor is PID 1's parent, or its
+// service's), so it works without root too.
 
 import (
 	"fmt"
 	"net"
 	"os"
-	"runtime"
-	"strconv"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/isolate-sandbox/isolate/egress"
 	"github.com/isolate-sandbox/isolate/egress/proxy"
 )
 
@@ -26,7 +25,7 @@ func (s *supervisor) startEgress() error {
 	if s.spec.Egress == nil {
 		return nil
 	}
-	l, err := listenInNetns(s.boxPid, egress.Port)
+	l, err := boxListener(s.boxPid)
 	if err != nil {
 		return fmt.Errorf("the network allowlist's proxy: %w", err)
 	}
@@ -44,41 +43,19 @@ func (s *supervisor) stopEgress() {
 	}
 }
 
-// listenInNetns listens on 127.0.0.1:port in the network namespace of
-// process pid: this thread joins it for the socket's making (a socket
-// belongs to the namespace it was made in), then goes back. A thread
-// that cannot go back is never used again: it ends with its goroutine.
-func listenInNetns(pid, port int) (net.Listener, error) {
-	target, err := os.Open("/proc/" + strconv.Itoa(pid) + "/ns/net")
+// boxListener is PID 1's listener on the box's loopback (LISTEN): a copy
+// of its descriptor, taken through a pidfd of the box's PID 1.
+func boxListener(pid int) (net.Listener, error) {
+	pidfd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pidfd_open of the box's PID 1: %w", err)
 	}
-	defer target.Close()
-	type result struct {
-		l   net.Listener
-		err error
+	defer unix.Close(pidfd)
+	fd, err := unix.PidfdGetfd(pidfd, fdProxy, 0)
+	if err != nil {
+		return nil, fmt.Errorf("take the box's listener (pidfd_getfd): %w", err)
 	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		own, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- result{err: err}
-			return
-		}
-		defer own.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			done <- result{err: fmt.Errorf("join the box's network namespace: %w", err)}
-			return
-		}
-		l, err := net.Listen("tcp4", "127.0.0.1:"+strconv.Itoa(port))
-		if unix.Setns(int(own.Fd()), unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		}
-		done <- result{l, err}
-	}()
-	r := <-done
-	return r.l, r.err
+	f := os.NewFile(uintptr(fd), "egress-listener")
+	defer f.Close()
+	return net.FileListener(f)
 }

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/isolate-sandbox/isolate/egress"
 	"github.com/isolate-sandbox/isolate/hostfs"
 	"github.com/isolate-sandbox/isolate/rootfs"
 	"github.com/isolate-sandbox/isolate/seccomp"
@@ -396,6 +397,9 @@ func (s *supervisor) boxPlan(announce bool) (*plan, error) {
 	p.hostname("isolate")
 	if !sp.HostNet {
 		p.loopback()
+		if sp.Egress != nil {
+			p.listen(egress.Port)
+		}
 	}
 	// With no capabilities the program can only create namespaces by
 	// first creating a user namespace; forbid that outright, whatever

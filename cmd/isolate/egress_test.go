@@ -170,3 +170,21 @@ func TestNetworkAllowlistBadInput(t *testing.T) {
 		}
 	}
 }
+
+// Without root the allowlist works the same: PID 1 of the box listens,
+// and the user's own supervisor serves its listener.
+func TestNetworkAllowlistWithoutRoot(t *testing.T) {
+	needRoot(t)
+	s := startEgressServers(t)
+	plain := port(s.plain.URL)
+	env, tmp := rootlessEnv(t)
+	rep, _ := rootlessRun(t, env, "--net=allow:127.0.0.1:"+plain, "--", "/bin/sh", "-c",
+		"curl -s http://127.0.0.1:"+plain+"/nobody; echo; curl -s --noproxy '*' --max-time 2 http://127.0.0.1:"+plain+"/ || echo unreachable")
+	expectStatus(t, rep, "OK")
+	if rep.Stdout != "plain /nobody\nunreachable\n" || rep.Network == nil || rep.Network.Allowed != 1 {
+		t.Errorf("stdout %q, network %+v", rep.Stdout, rep.Network)
+	}
+	if leaks := rootlessLeaks(tmp, ""); len(leaks) > 0 {
+		t.Errorf("left behind: %v", leaks)
+	}
+}
