@@ -57,6 +57,7 @@ var Fields = []Field{
 	{JSON: "args", MaxItems: 4096},
 	{JSON: "cwd", Flag: "chdir", IOI: "chdir"},
 	{JSON: "net", Flag: "net", IOI: "share-net"},
+	{JSON: "network", Flag: "net"},
 	{JSON: "box_id", Flag: "box-id", IOI: "box-id"},
 	{JSON: "image", Flag: "image"},
 	{JSON: "lang", Flag: "lang"},

@@ -1,5 +1,7 @@
 package api
 
+import "github.com/isolate-sandbox/isolate/egress"
+
 // Status is the outcome of a run.
 type Status string
 
@@ -48,9 +50,12 @@ type Report struct {
 	StdoutTruncated bool   `json:"stdout_truncated"`
 	StderrTruncated bool   `json:"stderr_truncated"`
 
-	BlockedSyscalls []Blocked   `json:"blocked_syscalls"`
-	BoxID           int         `json:"box_id"`
-	Sandbox         SandboxInfo `json:"sandbox"`
+	BlockedSyscalls []Blocked `json:"blocked_syscalls"`
+	// Network is what a box with an allowlist asked to reach: every
+	// connection, allowed or refused (absent without an allowlist).
+	Network *egress.Report `json:"network,omitempty"`
+	BoxID   int            `json:"box_id"`
+	Sandbox SandboxInfo    `json:"sandbox"`
 
 	// Cause is why the sandbox failed (status XX), for errors.As: a
 	// *StepError for a failed step of building the box, context.Cause

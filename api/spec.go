@@ -1,9 +1,12 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"path"
 	"strings"
+
+	"github.com/isolate-sandbox/isolate/egress"
 )
 
 // Unlimited, in a limit of a Spec, turns the limit off. Zero (or an
@@ -34,8 +37,13 @@ type Spec struct {
 	// Seccomp is the syscall policy: "default", "none", or the path of
 	// an OCI seccomp profile on the host.
 	Seccomp string `json:"seccomp,omitempty"`
-	// Net is "none" (default: own namespace with loopback) or "host".
+	// Net is "none" (default: own namespace with loopback), "host", or
+	// "allow": its own namespace, with what Network allows reached
+	// through a proxy outside the box ("allow" is the default when
+	// Network is given).
 	Net string `json:"net,omitempty"`
+	// Network is the allowlist of a box whose Net is "allow".
+	Network *Network `json:"network,omitempty"`
 	// BoxID picks box N (a persistent box if `isolate init` made it);
 	// nil: a free box.
 	BoxID *int `json:"box_id,omitempty"`
@@ -124,11 +132,22 @@ func (s Spec) WithDefaults() Spec {
 	}
 	if s.Net == "" {
 		s.Net = "none"
+		if s.Network != nil {
+			s.Net = "allow"
+		}
 	}
 	if s.Image == "" && s.Lang == "" {
 		s.Image = "host"
 	}
 	return s
+}
+
+// Network is what a box may reach (egress.ParseRule: a domain name,
+// "*." and a domain, an address or a CIDR, each with an optional
+// ":PORT"), less what Deny names.
+type Network struct {
+	Allow []string `json:"allow"`
+	Deny  []string `json:"deny,omitempty"`
 }
 
 // FieldError is a request field with a bad value: Field is its JSON path
@@ -170,9 +189,12 @@ func (s *Spec) Validate() error {
 		return bad("cwd", "%q: must be an absolute path inside the box", s.Cwd)
 	}
 	switch s.Net {
-	case "", "none", "host":
+	case "", "none", "host", "allow":
 	default:
-		return bad("net", "%q: expected none or host", s.Net)
+		return bad("net", "%q: expected none, host or allow", s.Net)
+	}
+	if err := s.validateNetwork(); err != nil {
+		return err
 	}
 	if s.BoxID != nil && *s.BoxID < 0 {
 		return bad("box_id", "%d: must be 0 or more", *s.BoxID)
@@ -206,4 +228,24 @@ func (s *Spec) Validate() error {
 		}
 	}
 	return nil
+}
+
+// validateNetwork checks the allowlist: present exactly when Net is
+// "allow" (or empty), each entry a rule.
+func (s *Spec) validateNetwork() error {
+	if s.Network == nil {
+		if s.Net == "allow" {
+			return &FieldError{Field: "network", Msg: "net allow needs an allowlist (network.allow)"}
+		}
+		return nil
+	}
+	if s.Net != "" && s.Net != "allow" {
+		return &FieldError{Field: "network", Msg: fmt.Sprintf("an allowlist goes with net allow, not %s", s.Net)}
+	}
+	_, err := egress.Parse("network", s.Network.Allow, s.Network.Deny)
+	var pe *egress.ParseError
+	if errors.As(err, &pe) {
+		return &FieldError{Field: pe.Field, Msg: pe.Msg}
+	}
+	return err
 }

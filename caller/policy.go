@@ -18,6 +18,9 @@ type Policy struct {
 	// none`. Empty: nobody but root (--net-host-group,
 	// --seccomp-none-group).
 	NetHostGroups, SeccompNoneGroups []int
+	// NetGrants are what groups' members may put in an allowlist
+	// (--net-allow-group); none: only root may ask one.
+	NetGrants []NetGrant
 }
 
 // Refusal is a request this caller may not make, whatever its shape
@@ -56,6 +59,9 @@ func (p *Policy) Check(c Caller, s *api.Spec, prefix string) error {
 			return refuse(prefix, "net", "host: this service allows it to root only, and to the groups of --net-host-group")
 		case len(s.Binds) > 0 && c.Via != Handover:
 			return refuse(prefix, "binds", "binding host paths needs root on the unix socket (the service opens no host path for an API caller who is not root)")
+		}
+		if err := p.checkNetwork(c, s.Network, prefix); err != nil {
+			return err
 		}
 	}
 	if !c.Capped() {

@@ -75,7 +75,7 @@ func (iv *invocation) runFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "copy-in", Usage: "`HOST:BOX` copy into the box", Destination: &v.copyIn},
 		&cli.StringSliceFlag{Name: "copy-out", Usage: "`BOX:HOST` copy out of the box", Destination: &v.copyOut},
 		&cli.StringSliceFlag{Name: "env", Aliases: []string{"E"}, Usage: "`NAME[=VALUE]` environment variable", Destination: &v.env},
-		&cli.StringFlag{Name: "net", Value: "none", Usage: "none or host", Destination: &v.net},
+		&cli.StringFlag{Name: "net", Value: "none", Usage: "none, host, or allow:LIST: names, *.names, addresses and CIDRs with optional :PORT the box may reach through a proxy (!ENTRY denies)", Destination: &v.net},
 		&cli.StringFlag{Name: "stdin", Aliases: []string{"i"}, Usage: "host `FILE` as standard input", Destination: &v.stdin},
 		&cli.StringFlag{Name: "stdout", Aliases: []string{"o"}, Usage: "host `FILE` for standard output", Destination: &v.stdout},
 		&cli.StringFlag{Name: "stderr", Aliases: []string{"r"}, Usage: "host `FILE` for standard error", Destination: &v.stderr},
@@ -117,6 +117,9 @@ func (iv *invocation) runCommand() *cli.Command {
 func (iv *invocation) specFromFlags(c *cli.Context) (*api.Spec, error) {
 	v := &iv.values
 	s := &api.Spec{Lang: v.lang, Cwd: v.chdir, Seccomp: iv.profilePath(v.seccomp), Net: v.net}
+	if list, ok := strings.CutPrefix(v.net, "allow:"); ok {
+		s.Net, s.Network = "allow", ParseNetworkList(list)
+	}
 	if c.IsSet("box-id") {
 		id, err := ParseBoxID(v.boxID)
 		if err != nil {
@@ -346,4 +349,18 @@ func exitStatus(s api.Status) int {
 		return exitSandbox
 	}
 	return exitFailed
+}
+
+// ParseNetworkList reads --net allow:LIST: comma-separated entries, a
+// "!" before an entry to deny it.
+func ParseNetworkList(list string) *api.Network {
+	n := &api.Network{Allow: []string{}}
+	for _, e := range strings.Split(list, ",") {
+		if d, ok := strings.CutPrefix(e, "!"); ok {
+			n.Deny = append(n.Deny, d)
+		} else {
+			n.Allow = append(n.Allow, e)
+		}
+	}
+	return n
 }

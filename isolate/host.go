@@ -14,6 +14,7 @@ import (
 
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/cgroup"
+	"github.com/isolate-sandbox/isolate/egress"
 	"github.com/isolate-sandbox/isolate/langs"
 	"github.com/isolate-sandbox/isolate/rootfs"
 	"github.com/isolate-sandbox/isolate/seccomp"
@@ -240,6 +241,9 @@ func (h *Host) Resolve(a *api.Spec) (*Spec, error) {
 	if lang != nil {
 		env = MergeEnv(env, lang.Env)
 	}
+	if a.Network != nil {
+		env = MergeEnv(env, egress.Env())
+	}
 	s.Env = MergeEnv(env, a.Env)
 	s.CPUTime = duration(a.CPUTimeMs, 0)
 	s.WallTime = duration(a.WallTimeMs, time.Duration(math.MaxInt64))
@@ -265,6 +269,14 @@ func (h *Host) Resolve(a *api.Spec) (*Spec, error) {
 		s.CopyOut = append(s.CopyOut, Copy{From: c.From, To: c.To})
 	}
 	s.HostNet = a.Net == "host"
+	if a.Network != nil {
+		// (Validate checked the lists.)
+		pol, err := egress.Parse("network", a.Network.Allow, a.Network.Deny)
+		if err != nil {
+			return nil, err
+		}
+		s.Egress = pol
+	}
 	s.StderrToStdout = a.StderrToStdout
 	if a.Cwd != "" {
 		s.Chdir = a.Cwd

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <net/if.h>
+#include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -106,6 +107,28 @@ static int loopback_up(void) {
 	return rc;
 }
 
+/* listen_proxy listens on the box's 127.0.0.1:port (loopback is up) at
+ * ISOLATE_FD_PROXY, close-on-exec: no program of the box inherits it. */
+static int listen_proxy(int port) {
+	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -1;
+	struct sockaddr_in a;
+	memset(&a, 0, sizeof a);
+	a.sin_family = AF_INET;
+	a.sin_port = htons((uint16_t)port);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	int rc = bind(s, (struct sockaddr *)&a, sizeof a);
+	if (rc == 0)
+		rc = listen(s, 128);
+	if (rc == 0 && dup3(s, ISOLATE_FD_PROXY, O_CLOEXEC) < 0)
+		rc = -1;
+	int e = errno;
+	close(s);
+	errno = e;
+	return rc;
+}
+
 static int write_sysctl(const char *path, const char *value) {
 	int fd = open(path, O_WRONLY | O_CLOEXEC);
 	if (fd < 0)
@@ -143,6 +166,9 @@ int init_box_op(struct op *op, int *announce) {
 		break;
 	case ISOLATE_OP_LOOPBACK:
 		rc = loopback_up();
+		break;
+	case ISOLATE_OP_LISTEN:
+		rc = listen_proxy((int)i[0]);
 		break;
 	case ISOLATE_OP_SYSCTL:
 		rc = write_sysctl(path = s[0], s[1]);

@@ -190,7 +190,9 @@ func (h *Host) StopPool() {
 // change under a held name, are pooled).
 func (p *Prepared) key() (poolKey, bool) {
 	sp := p.spec
-	if sp.BoxID >= 0 || sp.BoxDir != "" || sp.BoxMount != nil || len(sp.Binds) > 0 ||
+	// (A box with an allowlist has its proxy's listener made as it is
+	// built: never one built ahead for anyone.)
+	if sp.BoxID >= 0 || sp.BoxDir != "" || sp.BoxMount != nil || len(sp.Binds) > 0 || sp.Egress != nil ||
 		sp.ImageFile != "" || sp.ImageMount != nil || sp.ImageDir == "" ||
 		(sp.ImageTree == nil && sp.ImageDir != "/") {
 		return poolKey{}, false

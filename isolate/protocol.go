@@ -22,6 +22,7 @@ const (
 	fdControl = C.ISOLATE_FD_CONTROL // supervisor <-> init, a stream socket: the plan, then control bytes
 	fdStatus  = C.ISOLATE_FD_STATUS  // init -> supervisor: status messages, one JSON line each
 	fdExtra   = C.ISOLATE_FD_EXTRA   // the seccomp listener socket, then the image's mount, if any
+	fdProxy   = C.ISOLATE_FD_PROXY   // PID 1's listener for the network allowlist's proxy
 )
 
 // ctlKill, sent once the plan is complete, makes init kill every process
@@ -80,6 +81,12 @@ func (p *plan) placeFD(fd int) {
 func (p *plan) hostname(name string) { p.op(C.ISOLATE_OP_HOSTNAME, "set host name", nil, name) }
 
 func (p *plan) loopback() { p.op(C.ISOLATE_OP_LOOPBACK, "bring up loopback", nil) }
+
+// listen has PID 1 listen on the box's loopback at fdProxy, for the
+// network allowlist's proxy (egress.go).
+func (p *plan) listen(port int) {
+	p.op(C.ISOLATE_OP_LISTEN, "listen on the box's loopback for its network allowlist", []uint64{uint64(port)})
+}
 
 func (p *plan) sysctl(step, path, value string) { p.op(C.ISOLATE_OP_SYSCTL, step, nil, path, value) }
 

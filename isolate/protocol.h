@@ -19,6 +19,10 @@ enum {
 	/* From here on, in order: the seccomp listener socket, then the
 	 * image's mount, when the run has them. */
 	ISOLATE_FD_EXTRA = 5,
+	/* PID 1's listener on the box's loopback for a network allowlist
+	 * (LISTEN): the supervisor takes a copy (pidfd_getfd) and serves it.
+	 * High enough that no descriptor sent with the plan takes it. */
+	ISOLATE_FD_PROXY = 1000,
 };
 
 /* Control bytes the supervisor sends once the plan is complete. */
@@ -53,6 +57,7 @@ enum {
 	X(PLACE_FD, "place-fd", 1, 0)    /* the first received descriptor not yet placed takes this number (early init) */ \
 	X(HOSTNAME, "hostname", 0, 1)     /* name */                                                                 \
 	X(LOOPBACK, "loopback", 0, 0)     /* bring up lo */                                                          \
+	X(LISTEN, "listen", 1, 0)         /* port: listen on 127.0.0.1:port at ISOLATE_FD_PROXY (close-on-exec) */   \
 	X(SYSCTL, "sysctl", 0, 2)         /* path, value */                                                          \
 	X(PRIVATE, "private", 0, 0)       /* make every mount private */                                             \
 	X(MOUNT, "mount", 1, 4)           /* flags; source, target, fstype, data ("": none) */                       \

@@ -68,6 +68,7 @@ func TestProtocolOps(t *testing.T) {
 		{"hostname", func(p *plan) { p.hostname("isolate") }, `hostname step="set host name" "isolate"`},
 		{"hostname, empty", func(p *plan) { p.hostname("") }, `hostname step="set host name" ""`},
 		{"loopback", func(p *plan) { p.loopback() }, `loopback step="bring up loopback"`},
+		{"listen", func(p *plan) { p.listen(3128) }, `listen step="listen on the box's loopback for its network allowlist" 3128`},
 		{"sysctl", func(p *plan) { p.sysctl("s", "/proc/sys/user/max_user_namespaces", "0") },
 			`sysctl step="s" "/proc/sys/user/max_user_namespaces" "0"`},
 		{"private", fs(rootfs.MakePrivate{Step: "make mounts private"}), `private step="make mounts private"`},

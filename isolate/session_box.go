@@ -141,8 +141,11 @@ func (s *Session) buildBox() error {
 	if err != nil {
 		return err
 	}
-	sv.boxPid, err = box.ready()
-	return err
+	if sv.boxPid, err = box.ready(); err != nil {
+		return err
+	}
+	// A session keeps its allowlist's proxy for its life.
+	return sv.startEgress()
 }
 
 // dispatch hands init's messages to the commands they are about, until

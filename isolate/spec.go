@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/isolate-sandbox/isolate/api"
+	"github.com/isolate-sandbox/isolate/egress"
 
 	"github.com/isolate-sandbox/isolate/rootfs"
 )
@@ -57,6 +58,9 @@ type Spec struct {
 
 	Env     []string // the program's whole environment, NAME=VALUE
 	HostNet bool     // share the host's network namespace
+	// Egress is what a box in its own network namespace may reach
+	// through a proxy outside it (nil: nothing but its loopback).
+	Egress *egress.Policy
 	// StderrToStdout sends the program's standard error to its standard
 	// output.
 	StderrToStdout bool

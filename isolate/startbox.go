@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/isolate-sandbox/isolate/egress"
 	"github.com/isolate-sandbox/isolate/hostfs"
 	"github.com/isolate-sandbox/isolate/rootfs"
 	"github.com/isolate-sandbox/isolate/seccomp"
@@ -77,6 +78,9 @@ func (s *supervisor) startClaimed(b *builtBox) error {
 		if err := s.fill(); err != nil {
 			return err
 		}
+	}
+	if err := s.startEgress(); err != nil {
+		return err
 	}
 	s.timer.mark("plan")
 	err = s.startProgram(b.box, cmd, files)
@@ -223,7 +227,9 @@ func (s *supervisor) startBoxPart(part *plan) (*pendingBox, error) {
 // cgroup files, once the cgroup is made. With --copy-in the box is filled
 // in between. Then it waits for the program to start.
 func (s *supervisor) buildBox() error {
-	fillFirst := len(s.spec.CopyIn) > 0
+	// The box is filled, and its allowlist's proxy made, once it is
+	// built and before the program starts.
+	fillFirst := len(s.spec.CopyIn) > 0 || s.spec.Egress != nil
 	boxPart, err := s.boxPlan(fillFirst)
 	if err != nil {
 		return err
@@ -250,6 +256,9 @@ func (s *supervisor) buildBox() error {
 		}
 		s.timer.mark("namespaces+fs")
 		if err := s.fill(); err != nil {
+			return err
+		}
+		if err := s.startEgress(); err != nil {
 			return err
 		}
 	}
@@ -390,6 +399,9 @@ func (s *supervisor) boxPlan(announce bool) (*plan, error) {
 	p.hostname("isolate")
 	if !sp.HostNet {
 		p.loopback()
+		if sp.Egress != nil {
+			p.listen(egress.Port)
+		}
 	}
 	// With no capabilities the program can only create namespaces by
 	// first creating a user namespace; forbid that outright, whatever

@@ -8,6 +8,7 @@ import (
 
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/cgroup"
+	"github.com/isolate-sandbox/isolate/egress/proxy"
 	"github.com/isolate-sandbox/isolate/hostfs"
 	"github.com/isolate-sandbox/isolate/seccomp"
 )
@@ -60,6 +61,7 @@ type supervisor struct {
 	notStarted *initMessage      // init's "exited" for a program that could not be started
 	execAt     time.Time         // when the program's execve returned (or its start failed)
 	boxPid     int               // the box's PID 1, in the host's PID namespace
+	proxy      *proxy.Proxy      // the allowlist's proxy, while the box runs
 	notify     *os.File          // socket on which the program sends its seccomp listener
 	rec        *seccomp.Recorder
 	// copyDst are the --copy-out destinations, their directories opened

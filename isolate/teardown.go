@@ -18,6 +18,7 @@ import (
 // init has reported the program's exit, the output is complete, and the
 // box ends in the background, off the caller's path (pool.go).
 func (s *supervisor) teardown() {
+	s.stopEgress()
 	closeAll(s.closers)
 	if s.ownImage != nil {
 		s.ownImage.Close()

@@ -27,19 +27,20 @@ import (
 // the session as a whole; the rlimits each command), its lease and its
 // idle time.
 type SessionRequest struct {
-	Image            string   `json:"image,omitempty"`
-	Lang             string   `json:"lang,omitempty"`
-	Net              string   `json:"net,omitempty"`
-	Env              []string `json:"env,omitempty"`
-	Seccomp          string   `json:"seccomp,omitempty"`
-	MemoryBytes      int64    `json:"memory_bytes,omitempty"`
-	Pids             int64    `json:"pids,omitempty"`
-	CPUs             float64  `json:"cpus,omitempty"`
-	TmpSizeBytes     int64    `json:"tmp_size_bytes,omitempty"`
-	FileSizeBytes    int64    `json:"file_size_bytes,omitempty"`
-	OpenFiles        int64    `json:"open_files,omitempty"`
-	StackBytes       int64    `json:"stack_bytes,omitempty"`
-	OutputLimitBytes int64    `json:"output_limit_bytes,omitempty"`
+	Image            string       `json:"image,omitempty"`
+	Lang             string       `json:"lang,omitempty"`
+	Net              string       `json:"net,omitempty"`
+	Network          *api.Network `json:"network,omitempty"`
+	Env              []string     `json:"env,omitempty"`
+	Seccomp          string       `json:"seccomp,omitempty"`
+	MemoryBytes      int64        `json:"memory_bytes,omitempty"`
+	Pids             int64        `json:"pids,omitempty"`
+	CPUs             float64      `json:"cpus,omitempty"`
+	TmpSizeBytes     int64        `json:"tmp_size_bytes,omitempty"`
+	FileSizeBytes    int64        `json:"file_size_bytes,omitempty"`
+	OpenFiles        int64        `json:"open_files,omitempty"`
+	StackBytes       int64        `json:"stack_bytes,omitempty"`
+	OutputLimitBytes int64        `json:"output_limit_bytes,omitempty"`
 	// TimeoutMs is the lease (default 5 min, at most --session-max-timeout).
 	TimeoutMs int64 `json:"timeout_ms,omitempty"`
 	// IdleTimeoutMs ends the session after this long without a request
@@ -242,7 +243,7 @@ func readBody[T any](s *Server, w http.ResponseWriter, r *http.Request, v *T) (l
 // sessionSpec checks req and makes the session's spec, its lease and
 // idle time, with the caller's caps applied.
 func (s *Server) sessionSpec(req *SessionRequest, who caller.Caller) (*api.Spec, time.Duration, time.Duration, error) {
-	spec := &api.Spec{Args: []string{"session"}, Image: req.Image, Lang: req.Lang, Net: req.Net, Env: req.Env, Seccomp: req.Seccomp,
+	spec := &api.Spec{Args: []string{"session"}, Image: req.Image, Lang: req.Lang, Net: req.Net, Network: req.Network, Env: req.Env, Seccomp: req.Seccomp,
 		MemoryBytes: req.MemoryBytes, Pids: req.Pids, CPUs: req.CPUs, TmpSizeBytes: req.TmpSizeBytes, FileSizeBytes: req.FileSizeBytes,
 		OpenFiles: req.OpenFiles, StackBytes: req.StackBytes, OutputLimitBytes: req.OutputLimitBytes}
 	if err := spec.Validate(); err != nil {

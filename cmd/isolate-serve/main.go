@@ -85,6 +85,7 @@ type options struct {
 	storeCallerQuota     string
 	netHostGroups        groupList
 	seccompNoneGroups    groupList
+	netAllowGroups       []string
 	maxBody              string
 	writeTimeout         time.Duration
 	conns                connlimit.Limits
@@ -149,6 +150,10 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.storeCallerQuota, "store-caller-quota", "", "bytes of the file store one caller who is not root may hold (default a quarter of --store-quota)")
 	fs.Var(&o.netHostGroups, "net-host-group", "a group (name or gid; repeatable, or a comma list) whose members who are not root may ask net: host (default: root only)")
 	fs.Var(&o.seccompNoneGroups, "seccomp-none-group", "a group (name or gid; repeatable, or a comma list) whose members who are not root may ask seccomp: none (default: root only)")
+	fs.Func("net-allow-group", "`GROUP=LIST`: what members of GROUP who are not root may put in a box's network allowlist (names, *.names, addresses, CIDRs, :PORT; repeatable)", func(v string) error {
+		o.netAllowGroups = append(o.netAllowGroups, v)
+		return nil
+	})
 	o.q.flags(fs)
 	fs.StringVar(&o.caps.time, "max-time", "", "largest cpu_time_ms a request may ask (DUR)")
 	fs.StringVar(&o.caps.wall, "max-wall-time", "", "largest wall_time_ms (DUR)")
@@ -323,6 +328,13 @@ func serve(args []string) error {
 	}
 	if policy.SeccompNoneGroups, err = o.seccompNoneGroups.gids("--seccomp-none-group"); err != nil {
 		return err
+	}
+	for _, v := range o.netAllowGroups {
+		g, err := caller.ParseNetGrant(v, func(name string) (int, error) { return lookupGroup("--net-allow-group", name) })
+		if err != nil {
+			return fmt.Errorf("--net-allow-group %w", err)
+		}
+		policy.NetGrants = append(policy.NetGrants, g)
 	}
 	var token string
 	if o.tokenFile != "" {

@@ -74,6 +74,10 @@ var boundaryCases = []boundaryCase{
 		want: map[string]string{memberAPI: "403 seccomp", memberHandover: "refused --seccomp", tcpCaller: "403 seccomp"}},
 	{row: "net host", body: `"net": "host"`, cli: []string{"--net", "host"},
 		want: map[string]string{rootAPI: "ok", rootHandover: "ok", memberAPI: "403 net", memberHandover: "refused --net", tcpCaller: "403 net"}},
+	{row: "network allowlist", body: `"network": {"allow": ["127.0.0.1:9"]}`, cli: []string{"--net", "allow:127.0.0.1:9"},
+		want: map[string]string{rootAPI: "ok", rootHandover: "ok", memberAPI: "ok", memberHandover: "ok", tcpCaller: "403 allow[0]"}},
+	{row: "network allowlist", body: `"network": {"allow": ["127.0.0.1:9", "pypi.org"]}`, cli: []string{"--net", "allow:127.0.0.1:9,pypi.org"},
+		want: map[string]string{rootAPI: "ok", rootHandover: "ok", memberAPI: "403 allow[1]", memberHandover: "refused --net", tcpCaller: "403 allow[0]"}},
 	{row: "seccomp none", body: `"seccomp": "none"`, cli: []string{"--seccomp", "none"},
 		want: map[string]string{rootAPI: "ok", rootHandover: "ok", memberAPI: "403 seccomp", memberHandover: "refused --seccomp", tcpCaller: "403 seccomp"}},
 	{row: "host paths read", body: `"binds": [{"host": "%[1]s", "box": "/mnt"}]`, cli: []string{"--bind", "%[1]s:/mnt", "--copy-in", "%[1]s/own:/box/own", "--stdin", "%[1]s/own"},
@@ -142,7 +146,8 @@ func newBoundary(t *testing.T) *boundary {
 	os.WriteFile(filepath.Join(b.secret, "secret"), []byte("root only\n"), 0o600)
 	os.Chmod(b.shared, 0o777)
 	b.svc = ownService(t, "--socket-group", strconv.Itoa(boundaryGroup), "--listen", "127.0.0.1:0", "--token-file", tokenFile,
-		"--max-mem", "256M", "--parallel", "1", "--store-caller-quota", "1K")
+		"--max-mem", "256M", "--parallel", "1", "--store-caller-quota", "1K",
+		"--net-allow-group", strconv.Itoa(optInGroup)+"=127.0.0.1:9,10.0.0.0/8")
 	m := regexp.MustCompile(` and (127\.0\.0\.1:[0-9]+) \(`).FindStringSubmatch(b.svc.log())
 	if m == nil {
 		t.Fatalf("no TCP address in the service's log:\n%s", b.svc.log())

@@ -105,6 +105,19 @@ func targets(res *Result) []targetResult {
 			ts = append(ts, targetResult{Name: "isolate run median / bwrap median", Value: v.RatioToBwrap, Target: "≤ 1.00", Met: v.RatioToBwrap <= 1.0})
 		}
 	}
+	var plain, allowlist float64
+	for _, v := range res.Latency {
+		switch v.Name {
+		case VarIsolate:
+			plain = v.WallMs.Median
+		case varAllowlist:
+			allowlist = v.WallMs.Median
+		}
+	}
+	if plain > 0 && allowlist > 0 {
+		d := allowlist - plain
+		ts = append(ts, targetResult{Name: "a network allowlist's cost, median (ms)", Value: d, Target: "≤ 1.0", Met: d <= 1.0})
+	}
 	st := stageMedian(res.Stages, StageSetupTeardown)
 	ts = append(ts, targetResult{Name: "setup_time + teardown_time, median (ms)", Value: st, Target: "≤ 1.5", Met: st <= 1.5})
 	if t := res.Throughput; t != nil {

@@ -57,6 +57,9 @@ const (
 	// The same run without a syscall filter: the difference is what the
 	// default seccomp policy costs per run.
 	varNoSeccomp = "isolate run --seccomp none"
+	// The same run with a network allowlist: its proxy's listener made in
+	// the box's network namespace, served and closed.
+	varAllowlist = "isolate run --net allow:..."
 	VarBwrap     = "bwrap"
 	VarUnshare   = "unshare -Urnpimf"
 )
@@ -72,6 +75,7 @@ func (r *benchRunner) variants() (vs []variant, skipped map[string]string) {
 		variant{name: VarCLI, argv: []string{r.bin, "version"}},
 		variant{name: VarIsolate, argv: r.isolateArgs(nil, "/bin/true"), isolate: true},
 		variant{name: varNoSeccomp, argv: r.isolateArgs([]string{"--seccomp", "none"}, "/bin/true")},
+		variant{name: varAllowlist, argv: r.isolateArgs([]string{"--net", "allow:pkgs.example.org,*.example.com:443"}, "/bin/true")},
 	)
 	if bwrap, err := findBwrap(); err != nil {
 		skipped[VarBwrap] = err.Error()

@@ -12,9 +12,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from .errors import CallTimeoutError, SandboxError, SandboxUnavailableError
 from .languages import SOURCE_NAMES
-from .transport import (MAX_COPY_OUT_BYTES, ExecRequest, Limits, Mount, OutputCallback,
-                        RunOutcome, RunRequest, SETUP_SCRIPT, TextSink, kill_and_reap, pump,
-                        setup_script)
+from .transport import (MAX_COPY_OUT_BYTES, SETUP_SCRIPT, ExecRequest, Limits, Mount,
+                        OutputCallback, RunOutcome, RunRequest, TextSink, kill_and_reap,
+                        network_flags, pump, setup_script)
 
 # isolate's own summary line starts with this; with --stream it ends isolate's stderr.
 SUMMARY_PREFIX = "isolate: "
@@ -226,8 +226,7 @@ def limit_flags(limits: Limits) -> List[str]:
         flags += ["--pids", str(limits.pids)]
     if limits.disk_mb is not None:
         flags += ["--tmp-size", f"{limits.disk_mb}M", "--fsize", f"{limits.disk_mb}M"]
-    if limits.network:
-        flags += ["--net", "host"]
+    flags += network_flags(limits.network)
     if limits.allow_rlimit_only:
         flags += ["--allow-rlimit-only"]
     return flags

@@ -5,7 +5,7 @@ import math
 import os
 from typing import Any, Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
 
-from .transport import KEEP_MODES, Mount
+from .transport import KEEP_MODES, Mount, Network, network_value
 
 BACKENDS = ("auto", "service", "cli", "local", "queue")
 STORE_POLICIES = ("never", "on_error", "always")
@@ -34,7 +34,9 @@ class SandboxConfig:
     the output kept per stream, cut as ``output_keep`` says (``head_tail``, ``head``,
     ``tail``); ``memory_mb`` the memory limit of the whole program; ``disk_mb`` the box's
     writable space and largest file (None: isolate's 64 MiB); ``mounts`` host directories bound
-    into every box; ``network`` the host's network (where the service allows it);
+    into every box; ``network`` the host's network (True, where the service allows it) or an
+    allowlist of what a box may reach through isolate's proxy (hosts, ``*.`` domains, addresses,
+    CIDRs, each with an optional ``:PORT``; ``SANDBOX_NETWORK_ALLOW``, comma-separated);
     ``busy_wait`` the seconds a call may retry a full service (None: within the call's bound;
     0: never); ``allow_rlimit_only`` lets the binary run without root where no cgroup v2
     subtree is delegated to the caller, enforcing the limits with rlimits alone;
@@ -58,7 +60,7 @@ class SandboxConfig:
     compile_timeout: float = 60.0
     disk_mb: Optional[int] = None
     mounts: Tuple[Mount, ...] = ()
-    network: bool = False
+    network: Network = False
     output_keep: str = "head_tail"
     busy_wait: Optional[float] = None
     service_url: Optional[str] = None
@@ -146,6 +148,8 @@ class SandboxConfig:
                 raise ValueError(f"SANDBOX_MOUNTS: {e}") from None
         if env.get("SANDBOX_NETWORK"):
             values["network"] = _flag(env, "SANDBOX_NETWORK")
+        if env.get("SANDBOX_NETWORK_ALLOW"):
+            values["network"] = network_value(env["SANDBOX_NETWORK_ALLOW"], "SANDBOX_NETWORK_ALLOW")
         if env.get("SANDBOX_OUTPUT_KEEP"):
             values["output_keep"] = env["SANDBOX_OUTPUT_KEEP"].strip().lower()
         if env.get("SANDBOX_BUSY_WAIT_SEC"):

@@ -97,7 +97,7 @@ class SandboxExecutor:
     def execute(self, code_string: str, class_name: str, method_name: str,
                 method_params: Any = None, timeout_seconds: Optional[float] = None, *,
                 image: Optional[str] = None, mounts: Any = None,
-                disk_mb: Optional[int] = None, network: Optional[bool] = None
+                disk_mb: Optional[int] = None, network: Any = None
                 ) -> Dict[str, Any]:
         """Run the call; return ``{"success", "result", "error", "traceback", "stdout",
         "stderr", "result_is_repr"}``.

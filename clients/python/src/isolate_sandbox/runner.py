@@ -36,7 +36,7 @@ class SandboxRunner:
                 pass_env: Iterable[str] = (), timeout: Optional[float] = None,
                 image: Optional[str] = None, memory_mb: Optional[int] = None,
                 max_output_kb: Optional[int] = None, disk_mb: Optional[int] = None,
-                network: Optional[bool] = None, mounts: Any = None,
+                network: Any = None, mounts: Any = None,
                 collect: Sequence[str] = (), collect_limits: Optional[CollectLimits] = None,
                 allow_rlimit_only: Optional[bool] = None,
                 on_stdout: Optional[OutputCallback] = None,

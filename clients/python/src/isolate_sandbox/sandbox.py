@@ -17,7 +17,8 @@ from .result import ExecutionResult, ResultMeta, format_seconds, from_report, li
 from .security import SecurityReport, analyze_code
 from .queue_transport import QueueTransport
 from .service_transport import ServiceTransport, default_socket, probe
-from .transport import ExecRequest, Limits, Mount, OutputCallback, RunRequest, Transport
+from .transport import (ExecRequest, Limits, Mount, OutputCallback, RunRequest, Transport,
+                        network_value)
 
 
 def select_transport(config: SandboxConfig) -> Transport:
@@ -67,7 +68,7 @@ class Sandbox:
 
     def limits(self, timeout: Optional[float] = None, memory_mb: Optional[int] = None,
                max_output_kb: Optional[int] = None, *, disk_mb: Optional[int] = None,
-               network: Optional[bool] = None, compile_timeout: Optional[float] = None,
+               network: Any = None, compile_timeout: Optional[float] = None,
                allow_rlimit_only: Optional[bool] = None) -> Limits:
         """This sandbox's limits, with the arguments given overriding them. The whole call is
         bounded by ``timeout`` plus ``compile_timeout`` when given (a compiled language) plus
@@ -83,7 +84,7 @@ class Sandbox:
                      args: Sequence[str] = (), env: Optional[Dict[str, str]] = None,
                      timeout: Optional[float] = None, memory_mb: Optional[int] = None,
                      max_output_kb: Optional[int] = None, disk_mb: Optional[int] = None,
-                     compile_timeout: Optional[float] = None, network: Optional[bool] = None,
+                     compile_timeout: Optional[float] = None, network: Any = None,
                      mounts: Any = None, image: Optional[str] = None,
                      collect: Sequence[str] = (), collect_limits: Optional[CollectLimits] = None,
                      bypass_security: bool = False, allow_rlimit_only: Optional[bool] = None,
@@ -196,7 +197,7 @@ def blocked_result(verdict: SecurityReport, runtime: str, limits: Limits) -> Exe
 
 def limits_from(config: SandboxConfig, timeout: Optional[float], memory_mb: Optional[int],
                 max_output_kb: Optional[int], disk_mb: Optional[int] = None,
-                network: Optional[bool] = None, compile_timeout: Optional[float] = None, *,
+                network: Any = None, compile_timeout: Optional[float] = None, *,
                 allow_rlimit_only: Optional[bool] = None) -> Limits:
     """A call's limits: the configuration's, with the arguments given overriding them."""
     seconds = config.timeout if timeout is None else float(timeout)
@@ -212,7 +213,7 @@ def limits_from(config: SandboxConfig, timeout: Optional[float], memory_mb: Opti
         extra = float(compile_timeout)
     limits = Limits(timeout=seconds, memory_mb=mb, max_output_bytes=kb * 1024,
                     disk_mb=disk, keep=config.output_keep,
-                    network=config.network if network is None else bool(network),
+                    network=config.network if network is None else network_value(network),
                     allow_rlimit_only=(config.allow_rlimit_only if allow_rlimit_only is None
                                        else bool(allow_rlimit_only)))
     limits.call_timeout += extra

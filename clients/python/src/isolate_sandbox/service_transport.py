@@ -29,7 +29,8 @@ from .errors import (CallTimeoutError, RefusedError, SandboxError, SandboxUnavai
                      ServiceError)
 from .languages import SOURCE_NAMES
 from .transport import (MAX_COPY_OUT_BYTES, SETUP_SCRIPT, ExecRequest, Limits, Mount,
-                        OutputCallback, RunOutcome, RunRequest, TextSink, setup_script)
+                        OutputCallback, RunOutcome, RunRequest, TextSink, network_fields,
+                        setup_script)
 
 NDJSON = "application/x-ndjson"
 
@@ -415,8 +416,7 @@ def limit_fields(limits: Limits) -> Dict[str, Any]:
         fields["pids"] = limits.pids
     if limits.disk_mb is not None:
         fields["tmp_size_bytes"] = fields["file_size_bytes"] = limits.disk_mb << 20
-    if limits.network:
-        fields["net"] = "host"
+    fields.update(network_fields(limits.network))
     return fields
 
 

@@ -22,7 +22,7 @@ from .errors import CallTimeoutError, SandboxError, SandboxUnavailableError, Ser
 from .result import ExceptionInfo
 from .service_transport import (NDJSON, auth_headers, connection, default_socket, env_list,
                                 error_of, ndjson_lines, probe)
-from .transport import OutputCallback
+from .transport import OutputCallback, network_fields, network_value
 
 # Seconds a call may take beyond its own bound: the service's setup, the answer's way back.
 CALL_MARGIN = 30.0
@@ -141,7 +141,8 @@ class Session:
     def __init__(self, language: str = "python", timeout: float = 300, *,
                  image: Optional[str] = None, url: Optional[str] = None,
                  token: Optional[str] = None, socket_path: Optional[str] = None,
-                 net: bool = False, env: Optional[Mapping[str, str]] = None,
+                 net: bool = False, network: Any = None,
+                 env: Optional[Mapping[str, str]] = None,
                  memory_bytes: Optional[int] = None, pids: Optional[int] = None,
                  cpus: Optional[float] = None, tmp_size_bytes: Optional[int] = None,
                  output_limit_bytes: Optional[int] = None,
@@ -168,7 +169,9 @@ class Session:
             body["image"] = image
         else:
             body["lang"] = language
-        if net:
+        if network is not None:
+            body.update(network_fields(network_value(network)))
+        elif net:
             body["net"] = "host"
         if env:
             body["env"] = env_list(env)

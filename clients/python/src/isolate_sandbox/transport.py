@@ -13,7 +13,7 @@ import selectors
 import shlex
 import subprocess
 import time
-from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 try:
     from typing import Protocol
@@ -24,6 +24,48 @@ OutputCallback = Callable[[str], None]
 
 # Bytes of a file copied out of a box that the client accepts.
 MAX_COPY_OUT_BYTES = 64 << 20
+
+
+# A box's network: False (loopback only), True (the host's network, where allowed), or an
+# allowlist of what it may reach through isolate's proxy: domain names, "*." and a domain,
+# addresses and CIDRs, each with an optional ":PORT"; "!ENTRY" denies.
+Network = Union[bool, Tuple[str, ...]]
+
+
+def network_value(value: Any, what: str = "network") -> Network:
+    """``value`` as a Network: a bool, or a list of entries (a string: comma-separated)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        value = [e for e in value.split(",") if e.strip()]
+    if isinstance(value, (list, tuple)) and value and all(isinstance(e, str) and e.strip()
+                                                          for e in value):
+        return tuple(e.strip() for e in value)
+    raise ValueError(f"{what}: expected True, False or a non-empty list of hosts, addresses "
+                     f"and CIDRs, got {value!r}")
+
+
+def network_flags(network: Network) -> List[str]:
+    """isolate's ``--net`` for a box's network."""
+    if network is True:
+        return ["--net", "host"]
+    if network:
+        return ["--net", "allow:" + ",".join(network)]
+    return []
+
+
+def network_fields(network: Network) -> Dict[str, Any]:
+    """The API's ``net`` and ``network`` for a box's network."""
+    if network is True:
+        return {"net": "host"}
+    if network:
+        allow = [e for e in network if not e.startswith("!")]
+        deny = [e[1:] for e in network if e.startswith("!")]
+        n: Dict[str, Any] = {"allow": allow}
+        if deny:
+            n["deny"] = deny
+        return {"net": "allow", "network": n}
+    return {}
 
 
 # What a call may take beyond the box's own limits: queueing in the service, building the box,
@@ -42,9 +84,9 @@ class Limits:
     (compiling, queueing and setup included; default ``timeout`` + SETUP_SECONDS); ``pids``
     None keeps isolate's default; ``disk_mb`` the box's writable space (/box and /tmp) and its
     largest file, None keeps isolate's default; ``network`` gives the box the host's network
-    (where allowed); ``allow_rlimit_only`` lets the binary run without root where no cgroup v2
-    subtree is delegated, enforcing the limits with rlimits alone (root and the service
-    ignore it)."""
+    (True, where allowed) or what an allowlist names (a tuple of entries);
+    ``allow_rlimit_only`` lets the binary run without root where no cgroup v2 subtree is
+    delegated, enforcing the limits with rlimits alone (root and the service ignore it)."""
 
     timeout: float
     memory_mb: int
@@ -52,7 +94,7 @@ class Limits:
     pids: Optional[int] = None
     disk_mb: Optional[int] = None
     keep: str = "head_tail"
-    network: bool = False
+    network: Network = False
     call_timeout: float = 0.0
     allow_rlimit_only: bool = False
 
