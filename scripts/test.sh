@@ -9,8 +9,9 @@ cd "$(dirname "$0")/.."
 # bench itself installs nothing). redis-server: the queue's tests start
 # their own; python3-redis: the Python client's queue transport. uidmap:
 # newuidmap and newgidmap, which map a subordinate id as the box user of a
-# run without root (TestRootlessSubordinateIDs).
-godir=$(./scripts/deps.sh bubblewrap redis-server python3-redis uidmap) # (a failure stops here)
+# run without root (TestRootlessSubordinateIDs). python3-pip: pip in a box
+# downloads from a package index through a network allowlist.
+godir=$(./scripts/deps.sh bubblewrap redis-server python3-redis python3-pip uidmap) # (a failure stops here)
 export PATH="$godir:$PATH"
 # The MCP clients the MCP server is tested with (npm registry).
 mcp_clients=$(./scripts/mcp-clients.sh) # (a failure stops here)

@@ -8,10 +8,13 @@ package main
 // service's own resolver: the tests by name run in-process only.
 
 import (
+	"archive/zip"
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -187,4 +190,55 @@ func TestNetworkAllowlistWithoutRoot(t *testing.T) {
 	if leaks := rootlessLeaks(tmp, ""); len(leaks) > 0 {
 		t.Errorf("left behind: %v", leaks)
 	}
+}
+
+// A package index on the host's loopback, as a company mirror would be:
+// pip in the box (the host's python3 and pip, bound read-only) downloads
+// a wheel from it through the proxy, and nothing else.
+func TestNetworkAllowlistPipIndex(t *testing.T) {
+	needRoot(t)
+	if _, err := os.Stat("/usr/lib/python3/dist-packages/pip"); err != nil {
+		t.Fatalf("Debian's python3-pip is needed (scripts/test.sh installs it): %v", err)
+	}
+	wheel := demoWheel(t)
+	index := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/simple/demo/":
+			fmt.Fprint(w, `<!DOCTYPE html><html><body><a href="/files/demo-1.0-py3-none-any.whl">demo-1.0-py3-none-any.whl</a></body></html>`)
+		case "/files/demo-1.0-py3-none-any.whl":
+			w.Write(wheel)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer index.Close()
+	rep, _ := runBox(t, "--net=allow:127.0.0.1:"+port(index.URL), "--", "/bin/sh", "-c",
+		"python3 -m pip download --disable-pip-version-check --no-cache-dir -q --no-deps -d /tmp/d --index-url "+index.URL+"/simple/ demo && ls /tmp/d")
+	expectStatus(t, rep, "OK")
+	if rep.Stdout != "demo-1.0-py3-none-any.whl\n" || rep.Network == nil || rep.Network.Refused != 0 {
+		t.Errorf("stdout %q, stderr %q, network %+v", rep.Stdout, rep.Stderr, rep.Network)
+	}
+}
+
+// demoWheel is a wheel of an empty package, demo 1.0.
+func demoWheel(t *testing.T) []byte {
+	var buf bytes.Buffer
+	z := zip.NewWriter(&buf)
+	for name, body := range map[string]string{
+		"demo/__init__.py":                 "",
+		"demo-1.0.dist-info/METADATA":      "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n",
+		"demo-1.0.dist-info/WHEEL":         "Wheel-Version: 1.0\nGenerator: isolate-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+		"demo-1.0.dist-info/RECORD":        "",
+		"demo-1.0.dist-info/top_level.txt": "demo\n",
+	} {
+		w, err := z.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(w, body)
+	}
+	if err := z.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }
