@@ -31,12 +31,16 @@ type Manager struct {
 	// parents maps a v1 controller to the absolute directory that holds the
 	// boxes; on v2 the only key is "".
 	parents map[string]string
+	// container, on v2, is the cgroup namespace root this process runs
+	// in, which it prepares for boxes (container.go); "" elsewhere.
+	container string
 }
 
 // NewManager finds the directories that hold box cgroups: "isolate" under
 // the cgroup this process is in (per controller on v1), or under root when
 // root is set (a cgroup path such as "/isolate.slice", relative to each
-// hierarchy's mount point).
+// hierarchy's mount point). In a container's cgroup namespace on v2 it is
+// "isolate" under the namespace root (container.go).
 func NewManager(root string) (*Manager, error) {
 	mode := DetectMode()
 	m := &Manager{mode: mode, parents: map[string]string{}}
@@ -70,6 +74,8 @@ func NewManager(root string) (*Manager, error) {
 		base := own[""]
 		if root != "" {
 			base = root
+		} else if containerRoot(mnt, base) {
+			base, m.container = "/", mnt
 		}
 		m.parents[""] = filepath.Join(mnt, base, parentName)
 	default:
@@ -90,6 +96,11 @@ func (m *Manager) ensureParents() error {
 	for c, dir := range m.parents {
 		if _, err := os.Stat(dir); err == nil {
 			continue
+		}
+		if c == "" && m.container != "" {
+			if err := prepareContainer(m.container); err != nil {
+				return err
+			}
 		}
 		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("create cgroup %s: %w", dir, err)

@@ -1,0 +1,163 @@
+package cgroup
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// containerHelperEnv makes the test binary the container's process
+// (TestContainerHelper): in the cgroup it was started in, it enters a new
+// cgroup namespace and mount namespace and mounts cgroup2 afresh, as a
+// container runtime does, then readies the namespace root: the whole of
+// prepareContainer on a v2 host ("prepare"), the move alone where the
+// hierarchy offers no box controller, as a hybrid host's unified mount
+// ("leave").
+const containerHelperEnv = "ISOLATE_TEST_CONTAINER"
+
+func TestContainerHelper(t *testing.T) {
+	step, ok := os.LookupEnv(containerHelperEnv)
+	if !ok {
+		t.Skip("run by TestContainerCgroup")
+	}
+	runtime.LockOSThread() // the namespaces are this thread's
+	say := func(format string, a ...any) {
+		fmt.Printf("helper: "+format+"\n", a...)
+		os.Exit(0)
+	}
+	if err := unix.Unshare(unix.CLONE_NEWCGROUP | unix.CLONE_NEWNS); err != nil {
+		say("unshare: %v", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		say("private: %v", err)
+	}
+	mnt, err := os.MkdirTemp("", "isolate-cgns-")
+	if err != nil {
+		say("%v", err)
+	}
+	defer os.Remove(mnt)
+	if err := unix.Mount("cgroup2", mnt, "cgroup2", 0, ""); err != nil {
+		say("mount: %v", err)
+	}
+	defer unix.Unmount(mnt, unix.MNT_DETACH)
+	own, err := ownCgroups()
+	if err != nil {
+		say("%v", err)
+	}
+	if !containerRoot(mnt, own[""]) {
+		say("not a container root: %s in %s", own[""], mnt)
+	}
+	if step == "prepare" {
+		err = prepareContainer(mnt)
+	} else {
+		err = leaveContainerRoot(mnt)
+	}
+	own, _ = ownCgroups()
+	fmt.Printf("helper: in %s: %v\n", own[""], err)
+}
+
+// TestContainerCgroup: the service's process, alone in a cgroup namespace
+// root (the container's cgroup), moves itself into its leaf (and on a v2
+// host enables the box controllers there); with another process in the
+// root it refuses, naming it, and leaves it and the cgroup as they were.
+// On a hybrid host the unified mount offers no box controller, so the
+// move alone is tested; the VM's container check runs the service itself.
+func TestContainerCgroup(t *testing.T) {
+	requireRoot(t)
+	mounts, err := cgroupMounts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mnt, ok := mounts[""]
+	if !ok {
+		t.Skip("no cgroup2 mount")
+	}
+	own, err := ownCgroups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if containerRoot(mnt, own[""]) {
+		t.Skip("this test runs in a container's cgroup namespace root already")
+	}
+	step := "leave"
+	if DetectMode() == V2 {
+		step = "prepare"
+	}
+	parent := filepath.Join(mnt, own[""])
+	ctr := filepath.Join(parent, fmt.Sprintf("isolate-test-container-%d", os.Getpid()))
+	if err := os.Mkdir(ctr, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	leaf := filepath.Join(ctr, supervisorLeaf)
+	t.Cleanup(func() {
+		for _, d := range []string{leaf, ctr} {
+			if err := unix.Rmdir(d); err != nil && err != unix.ENOENT {
+				t.Errorf("rmdir %s: %v", d, err)
+			}
+		}
+	})
+	cg, err := os.Open(ctr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.Close()
+	inCtr := &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+	helper := func() string {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestContainerHelper$", "-test.count=1")
+		cmd.Env = append(os.Environ(), containerHelperEnv+"="+step)
+		cmd.SysProcAttr = inCtr
+		out, err := cmd.CombinedOutput()
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(line, "helper: ") {
+				return strings.TrimPrefix(line, "helper: ")
+			}
+		}
+		t.Fatalf("helper: %v: %s", err, out)
+		return ""
+	}
+	ctrPath := strings.TrimPrefix(ctr, mnt)
+
+	other := exec.Command("sleep", "1000")
+	other.SysProcAttr = inCtr
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	got := helper()
+	otherCg := readTrimmed(t, fmt.Sprintf("/proc/%d/cgroup", other.Process.Pid))
+	other.Process.Kill()
+	other.Wait()
+	if want := "holds processes that are not isolate's (PID " + strconv.Itoa(other.Process.Pid) + " in the container)"; !strings.Contains(got, want) {
+		t.Errorf("with another process in the container's cgroup: %q, want %q", got, want)
+	}
+	if !strings.Contains(otherCg+"\n", "0::"+ctrPath+"\n") {
+		t.Errorf("the other process is in %q, want 0::%s", otherCg, ctrPath)
+	}
+	if _, err := os.Stat(leaf); !os.IsNotExist(err) {
+		t.Errorf("%s made though the process could not leave: %v", leaf, err)
+	}
+	if s := readTrimmed(t, filepath.Join(ctr, "cgroup.subtree_control")); s != "" {
+		t.Errorf("subtree_control %q, want none enabled", s)
+	}
+
+	if got := helper(); got != "in /"+supervisorLeaf+": <nil>" {
+		t.Errorf("alone in the container's cgroup: %q, want it moved to /%s and no error", got, supervisorLeaf)
+	}
+	if want := strings.Join(v2Controllers, " "); step == "prepare" && readTrimmed(t, filepath.Join(ctr, "cgroup.subtree_control")) != want {
+		t.Errorf("subtree_control %q, want %q", readTrimmed(t, filepath.Join(ctr, "cgroup.subtree_control")), want)
+	}
+	if s := readTrimmed(t, filepath.Join(leaf, "cgroup.procs")); s != "" {
+		t.Errorf("the leaf holds %q after the process exited", s)
+	}
+	// The hierarchy's root is no container's.
+	if own[""] == "/" && containerRoot(mnt, "/") {
+		t.Errorf("containerRoot(%s): true at the hierarchy's root", mnt)
+	}
+}
