@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // In a container on a cgroup v2 host the runtime gives the container a
@@ -68,37 +70,80 @@ func prepareContainer(root string) error {
 }
 
 // leaveContainerRoot moves this process from root, the cgroup namespace
-// root it runs in, into the leaf supervisorLeaf, so that root holds no
-// process. Another process in root is left where it is, nothing is made,
-// and the error names it.
+// root it runs in, into the leaf supervisorLeaf, and then its own
+// descendants there (the boxes' inits it started before: a box's program
+// alone joins the box's cgroup), so that root holds no process. A
+// process in root that is not this one or a descendant is left where it
+// is, and the error names it; if it is there from the start, nothing is
+// made or moved.
 func leaveContainerRoot(root string) error {
-	procs, err := readFile(filepath.Join(root, "cgroup.procs"))
-	if err != nil {
-		return err
-	}
-	self := strconv.Itoa(os.Getpid())
-	var others []string
-	for _, p := range strings.Fields(string(procs)) {
-		if p != self {
-			others = append(others, p)
+	self := os.Getpid()
+	leaf := filepath.Join(root, supervisorLeaf)
+	// Children started while this process was still in root are moved
+	// after it; a few rounds catch what they started meanwhile.
+	for round := 0; round < 8; round++ {
+		procs, err := readFile(filepath.Join(root, "cgroup.procs"))
+		if err != nil {
+			return err
 		}
-	}
-	if len(others) > 0 {
-		return fmt.Errorf("the container's cgroup (the cgroup namespace root) holds processes that are not isolate's "+
-			"(PID %s in the container), so it cannot enable controllers for boxes: run isolate-serve as the "+
-			"container's process (its entrypoint, not a child of a shell), or set ISOLATE_CGROUP_ROOT to a "+
-			"cgroup with \"+cpu +memory +pids\" in its cgroup.subtree_control", strings.Join(others, ", "))
-	}
-	if len(procs) > 0 {
-		leaf := filepath.Join(root, supervisorLeaf)
+		var own, others []string
+		for _, p := range strings.Fields(string(procs)) {
+			pid, err := strconv.Atoi(p)
+			switch {
+			case err != nil:
+				return fmt.Errorf("%s/cgroup.procs: %q is no process id", root, p)
+			case pid == self:
+				own = append([]string{p}, own...) // this process first
+			case descends(pid, self):
+				own = append(own, p)
+			default:
+				others = append(others, p)
+			}
+		}
+		if len(others) > 0 {
+			return fmt.Errorf("the container's cgroup (the cgroup namespace root) holds processes that are not isolate's "+
+				"(PID %s in the container), so it cannot enable controllers for boxes: run isolate-serve as the "+
+				"container's process (its entrypoint, not a child of a shell), or set ISOLATE_CGROUP_ROOT to a "+
+				"cgroup with \"+cpu +memory +pids\" in its cgroup.subtree_control", strings.Join(others, ", "))
+		}
+		if len(own) == 0 {
+			return nil
+		}
 		if err := os.Mkdir(leaf, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("create cgroup %s: %w", leaf, err)
 		}
-		if err := writeFile(filepath.Join(leaf, "cgroup.procs"), self); err != nil {
-			return fmt.Errorf("move isolate into %s: %w", leaf, err)
+		for _, p := range own {
+			// A process that ended meanwhile is no error (ESRCH).
+			if err := writeFile(filepath.Join(leaf, "cgroup.procs"), p); err != nil && !errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("move isolate's process %s into %s: %w", p, leaf, err)
+			}
 		}
 	}
-	return nil
+	return fmt.Errorf("the container's cgroup (the cgroup namespace root): isolate's processes kept starting there while it moved them to %s", leaf)
+}
+
+// descends tells whether process pid descends from process ancestor, by
+// the parent links in /proc (at most 64 of them).
+func descends(pid, ancestor int) bool {
+	for depth := 0; depth < 64 && pid > 1; depth++ {
+		data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return false
+		}
+		// PID (COMM) STATE PPID ...: COMM may hold spaces and parentheses.
+		i := strings.LastIndexByte(string(data), ')')
+		f := strings.Fields(string(data[i+1:]))
+		if i < 0 || len(f) < 2 {
+			return false
+		}
+		if pid, err = strconv.Atoi(f[1]); err != nil {
+			return false
+		}
+		if pid == ancestor {
+			return true
+		}
+	}
+	return false
 }
 
 // Prepare readies the host's cgroups for boxes now rather than at the
