@@ -177,8 +177,53 @@ func (m *Manager) Boxes() []string {
 }
 
 // ownCgroups maps each v1 controller (and "" for v2) to this process's
-// cgroup path.
+// cgroup path, as seen under the hierarchy's mount point: where a
+// container runtime bound the container's own cgroup there (a v1
+// hierarchy in a container without a cgroup namespace), the path
+// /proc/self/cgroup gives is relative to the hierarchy's root, and the
+// mount's root is cut from it.
 func ownCgroups() (map[string]string, error) {
+	own, err := procCgroups()
+	if err != nil {
+		return nil, err
+	}
+	mounts, err := hostfs.Mounts()
+	if err != nil {
+		return nil, err
+	}
+	underMounts(own, mounts)
+	return own, nil
+}
+
+// underMounts makes each path of own (by controller, "" for v2) relative
+// to the root of the first mount of its hierarchy, where the path is
+// below that root.
+func underMounts(own map[string]string, mounts []hostfs.Mount) {
+	seen := map[string]bool{}
+	for _, m := range mounts {
+		var keys []string
+		switch m.FSType {
+		case "cgroup2":
+			keys = []string{""}
+		case "cgroup":
+			keys = strings.Split(m.Super, ",")
+		}
+		for _, k := range keys {
+			p, ok := own[k]
+			if !ok || seen[k] {
+				continue
+			}
+			seen[k] = true // the first mount, as cgroupMounts takes
+			if r := strings.TrimSuffix(m.Root, "/"); r != "" && (p == r || strings.HasPrefix(p, r+"/")) {
+				own[k] = "/" + strings.TrimPrefix(strings.TrimPrefix(p, r), "/")
+			}
+		}
+	}
+}
+
+// procCgroups maps each v1 controller (and "" for v2) to this process's
+// cgroup path as /proc/self/cgroup gives it.
+func procCgroups() (map[string]string, error) {
 	f, err := os.Open("/proc/self/cgroup")
 	if err != nil {
 		return nil, err
