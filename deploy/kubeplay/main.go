@@ -12,13 +12,19 @@
 //   - /var/lib/isolate becomes a directory of the test's own, and the
 //     emptyDir /run/isolate one too (so the test reaches the pod's socket);
 //   - the pod joins the host's network (the test's Redis is on loopback),
-//     so --listen moves to a loopback port of the test's;
-//   - the image is the test's.
+//     so --listen moves to a loopback port of the test's, and the
+//     container's ports go (podman maps them only on a pod network);
+//   - the image is the test's;
+//   - its init containers are podman's type "always": run at each start
+//     of the pod, as the kubelet does, and kept until the pod goes, so
+//     that the test reads their exit status.
 //
 // Probes, the preStop hook, privileges, resources and mounts are kept as
 // the manifest has them. It also writes the probe and preStop commands,
 // one per line ("NAME ARG..." with each ARG shell-quoted), for the test to
-// run as the kubelet does (exec in the container).
+// run as the kubelet does (exec in the container), the container's name
+// ("container NAME"), each init container's ("init NAME") and the
+// languages the init container builds ("images LANG...").
 //
 //	go run ./kubeplay -image IMG -secret DIR -state DIR -run DIR -listen ADDR -node NAME -pod FILE -hooks FILE
 package main
@@ -29,6 +35,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -91,12 +98,21 @@ func main() {
 					list[i].Args[j] = "--listen=" + o.listen
 				}
 			}
+			// Podman maps container ports only on a network of the pod's
+			// own; on the host's the service listens there itself.
+			list[i].Ports = nil
 		}
 	}
+	// Init containers run at each start of the pod, as the kubelet runs
+	// them, and stay until the pod goes, for the test to read their exit
+	// status (podman's default, "once", removes them as they end, and
+	// 4.3 sometimes fails to).
+	say("init containers: podman's type always")
 	pod := corev1.Pod{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{Name: ds.Name, Labels: ds.Spec.Template.Labels},
-		Spec:       *spec,
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Name: ds.Name, Labels: ds.Spec.Template.Labels,
+			Annotations: map[string]string{"io.podman.annotations.init.container.type": "always"}},
+		Spec: *spec,
 	}
 	out, err := yaml.Marshal(pod)
 	if err != nil {
@@ -117,6 +133,15 @@ func main() {
 		fmt.Fprintf(&hooks, "prestop %s\n", quote(c.Lifecycle.PreStop.Exec.Command))
 	}
 	fmt.Fprintf(&hooks, "container %s-%s\n", ds.Name, c.Name)
+	for _, ic := range spec.InitContainers {
+		fmt.Fprintf(&hooks, "init %s-%s\n", ds.Name, ic.Name)
+	}
+	build := []string{"/usr/local/bin/isolate", "image", "build"}
+	for _, ic := range spec.InitContainers {
+		if len(ic.Command) > len(build) && slices.Equal(ic.Command[:len(build)], build) {
+			fmt.Fprintf(&hooks, "images %s\n", strings.Join(ic.Command[len(build):], " "))
+		}
+	}
 	if err := os.WriteFile(o.hooks, []byte(hooks.String()), 0o644); err != nil {
 		fail("%v", err)
 	}
