@@ -13,7 +13,8 @@ import (
 
 // parentName is the directory, under the cgroup this process is in, that
 // holds the cgroups of all boxes. Only what is below it is ever created,
-// written or removed.
+// written or removed, but for a cgroup made for this process to prepare:
+// a delegated one (delegated.go) or a container's own (container.go).
 const parentName = "isolate"
 
 // v1Controllers are the v1 hierarchies a box needs.
