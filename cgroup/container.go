@@ -12,43 +12,60 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// In a container on a cgroup v2 host the runtime gives the container a
-// cgroup of its own and a cgroup namespace rooted at it: /proc/self/cgroup
-// reads "0::/" and /sys/fs/cgroup is that cgroup. The service, the
-// container's process, sits in it, and by the kernel's no-internal-process
-// rule a cgroup that holds processes cannot enable controllers for its
-// children. The namespace root is the container's own (the runtime made it
-// for the container and removes it with the container), so the service
-// does what the rootless path does in a delegated scope
-// (PrepareDelegated): it moves itself into the leaf supervisorLeaf and
-// enables the box controllers in the namespace root. It moves no process
-// but its own: if another is there (a wrapper shell as the container's
-// PID 1, an exec'd command), it refuses and says so.
+// A cgroup made for this process to manage, which it runs in: in a
+// container on a cgroup v2 host, the container's own cgroup, which the
+// runtime made for it and roots its cgroup namespace at (/proc/self/cgroup
+// reads "0::/", /sys/fs/cgroup is that cgroup); or a cgroup systemd
+// delegated to it (a unit with Delegate=yes: systemd marks it with the
+// trusted.delegate or user.delegate attribute "1"). The service sits in
+// it, and by the kernel's no-internal-process rule a cgroup that holds
+// processes cannot enable controllers for its children. So the service
+// does what the rootless path does in a delegated scope (PrepareDelegated):
+// it moves itself (and its own descendants) into the leaf supervisorLeaf
+// and enables the box controllers in its cgroup. It moves no process but
+// its own: if another is there (a wrapper shell as the container's PID 1,
+// an exec'd command, another process of the unit), it refuses and says so.
+// Any other cgroup it runs in is left as it is.
 
-// containerRoot tells whether mnt, the cgroup2 mount, is the root of a
-// cgroup namespace that is not the hierarchy's root, own being this
-// process's cgroup in it ("/", or the leaf it moved itself to). The
-// hierarchy's root has no cgroup.events; every other cgroup has one.
-func containerRoot(mnt, own string) bool {
-	if own != "/" && own != "/"+supervisorLeaf {
-		return false
+// ownPreparable finds the cgroup this process may prepare, own being its
+// cgroup under mnt, the cgroup2 mount ("/", or the leaf it moved itself
+// to): the root of a cgroup namespace that is not the hierarchy's root
+// (which has no cgroup.events; every other cgroup has one), or a cgroup
+// systemd delegated. It returns the cgroup's path under mnt and how to
+// name it in messages, or "" for none.
+func ownPreparable(mnt, own string) (string, string) {
+	cand := own
+	if filepath.Base(own) == supervisorLeaf {
+		cand = filepath.Dir(own)
 	}
-	_, err := os.Stat(filepath.Join(mnt, "cgroup.events"))
-	return err == nil
+	if cand == "/" {
+		if _, err := os.Stat(filepath.Join(mnt, "cgroup.events")); err == nil {
+			return "/", "the container's cgroup (the cgroup namespace root)"
+		}
+		return "", ""
+	}
+	dir := filepath.Join(mnt, cand)
+	for _, attr := range []string{"trusted.delegate", "user.delegate"} {
+		buf := make([]byte, 8)
+		if n, err := unix.Getxattr(dir, attr, buf); err == nil && string(buf[:n]) == "1" {
+			return cand, "the delegated cgroup " + cand
+		}
+	}
+	return "", ""
 }
 
-// containerMu serialises prepareContainer among this process's
-// goroutines: the move and the write happen once.
-var containerMu sync.Mutex
+// preparing serialises prepareOwn among this process's goroutines: the
+// move and the write happen once.
+var preparing sync.Mutex
 
-// prepareContainer enables the box controllers for the children of root,
-// the cgroup namespace root this process runs in (containerRoot), moving
-// this process first into the leaf supervisorLeaf beside the boxes. It
-// does nothing once they are enabled. Another process in root (one not
-// this one) is left where it is, and the error names it.
-func prepareContainer(root string) error {
-	containerMu.Lock()
-	defer containerMu.Unlock()
+// prepareOwn enables the box controllers for the children of root, the
+// cgroup this process runs in and may prepare (ownPreparable; what names
+// it), moving this process and its descendants first into the leaf
+// supervisorLeaf beside the boxes. It does nothing once they are enabled.
+// Another process in root is left where it is, and the error names it.
+func prepareOwn(root, what string) error {
+	preparing.Lock()
+	defer preparing.Unlock()
 	want, err := missingControllers(filepath.Join(root, "cgroup.subtree_control"))
 	if err != nil || len(want) == 0 {
 		return err
@@ -56,27 +73,27 @@ func prepareContainer(root string) error {
 	if missing, err := missingControllers(filepath.Join(root, "cgroup.controllers")); err != nil {
 		return err
 	} else if len(missing) > 0 {
-		return fmt.Errorf("the container's cgroup (the cgroup namespace root) does not offer the %s controllers: "+
-			"the container runtime must give them to the container", strings.Join(missing, ", "))
+		return fmt.Errorf("%s does not offer the %s controllers: the container runtime (or systemd) must give them to it",
+			what, strings.Join(missing, ", "))
 	}
-	if err := leaveContainerRoot(root); err != nil {
+	if err := leaveOwnCgroup(root, what); err != nil {
 		return err
 	}
 	enable := "+" + strings.Join(want, " +")
 	if err := writeFile(filepath.Join(root, "cgroup.subtree_control"), enable); err != nil {
-		return fmt.Errorf("enable %s in the container's cgroup (the cgroup namespace root): %w", enable, err)
+		return fmt.Errorf("enable %s in %s: %w", enable, what, err)
 	}
 	return nil
 }
 
-// leaveContainerRoot moves this process from root, the cgroup namespace
-// root it runs in, into the leaf supervisorLeaf, and then its own
+// leaveOwnCgroup moves this process from root, the cgroup it runs in and
+// may prepare (what names it), into the leaf supervisorLeaf, and then its own
 // descendants there (the boxes' inits it started before: a box's program
 // alone joins the box's cgroup), so that root holds no process. A
 // process in root that is not this one or a descendant is left where it
 // is, and the error names it; if it is there from the start, nothing is
 // made or moved.
-func leaveContainerRoot(root string) error {
+func leaveOwnCgroup(root, what string) error {
 	self := os.Getpid()
 	leaf := filepath.Join(root, supervisorLeaf)
 	// Children started while this process was still in root are moved
@@ -101,10 +118,10 @@ func leaveContainerRoot(root string) error {
 			}
 		}
 		if len(others) > 0 {
-			return fmt.Errorf("the container's cgroup (the cgroup namespace root) holds processes that are not isolate's "+
-				"(PID %s in the container), so it cannot enable controllers for boxes: run isolate-serve as the "+
-				"container's process (its entrypoint, not a child of a shell), or set ISOLATE_CGROUP_ROOT to a "+
-				"cgroup with \"+cpu +memory +pids\" in its cgroup.subtree_control", strings.Join(others, ", "))
+			return fmt.Errorf("%s holds processes that are not isolate's (PID %s), so it cannot enable controllers "+
+				"for boxes: run isolate-serve as its only process (a container's entrypoint, not a child of a shell; "+
+				"a unit of its own), or set ISOLATE_CGROUP_ROOT to a cgroup with \"+cpu +memory +pids\" in its "+
+				"cgroup.subtree_control", what, strings.Join(others, ", "))
 		}
 		if len(own) == 0 {
 			return nil
@@ -119,7 +136,7 @@ func leaveContainerRoot(root string) error {
 			}
 		}
 	}
-	return fmt.Errorf("the container's cgroup (the cgroup namespace root): isolate's processes kept starting there while it moved them to %s", leaf)
+	return fmt.Errorf("%s: isolate's processes kept starting there while it moved them to %s", what, leaf)
 }
 
 // descends tells whether process pid descends from process ancestor, by
@@ -147,13 +164,13 @@ func descends(pid, ancestor int) bool {
 }
 
 // Prepare readies the host's cgroups for boxes now rather than at the
-// first box: in a container's cgroup namespace on v2 (container.go) the
-// service moves itself into its leaf while it is the container's only
-// process. Elsewhere, and once done, it does nothing. A failure is
-// tried again at each box until it succeeds.
+// first box: in a container's own cgroup or a delegated one on v2
+// (container.go) the service moves itself into its leaf while it is the
+// only process there. Elsewhere, and once done, it does nothing. A
+// failure is tried again at each box until it succeeds.
 func (m *Manager) Prepare() error {
-	if m.container == "" {
+	if m.own == "" {
 		return nil
 	}
-	return prepareContainer(m.container)
+	return prepareOwn(m.own, m.ownWhat)
 }

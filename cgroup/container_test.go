@@ -14,70 +14,82 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// containerHelperEnv makes the test binary the container's process
-// (TestContainerHelper): in the cgroup it was started in, it enters a new
+// containerHelperEnv makes the test binary the service's process
+// (TestContainerHelper), started in a cgroup of its own: "ns" enters a new
 // cgroup namespace and mount namespace and mounts cgroup2 afresh, as a
-// container runtime does, then readies the namespace root: the whole of
-// prepareContainer on a v2 host ("prepare"), the move alone where the
+// container runtime does; "delegated" stays in the host's view, in a
+// cgroup marked delegated as systemd marks one. Then, with a child of its
+// own beside it, it readies the cgroup it finds it may prepare: the
+// whole of prepareOwn on a v2 host ("prepare"), the move alone where the
 // hierarchy offers no box controller, as a hybrid host's unified mount
 // ("leave").
 const containerHelperEnv = "ISOLATE_TEST_CONTAINER"
 
 func TestContainerHelper(t *testing.T) {
-	step, ok := os.LookupEnv(containerHelperEnv)
+	mode, ok := os.LookupEnv(containerHelperEnv)
 	if !ok {
 		t.Skip("run by TestContainerCgroup")
 	}
+	kind, step, _ := strings.Cut(mode, " ")
 	runtime.LockOSThread() // the namespaces are this thread's
 	say := func(format string, a ...any) {
 		fmt.Printf("helper: "+format+"\n", a...)
 		os.Exit(0)
 	}
-	if err := unix.Unshare(unix.CLONE_NEWCGROUP | unix.CLONE_NEWNS); err != nil {
-		say("unshare: %v", err)
-	}
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		say("private: %v", err)
-	}
-	mnt, err := os.MkdirTemp("", "isolate-cgns-")
+	mounts, err := cgroupMounts()
 	if err != nil {
 		say("%v", err)
 	}
-	defer os.Remove(mnt)
-	if err := unix.Mount("cgroup2", mnt, "cgroup2", 0, ""); err != nil {
-		say("mount: %v", err)
+	mnt := mounts[""]
+	if kind == "ns" {
+		if err := unix.Unshare(unix.CLONE_NEWCGROUP | unix.CLONE_NEWNS); err != nil {
+			say("unshare: %v", err)
+		}
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			say("private: %v", err)
+		}
+		if mnt, err = os.MkdirTemp("", "isolate-cgns-"); err != nil {
+			say("%v", err)
+		}
+		defer os.Remove(mnt)
+		if err := unix.Mount("cgroup2", mnt, "cgroup2", 0, ""); err != nil {
+			say("mount: %v", err)
+		}
+		defer unix.Unmount(mnt, unix.MNT_DETACH)
 	}
-	defer unix.Unmount(mnt, unix.MNT_DETACH)
 	own, err := ownCgroups()
 	if err != nil {
 		say("%v", err)
 	}
-	if !containerRoot(mnt, own[""]) {
-		say("not a container root: %s in %s", own[""], mnt)
+	root, what := ownPreparable(mnt, own[""])
+	if root == "" {
+		say("%s is not to prepare", own[""])
 	}
-	// A child of its own in the root too, as a box's init started before
-	// the move is.
+	// A child of its own beside it, as a box's init started before the
+	// move is.
 	child := exec.Command("sleep", "1000")
 	if err := child.Start(); err != nil {
 		say("start a child: %v", err)
 	}
 	defer func() { child.Process.Kill(); child.Wait() }()
 	if step == "prepare" {
-		err = prepareContainer(mnt)
+		err = prepareOwn(filepath.Join(mnt, root), what)
 	} else {
-		err = leaveContainerRoot(mnt)
+		err = leaveOwnCgroup(filepath.Join(mnt, root), what)
 	}
 	own, _ = ownCgroups()
 	childCg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", child.Process.Pid))
 	fmt.Printf("helper: in %s, child in %s: %v\n", own[""], v2Line(string(childCg)), err)
 }
 
-// TestContainerCgroup: the service's process, alone in a cgroup namespace
-// root (the container's cgroup), moves itself into its leaf (and on a v2
-// host enables the box controllers there); with another process in the
-// root it refuses, naming it, and leaves it and the cgroup as they were.
-// On a hybrid host the unified mount offers no box controller, so the
-// move alone is tested; the VM's container check runs the service itself.
+// TestContainerCgroup: the service's process, alone (with a child of its
+// own) in a container's cgroup namespace root or in a cgroup delegated to
+// it, moves itself and the child into its leaf (and on a v2 host enables
+// the box controllers there); with another process in that cgroup it
+// refuses, naming it, and leaves it and the cgroup as they were; a cgroup
+// neither a container's nor delegated is not prepared. On a hybrid host
+// the unified mount offers no box controller, so the move alone is
+// tested; the VM's container and systemd-unit checks run the service.
 func TestContainerCgroup(t *testing.T) {
 	requireRoot(t)
 	mounts, err := cgroupMounts()
@@ -92,15 +104,20 @@ func TestContainerCgroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if containerRoot(mnt, own[""]) {
-		t.Skip("this test runs in a container's cgroup namespace root already")
+	if root, _ := ownPreparable(mnt, own[""]); root != "" {
+		t.Skip("this test runs in a cgroup it could prepare already")
 	}
 	step := "leave"
 	if DetectMode() == V2 {
 		step = "prepare"
 	}
-	parent := filepath.Join(mnt, own[""])
-	ctr := filepath.Join(parent, fmt.Sprintf("isolate-test-container-%d", os.Getpid()))
+	for _, kind := range []string{"ns", "delegated", "plain"} {
+		t.Run(kind, func(t *testing.T) { testOwnCgroup(t, mnt, filepath.Join(mnt, own[""]), kind, step) })
+	}
+}
+
+func testOwnCgroup(t *testing.T, mnt, parent, kind, step string) {
+	ctr := filepath.Join(parent, fmt.Sprintf("isolate-test-own-%s-%d", kind, os.Getpid()))
 	if err := os.Mkdir(ctr, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -112,6 +129,11 @@ func TestContainerCgroup(t *testing.T) {
 			}
 		}
 	})
+	if kind == "delegated" {
+		if err := unix.Setxattr(ctr, "trusted.delegate", []byte("1"), 0); err != nil {
+			t.Skipf("mark %s delegated: %v", ctr, err)
+		}
+	}
 	cg, err := os.Open(ctr)
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +142,7 @@ func TestContainerCgroup(t *testing.T) {
 	inCtr := &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
 	helper := func() string {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestContainerHelper$", "-test.count=1")
-		cmd.Env = append(os.Environ(), containerHelperEnv+"="+step)
+		cmd.Env = append(os.Environ(), containerHelperEnv+"="+kind+" "+step)
 		cmd.SysProcAttr = inCtr
 		out, err := cmd.CombinedOutput()
 		for _, line := range strings.Split(string(out), "\n") {
@@ -132,6 +154,17 @@ func TestContainerCgroup(t *testing.T) {
 		return ""
 	}
 	ctrPath := strings.TrimPrefix(ctr, mnt)
+	// The cgroup as the helper sees it: the namespace's root, or its path.
+	seen := ctrPath
+	if kind == "ns" {
+		seen = "/"
+	}
+	if kind == "plain" {
+		if got, want := helper(), seen+" is not to prepare"; got != want {
+			t.Errorf("in a cgroup neither a container's nor delegated: %q, want %q", got, want)
+		}
+		return
+	}
 
 	other := exec.Command("sleep", "1000")
 	other.SysProcAttr = inCtr
@@ -142,8 +175,8 @@ func TestContainerCgroup(t *testing.T) {
 	otherCg := readTrimmed(t, fmt.Sprintf("/proc/%d/cgroup", other.Process.Pid))
 	other.Process.Kill()
 	other.Wait()
-	if want := "holds processes that are not isolate's (PID " + strconv.Itoa(other.Process.Pid) + " in the container)"; !strings.Contains(got, want) {
-		t.Errorf("with another process in the container's cgroup: %q, want %q", got, want)
+	if want := "holds processes that are not isolate's (PID " + strconv.Itoa(other.Process.Pid) + ")"; !strings.Contains(got, want) {
+		t.Errorf("with another process in the cgroup: %q, want %q", got, want)
 	}
 	if !strings.Contains(otherCg+"\n", "0::"+ctrPath+"\n") {
 		t.Errorf("the other process is in %q, want 0::%s", otherCg, ctrPath)
@@ -155,18 +188,15 @@ func TestContainerCgroup(t *testing.T) {
 		t.Errorf("subtree_control %q, want none enabled", s)
 	}
 
-	if got, want := helper(), "in /"+supervisorLeaf+", child in /"+supervisorLeaf+": <nil>"; got != want {
-		t.Errorf("alone in the container's cgroup (with a child): %q, want %q", got, want)
+	moved := filepath.Join(seen, supervisorLeaf)
+	if got, want := helper(), "in "+moved+", child in "+moved+": <nil>"; got != want {
+		t.Errorf("alone in the cgroup (with a child): %q, want %q", got, want)
 	}
 	if want := strings.Join(v2Controllers, " "); step == "prepare" && readTrimmed(t, filepath.Join(ctr, "cgroup.subtree_control")) != want {
 		t.Errorf("subtree_control %q, want %q", readTrimmed(t, filepath.Join(ctr, "cgroup.subtree_control")), want)
 	}
 	if s := readTrimmed(t, filepath.Join(leaf, "cgroup.procs")); s != "" {
 		t.Errorf("the leaf holds %q after the process exited", s)
-	}
-	// The hierarchy's root is no container's.
-	if own[""] == "/" && containerRoot(mnt, "/") {
-		t.Errorf("containerRoot(%s): true at the hierarchy's root", mnt)
 	}
 }
 

@@ -32,16 +32,18 @@ type Manager struct {
 	// parents maps a v1 controller to the absolute directory that holds the
 	// boxes; on v2 the only key is "".
 	parents map[string]string
-	// container, on v2, is the cgroup namespace root this process runs
-	// in, which it prepares for boxes (container.go); "" elsewhere.
-	container string
+	// own, on v2, is the cgroup this process runs in and prepares for
+	// boxes, a container's or a delegated one (container.go), and ownWhat
+	// its name in messages; "" elsewhere.
+	own, ownWhat string
 }
 
 // NewManager finds the directories that hold box cgroups: "isolate" under
 // the cgroup this process is in (per controller on v1), or under root when
 // root is set (a cgroup path such as "/isolate.slice", relative to each
-// hierarchy's mount point). In a container's cgroup namespace on v2 it is
-// "isolate" under the namespace root (container.go).
+// hierarchy's mount point). In a container's cgroup or a delegated one on
+// v2 it is "isolate" under that cgroup, not the leaf this process moves
+// itself to (container.go).
 func NewManager(root string) (*Manager, error) {
 	mode := DetectMode()
 	m := &Manager{mode: mode, parents: map[string]string{}}
@@ -75,8 +77,8 @@ func NewManager(root string) (*Manager, error) {
 		base := own[""]
 		if root != "" {
 			base = root
-		} else if containerRoot(mnt, base) {
-			base, m.container = "/", mnt
+		} else if own, what := ownPreparable(mnt, base); own != "" {
+			base, m.own, m.ownWhat = own, filepath.Join(mnt, own), what
 		}
 		m.parents[""] = filepath.Join(mnt, base, parentName)
 	default:
@@ -98,8 +100,8 @@ func (m *Manager) ensureParents() error {
 		if _, err := os.Stat(dir); err == nil {
 			continue
 		}
-		if c == "" && m.container != "" {
-			if err := prepareContainer(m.container); err != nil {
+		if c == "" && m.own != "" {
+			if err := prepareOwn(m.own, m.ownWhat); err != nil {
 				return err
 			}
 		}

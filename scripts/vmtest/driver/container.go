@@ -220,3 +220,102 @@ func stdoutOf(r *report) string {
 	}
 	return r.Stdout
 }
+
+// A unit systemd started with Delegate=yes (the shipped isolate.service):
+// its cgroup, below a slice that enables the controllers for it, marked
+// with the trusted.delegate attribute "1" as systemd marks one.
+var (
+	systemSlice = filepath.Join(cgroupRoot, "system.slice")
+	unitCgroup  = filepath.Join(systemSlice, "isolate.service")
+)
+
+// systemdUnit: the service started in a delegated unit's cgroup moves
+// itself into its leaf and runs boxes there (the program in the unit's
+// isolate/box-N, its memory limit enforced); on SIGTERM only the empty
+// leaf is left. A cgroup not marked delegated is never prepared (the
+// session scope's refusal, systemdLayout).
+func (d *driver) systemdUnit() {
+	defer func() {
+		for _, dir := range []string{filepath.Join(unitCgroup, "isolate-supervisor"), unitCgroup, systemSlice} {
+			if err := syscall.Rmdir(dir); err != nil && err != syscall.ENOENT {
+				d.check("unit: removed", false, "rmdir %s: %v", dir, err)
+			}
+		}
+	}()
+	if err := os.Mkdir(systemSlice, 0o755); err != nil {
+		d.check("unit: delegated", false, "set up: %v", err)
+		return
+	}
+	if err := os.WriteFile(filepath.Join(systemSlice, "cgroup.subtree_control"), []byte("+cpu +memory +pids"), 0); err != nil {
+		d.check("unit: delegated", false, "enable controllers in %s: %v", systemSlice, err)
+		return
+	}
+	if err := os.Mkdir(unitCgroup, 0o755); err != nil {
+		d.check("unit: delegated", false, "set up: %v", err)
+		return
+	}
+	if err := unix.Setxattr(unitCgroup, "trusted.delegate", []byte("1"), 0); err != nil {
+		d.check("unit: delegated", false, "mark %s delegated: %v", unitCgroup, err)
+		return
+	}
+	cg, err := os.Open(unitCgroup)
+	if err != nil {
+		d.check("unit: delegated", false, "set up: %v", err)
+		return
+	}
+	defer cg.Close()
+	sock := "/tmp/isolate-unit.sock"
+	serve := exec.Command(filepath.Join(filepath.Dir(d.bin), "isolate-serve"), "--socket", sock, "--store", "/tmp/isolate-unit-files", "--parallel", "2")
+	serve.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+	serve.Stderr = os.Stderr
+	if err := serve.Start(); err != nil {
+		d.check("unit: delegated", false, "start the service: %v", err)
+		return
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			serve.Process.Kill()
+			serve.Wait()
+		}
+	}()
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var nd net.Dialer
+		return nd.DialContext(ctx, "unix", sock)
+	}}}
+	if !waitFor(20*time.Second, func() bool {
+		resp, err := client.Get("http://isolate/v1/health")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return true
+	}) {
+		d.check("unit: delegated", false, "no service on %s", sock)
+		return
+	}
+	r, err := postRun(client, `{"args":["/bin/cat","/proc/self/cgroup"],"memory_bytes":67108864}`)
+	want := "0::/system.slice/isolate.service/isolate/box-"
+	d.check("unit: delegated", err == nil && r.Status == "OK" && strings.HasPrefix(strings.TrimSpace(r.Stdout), want) &&
+		procCgroup(serve.Process.Pid) == "0::/system.slice/isolate.service/isolate-supervisor" &&
+		readTrim(filepath.Join(unitCgroup, "cgroup.subtree_control")) == "cpu memory pids",
+		"%s %q (%v), the program in %q (want %sN); the service in %q; %s/cgroup.subtree_control %q",
+		statusOf(r), messageOf(r), err, strings.TrimSpace(stdoutOf(r)), want, procCgroup(serve.Process.Pid),
+		unitCgroup, readTrim(filepath.Join(unitCgroup, "cgroup.subtree_control")))
+	r, err = postRun(client, `{"args":["/bin/sh","-c","x=xxxxxxxxxxxxxxxx; while true; do x=\"$x$x\"; done"],"memory_bytes":16777216}`)
+	d.check("unit: memory limit", err == nil && r.Status == "ML", "16 MiB: %s %q (%v)", statusOf(r), messageOf(r), err)
+
+	serve.Process.Signal(syscall.SIGTERM)
+	werr := serve.Wait()
+	stopped = true
+	var made []string
+	entries, _ := os.ReadDir(unitCgroup)
+	for _, e := range entries {
+		if e.IsDir() {
+			made = append(made, e.Name())
+		}
+	}
+	leafProcs := readTrim(filepath.Join(unitCgroup, "isolate-supervisor", "cgroup.procs"))
+	d.check("unit: stops clean", werr == nil && len(made) == 1 && made[0] == "isolate-supervisor" && leafProcs == "",
+		"SIGTERM: %v; cgroups left in %s: %v (want the empty leaf alone; it holds %q)", werr, unitCgroup, made, leafProcs)
+}

@@ -58,6 +58,7 @@ var checks = []func(*driver){
 	(*driver).systemdLayout,
 	(*driver).service,
 	(*driver).container,
+	(*driver).systemdUnit,
 	(*driver).rootless,
 	(*driver).noLeftovers,
 }
