@@ -241,10 +241,22 @@ func TestManifests(t *testing.T) {
 		t.Errorf("namespace %s: pod-security.kubernetes.io/enforce %q, want privileged (the pod is)", ns.Name, ns.Labels["pod-security.kubernetes.io/enforce"])
 	}
 
-	// Draining: before SIGTERM the worker stops taking work, on its socket.
+	// Draining: before SIGTERM the worker stops taking work, on its socket
+	// with its token, within the kubelet's grace.
 	if h := c.Lifecycle; h == nil || h.PreStop == nil || h.PreStop.Exec == nil ||
-		!slices.Equal(h.PreStop.Exec.Command, []string{"/usr/local/bin/isolate-serve", "drain", "--socket=" + args["--socket"]}) {
-		t.Errorf("preStop %+v: want isolate-serve drain --socket=%s", c.Lifecycle, args["--socket"])
+		!slices.Equal(h.PreStop.Exec.Command[:min(4, len(h.PreStop.Exec.Command))], []string{"/usr/local/bin/isolate-serve", "drain",
+			"--socket=" + args["--socket"], "--token-file=" + args["--token-file"]}) {
+		t.Errorf("preStop %+v: want isolate-serve drain --socket=%s --token-file=%s", c.Lifecycle, args["--socket"], args["--token-file"])
+	} else {
+		timeout := ""
+		for _, a := range h.PreStop.Exec.Command {
+			if v, ok := strings.CutPrefix(a, "--timeout="); ok {
+				timeout = v
+			}
+		}
+		if timeout == "" || pod.TerminationGracePeriodSeconds == nil || seconds(t, timeout) >= *pod.TerminationGracePeriodSeconds {
+			t.Errorf("preStop: --timeout=%s, want one shorter than terminationGracePeriodSeconds (the hook's time counts in it)", timeout)
+		}
 	}
 
 	// Images: an init container builds the languages it names into the

@@ -225,11 +225,21 @@ code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$api_port/v1/run
 # The kubelet runs preStop, then sends SIGTERM (podman kube down).
 prestop=$(hook prestop)
 [ -n "$prestop" ] || fail "no preStop hook in the manifest"
-if podman exec "$ctr" /usr/local/bin/isolate-serve drain --help > /dev/null 2>&1; then
-	eval "podman exec $ctr $prestop" > "$tmp/prestop.log" 2>&1 || { cat "$tmp/prestop.log"; fail "preStop: $prestop"; }
-	log "preStop: $prestop: exit 0"
-else
+if eval "podman exec $ctr $prestop" > "$tmp/prestop.log" 2>&1; then
+	health=$(curl -sS --unix-socket "$sock" -H "Authorization: Bearer $token" http://isolate/v1/health)
+	python3 -c '
+import json, sys
+h = json.loads(sys.argv[1])
+assert h.get("draining") is True and not h.get("ready"), h' "$health" || fail "after preStop, /v1/health: $health"
+	if eval "podman exec $ctr $(hook readiness)" > /dev/null 2>&1; then
+		fail "after preStop the readiness probe still passes: the Service would send it requests"
+	fi
+	log "preStop: drained (health: draining, not ready; the readiness probe fails)"
+elif grep -q 'unexpected argument "drain"' "$tmp/prestop.log"; then
 	echo "kube-test: SKIP preStop: this isolate-serve has no drain command" >&2
+else
+	cat "$tmp/prestop.log"
+	fail "preStop: $prestop"
 fi
 
 # Then SIGTERM, waiting terminationGracePeriodSeconds as the kubelet does.
