@@ -13,9 +13,10 @@
 #   - podman 4.3 knows no DaemonSet, ConfigMap environment, spec.nodeName
 #     or $(VAR): deploy/kubeplay makes the Pod the kubelet would, from
 #     the manifests themselves;
-#   - podman's Secret volumes are not the kubelet's: the Secret is a
-#     host directory laid out here exactly as the kubelet lays one out
-#     (token -> ..data/token, ..data -> ..TIMESTAMP/, files mode 0400);
+#   - podman 4.3 mounts no Secret volume (hostPath, emptyDir and
+#     persistentVolumeClaim only): the Secret is a host directory laid out
+#     here exactly as the kubelet lays one out (token -> ..data/token,
+#     ..data -> ..TIMESTAMP/, files mode 0400);
 #   - /var/lib/isolate and /run/isolate are directories of this test's
 #     (the host's own images and boxes stay untouched; the socket is
 #     reachable from here); /var/lib/isolate starts with copies of this

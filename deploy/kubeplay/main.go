@@ -174,6 +174,9 @@ func kubelet(c *corev1.Container, cm *corev1.ConfigMap, node string) {
 			}
 			e = corev1.EnvVar{Name: e.Name, Value: node}
 		}
+		if _, ok := vars[e.Name]; ok { // env wins over envFrom
+			env = slices.DeleteFunc(env, func(x corev1.EnvVar) bool { return x.Name == e.Name })
+		}
 		vars[e.Name] = e.Value
 		env = append(env, e)
 	}
