@@ -258,7 +258,8 @@ podman pod exists "$pod" && left+=("pod $pod")
 for id in $ids $infra; do
 	podman container exists "$id" && left+=("container $id")
 	grep -q "$id" /proc/self/mountinfo && left+=("a mount of container $id")
-	found=$(find /sys/fs/cgroup -type d -name "*$id*" 2> /dev/null | head -3)
+	# find fails on a cgroup another process removes while it reads.
+	found=$(find /sys/fs/cgroup -type d -name "*$id*" 2> /dev/null | head -3 || true)
 	[ -z "$found" ] || left+=("cgroups $found")
 done
 found=$(pod_cgroups)
