@@ -166,7 +166,13 @@ var kernelFSTypes = map[string]bool{
 
 // Mount is a line of this process's mountinfo: where, what, its source
 // and its file system's options (a cgroup v1 mount's controllers).
-type Mount struct{ Point, FSType, Source, Super string }
+type Mount struct {
+	Point, FSType, Source, Super string
+	// Root is the directory of the file system mounted at Point (a bind
+	// mount's, or a cgroup's a container runtime bound there): "/" for
+	// the whole.
+	Root string
+}
 
 // noKernelMountBelow refuses a directory (fd) below which a kernel
 // interface is mounted: a recursive bind would bring it into the box.
@@ -261,7 +267,8 @@ func parseMounts(data []byte) []Mount {
 		fields := strings.Fields(line)
 		for i, f := range fields {
 			if f == "-" && i > 4 && i+2 < len(fields) {
-				m := Mount{Point: unescapeMount(fields[4]), FSType: fields[i+1], Source: unescapeMount(fields[i+2])}
+				m := Mount{Point: unescapeMount(fields[4]), FSType: fields[i+1], Source: unescapeMount(fields[i+2]),
+					Root: unescapeMount(fields[3])}
 				if i+3 < len(fields) {
 					m.Super = fields[i+3]
 				}

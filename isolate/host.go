@@ -68,6 +68,18 @@ func (h *Host) Cgroups() (*cgroup.Manager, error) {
 	return h.cg, h.cgErr
 }
 
+// PrepareCgroups readies the host's cgroups for boxes at once (a service
+// at its start): in a container's cgroup namespace on cgroup v2, the
+// process moves itself into a leaf of the container's cgroup and enables
+// the box controllers there (cgroup.Manager.Prepare).
+func (h *Host) PrepareCgroups() error {
+	m, err := h.Cgroups()
+	if err != nil || m == nil {
+		return err
+	}
+	return m.Prepare()
+}
+
 // policyKey names a compiled policy: a built-in one by name, a profile
 // file by name and the version of the file it was compiled from.
 type policyKey struct {

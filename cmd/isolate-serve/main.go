@@ -352,6 +352,12 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
+	// In a container's cgroup namespace (cgroup v2), the service's cgroup
+	// is readied while the service is the container's only process; on
+	// failure each box tries again.
+	if err := host.PrepareCgroups(); err != nil {
+		fmt.Fprintln(os.Stderr, "isolate serve: warning: cgroups: "+err.Error())
+	}
 	// What a killed service left: box cgroups (its boxes died with it),
 	// stored files, work directories.
 	if err := host.SweepStale(); err != nil {
