@@ -90,6 +90,8 @@ type options struct {
 	// A service without root (rootless.go).
 	cgroupRoot      string
 	allowRlimitOnly bool
+	// printVersion: --version, print the version and exit.
+	printVersion bool
 	// set are the flags given on the command line.
 	set map[string]bool
 }
@@ -160,6 +162,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.IntVar(&o.maxSessionsPerCaller, "max-sessions-per-caller", server.DefaultMaxSessionsPerCaller, "sessions one caller (a uid; over TCP: the token) may hold at once")
 	fs.DurationVar(&o.sessionMaxTimeout, "session-max-timeout", server.DefaultSessionMaxTimeout, "longest lease a session may ask (timeout_ms)")
 	fs.StringVar(&o.cgroupRoot, "cgroup-root", "", "run by a user who is not root: a delegated cgroup v2 `DIR` for the boxes' cgroups (default: the service's own cgroup, if delegated)")
+	fs.BoolVar(&o.printVersion, "version", false, "print the version and exit")
 	fs.BoolVar(&o.allowRlimitOnly, "allow-rlimit-only", false, "run by a user who is not root: go on with rlimits alone where no cgroup is delegated (it then takes only runs that allow that too)")
 	return fs
 }
@@ -280,6 +283,10 @@ func serve(args []string) error {
 	o, err := parseFlags(args)
 	if err != nil {
 		return err
+	}
+	if o.printVersion {
+		fmt.Println("isolate-serve " + version)
+		return nil
 	}
 	rootless := os.Geteuid() != 0
 	if rootless {
