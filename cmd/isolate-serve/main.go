@@ -420,6 +420,7 @@ func serve(args []string) error {
 		fmt.Fprintf(os.Stderr, " and %s", listeners[1].Addr())
 	}
 	fmt.Fprintf(os.Stderr, " (%d at once, up to %d boxes built ahead)\n", o.parallel, o.pool)
+	notify("READY=1")
 	stopQueue := func(time.Duration) {}
 	if worker != nil {
 		ctx, stop := context.WithCancel(context.Background())
@@ -433,6 +434,7 @@ func serve(args []string) error {
 	select {
 	case s := <-sig:
 		fmt.Fprintf(os.Stderr, "isolate serve: %v: draining (up to %v)\n", s, o.grace)
+		notify("STOPPING=1")
 	case err := <-errs:
 		stopQueue(0)
 		cli.Shutdown(0)
