@@ -189,7 +189,9 @@ func (s *Server) Shutdown(grace time.Duration) {
 // reason it declines another build's runs with. Call it before Serve.
 func (s *Server) SetVersion(v string) { s.version = v }
 
-// otherBuild is why the service declines a client of build id build: it
+// otherBuild is why the service declines a client of build id build (the
+// CLI recognises it by its beginning, "it runs isolate ": cmd/isolate's
+// otherBuild): it
 // is another version of isolate than the one the service was started
 // with (an upgrade replaced the binaries; the service runs on until it
 // restarts).

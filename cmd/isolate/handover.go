@@ -14,16 +14,24 @@ import "C"
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/isolate-sandbox/isolate/cmdline"
 )
 
-// handoverDeclined says which service declined this process's run and
-// why ("": none did, or there was none): the run went in-process, and a
-// refusal there names this first (cmdline.Invocation.Declined).
+// otherBuild begins the reason a service gives for declining a run of
+// another build of isolate (handover.Server's otherBuild).
+const otherBuild = "it runs isolate "
+
+// handoverDeclined says which service declined this process's run for
+// being another version of isolate, and why ("": none did, or for
+// another reason, or there was none): the run went in-process, and a
+// refusal there names this first (cmdline.Invocation.Declined). A service
+// that leaves a run to the CLI on purpose (a user's own, for
+// --cgroup-root) is not named: the CLI's words are its own.
 func handoverDeclined() string {
 	reason := C.GoString(C.isolate_declined_reason())
-	if reason == "" {
+	if !strings.HasPrefix(reason, otherBuild) {
 		return ""
 	}
 	return fmt.Sprintf("the service on %s did not take this run of isolate %s: %s",
