@@ -60,6 +60,10 @@ type Invocation struct {
 	// process's own are caught (from the moment a run begins).
 	Signals <-chan syscall.Signal
 	Via     string // "service" when the service runs it; "": in-process
+	// Declined is which service declined to take this run, handed over
+	// to it, and why ("": none did): a run in-process that a user who
+	// is not root cannot make names that first, as the cause.
+	Declined string
 }
 
 // Exit is how an invocation ends: with Code, or, when Signal is not 0, by
@@ -244,6 +248,7 @@ func (iv *invocation) host() (*isolate.Host, error) {
 		var err error
 		if iv.rootless {
 			iv.ownHost, err = iv.rootlessHost()
+			err = iv.declined(err)
 		} else {
 			iv.ownHost, err = isolate.NewHost(nil)
 		}

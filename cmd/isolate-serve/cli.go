@@ -74,6 +74,7 @@ func listenCLI(o *options, gid int, host *isolate.Host, policy *caller.Policy) (
 	cs.Server = handover.NewServer(build, cs.runHandedOver(host, policy), func(outcome string) {
 		cs.handovers.WithLabelValues(outcome).Inc()
 	})
+	cs.SetVersion(version)
 	if host.Rootless() {
 		cs.DeclineWhen(ownersRunsOnly)
 	}

@@ -96,6 +96,8 @@ type options struct {
 	// A service without root (rootless.go).
 	cgroupRoot      string
 	allowRlimitOnly bool
+	// printVersion: --version, print the version and exit.
+	printVersion bool
 	// set are the flags given on the command line.
 	set map[string]bool
 }
@@ -170,6 +172,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.IntVar(&o.maxSessionsPerCaller, "max-sessions-per-caller", server.DefaultMaxSessionsPerCaller, "sessions one caller (a uid; over TCP: the token) may hold at once")
 	fs.DurationVar(&o.sessionMaxTimeout, "session-max-timeout", server.DefaultSessionMaxTimeout, "longest lease a session may ask (timeout_ms)")
 	fs.StringVar(&o.cgroupRoot, "cgroup-root", "", "run by a user who is not root: a delegated cgroup v2 `DIR` for the boxes' cgroups (default: the service's own cgroup, if delegated)")
+	fs.BoolVar(&o.printVersion, "version", false, "print the version and exit")
 	fs.BoolVar(&o.allowRlimitOnly, "allow-rlimit-only", false, "run by a user who is not root: go on with rlimits alone where no cgroup is delegated (it then takes only runs that allow that too)")
 	return fs
 }
@@ -293,6 +296,10 @@ func serve(args []string) error {
 	o, err := parseFlags(args)
 	if err != nil {
 		return err
+	}
+	if o.printVersion {
+		fmt.Println("isolate-serve " + version)
+		return nil
 	}
 	rootless := os.Geteuid() != 0
 	if rootless {
@@ -445,6 +452,7 @@ func serve(args []string) error {
 		fmt.Fprintf(os.Stderr, " and %s", listeners[1].Addr())
 	}
 	fmt.Fprintf(os.Stderr, " (%d at once, up to %d boxes built ahead)\n", o.parallel, o.pool)
+	notify("READY=1")
 	stopQueue := func(time.Duration) {}
 	if worker != nil {
 		ctx, stop := context.WithCancel(context.Background())
@@ -458,6 +466,7 @@ func serve(args []string) error {
 	select {
 	case s := <-sig:
 		fmt.Fprintf(os.Stderr, "isolate serve: %v: draining (up to %v)\n", s, o.grace)
+		notify("STOPPING=1")
 	case err := <-errs:
 		stopQueue(0)
 		cli.Shutdown(0)

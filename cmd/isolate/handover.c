@@ -682,6 +682,30 @@ static __attribute__((noreturn)) void relay(int sock, int argc, char **argv) {
 	}
 }
 
+/* The reason the service declined this process's run, and its socket
+ * (handoverDeclined in handover.go reads them): a run that goes
+ * in-process says why when it fails where the service would have run it
+ * (a user who is not root, after an upgrade the service has not taken). */
+static char declined_reason[512], declined_socket[sizeof(((struct sockaddr_un *)0)->sun_path)];
+
+const char *isolate_declined_reason(void) { return declined_reason; }
+const char *isolate_declined_socket(void) { return declined_socket; }
+
+/* keep_reason reads the n bytes of a decline's reason (what fits). */
+static void keep_reason(int sock, uint32_t n, const char *path) {
+	if (n >= sizeof declined_reason)
+		n = sizeof declined_reason - 1;
+	if (read_full(sock, declined_reason, n) < 0) {
+		declined_reason[0] = 0;
+		return;
+	}
+	declined_reason[n] = 0;
+	size_t i = 0;
+	for (; path[i] && i < sizeof declined_socket - 1; i++)
+		declined_socket[i] = path[i];
+	declined_socket[i] = 0;
+}
+
 /* hand_over hands the run to the service and ends this process there,
  * or returns (having changed nothing) for the run to go in-process. */
 static void hand_over(int argc, char **argv, char **envp, int early) {
@@ -698,8 +722,10 @@ static void hand_over(int argc, char **argv, char **envp, int early) {
 	 * the user's own, if it runs one. */
 	char own[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	long uid = sys0(SYS_geteuid);
-	if (sock < 0 && !given && uid != 0 && user_socket(envp, (unsigned)uid, own, sizeof own) == 0)
+	if (sock < 0 && !given && uid != 0 && user_socket(envp, (unsigned)uid, own, sizeof own) == 0) {
 		sock = connect_service(own);
+		path = own;
+	}
 	if (sock < 0)
 		return;
 	/* A service that hangs before it answers (it answers in
@@ -735,9 +761,12 @@ static void hand_over(int argc, char **argv, char **envp, int early) {
 		else if (n == -ERANGE)
 			sent = long_working_dir(send_request, &req);
 	}
-	if (sent < 0 || read_full(sock, ans, sizeof ans) < 0 || ans[0] != HANDOVER_ACCEPTED) {
-		/* Declined (the reason follows; nobody needs it here), or no
-		 * answer: the service did nothing. */
+	int answered = sent == 0 && read_full(sock, ans, sizeof ans) == 0;
+	if (!answered || ans[0] != HANDOVER_ACCEPTED) {
+		/* Declined, or no answer: the service did nothing. The reason
+		 * is kept for the in-process run's messages. */
+		if (answered && ans[0] == HANDOVER_DECLINED)
+			keep_reason((int)sock, ans[1], path);
 		if (dir >= 0)
 			sys1(SYS_close, dir);
 		sys1(SYS_close, sock);
