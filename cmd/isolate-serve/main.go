@@ -319,8 +319,11 @@ func serve(args []string) error {
 	var token string
 	if o.tokenFile != "" {
 		if token, err = server.ReadToken(o.tokenFile); err != nil {
-			return err
+			return fmt.Errorf("--token-file: %v", err)
 		}
+	}
+	if err := o.q.readURL(); err != nil {
+		return err
 	}
 	// Set once, here, for the whole process: files the service creates
 	// for callers (the ioi form's meta and output files, copy-outs) get

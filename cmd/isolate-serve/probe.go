@@ -30,7 +30,7 @@ func probe(args []string) error {
 	if *tokenFile != "" {
 		token, err := server.ReadToken(*tokenFile)
 		if err != nil {
-			return err
+			return fmt.Errorf("--token-file: %v", err)
 		}
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
