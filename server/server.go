@@ -44,6 +44,7 @@ type Health struct {
 	Reasons []string `json:"reasons,omitempty"` // why not ready
 	Cgroup  string   `json:"cgroup"`            // v1, v2 or hybrid
 	Images  []string `json:"images"`            // built language images
+	Langs   []string `json:"langs"`             // languages whose image is built (what /v1/exec can run)
 	Pool    int      `json:"pool"`              // boxes ready
 	Running int      `json:"running"`           // commands running
 	Waiting int      `json:"waiting"`           // requests queued

@@ -35,7 +35,6 @@ import (
 	"github.com/isolate-sandbox/isolate/handover"
 	"github.com/isolate-sandbox/isolate/internal/connlimit"
 	"github.com/isolate-sandbox/isolate/isolate"
-	"github.com/isolate-sandbox/isolate/rootfs"
 	"github.com/isolate-sandbox/isolate/server"
 )
 
@@ -367,20 +366,27 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
+	// The self-test: at start, after a run's XX, and while it fails;
+	// stopped before the pool.
+	ready := newReadiness(host)
+	readyCtx, stopReady := context.WithCancel(context.Background())
+	readyDone := make(chan struct{})
+	go func() { ready.run(readyCtx); close(readyDone) }()
+	defer func() { stopReady(); <-readyDone }()
 	var srv *server.Server
-	worker, err := o.q.worker(o.parallel, &srv)
+	worker, err := o.q.worker(o.parallel, &srv, ready)
 	if err != nil {
 		return err
 	}
 	srv = server.New(server.Config{
-		Runner:   hostRunner{host},
-		Exec:     server.Judge{Host: host},
+		Runner:   checkedRunner{hostRunner{host}, ready},
+		Exec:     checkedExec{server.Judge{Host: host}, ready},
 		Store:    store,
 		Version:  version,
 		Parallel: o.parallel,
 		Queue:    o.queue,
 		Policy:   *policy,
-		Health:   func() server.Health { return health(host) },
+		Health:   func() server.Health { return health(host, ready) },
 		Token:    token,
 		Metrics:  append(cli.metrics(), queueMetrics(worker)...),
 
@@ -457,21 +463,23 @@ func (r hostRunner) Run(ctx context.Context, spec *api.Spec, stdio isolate.IO) (
 
 func (r hostRunner) Ready() int { return r.h.PoolReady() }
 
-// health is what only the host knows: its cgroups and images. The
-// cgroups are checked anew (they may have gone since the start), at the
-// root the Host's configuration names.
-func health(host *isolate.Host) server.Health {
-	h := server.Health{Ready: true, Cgroup: string(cgroup.DetectMode()), Images: []string{}}
+// health is what only the host knows: its cgroups, the self-test's
+// outcome, its images and the languages they serve. The cgroups are
+// checked anew (they may have gone since the start), at the root the
+// Host's configuration names.
+func health(host *isolate.Host, ready *readiness) server.Health {
+	h := server.Health{Ready: true, Cgroup: string(cgroup.DetectMode())}
 	if _, err := cgroup.NewManager(host.Config.CgroupRoot); err != nil {
 		h.Ready = false
 		h.Reasons = append(h.Reasons, "cgroups: "+err.Error())
 	}
-	imgs, err := rootfs.ListImages()
-	if err != nil {
-		h.Reasons = append(h.Reasons, "images: "+err.Error())
+	if err := ready.Err(); err != nil {
+		h.Ready = false
+		h.Reasons = append(h.Reasons, err.Error())
 	}
-	for _, m := range imgs {
-		h.Images = append(h.Images, m.Name)
+	var err error
+	if h.Images, h.Langs, err = images(); err != nil {
+		h.Reasons = append(h.Reasons, "images: "+err.Error())
 	}
 	return h
 }

@@ -73,7 +73,7 @@ func (q *queueOptions) readURL() error {
 
 // worker makes the queue's worker (nil without --queue-url), answering
 // through srv once it is set (readURL first).
-func (q *queueOptions) worker(parallel int, srv **server.Server) (*queue.Worker, error) {
+func (q *queueOptions) worker(parallel int, srv **server.Server, ready *readiness) (*queue.Worker, error) {
 	url := q.url
 	if url == "" {
 		return nil, nil
