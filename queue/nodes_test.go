@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -316,5 +317,39 @@ func TestOutageClaimsNoLiveWorkersJobs(t *testing.T) {
 	g.rdb.XDel(ctx, g.keys.Jobs, liveMsg)
 	a.stop(t)
 	b.stop(t)
+	g.nothingLeft(t)
+}
+
+// A worker drained by `isolate-serve drain` (a pod's preStop) finishes the
+// job it holds, takes no more, and is gone from the workers; a job added
+// then is another worker's.
+func TestDrainedWorker(t *testing.T) {
+	g := newRig(t)
+	ctx := context.Background()
+	startRedis(t, g.r)
+	d := g.start(t, "d")
+	waitFor(t, "the worker announces itself ready", func() bool { a, ok := g.announced("d"); return ok && a.Ready })
+	g.rdb.XAdd(ctx, &redis.XAddArgs{Stream: g.keys.Jobs, Values: []string{"id", "held", "body", `{"commands":[{"args":["/bin/sh","-c","sleep 2; echo held; : ` + g.marker + `"]}]}`}})
+	waitFor(t, "the worker runs the job", func() bool { return processWith(g.marker) })
+	drain := exec.Command(g.serve, "drain", "--socket", filepath.Join(g.dir, "d.sock"))
+	if out, err := drain.CombinedOutput(); err != nil {
+		t.Fatalf("drain: %v %s", err, out)
+	}
+	res := g.rdb.HGetAll(ctx, g.keys.Result("held")).Val()
+	if err := verdict("OK", 0)(res["status"], res["body"]); err != nil || res["worker"] != "d" {
+		t.Errorf("the job held at the drain: %v %v", res, err)
+	}
+	waitFor(t, "the drained worker's announcement is gone", func() bool { _, ok := g.announced("d"); return !ok })
+	g.rdb.XAdd(ctx, &redis.XAddArgs{Stream: g.keys.Jobs, Values: []string{"id", "after", "body", `{"commands":[{"args":["/bin/echo","after"]}]}`}})
+	e := g.start(t, "e")
+	g.waitResults(t, []string{"after"})
+	if w := g.rdb.HGet(ctx, g.keys.Result("after"), "worker").Val(); w != "e" {
+		t.Errorf("the job added after the drain was answered by %s", w)
+	}
+	if n := g.metric(t, d, `isolate_queue_jobs_total{outcome="answered"}`); n != 1 {
+		t.Errorf("the drained worker answered %v jobs, want the one it held", n)
+	}
+	d.stop(t)
+	e.stop(t)
 	g.nothingLeft(t)
 }

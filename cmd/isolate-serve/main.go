@@ -59,6 +59,9 @@ func main() {
 	if len(os.Args) >= 2 && os.Args[1] == "probe" {
 		run = func(args []string) error { return probe(args[1:]) }
 	}
+	if len(os.Args) >= 2 && os.Args[1] == "drain" {
+		run = func(args []string) error { return drain(args[1:]) }
+	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "isolate serve: "+err.Error())
 		os.Exit(2)
@@ -423,23 +426,39 @@ func serve(args []string) error {
 	}
 	fmt.Fprintf(os.Stderr, " (%d at once, up to %d boxes built ahead)\n", o.parallel, o.pool)
 	stopQueue := func(time.Duration) {}
+	stopTaking := func() {}
 	if worker != nil {
 		ctx, stop := context.WithCancel(context.Background())
 		go worker.Run(ctx)
 		stopQueue = func(grace time.Duration) { stop(); worker.Drain(grace) }
+		stopTaking = stop
 		fmt.Fprintf(os.Stderr, "isolate serve: taking jobs from the queue %s:jobs as %s\n", o.q.prefix, worker.Name())
 	}
 
 	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	select {
-	case s := <-sig:
-		fmt.Fprintf(os.Stderr, "isolate serve: %v: draining (up to %v)\n", s, o.grace)
-	case err := <-errs:
-		stopQueue(0)
-		cli.Shutdown(0)
-		srv.Shutdown(0)
-		return err
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
+wait:
+	for {
+		select {
+		case s := <-sig:
+			if s == syscall.SIGUSR1 {
+				// `isolate-serve drain` (a pod's preStop): take nothing
+				// more, finish what is held, stay up until SIGTERM.
+				if !srv.Draining() {
+					fmt.Fprintln(os.Stderr, "isolate serve: SIGUSR1: draining: taking no more runs, handovers or jobs; finishing those held (until SIGTERM)")
+				}
+				srv.Drain()
+				stopTaking()
+				continue
+			}
+			fmt.Fprintf(os.Stderr, "isolate serve: %v: draining (up to %v)\n", s, o.grace)
+			break wait
+		case err := <-errs:
+			stopQueue(0)
+			cli.Shutdown(0)
+			srv.Shutdown(0)
+			return err
+		}
 	}
 	// The queue stops taking jobs and finishes its own within the grace
 	// (its hard stop comes first, so that a job it cuts short stays
