@@ -95,7 +95,7 @@ func (c *Config) defaults() {
 		c.ResultsMax = 100000
 	}
 	if c.MaxHandBacks <= 0 {
-		c.MaxHandBacks = 1000
+		c.MaxHandBacks = 10000
 	}
 	if c.Log == nil {
 		c.Log = func(string) {}
@@ -614,8 +614,11 @@ func (w *Worker) missingImages(j Job) []string {
 }
 
 // handBackPause is how long a worker waits before it hands back again a
-// job it has handed back before: the worker that can run it may be busy.
-const handBackPause = time.Second
+// job it has handed back before (the worker that can run it may be
+// busy): 100 ms for each hand-back of the job so far, at most 5 s.
+func handBackPause(handedBack int) time.Duration {
+	return min(time.Duration(handedBack)*100*time.Millisecond, 5*time.Second)
+}
 
 // handBackScript adds the job again at the end of the stream, and
 // acknowledges and deletes the entry delivered here: at once, so the job
@@ -653,7 +656,7 @@ func (w *Worker) handBack(ctx context.Context, msgID string, job Job, deliveries
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(handBackPause):
+		case <-time.After(handBackPause(job.HandedBack)):
 		}
 	}
 	next := job
