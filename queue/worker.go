@@ -543,12 +543,13 @@ func (w *Worker) handle(m redis.XMessage, claimed bool) {
 // renewScript resets the idle time of each entry given that is still
 // pending for this consumer (XCLAIM JUSTID to itself: no delivery
 // counted), and leaves alone one that another worker has claimed: a
-// worker never takes back a job it lost. It returns the entries lost.
+// worker never takes back a job it lost. It returns the entries lost
+// (also those of a stream or group Redis no longer has).
 var renewScript = redis.NewScript(`
 local lost = {}
 for i = 3, #ARGV do
-  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
-  if #p == 1 and p[1][2] == ARGV[2] then
+  local ok, p = pcall(redis.call, 'XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
+  if ok and #p == 1 and p[1][2] == ARGV[2] then
     redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
   else
     table.insert(lost, ARGV[i])
