@@ -654,10 +654,14 @@ func (w *Worker) handBack(ctx context.Context, msgID string, job Job, deliveries
 		return
 	}
 	if slices.Contains(job.Lacking, w.cfg.Name) {
+		stopRenewing := w.renew(msgID) // the pause may outlast --queue-claim-idle
 		select {
 		case <-ctx.Done():
-			return
 		case <-time.After(handBackPause(job.HandedBack)):
+		}
+		stopRenewing()
+		if ctx.Err() != nil {
+			return
 		}
 	}
 	next := job
