@@ -286,7 +286,7 @@ func (w *Worker) loop(ctx context.Context) {
 			// Redis is back: what this worker holds is renewed before
 			// anything else, so that no live worker takes it for a dead
 			// one's; and the others get as long to do the same.
-			if err := w.renewMine(w.jobCtx, w.heldIDs()); err != nil {
+			if _, err := w.renewMine(w.jobCtx, w.heldIDs()); err != nil {
 				w.failed(ctx, err, backoff)
 				continue
 			}
@@ -450,8 +450,9 @@ func (w *Worker) claimDead(ctx context.Context, from string, n int) (msgs []redi
 }
 
 // handle runs one delivered message to its end: answered, dead-lettered,
-// or left pending for another delivery (the service busy or stopping,
-// Redis lost past the drain).
+// handed back for another worker (an image this one lacks, its own
+// machinery failing, the service stopping), or left pending for another
+// delivery (Redis lost past the drain, the drain's grace ended).
 func (w *Worker) handle(m redis.XMessage, claimed bool) {
 	ctx := w.jobCtx
 	job, err := DecodeJob(m.Values)
@@ -558,23 +559,24 @@ end
 return lost
 `)
 
-// renewMine renews the entries ids this worker holds (renewScript).
-func (w *Worker) renewMine(ctx context.Context, ids []string) error {
+// renewMine renews the entries ids this worker holds (renewScript), and
+// tells which are no longer its own.
+func (w *Worker) renewMine(ctx context.Context, ids []string) (lost []string, err error) {
 	if len(ids) == 0 {
-		return nil
+		return nil, nil
 	}
 	args := []any{w.cfg.Group, w.cfg.Name}
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	lost, err := renewScript.Run(ctx, w.rdb, []string{w.keys.Jobs}, args...).StringSlice()
+	lost, err = renewScript.Run(ctx, w.rdb, []string{w.keys.Jobs}, args...).StringSlice()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return err
+		return nil, err
 	}
 	for _, id := range lost {
-		w.cfg.Log(fmt.Sprintf("queue: job entry %s is no longer this worker's (another worker claimed it)", id))
+		w.cfg.Log(fmt.Sprintf("queue: job entry %s is no longer pending for this worker (another claimed it, or Redis lost it); not renewed", id))
 	}
-	return nil
+	return lost, nil
 }
 
 // renew keeps the job's pending entry fresh while it runs, every
@@ -592,7 +594,9 @@ func (w *Worker) renew(id string) (stop func()) {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				w.renewMine(ctx, []string{id})
+				if lost, _ := w.renewMine(ctx, []string{id}); len(lost) > 0 {
+					return
+				}
 			}
 		}
 	}()
