@@ -135,7 +135,9 @@ type Worker struct {
 	// renewHeld is set when Redis answers again after an outage: the
 	// loop renews what it holds before it reads or claims anything.
 	renewHeld atomic.Bool
-	notReady  bool // the loop's: it logged that it takes no jobs
+	// claimAfter (Unix ns): no claim before, after an outage.
+	claimAfter atomic.Int64
+	notReady   bool // the loop's: it logged that it takes no jobs
 
 	redisUp             atomic.Bool
 	outage              sync.Mutex // logOutage's state
@@ -269,9 +271,6 @@ func (w *Worker) loop(ctx context.Context) {
 	// Claims scan the pending entries a window at a time: the next scan
 	// goes on where the last ended, and starts over at the end.
 	claimFrom := "-"
-	// After an outage, no claim until every live worker has had time to
-	// renew its jobs and announce itself again.
-	var claimAfter time.Time
 	for ctx.Err() == nil {
 		if !groupMade {
 			err := w.rdb.XGroupCreateMkStream(ctx, w.keys.Jobs, w.cfg.Group, "0").Err()
@@ -291,7 +290,6 @@ func (w *Worker) loop(ctx context.Context) {
 				continue
 			}
 			w.renewHeld.Store(false)
-			claimAfter = time.Now().Add(announceTTL)
 		}
 		if !w.ready() {
 			select {
@@ -323,7 +321,11 @@ func (w *Worker) loop(ctx context.Context) {
 		var msgs []redis.XMessage
 		var err error
 		claimed := false
-		if time.Since(lastClaim) >= w.cfg.ClaimIdle/3 && time.Now().After(claimAfter) {
+		// (A worker whose loop waited for slots through an outage its
+		// heartbeat saw claims nothing before a command of its own has
+		// ended that outage and it has renewed what it holds.)
+		if time.Since(lastClaim) >= w.cfg.ClaimIdle/3 && w.redisUp.Load() && !w.renewHeld.Load() &&
+			time.Now().UnixNano() > w.claimAfter.Load() {
 			var next string
 			msgs, next, err = w.claimDead(w.jobCtx, claimFrom, free)
 			if err == nil {
@@ -834,7 +836,12 @@ func (w *Worker) heartbeat(ctx context.Context) {
 		a, _ := json.Marshal(announcement{Name: w.cfg.Name, Version: w.cfg.Version, Capacity: w.cfg.Capacity,
 			Running: w.running.Load(), Draining: w.draining.Load(), LastSeen: time.Now().UTC(),
 			Ready: ready, Images: &images})
-		w.rdb.Set(ctx, w.workerKey(), a, announceTTL)
+		// The heartbeat sees an outage too, while the loop waits for a
+		// free slot and sends Redis nothing (the loop's next command
+		// that succeeds ends it).
+		if err := w.rdb.Set(ctx, w.workerKey(), a, announceTTL).Err(); err != nil && ctx.Err() == nil {
+			w.down(err)
+		}
 		if groups, err := w.rdb.XInfoGroups(ctx, w.keys.Jobs).Result(); err == nil {
 			for _, g := range groups {
 				if g.Name == w.cfg.Group {
@@ -908,6 +915,13 @@ func (w *Worker) failed(ctx context.Context, err error, b *backoff) {
 	if ctx.Err() != nil {
 		return
 	}
+	w.down(err)
+	b.wait(ctx)
+}
+
+// down notes that Redis does not answer: an outage begins, if none is
+// under way (one log line).
+func (w *Worker) down(err error) {
 	w.redisUp.Store(false)
 	w.outage.Lock()
 	if !w.inOutage {
@@ -915,17 +929,25 @@ func (w *Worker) failed(ctx context.Context, err error, b *backoff) {
 		w.cfg.Log(fmt.Sprintf("queue: Redis: %v; retrying with backoff, taking no jobs until it answers", err))
 	}
 	w.outage.Unlock()
-	b.wait(ctx)
 }
 
 // ok notes a successful Redis command: the outage, if any, is over.
 func (w *Worker) ok(b *backoff) {
-	w.redisUp.Store(true)
 	b.next = firstBackoff
+	w.up()
+}
+
+// up notes that Redis answers. At the end of an outage, the loop renews
+// what this worker holds before it reads or claims anything, and claims
+// nothing for an announcement's life, by which every live worker has
+// renewed its own and announced itself again.
+func (w *Worker) up() {
+	w.redisUp.Store(true)
 	w.outage.Lock()
 	if w.inOutage {
 		w.inOutage = false
 		w.renewHeld.Store(true)
+		w.claimAfter.Store(time.Now().Add(announceTTL).UnixNano())
 		w.cfg.Log("queue: Redis answers again")
 	}
 	w.outage.Unlock()
