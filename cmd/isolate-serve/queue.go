@@ -97,7 +97,7 @@ func (q *queueOptions) worker(parallel int, srv **server.Server, ready *readines
 		// one that needs an image not built here, and one whose XX the
 		// self-test then blames on this service.
 		Ready: func() (bool, []string) {
-			imgs, _, _ := images()
+			imgs, _ := builtImages()
 			return ready.Err() == nil, imgs
 		},
 		Recheck: ready.Recheck,

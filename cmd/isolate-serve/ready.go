@@ -185,15 +185,23 @@ func (c checkedExec) Exec(ctx context.Context, req *server.ExecRequest, stdio is
 	return rep, err
 }
 
+// builtImages are the names of the built images.
+func builtImages() ([]string, error) {
+	ms, err := rootfs.ListImages()
+	imgs := []string{}
+	for _, m := range ms {
+		imgs = append(imgs, m.Name)
+	}
+	return imgs, err
+}
+
 // images are the built images, and the languages whose image is among
 // them: what this service can run.
 func images() (imgs, langNames []string, err error) {
-	ms, err := rootfs.ListImages()
+	imgs, err = builtImages()
 	have := map[string]bool{}
-	imgs = []string{}
-	for _, m := range ms {
-		imgs = append(imgs, m.Name)
-		have[m.Name] = true
+	for _, name := range imgs {
+		have[name] = true
 	}
 	all, lerr := langs.Load()
 	langNames = []string{}
