@@ -369,10 +369,12 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
-	// The self-test: at start, after a run's XX, and while it fails;
-	// stopped before the pool.
+	// The self-test: at start, before the service listens (so that its
+	// box never races a caller's first run for a box id), after a run's
+	// XX, and while it fails; stopped before the pool.
 	ready := newReadiness(host)
 	readyCtx, stopReady := context.WithCancel(context.Background())
+	ready.test(readyCtx)
 	readyDone := make(chan struct{})
 	go func() { ready.run(readyCtx); close(readyDone) }()
 	defer func() { stopReady(); <-readyDone }()

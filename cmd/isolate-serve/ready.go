@@ -50,34 +50,40 @@ func newReadiness(host *isolate.Host) *readiness {
 	return &readiness{host: host, kick: make(chan struct{}, 1), err: errNotYet, tested: make(chan struct{})}
 }
 
-// run self-tests until ctx ends: at once, when kicked, and every
-// selfTestRetry while failing.
+// test runs one self-test and records its outcome.
+func (r *readiness) test(ctx context.Context) {
+	r.mu.Lock()
+	covering := r.asked
+	r.mu.Unlock()
+	err := r.selfTest(ctx)
+	if ctx.Err() != nil {
+		return
+	}
+	r.mu.Lock()
+	if (err == nil) != (r.err == nil) || r.err == errNotYet {
+		logReadiness(err)
+	}
+	r.err, r.covered = err, covering
+	close(r.tested)
+	r.tested = make(chan struct{})
+	r.mu.Unlock()
+}
+
+// run self-tests until ctx ends, after the first (test, before the
+// service listens): when kicked, and every selfTestRetry while failing.
 func (r *readiness) run(ctx context.Context) {
 	for ctx.Err() == nil {
-		r.mu.Lock()
-		covering := r.asked
-		r.mu.Unlock()
-		err := r.selfTest(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		r.mu.Lock()
-		if (err == nil) != (r.err == nil) || r.err == errNotYet {
-			logReadiness(err)
-		}
-		r.err, r.covered = err, covering
-		close(r.tested)
-		r.tested = make(chan struct{})
-		r.mu.Unlock()
 		var retry <-chan time.Time
-		if err != nil {
+		if r.Err() != nil {
 			retry = time.After(selfTestRetry)
 		}
 		select {
 		case <-ctx.Done():
+			return
 		case <-r.kick:
 		case <-retry:
 		}
+		r.test(ctx)
 	}
 }
 
