@@ -145,8 +145,9 @@ func childrenOf(pid int) []int {
 	return kids
 }
 
-// cgroupIno identifies box cgroup name's directory (on v1, the first
-// controller's), or is 0.
+// cgroupIno identifies box cgroup name's directory (on v1, that of the
+// first controller, by name, that has one: a box need not use every
+// controller), or is 0.
 func cgroupIno(mgr *cgroup.Manager, name string) uint64 {
 	parents := mgr.Parents()
 	ctls := make([]string, 0, len(parents))
@@ -155,10 +156,12 @@ func cgroupIno(mgr *cgroup.Manager, name string) uint64 {
 	}
 	sort.Strings(ctls)
 	var st syscall.Stat_t
-	if len(ctls) == 0 || syscall.Stat(filepath.Join(parents[ctls[0]], name), &st) != nil {
-		return 0
+	for _, c := range ctls {
+		if syscall.Stat(filepath.Join(parents[c], name), &st) == nil {
+			return st.Ino
+		}
 	}
-	return st.Ino
+	return 0
 }
 
 func anyAlive(pids []int) bool {
