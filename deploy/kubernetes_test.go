@@ -197,6 +197,14 @@ func TestManifests(t *testing.T) {
 			t.Errorf("%s probe %+v: want isolate-serve probe on --socket with --token-file", name, p)
 		}
 	}
+	// A pod whose host cannot make boxes is not ready, never restarted in
+	// a loop: liveness asks only whether the service answers.
+	if p := c.LivenessProbe; p == nil || p.Exec == nil || !slices.Contains(p.Exec.Command, "--live") {
+		t.Error("the liveness probe lacks --live")
+	}
+	if p := c.ReadinessProbe; p != nil && p.Exec != nil && slices.Contains(p.Exec.Command, "--live") {
+		t.Error("the readiness probe has --live: it would call a pod that cannot make boxes ready")
+	}
 
 	// Resources: requests, and a memory limit that holds, at once,
 	// PARALLEL runs and MAX_SESSIONS sessions at MAX_MEM with their
