@@ -27,6 +27,12 @@ type Config struct {
 	CgroupRoot string
 	// NumBoxes bounds box ids (0 to NumBoxes-1); at most MaxBoxes.
 	NumBoxes int
+	// AutoFirstBox and AutoNumBoxes are the box ids isolate picks itself
+	// for a run, a session or a box built ahead that names none: a range
+	// of their own, outside 0 to NumBoxes-1, so that such a box never
+	// holds an id a judge may name (auto_first_box, auto_num_boxes; 0:
+	// NumBoxes and DefaultAutoBoxes).
+	AutoFirstBox, AutoNumBoxes int
 	// BoxRootSize is the size of the tmpfs that holds every persistent
 	// box, in bytes (0: the kernel's default, half of memory);
 	// box_root_size in the file, in KiB as ioi's sizes.
@@ -90,7 +96,39 @@ func loadConfigFile() (*Config, error) {
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
+	if err := cfg.checkAutoBoxes(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	return cfg, nil
+}
+
+// AutoBoxes is the range of box ids isolate picks itself: first, and
+// how many.
+func (c *Config) AutoBoxes() (first, n int) {
+	first, n = c.AutoFirstBox, c.AutoNumBoxes
+	if first == 0 {
+		first = c.NumBoxes
+		if first <= 0 {
+			first = DefaultNumBoxes
+		}
+	}
+	if n == 0 {
+		n = min(DefaultAutoBoxes, MaxBoxID+1-first)
+	}
+	return first, n
+}
+
+// checkAutoBoxes checks that the ids isolate picks itself are outside
+// the ids callers name, and valid ids.
+func (c *Config) checkAutoBoxes() error {
+	first, n := c.AutoBoxes()
+	if first < c.NumBoxes {
+		return fmt.Errorf("auto_first_box = %d: must be num_boxes (%d) or more: the boxes isolate picks itself never take an id a judge may name", first, c.NumBoxes)
+	}
+	if n < 1 || first+n-1 > MaxBoxID {
+		return fmt.Errorf("auto_first_box = %d, auto_num_boxes = %d: the last id must be %d at most (box N runs as uid %d+N)", first, n, MaxBoxID, FirstUID)
+	}
+	return nil
 }
 
 // set applies one line of the configuration file.
@@ -149,6 +187,18 @@ func (c *Config) set(line string) error {
 			return fmt.Errorf("num_boxes = %s: must be 1-%d", val, MaxBoxes)
 		}
 		c.NumBoxes = v
+	case "auto_first_box":
+		v, err := strconv.Atoi(val)
+		if err != nil || v < 1 || v > MaxBoxID {
+			return fmt.Errorf("auto_first_box = %s: must be 1-%d", val, MaxBoxID)
+		}
+		c.AutoFirstBox = v
+	case "auto_num_boxes":
+		v, err := strconv.Atoi(val)
+		if err != nil || v < 1 || v > MaxBoxID {
+			return fmt.Errorf("auto_num_boxes = %s: must be 1-%d", val, MaxBoxID)
+		}
+		c.AutoNumBoxes = v
 	default:
 		if _, ok := ignoredKeys[key]; ok {
 			return nil

@@ -105,7 +105,8 @@ func (s *supervisor) closeCopyDst() {
 // lockBox takes a box id.
 func (s *supervisor) lockBox() error {
 	var err error
-	if s.lock, err = lockBox(s.host.lockDir(), s.spec.BoxID, s.host.numBoxes(), persistentIn(s.host.Config.BoxRoot)); err != nil {
+	first, n := s.host.Config.AutoBoxes()
+	if s.lock, err = lockBox(s.host.lockDir(), s.spec.BoxID, first, n, persistentIn(s.host.Config.BoxRoot)); err != nil {
 		return err
 	}
 	s.report.BoxID = s.lock.id
