@@ -129,3 +129,174 @@ func TestLockFileRemovedWhenFree(t *testing.T) {
 		t.Error("the name's lock was taken twice")
 	}
 }
+
+// ioiDebianConfig is ioi/isolate 2.6's configuration as its Debian
+// package installs it (testdata).
+func ioiDebianConfig(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile("testdata/ioi-2.6-debian.cf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// ioi/isolate 2.6's configuration is accepted as its package ships it:
+// subid_user is taken (with a note: box uids stay 60000+N), cg_root =
+// auto:FILE reads the cgroup from FILE as ioi does when FILE exists (its
+// isolate-cg-keeper writes it), and falls back to isolate's own cgroup,
+// with a note, when it does not.
+func TestIOIDefaultConfig(t *testing.T) {
+	text := ioiDebianConfig(t)
+	cfg, err := loadText(t, text)
+	if err != nil {
+		t.Fatalf("ioi/isolate 2.6's configuration: %v", err)
+	}
+	if cfg.BoxRoot != "/var/lib/isolate" || cfg.NumBoxes != DefaultNumBoxes {
+		t.Errorf("box_root %q num_boxes %d", cfg.BoxRoot, cfg.NumBoxes)
+	}
+	notes := strings.Join(cfg.Notes, "\n")
+	for _, want := range []string{"subid_user = isolate", "cg_root = auto:/run/isolate/cgroup", "box_root = /var/lib/isolate"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("no note on %s: %q", want, notes)
+		}
+	}
+	if _, err := os.Stat("/run/isolate/cgroup"); os.IsNotExist(err) && cfg.CgroupRoot != "" {
+		t.Errorf("with no /run/isolate/cgroup, cg_root %q, want isolate's own cgroup", cfg.CgroupRoot)
+	}
+
+	// The keeper's file, as isolate-cg-keeper writes it.
+	auto := filepath.Join(t.TempDir(), "cgroup")
+	withAuto := strings.Replace(text, "auto:/run/isolate/cgroup", "auto:"+auto, 1)
+	if cfg, err = loadText(t, withAuto); err != nil || cfg.CgroupRoot != "" || !strings.Contains(strings.Join(cfg.Notes, "\n"), "does not exist") {
+		t.Errorf("auto: with no file: cg_root %q, notes %q, %v", cfg.CgroupRoot, cfg.Notes, err)
+	}
+	// The keeper's cgroup gone (its package replaced, its file left in
+	// /run): as with no file.
+	os.WriteFile(auto, []byte("/sys/fs/cgroup/no-such.slice/isolate.service\n"), 0o644)
+	if cfg, err = loadText(t, withAuto); err != nil || cfg.CgroupRoot != "" || !strings.Contains(strings.Join(cfg.Notes, "\n"), "no longer runs") {
+		t.Errorf("auto: naming a cgroup that does not exist: cg_root %q, notes %q, %v", cfg.CgroupRoot, cfg.Notes, err)
+	}
+	// The keeper writes its own cgroup's path in /sys: this process's
+	// v2 cgroup stands in for it.
+	if own := ownV2Cgroup(t); own != "" {
+		for _, dir := range []string{"/sys/fs/cgroup" + own, "/sys/fs/cgroup/unified" + own} {
+			if _, err := os.Stat(dir); err != nil {
+				continue
+			}
+			os.WriteFile(auto, []byte(dir+"\n"), 0o644)
+			if cfg, err = loadText(t, withAuto); err != nil || cfg.CgroupRoot != own {
+				t.Errorf("auto: with the keeper's file naming %s: cg_root %q, want %s (%v)", dir, cfg.CgroupRoot, own, err)
+			}
+		}
+	}
+	t.Setenv("ISOLATE_CGROUP_ROOT", "/other")
+	if cfg, err := LoadConfig(); err != nil || cfg.CgroupRoot != "/other" {
+		t.Errorf("ISOLATE_CGROUP_ROOT over auto: cg_root %q, %v", cfg.CgroupRoot, err)
+	}
+	t.Setenv("ISOLATE_CGROUP_ROOT", "")
+	for _, bad := range []string{"", "not a path\n"} {
+		os.WriteFile(auto, []byte(bad), 0o644)
+		if _, err = loadText(t, withAuto); err == nil || !strings.Contains(err.Error(), "cg_root = auto:"+auto) {
+			t.Errorf("auto: file holding %q: %v, want an error naming cg_root", bad, err)
+		}
+	}
+	if _, err = loadText(t, "cg_root = auto:\n"); err == nil || !strings.Contains(err.Error(), "cg_root") {
+		t.Errorf("cg_root = auto: with no file: %v", err)
+	}
+}
+
+// Where /etc/isolate/config does not exist, ioi/isolate's file is read
+// where ioi installs it: the file /etc/isolate (its package), then
+// /usr/local/etc/isolate (its make install); a directory there is passed
+// over, and with none the defaults hold.
+func TestConfigWhereIOIInstallsIt(t *testing.T) {
+	t.Setenv("ISOLATE_CONFIG", "")
+	t.Setenv("ISOLATE_CGROUP_ROOT", "")
+	root := t.TempDir()
+	etc := filepath.Join(root, "etc", "isolate")
+	local := filepath.Join(root, "usr", "local", "etc", "isolate")
+	saved := configPaths
+	configPaths = []string{filepath.Join(etc, "config"), etc, local}
+	defer func() { configPaths = saved }()
+	load := func(what string) *Config {
+		t.Helper()
+		cfg, err := LoadConfig()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return cfg
+	}
+	if cfg := load("nothing installed"); cfg.Path != "" || cfg.BoxRoot != DefaultBoxRoot {
+		t.Errorf("nothing installed: read %q, box_root %q", cfg.Path, cfg.BoxRoot)
+	}
+	os.MkdirAll(filepath.Dir(local), 0o755)
+	os.WriteFile(local, []byte("box_root = /srv/local-boxes\n"), 0o644)
+	if cfg := load("make install's file"); cfg.Path != local || cfg.BoxRoot != "/srv/local-boxes" {
+		t.Errorf("make install's file: read %q, box_root %q", cfg.Path, cfg.BoxRoot)
+	}
+	os.MkdirAll(filepath.Dir(etc), 0o755)
+	os.WriteFile(etc, []byte(ioiDebianConfig(t)), 0o644)
+	if cfg := load("the package's file /etc/isolate"); cfg.Path != etc || cfg.BoxRoot != "/var/lib/isolate" {
+		t.Errorf("the package's file: read %q, box_root %q", cfg.Path, cfg.BoxRoot)
+	}
+	os.Remove(etc)
+	os.Mkdir(etc, 0o755)
+	if cfg := load("a directory /etc/isolate without config"); cfg.Path != local {
+		t.Errorf("a directory without config: read %q, want %s", cfg.Path, local)
+	}
+	os.WriteFile(filepath.Join(etc, "config"), []byte("num_boxes = 7\n"), 0o644)
+	if cfg := load("/etc/isolate/config"); cfg.Path != filepath.Join(etc, "config") || cfg.NumBoxes != 7 {
+		t.Errorf("/etc/isolate/config: read %q, num_boxes %d", cfg.Path, cfg.NumBoxes)
+	}
+}
+
+// ioi/isolate's package's box root, /var/lib/isolate, also holds
+// isolate's images: its boxes are directories of the file system there,
+// beside the images, with no tmpfs mounted over them.
+func TestBoxRootThatHoldsTheImages(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	root := t.TempDir()
+	saved := sharedStateDir
+	sharedStateDir = root
+	defer func() { sharedStateDir = saved }()
+	if err := os.Mkdir(filepath.Join(root, "images"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := &Config{BoxRoot: root, NumBoxes: DefaultNumBoxes}
+	dir, err := InitBox(cfg, 344, Caller(), false)
+	if err != nil {
+		t.Fatalf("--init in the images' directory: %v", err)
+	}
+	if _, _, mounted, err := topMount(realDir(root)); err != nil || mounted {
+		t.Errorf("a file system was mounted on %s (%v)", root, err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "box")); err != nil || !fi.IsDir() {
+		t.Errorf("no box/ in %s: %v", dir, err)
+	}
+	if err := CleanupBox(cfg, 344, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("%s after --cleanup: %v", dir, err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "images")); err != nil {
+		t.Errorf("the images' directory after --cleanup: %v", err)
+	}
+}
+
+// ownV2Cgroup is this process's cgroup v2 path ("": none, or the root).
+func ownV2Cgroup(t *testing.T) string {
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok && p != "/" {
+			return p
+		}
+	}
+	return ""
+}

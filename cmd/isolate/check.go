@@ -46,10 +46,13 @@ func checkCommand() *cli.Command {
 			// or ISOLATE_CGROUP_ROOT.
 			host, err := isolate.NewHost(nil)
 			if err != nil {
-				line(false, "configuration", err.Error(), "fix the file (see MIGRATING.md)")
+				line(false, "configuration", err.Error(), `fix the line it names (every key: MIGRATING.md, "Setting up")`)
 				host, _ = isolate.NewHost(&isolate.Config{BoxRoot: isolate.DefaultBoxRoot, NumBoxes: isolate.DefaultNumBoxes})
 			} else if host.Config.Path != "" {
 				line(true, "configuration", host.Config.Path, "")
+			}
+			for _, n := range host.Config.Notes {
+				fmt.Printf("note %-22s %s\n", "configuration", n)
 			}
 			mgr, err := host.Cgroups()
 			if err != nil {
