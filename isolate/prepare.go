@@ -33,7 +33,11 @@ func (p *Prepared) check() error {
 		return usagef("no command given (isolate run [options] -- COMMAND [ARG...])")
 	}
 	if n := p.h.numBoxes(); sp.BoxID >= n {
-		return fieldf("box_id", "%d is out of range (0-%d; num_boxes in %s raises it)", sp.BoxID, n-1, ConfigPath)
+		file := p.h.Config.Path
+		if file == "" {
+			file = ConfigPath
+		}
+		return fieldf("box_id", "%d is out of range (0-%d; num_boxes in %s raises it)", sp.BoxID, n-1, file)
 	}
 	if sp.ImageDir == "" && sp.ImageFile == "" && sp.ImageMount == nil {
 		return fieldf("image", "%q: unknown image", sp.Image)
