@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -179,7 +180,11 @@ func TestJudgesBesideAService(t *testing.T) {
 	}
 	// The boxes the service builds ahead for the judge's ids are gone
 	// with the cleaned-up boxes (aheadIdle at most), and their locks.
-	waitFor(t, "the boxes built ahead for the judge's ids to go", func() bool { return len(staleLocks(names)) == 0 && !anyHeld(names) })
+	for deadline := time.Now().Add(30 * time.Second); len(staleLocks(names)) > 0 || len(heldLocks(names)) > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the judge's ids still have lock files: %v stale, %v held", staleLocks(names), heldLocks(names))
+		}
+	}
 	// The pool's own boxes hold ids of the range isolate picks itself.
 	first, n := (&isolate.Config{NumBoxes: isolate.DefaultNumBoxes}).AutoBoxes()
 	var pooled []string
@@ -204,12 +209,13 @@ func TestJudgesBesideAService(t *testing.T) {
 	}
 }
 
-// anyHeld tells whether someone holds one of the locks names.
-func anyHeld(names []string) bool {
+// heldLocks lists the locks among names that someone holds.
+func heldLocks(names []string) []string {
+	var held []string
 	for _, name := range names {
 		if lockHeld(name) {
-			return true
+			held = append(held, name)
 		}
 	}
-	return false
+	return held
 }
