@@ -24,9 +24,18 @@ const MaxBoxes = 1 << 31
 // 2^32-1.
 const MaxBoxID = 1<<32 - 2 - FirstUID
 
-// DefaultAutoBoxes is how many box ids isolate picks itself from (for a
-// run, a session or a box built ahead that names none), from num_boxes
-// on, unless the configuration's auto_num_boxes says otherwise.
+// DefaultAutoFirstBox is the first box id isolate picks itself (for a run,
+// a session or a box built ahead that names none) unless the
+// configuration's auto_first_box says otherwise: MaxBoxes, above every id
+// a caller may name whatever num_boxes is, so that no judge's id is ever
+// taken, also by a service whose configuration differs from the judge's
+// (not restarted since num_boxes was raised). Its boxes run as host uids
+// from FirstUID+2^31 on: above the subordinate ids useradd hands out
+// (to 600100000) and systemd's ranges for dynamic users and containers.
+const DefaultAutoFirstBox = MaxBoxes
+
+// DefaultAutoBoxes is how many box ids isolate picks itself from, unless
+// the configuration's auto_num_boxes says otherwise.
 const DefaultAutoBoxes = 1000
 
 // FirstUID is the host uid (and gid) of box 0; box N runs as FirstUID+N,

@@ -49,7 +49,7 @@ type Config struct {
 	// for a run, a session or a box built ahead that names none: a range
 	// of their own, outside 0 to NumBoxes-1, so that such a box never
 	// holds an id a judge may name (auto_first_box, auto_num_boxes; 0:
-	// NumBoxes and DefaultAutoBoxes).
+	// DefaultAutoFirstBox and DefaultAutoBoxes).
 	AutoFirstBox, AutoNumBoxes int
 	// BoxRootSize is the size of the tmpfs that holds every persistent
 	// box, in bytes (0: the kernel's default, half of memory);
@@ -200,10 +200,7 @@ func (c *Config) resolveAutoCgroup() error {
 func (c *Config) AutoBoxes() (first, n int) {
 	first, n = c.AutoFirstBox, c.AutoNumBoxes
 	if first == 0 {
-		first = c.NumBoxes
-		if first <= 0 {
-			first = DefaultNumBoxes
-		}
+		first = DefaultAutoFirstBox
 	}
 	if n == 0 {
 		n = min(DefaultAutoBoxes, MaxBoxID+1-first)

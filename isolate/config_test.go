@@ -28,10 +28,11 @@ func TestAutoBoxRange(t *testing.T) {
 		first, n    int
 		errContains string
 	}{
-		{"", DefaultNumBoxes, DefaultAutoBoxes, ""},
-		{"num_boxes = 100\n", 100, DefaultAutoBoxes, ""},
+		{"", 1 << 31, DefaultAutoBoxes, ""},
+		{"num_boxes = 100\n", 1 << 31, DefaultAutoBoxes, ""},
 		{"num_boxes = 2147483648\n", 1 << 31, DefaultAutoBoxes, ""},
 		{"auto_first_box = 5000\nauto_num_boxes = 10\n", 5000, 10, ""},
+		{"auto_first_box = 1000\n", 1000, DefaultAutoBoxes, ""},
 		{"auto_first_box = 5000\nnum_boxes = 6000\n", 0, 0, "auto_first_box = 5000: must be num_boxes (6000) or more"},
 		{"auto_first_box = 999\n", 0, 0, "auto_first_box = 999"},
 		{"auto_num_boxes = 0\n", 0, 0, "auto_num_boxes = 0"},
@@ -53,7 +54,7 @@ func TestAutoBoxRange(t *testing.T) {
 		}
 	}
 	// A Config made in code (no file) has the range too.
-	if first, n := (&Config{NumBoxes: 10}).AutoBoxes(); first != 10 || n != DefaultAutoBoxes {
+	if first, n := (&Config{NumBoxes: 10}).AutoBoxes(); first != 1<<31 || n != DefaultAutoBoxes {
 		t.Errorf("Config{NumBoxes: 10}: %d and %d more", first, n)
 	}
 }
