@@ -764,8 +764,8 @@ static int handover_tried;
 /* in_process: the command line is a run that stays in-process. */
 static int in_process;
 
-/* refuse_setuid ends a start of this binary setuid or setgid (the
- * kernel's AT_SECURE): isolate has no checks for a caller whose rights
+/* refuse_setuid ends a start of this binary setuid, setgid or with file
+ * capabilities (the kernel's AT_SECURE): isolate has no checks for a caller whose rights
  * differ from its own, it runs boxes as whoever runs it. ioi/isolate's
  * Debian package makes its /usr/bin/isolate setuid root for the group
  * isolate with dpkg-statoverride, which outlives that package when this
@@ -773,7 +773,7 @@ static int in_process;
 static void refuse_setuid(char **envp) {
 	if (aux_value(envp, AT_SECURE) == 0)
 		return;
-	write_all(2, "isolate: this binary was started setuid or setgid, which it does not support (a dpkg-statoverride "
+	write_all(2, "isolate: this binary was started setuid, setgid or with file capabilities, which it does not support (a dpkg-statoverride "
 	             "ioi/isolate's package left?): as root, dpkg-statoverride --remove /usr/bin/isolate; "
 	             "chmod 0755 /usr/bin/isolate (MIGRATING.md, \"From ioi/isolate's package\")\n");
 	sys_exit(2);
