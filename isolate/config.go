@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -192,6 +193,21 @@ func (c *Config) resolveAutoCgroup() error {
 	}
 	c.CgroupRoot = cgroupPath(line)
 	c.Notes = append(c.Notes, fmt.Sprintf("cg_root = auto:%s: box cgroups under %s (written by ioi/isolate's isolate-cg-keeper)", c.cgAuto, c.CgroupRoot))
+	// The keeper enables only cpuset and memory for its cgroup's
+	// children; box cgroups need pids and cpu too.
+	if enabled, err := os.ReadFile(filepath.Join(line, "cgroup.subtree_control")); err == nil {
+		var missing []string
+		for _, ctl := range []string{"cpu", "memory", "pids"} {
+			if !slices.Contains(strings.Fields(string(enabled)), ctl) {
+				missing = append(missing, "+"+ctl)
+			}
+		}
+		if len(missing) > 0 {
+			c.Notes = append(c.Notes, fmt.Sprintf("%s enables no %s controller for its children, which box cgroups need: as root, "+
+				"echo '%s' > %s/cgroup.subtree_control (isolate-cg-keeper enables cpuset and memory only)",
+				line, strings.Join(missing, " "), strings.Join(missing, " "), line))
+		}
+	}
 	return nil
 }
 

@@ -3,6 +3,7 @@ package isolate
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -188,6 +189,12 @@ func TestIOIDefaultConfig(t *testing.T) {
 			os.WriteFile(auto, []byte(dir+"\n"), 0o644)
 			if cfg, err = loadText(t, withAuto); err != nil || cfg.CgroupRoot != own {
 				t.Errorf("auto: with the keeper's file naming %s: cg_root %q, want %s (%v)", dir, cfg.CgroupRoot, own, err)
+			}
+			enabled, _ := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
+			ctls := strings.Fields(string(enabled))
+			if hasAll := slices.Contains(ctls, "cpu") && slices.Contains(ctls, "pids") && slices.Contains(ctls, "memory"); !hasAll &&
+				!strings.Contains(strings.Join(cfg.Notes, "\n"), "cgroup.subtree_control") {
+				t.Errorf("%s enables %q, and no note says to enable the rest: %q", dir, enabled, cfg.Notes)
 			}
 		}
 	}

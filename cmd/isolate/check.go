@@ -54,6 +54,9 @@ func checkCommand() *cli.Command {
 			for _, n := range host.Config.Notes {
 				fmt.Printf("note %-22s %s\n", "configuration", n)
 			}
+			first, count := host.Config.AutoBoxes()
+			fmt.Printf("note %-22s callers name 0-%d (num_boxes); isolate picks %d-%d itself (auto_first_box, auto_num_boxes)\n",
+				"box ids", host.Config.NumBoxes-1, first, first+count-1)
 			mgr, err := host.Cgroups()
 			if err != nil {
 				line(false, "cgroups", string(mode)+": "+err.Error(), "mount cgroup2 at /sys/fs/cgroup, or the v1 memory, pids, cpu and cpuacct hierarchies")
