@@ -118,6 +118,7 @@ func TestPoolBuildsNothingAheadForACleanedUpBox(t *testing.T) {
 	logged := make(chan string)
 	go func() {
 		data, _ := io.ReadAll(r)
+		r.Close()
 		logged <- string(data)
 	}()
 	defer func() {
