@@ -42,7 +42,15 @@ func (j *judgeCalls) call(args ...string) string {
 
 func (j *judgeCalls) init(id int) string {
 	j.t.Helper()
-	return strings.TrimSpace(j.call("--cg", "-b", strconv.Itoa(id), "--init"))
+	dir := strings.TrimSpace(j.call("--cg", "-b", strconv.Itoa(id), "--init"))
+	// A test that fails half-way leaves no box (a second cleanup finds
+	// none, and does nothing).
+	j.t.Cleanup(func() {
+		cmd := exec.Command(isolateBin, "-b", strconv.Itoa(id), "--cleanup")
+		cmd.Env = handoverEnv("")
+		cmd.Run()
+	})
+	return dir
 }
 
 func (j *judgeCalls) run(id int, command ...string) string {
