@@ -139,7 +139,7 @@ func CreateOutput(caller *Cred, path string) (*os.File, error) {
 	})
 }
 
-// CreateReportFile creates (or truncates) the caller's regular file path
+// CreateReportFile creates (or truncates) the caller's file path
 // (or opens the caller's descriptor it names) for what a front end writes
 // after the run (a report, a meta file), with
 // caller's rights (nil: this process's), before the run: no symlink is
@@ -149,8 +149,9 @@ func CreateOutput(caller *Cred, path string) (*os.File, error) {
 // bind).
 func CreateReportFile(caller *Cred, path string) (*os.File, error) {
 	return openCallerPath(caller, path, func(t *FSThread, c Cred, h *HostPath) (*os.File, error) {
-		// A name of the caller's own descriptor (/dev/stdout) may be a
-		// pipe or a terminal; a path, only a regular file.
-		return openOutput(t, c, h, h.dir < 0)
+		// A FIFO or a character device the caller can write (/dev/null,
+		// a terminal, a pipe's name) is fine too, as ioi/isolate takes
+		// them for -M: only isolate writes it, once the run is over.
+		return openOutput(t, c, h, streamsAllow)
 	})
 }

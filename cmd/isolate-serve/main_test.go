@@ -187,9 +187,10 @@ func TestSIGKILLLeavesNothing(t *testing.T) {
 		t.Fatalf("upload: %d %s", code, body)
 	}
 	marker := fmt.Sprintf("marker-%d", time.Now().UnixNano())
-	// A box id of its own: other test binaries run boxes meanwhile, from
-	// id 0 up, and a box another run holds is rightly not swept.
-	go c.post("/v1/run", `{"commands":[{"box_id":97,"args":["/bin/sh","-c","sleep 30; : `+marker+`"]}]}`)
+	// A box id of its own, outside the judges' ids another test binary
+	// names meanwhile (0-99): a box another run holds is rightly not
+	// swept.
+	go c.post("/v1/run", `{"commands":[{"box_id":997,"args":["/bin/sh","-c","sleep 30; : `+marker+`"]}]}`)
 	fdtest.WaitFor(t, "the box runs", func() bool { return processWith(marker) })
 	box := boxOf(t, marker)
 	// A box built ahead runs a command, others wait for theirs.

@@ -453,6 +453,11 @@ static void set_disposition(int sig, unsigned long handler) {
 	sys4(SYS_rt_sigaction, sig, &sa, NULL, KSIGSET_SIZE);
 }
 
+/* The signals a run ignores, as ioi/isolate does: SIGPIPE (a write to a
+ * closed stream fails instead), SIGUSR1, SIGUSR2, and SIGTTOU (which would
+ * stop the CLI while the run goes on). */
+static const int ignored_signals[] = {SIGUSR1, SIGUSR2, SIGPIPE, SIGTTOU};
+
 /* die_of ends this process by sig, as its default action does. */
 static __attribute__((noreturn)) void die_of(int sig) {
 	set_disposition(sig, (unsigned long)SIG_DFL);
@@ -630,8 +635,8 @@ static __attribute__((noreturn)) void service_ended(int argc, char **argv) {
  * exit. They stay blocked, as they have been since before the request:
  * a signalfd reads them, what came while the service decided included
  * (a handler would write to a pipe from a page of its own, and the C
- * library's sigaction touches two more). SIGPIPE is ignored: a write to a
- * closed stream fails rather than killing the CLI silently. */
+ * library's sigaction touches two more). SIGPIPE is ignored (handover):
+ * a write to a closed stream fails rather than killing the CLI silently. */
 static __attribute__((noreturn)) void relay(int sock, int argc, char **argv) {
 	ksigset set = RELAYED;
 	long sfd = sys4(SYS_signalfd4, -1, &set, KSIGSET_SIZE, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -788,11 +793,32 @@ static int handover_tried;
 /* in_process: the command line is a run that stays in-process. */
 static int in_process;
 
+/* refuse_setuid ends a start of this binary setuid, setgid or with file
+ * capabilities (the kernel's AT_SECURE): isolate has no checks for a caller whose rights
+ * differ from its own, it runs boxes as whoever runs it. ioi/isolate's
+ * Debian package makes its /usr/bin/isolate setuid root for the group
+ * isolate with dpkg-statoverride, which outlives that package when this
+ * one replaces it. */
+static void refuse_setuid(char **envp) {
+	if (aux_value(envp, AT_SECURE) == 0)
+		return;
+	write_all(2, "isolate: this binary was started setuid, setgid or with file capabilities, which it does not support (a dpkg-statoverride "
+	             "ioi/isolate's package left?): as root, dpkg-statoverride --remove /usr/bin/isolate; "
+	             "chmod 0755 /usr/bin/isolate (MIGRATING.md, \"From ioi/isolate's package\")\n");
+	sys_exit(2);
+}
+
 static void handover(int argc, char **argv, char **envp, int early) {
+	refuse_setuid(envp);
 	/* Only the isolate command hands over, not its test binary. */
 	size_t n = argc > 0 ? str_len(argv[0]) : 0;
 	int test = n >= 5 && str_eq(argv[0] + n - 5, ".test");
 	if (!test && is_run(argc, argv)) {
+		/* Ignored from the start, as ioi/isolate's keeper ignores them,
+		 * whether the run is handed over or stays in-process (where Go
+		 * keeps them ignored: cmdline/signals.go). */
+		for (size_t i = 0; i < sizeof ignored_signals / sizeof ignored_signals[0]; i++)
+			set_disposition(ignored_signals[i], (unsigned long)SIG_IGN);
 		hand_over(argc, argv, envp, early); /* returns if the run stays in-process */
 		in_process = 1;
 	}
