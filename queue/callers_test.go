@@ -46,6 +46,7 @@ var queueCases = []queueCase{
 	{row: "seccomp profiles", body: `{"commands":[{"args":["/bin/true"],"seccomp":"default"}]}`, want: "ok"},
 	{row: "net host", body: `{"commands":[{"args":["/bin/true"],"net":"host"}]}`, want: "403 net"},
 	{row: "seccomp none", body: `{"commands":[{"args":["/bin/true"],"seccomp":"none"}]}`, want: "403 seccomp"},
+	{row: "network allowlist", body: `{"commands":[{"args":["/bin/true"],"network":{"allow":["127.0.0.1:9"]}}]}`, want: "403 allow[0]"},
 	{row: "host paths read", body: `{"commands":[{"args":["/bin/true"],"binds":[{"host":"/etc","box":"/mnt"}]}]}`, want: "403 binds"},
 	// What a job writes comes back in its result, in Redis: a copied-out
 	// file inline, never a host path.
