@@ -80,7 +80,7 @@ func aheadable(sp *Spec) bool {
 // b: everything boxPlan and startInit read from the spec.
 func sameBoxPart(a, b *Spec) bool {
 	return a.BoxID == b.BoxID && a.ImageDir == b.ImageDir && a.TmpSize == b.TmpSize &&
-		a.HostNet == b.HostNet && (a.Egress == nil) == (b.Egress == nil) && a.BoxDir == b.BoxDir && policyName(a) == policyName(b) &&
+		a.HostNet == b.HostNet && (a.Egress == nil) == (b.Egress == nil) && a.NoSyscallReport == b.NoSyscallReport && a.BoxDir == b.BoxDir && policyName(a) == policyName(b) &&
 		reflect.DeepEqual(a.Binds, b.Binds)
 }
 

@@ -86,11 +86,13 @@ type policyKey struct {
 	name          string
 	dev, ino      uint64
 	size, modTime int64
+	quiet         bool // without its listener (Spec.NoSyscallReport)
 }
 
-// policy compiles the named syscall policy, or takes it from the cache.
-func (h *Host) policy(name string) (*seccomp.Program, error) {
-	key := policyKey{name: name}
+// policy compiles the named syscall policy (quiet: without a listener),
+// or takes it from the cache.
+func (h *Host) policy(name string, quiet bool) (*seccomp.Program, error) {
+	key := policyKey{name: name, quiet: quiet}
 	if name != "default" && name != "none" {
 		fi, err := os.Stat(name)
 		if err != nil {
@@ -110,6 +112,9 @@ func (h *Host) policy(name string) (*seccomp.Program, error) {
 	p, err := seccomp.Compile(name)
 	if err != nil {
 		return nil, err
+	}
+	if quiet {
+		p = p.WithoutNotify()
 	}
 	h.mu.Lock()
 	h.policies[key] = p

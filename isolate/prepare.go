@@ -63,7 +63,7 @@ func (p *Prepared) check() error {
 			return fieldf(fmt.Sprintf("copy_out[%d].to", i), "%s: directory %s does not exist", c.To, hostfs.DirOf(c.To))
 		}
 	}
-	policy, err := p.h.policy(policyName(sp))
+	policy, err := p.h.policy(policyName(sp), sp.NoSyscallReport)
 	if err != nil {
 		var pe *seccomp.ProfileError
 		if errors.As(err, &pe) || os.IsNotExist(err) {

@@ -410,3 +410,44 @@ public class Main {
 		t.Fatalf("stdout %q (want %q), stderr %q, blocked %v", rep.Stdout, want, rep.Stderr, rep.BlockedSyscalls)
 	}
 }
+
+// The ioi form's meta file names no blocked system call, so its runs
+// take the policy without a listener: every call the policy refuses is
+// refused the same way (EPERM), in process and handed over, with
+// nothing recorded.
+func TestSeccompIOIFormRefusesWithoutRecording(t *testing.T) {
+	needRoot(t)
+	dir, _ := seccompDir(t)
+	var src strings.Builder
+	src.WriteString("#define _GNU_SOURCE\n#include <errno.h>\n#include <sched.h>\n#include <stdio.h>\n#include <sys/ioctl.h>\n" +
+		"#include <sys/ptrace.h>\n#include <sys/socket.h>\n#include <sys/syscall.h>\n#include <unistd.h>\n#include <linux/vm_sockets.h>\n" +
+		"#ifndef AF_ALG\n#define AF_ALG 38\n#endif\n" +
+		"static void report(const char *name, long r) { printf(\"%s %ld %d\\n\", name, r, r < 0 ? errno : 0); }\nint main(void) {\n")
+	for _, c := range neverAllowed {
+		src.WriteString("\treport(\"" + c.name + "\", " + c.call + ");\n")
+	}
+	src.WriteString("\treturn 0;\n}\n")
+	prog := compileC(t, dir, "refused", src.String(), "-static")
+	ioiBoxRoot(t)
+	box := ioiBox(t, 962)
+	data, err := os.ReadFile(prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(box, "box", "refused"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m, res := ioiMeta(t, "-b", "962", "--run", "--", "./refused")
+	if res.Code != 0 || m["exitcode"] != "0" {
+		t.Fatalf("exit %d, meta %v, stderr %q", res.Code, m, res.Stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+	if len(lines) != len(neverAllowed) {
+		t.Fatalf("%d lines of output, want %d:\n%s", len(lines), len(neverAllowed), res.Stdout)
+	}
+	for i, c := range neverAllowed {
+		if f := strings.Fields(lines[i]); len(f) != 3 || f[0] != c.name || f[1] != "-1" || f[2] != "1" {
+			t.Errorf("%s: %q, want -1 with errno 1 (EPERM)", c.call, lines[i])
+		}
+	}
+}
