@@ -207,7 +207,11 @@ func (iv *invocation) stdioFromFlags(ctx context.Context, wall time.Duration) (s
 	if v.stdin != "" {
 		if iv.namesOwnStdin(v.stdin) {
 			// Passed on as it is: a socket, as Node's child_process
-			// gives its children, cannot be opened again.
+			// gives its children, cannot be opened again. Checked as a
+			// path is: never a directory or a kernel interface.
+			if err := hostfs.CheckStreamFile(iv.Stdin); err != nil {
+				return stdio, close, fmt.Errorf("--stdin %s: %w", v.stdin, err)
+			}
 			stdio.Stdin = iv.Stdin
 		} else {
 			f, err := hostfs.OpenStdin(ctx, iv.cred, iv.hostPath(v.stdin), wall)
