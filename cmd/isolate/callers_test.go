@@ -81,6 +81,8 @@ var boundaryCases = []boundaryCase{
 	{row: "host paths read", cli: []string{"--stdin", "%[2]s/secret"},
 		want: map[string]string{rootHandover: "ok", memberHandover: "refused --stdin"}},
 	{row: "host paths read", custom: stdinSaysNoMore},
+	{row: "host paths read", custom: bindsReadAsTheCaller},
+	{row: "host paths read", custom: streamsAreChecked},
 	{row: "host paths written", cli: []string{"--stdout", "%[2]s/out"},
 		want: map[string]string{rootHandover: "ok", memberHandover: "refused"}},
 	{row: "host paths written", cli: []string{"--stdout", "%[1]s/out-%[3]s", "--meta", "%[1]s/meta-%[3]s"},

@@ -107,3 +107,19 @@ func TestIOIInheritedStdinIsChecked(t *testing.T) {
 		t.Errorf("a file as the ioi form's stdin: exit %d, stdout %q, stderr %q", res.Code, res.Stdout, res.Stderr)
 	}
 }
+
+// streamsAreChecked: a member's descriptor 0 that is a directory is
+// refused as --stdin /dev/stdin, handed over.
+func streamsAreChecked(t *testing.T, b *boundary) {
+	d, err := os.Open(b.shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	cmd := exec.Command(isolateBin, "run", "--stdin", "/dev/stdin", "--", "/bin/ls", "/proc/self/fd/0/")
+	cmd.Env, cmd.Dir, cmd.Stdin = handoverEnv(b.svc.cliSock), "/", d
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: member(memberUID)}
+	if res := runResult(t, cmd); res.Code != 2 || !strings.Contains(res.Stderr, "is a directory") {
+		t.Errorf("a member's directory as --stdin /dev/stdin: exit %d, stdout %q, stderr %q: want refused", res.Code, res.Stdout, res.Stderr)
+	}
+}
