@@ -82,6 +82,10 @@ type Config struct {
 	MaxSessions          int
 	MaxSessionsPerCaller int
 	SessionMaxTimeout    time.Duration
+
+	// Audit writes the audit trail (nil: lines only feed the per-caller
+	// metrics).
+	Audit *Auditor
 }
 
 // Defaults of the service's own bounds.
@@ -120,6 +124,7 @@ type Server struct {
 	cancel context.CancelCauseFunc
 
 	sessions *sessions // nil without cfg.Sessions
+	audit    *Auditor
 
 	mu      sync.Mutex
 	servers []*http.Server
@@ -146,12 +151,15 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, runner: cfg.Runner, store: cfg.Store, queue: newQueue(cfg.Parallel, cfg.Queue), mux: http.NewServeMux(),
 		places: make(chan struct{}, cfg.Parallel+cfg.Queue)}
 	s.base, s.cancel = context.WithCancelCause(context.Background())
+	if s.audit = cfg.Audit; s.audit == nil {
+		s.audit = NewAuditor()
+	}
 	if cfg.Sessions != nil {
 		s.sessions = newSessions(&cfg)
 	}
 	s.metrics = newMetrics(s)
 	handle := func(pattern, endpoint string, h http.HandlerFunc) {
-		s.mux.HandleFunc(pattern, s.metrics.observe(endpoint, h))
+		s.mux.HandleFunc(pattern, s.audited(pattern, s.metrics.observe(endpoint, h)))
 	}
 	handle("POST /v1/run", "run", s.handleRun)
 	handle("POST /v1/exec", "exec", s.handleExec)
@@ -161,7 +169,7 @@ func New(cfg Config) *Server {
 	handle("GET /v1/health", "health", s.handleHealth)
 	handle("GET /v1/version", "version", s.handleVersion)
 	s.registerSessions(handle)
-	s.mux.Handle("GET /metrics", s.metrics.handler())
+	s.mux.HandleFunc("GET /metrics", s.audited("GET /metrics", s.metrics.handler().ServeHTTP))
 	return s
 }
 
