@@ -285,8 +285,17 @@ func (iv *invocation) runAndReport(spec *api.Spec) error {
 			return "", err
 		}
 		rep.Sandbox.Via = iv.via()
+		iv.settle(rep)
 		return rep.Status, iv.emitReport(rep, files)
 	})
+}
+
+// settle gives rep the service's request id and tells Settled of it.
+func (iv *invocation) settle(rep *api.Report) {
+	rep.RequestID = iv.RequestID
+	if iv.Settled != nil {
+		iv.Settled(iv.asked, iv.granted, rep)
+	}
 }
 
 // withRunIO opens the run's host files and a context that signals end,

@@ -306,7 +306,11 @@ var unaudited = map[string]bool{"GET /v1/health": true, "GET /v1/version": true,
 func (s *Server) audited(pattern string, next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		n := &auditNote{id: NewRequestID()}
+		id, _ := r.Context().Value(requestIDKey{}).(string)
+		if id == "" {
+			id = NewRequestID()
+		}
+		n := &auditNote{id: id}
 		w.Header().Set(RequestIDHeader, n.id)
 		if unaudited[pattern] {
 			next(w, r)
@@ -342,6 +346,30 @@ func (s *Server) audited(pattern string, next http.HandlerFunc) http.HandlerFunc
 		}
 		s.audit.Write(l)
 	}
+}
+
+type requestIDKey struct{}
+
+// auditRefused gives a request its id before the token is checked, and
+// writes the line of one refused for its token (401), which reaches no
+// endpoint.
+func (s *Server) auditRefused(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start, id := time.Now(), NewRequestID()
+		w.Header().Set(RequestIDHeader, id)
+		rec := &auditRecorder{ResponseWriter: w}
+		next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
+		if rec.code != http.StatusUnauthorized {
+			return
+		}
+		who := callerOf(r)
+		l := &AuditLine{Time: start, RequestID: id, FrontEnd: FrontAPI, Endpoint: r.Method + " " + r.URL.Path, Caller: AuditCallerOf(who),
+			Code: rec.code, Verdict: "unauthorized", Error: "no valid bearer token", Duration: time.Since(start).Seconds()}
+		if who.Via == caller.TCP {
+			l.Caller.Addr = r.RemoteAddr
+		}
+		s.audit.Write(l)
+	})
 }
 
 // frontEnd names the front end of a request to pattern by who.

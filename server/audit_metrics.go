@@ -82,7 +82,7 @@ func (c *callerUsage) top() (owners []string, uses []usage) {
 // usageCollector exports callerUsage. Gauges, not counters: a caller
 // may move between its own label and "other" as the top changes.
 type usageCollector struct {
-	a                        *Auditor
+	a                       *Auditor
 	requests, commands, cpu *prometheus.Desc
 }
 

@@ -282,3 +282,24 @@ func TestCallerUsageTop(t *testing.T) {
 		t.Errorf("commands counted %v of %d; %d owners held", total, maxCallers+50, len(a.usage.byOwner))
 	}
 }
+
+// A request without the token reaches no endpoint, and still leaves its
+// line and names its request.
+func TestAuditLineOfAnUnauthorizedFake(t *testing.T) {
+	buf := &auditBuffer{}
+	srv := New(Config{Runner: scriptRunner{}, Parallel: 1, Token: "the-run-token-0123456789", Audit: NewAuditor(buf)})
+	w := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(w, httptest.NewRequest("POST", "/v1/run", strings.NewReader(`{"commands":[{"args":["echo"]}]}`)))
+	id := w.Result().Header.Get(RequestIDHeader)
+	l := buf.find(t, id)
+	if w.Code != 401 || id == "" || l == nil || l.Verdict != "unauthorized" || l.Code != 401 || l.Endpoint != "POST /v1/run" {
+		t.Errorf("without the token: %d, id %q, line %+v", w.Code, id, l)
+	}
+	w = httptest.NewRecorder()
+	r := httptest.NewRequest("POST", "/v1/run", strings.NewReader(`{"commands":[{"args":["echo"]}]}`))
+	r.Header.Set("Authorization", "Bearer the-run-token-0123456789")
+	srv.Handler().ServeHTTP(w, r)
+	if id := w.Result().Header.Get(RequestIDHeader); w.Code != 200 || buf.find(t, id) == nil || len(buf.lines(t)) != 2 {
+		t.Errorf("with the token: %d, id %q, lines %+v", w.Code, id, buf.lines(t))
+	}
+}

@@ -178,7 +178,7 @@ func New(cfg Config) *Server {
 func (s *Server) Handler() http.Handler {
 	h := absoluteBoxPaths(s.mux)
 	if s.cfg.Token != "" {
-		return requireToken(s.cfg.Token, h)
+		return s.auditRefused(requireToken(s.cfg.Token, h))
 	}
 	return h
 }

@@ -94,6 +94,9 @@ var boundaryCases = []boundaryCase{
 		want: map[string]string{rootAPI: "400 output_limit_bytes", memberAPI: "400 output_limit_bytes", tcpCaller: "400 output_limit_bytes"}},
 	{row: "parallel slots", custom: handoverTakesASlot},
 	{row: "sessions", custom: sessionsArePerCaller},
+	{row: "audit trail", custom: auditNamesEveryCaller},
+	{row: "every caller's sessions", custom: everyCallersSessions},
+	{row: "metrics and health", custom: monitorRunsNothing},
 }
 
 // boundary is the test's service and its callers.
@@ -144,7 +147,8 @@ func newBoundary(t *testing.T) *boundary {
 	os.WriteFile(filepath.Join(b.secret, "secret"), []byte("root only\n"), 0o600)
 	os.Chmod(b.shared, 0o777)
 	b.svc = ownService(t, "--socket-group", strconv.Itoa(boundaryGroup), "--listen", "127.0.0.1:0", "--token-file", tokenFile,
-		"--max-mem", "256M", "--parallel", "1", "--store-caller-quota", "1K")
+		"--max-mem", "256M", "--parallel", "1", "--store-caller-quota", "1K",
+		"--audit-file", filepath.Join(b.secret, "audit.log"), "--monitor-listen", "127.0.0.1:0")
 	m := regexp.MustCompile(` and (127\.0\.0\.1:[0-9]+) \(`).FindStringSubmatch(b.svc.log())
 	if m == nil {
 		t.Fatalf("no TCP address in the service's log:\n%s", b.svc.log())
