@@ -445,3 +445,38 @@ int main(void) {
 		}
 	}
 }
+
+// TestTracemeGetsItsVerdict: a program that makes init its tracer
+// (PTRACE_TRACEME, allowed under --seccomp none) gets the verdict it
+// earned: a signal that kills it is SG with that signal, not an exit; a
+// traced execve runs the program as usual.
+func TestTracemeGetsItsVerdict(t *testing.T) {
+	needRoot(t)
+	dir, bind := seccompDir(t)
+	compileC(t, dir, "traceme", `#include <signal.h>
+#include <sys/ptrace.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+	if (ptrace(PTRACE_TRACEME, 0, 0, 0) != 0)
+		return 3;
+	if (argc > 1 && argv[1][0] == 'e')
+		execl("/bin/echo", "echo", "exec'd", (char *)0);
+	if (argc > 1 && argv[1][0] == 'k')
+		kill(getpid(), SIGTERM);
+	raise(SIGSEGV);
+	return 4;
+}`)
+	for _, c := range []struct {
+		arg    string
+		status isolate.Status
+		signal int
+	}{{"segv", isolate.StatusSG, 11}, {"kill", isolate.StatusSG, 15}, {"exec", isolate.StatusOK, 0}} {
+		rep, _ := runBox(t, append(bind, "--seccomp", "none", "--", "/opt/sc/traceme", c.arg)...)
+		if rep.Status != c.status || rep.Signal != c.signal || rep.ExitCode == -1 {
+			t.Errorf("PTRACE_TRACEME then %s: %s signal %d exit %d (%s), want %s signal %d", c.arg, rep.Status, rep.Signal, rep.ExitCode, rep.Message, c.status, c.signal)
+		}
+		if c.arg == "exec" && rep.Stdout != "exec'd\n" {
+			t.Errorf("PTRACE_TRACEME then execve: stdout %q", rep.Stdout)
+		}
+	}
+}
