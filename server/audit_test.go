@@ -155,7 +155,8 @@ func TestAuditLinesOfSessionCommandsFake(t *testing.T) {
 	code, b, h := f.doH(t, alice, "POST", "/v1/sessions", `{"memory_bytes": 1048576}`)
 	sid := decodeAs[SessionAnswer](t, b).ID
 	if l := buf.find(t, h.Get(RequestIDHeader)); code != 201 || l == nil || l.FrontEnd != FrontSession || l.Session != sid ||
-		len(l.Commands) != 1 || l.Commands[0].Granted["memory_bytes"] != float64(1<<20) {
+		len(l.Commands) != 1 || l.Commands[0].Granted["memory_bytes"] != float64(1<<20) || l.Commands[0].Asked["memory_bytes"] != float64(1<<20) ||
+		l.Commands[0].Granted["pids"] != float64(64) || l.Commands[0].Asked["pids"] != nil {
 		t.Fatalf("session created: %d %s, line %+v", code, b, l)
 	}
 	code, b, h = f.doH(t, alice, "POST", "/v1/sessions/"+sid+"/commands", `{"args":["echo","fg"]}`)

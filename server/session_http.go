@@ -306,6 +306,8 @@ func (s *Server) handleSessionCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	defer leave()
 	who := callerOf(r)
+	noteOf(r.Context()).ask(&api.Spec{MemoryBytes: req.MemoryBytes, Pids: req.Pids, CPUs: req.CPUs, TmpSizeBytes: req.TmpSizeBytes,
+		FileSizeBytes: req.FileSizeBytes, OpenFiles: req.OpenFiles, StackBytes: req.StackBytes, OutputLimitBytes: req.OutputLimitBytes})
 	spec, lease, idle, err := s.sessionSpec(&req, who)
 	if err != nil {
 		writeError(w, statusOf(err), err)
