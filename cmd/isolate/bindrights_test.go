@@ -48,9 +48,9 @@ func bindsReadAsTheCaller(t *testing.T, b *boundary) {
 	os.Mkdir(out, 0o700)
 	os.Chown(out, memberUID, memberUID)
 
-	res = handover(member(memberUID), "--bind", dir+":/mnt", "--bind", out+":/out:rw", "--",
-		"/bin/sh", "-c", "cat /mnt/* 2>/dev/null; echo written > /out/w")
-	if res.Code != 0 || strings.Contains(res.Stdout, "secret") || !strings.Contains(res.Stdout, "member-own") {
+	res = handover(member(memberUID), "--bind", dir+":/mnt", "--bind", out+":/out:rw", "--bind", own+":/own.txt", "--",
+		"/bin/sh", "-c", "cat /mnt/* 2>/dev/null; cat /own.txt; echo written > /out/w")
+	if res.Code != 0 || strings.Contains(res.Stdout, "secret") || strings.Count(res.Stdout, "member-own") != 2 {
 		t.Errorf("a member's box reading its bind: exit %d, stdout %q, stderr %q: want only the member's own file", res.Code, res.Stdout, res.Stderr)
 	}
 	if err := syscall.Stat(filepath.Join(out, "w"), &st); err != nil || st.Uid != memberUID {
