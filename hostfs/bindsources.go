@@ -122,8 +122,10 @@ func OpenBindSource(t *FSThread, caller Cred, b rootfs.Bind, devDev uint64, byPa
 // it: a copy closed while still detached is unmounted, which costs the
 // kernel an expedited RCU grace period, and those are serialized across
 // the machine (a handed-over run of a box built ahead would pay one for
-// copies it only compares).
-func (b *BindSource) Clone() error {
+// copies it only compares). With idmap (a user namespace's descriptor),
+// the copy is idmapped by that namespace's maps (MOUNT_ATTR_IDMAP): a
+// file system that cannot be, here or in a mount below, fails the copy.
+func (b *BindSource) Clone(idmap *os.File) error {
 	if b.Tree != nil || b.Path != "" {
 		return nil
 	}
@@ -141,6 +143,17 @@ func (b *BindSource) Clone() error {
 	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
 		unix.Close(tree)
 		return fmt.Errorf("make the copy private: %w", err)
+	}
+	if idmap != nil {
+		flags := uint(unix.AT_EMPTY_PATH)
+		if !b.noRec {
+			flags |= unix.AT_RECURSIVE
+		}
+		attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(idmap.Fd())}
+		if err := unix.MountSetattr(tree, "", flags, attr); err != nil {
+			unix.Close(tree)
+			return fmt.Errorf("its file system (or one mounted below it) cannot be mounted idmapped to the caller's uid (%v): a bind of a caller who is not root is read with the caller's rights or not at all", err)
+		}
 	}
 	b.Tree = os.NewFile(uintptr(tree), "bind:"+b.Source.Name())
 	return nil

@@ -25,12 +25,16 @@ func usagef(format string, a ...any) error { return &api.UsageError{Msg: fmt.Spr
 // with caller's rights (nil: this process's).
 // A missing file or a directory is a *api.UsageError. Isolate's own standard
 // input named as a file (/dev/stdin, /proc/self/fd/0), for a nil caller,
-// is passed on as it is: a socket, as Node's child_process gives its
-// children, cannot be opened again. A FIFO waits for its writer, as open(2) does, but only
+// is passed on as it is (a socket, as Node's child_process gives its
+// children, cannot be opened again), if it may be a stream at all
+// (CheckStreamFD). A FIFO waits for its writer, as open(2) does, but only
 // until ctx ends or wall passes (0: no bound).
 func OpenStdin(ctx context.Context, caller *Cred, path string, wall time.Duration) (*os.File, error) {
 	if n, ok := fdName(path); ok && n == 0 && caller == nil {
 		if _, err := os.Stdin.Stat(); err == nil {
+			if err := CheckStreamFD(0); err != nil {
+				return nil, usagef("--stdin %s: %v", path, err)
+			}
 			return os.NewFile(0, path), nil
 		}
 	}

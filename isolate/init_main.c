@@ -227,6 +227,8 @@ static int run_box(void) {
 			pid_t w = wait4(-1, &s, WNOHANG, &r);
 			if (w <= 0)
 				break;
+			if (init_untrace(w, s))
+				continue;
 			if (w == pid) {
 				end = init_now_ns();
 				main_ws = s;

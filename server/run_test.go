@@ -42,10 +42,11 @@ func TestRunReportIsTheCLIs(t *testing.T) {
 	if err := json.Unmarshal(b, &raw); err != nil {
 		t.Fatal(err)
 	}
-	// Every key of the contract's report, and no other.
+	// Every key of the contract's report, the service's request id, and
+	// no other.
 	want := strings.Fields(`status message exit_code signal killed limit cpu_time user_time sys_time wall_time
 		memory_peak max_rss oom_killed pids_peak csw_voluntary csw_involuntary stdout stderr
-		stdout_truncated stderr_truncated blocked_syscalls box_id sandbox`)
+		stdout_truncated stderr_truncated blocked_syscalls box_id sandbox request_id`)
 	got := raw.Results[0]
 	for _, k := range want {
 		if _, ok := got[k]; !ok {

@@ -83,6 +83,10 @@ type Config struct {
 	MaxSessions          int
 	MaxSessionsPerCaller int
 	SessionMaxTimeout    time.Duration
+
+	// Audit writes the audit trail (nil: lines only feed the per-caller
+	// metrics).
+	Audit *Auditor
 }
 
 // Defaults of the service's own bounds.
@@ -125,6 +129,7 @@ type Server struct {
 	cancel context.CancelCauseFunc
 
 	sessions *sessions // nil without cfg.Sessions
+	audit    *Auditor
 
 	mu      sync.Mutex
 	servers []*http.Server
@@ -152,12 +157,15 @@ func New(cfg Config) *Server {
 		places: make(chan struct{}, cfg.Parallel+cfg.Queue)}
 	s.base, s.cancel = context.WithCancelCause(context.Background())
 	s.drained, s.stopTaken = context.WithCancelCause(context.Background())
+	if s.audit = cfg.Audit; s.audit == nil {
+		s.audit = NewAuditor()
+	}
 	if cfg.Sessions != nil {
 		s.sessions = newSessions(&cfg)
 	}
 	s.metrics = newMetrics(s)
 	handle := func(pattern, endpoint string, h http.HandlerFunc) {
-		s.mux.HandleFunc(pattern, s.metrics.observe(endpoint, h))
+		s.mux.HandleFunc(pattern, s.audited(pattern, s.metrics.observe(endpoint, h)))
 	}
 	handle("POST /v1/run", "run", s.handleRun)
 	handle("POST /v1/exec", "exec", s.handleExec)
@@ -168,7 +176,7 @@ func New(cfg Config) *Server {
 	handle("GET /v1/version", "version", s.handleVersion)
 	handle("GET /v1/limits", "limits", s.handleLimits)
 	s.registerSessions(handle)
-	s.mux.Handle("GET /metrics", s.metrics.handler())
+	s.mux.HandleFunc("GET /metrics", s.audited("GET /metrics", s.metrics.handler().ServeHTTP))
 	return s
 }
 
@@ -177,7 +185,7 @@ func New(cfg Config) *Server {
 func (s *Server) Handler() http.Handler {
 	h := absoluteBoxPaths(s.mux)
 	if s.cfg.Token != "" {
-		return requireToken(s.cfg.Token, h)
+		return s.auditRefused(requireToken(s.cfg.Token, h))
 	}
 	return h
 }

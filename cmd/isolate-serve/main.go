@@ -95,6 +95,9 @@ type options struct {
 	maxSessions          int
 	maxSessionsPerCaller int
 	sessionMaxTimeout    time.Duration
+	auditFile            string
+	monitorListen        string
+	monitorSocket        string
 	// A service without root (rootless.go).
 	cgroupRoot      string
 	allowRlimitOnly bool
@@ -173,6 +176,9 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.IntVar(&o.maxSessions, "max-sessions", server.DefaultMaxSessions, "sessions alive at once, in all; more get 429")
 	fs.IntVar(&o.maxSessionsPerCaller, "max-sessions-per-caller", server.DefaultMaxSessionsPerCaller, "sessions one caller (a uid; over TCP: the token) may hold at once")
 	fs.DurationVar(&o.sessionMaxTimeout, "session-max-timeout", server.DefaultSessionMaxTimeout, "longest lease a session may ask (timeout_ms)")
+	fs.StringVar(&o.auditFile, "audit-file", "", "also append the audit trail (a JSON line per request, always on standard error) to this `FILE` (mode 0600)")
+	fs.StringVar(&o.monitorListen, "monitor-listen", "", "serve /metrics and /v1/health only, without a token, on this TCP `ADDR`")
+	fs.StringVar(&o.monitorSocket, "monitor-socket", "", "serve /metrics and /v1/health only on this unix socket `PATH` (anyone on the host may connect)")
 	fs.StringVar(&o.cgroupRoot, "cgroup-root", "", "run by a user who is not root: a delegated cgroup v2 `DIR` for the boxes' cgroups (default: the service's own cgroup, if delegated)")
 	fs.BoolVar(&o.printVersion, "version", false, "print the version and exit")
 	fs.BoolVar(&o.allowRlimitOnly, "allow-rlimit-only", false, "run by a user who is not root: go on with rlimits alone where no cgroup is delegated (it then takes only runs that allow that too)")
@@ -398,6 +404,15 @@ func serve(args []string) error {
 	}
 	defer host.StopPool()
 
+	auditor, closeAudit, err := o.openAuditor()
+	if err != nil {
+		return err
+	}
+	defer closeAudit()
+	monitors, err := o.monitorListeners()
+	if err != nil {
+		return err
+	}
 	cli, err := startCLI(o, gid, host, policy)
 	if err != nil {
 		return err
@@ -411,6 +426,7 @@ func serve(args []string) error {
 	readyDone := make(chan struct{})
 	go func() { ready.run(readyCtx); close(readyDone) }()
 	defer func() { stopReady(); <-readyDone }()
+	cli.auditTo(auditor)
 	var srv *server.Server
 	worker, err := o.q.worker(o.parallel, &srv, ready)
 	if err != nil {
@@ -436,7 +452,17 @@ func serve(args []string) error {
 		MaxSessions:          o.maxSessions,
 		MaxSessionsPerCaller: o.maxSessionsPerCaller,
 		SessionMaxTimeout:    o.sessionMaxTimeout,
+
+		Audit: auditor,
 	})
+	for _, l := range monitors {
+		go func() {
+			if err := srv.ServeMonitor(l); err != nil {
+				fmt.Fprintln(os.Stderr, "isolate serve: monitor: "+err.Error())
+			}
+		}()
+		fmt.Fprintf(os.Stderr, "isolate serve: monitor (/metrics, /v1/health) on %s\n", l.Addr())
+	}
 	cli.serve(srv.Slot)
 	// MCP over streamable HTTP: each MCP session speaks as the caller
 	// that opened it, through the API's own handlers.

@@ -207,7 +207,8 @@ static int own_dir(const char *path, unsigned uid) {
 /* user_socket writes the CLI socket of a service the user uid (not root)
  * runs for itself into out, where isolate.UserRuntimeDir puts it:
  * $XDG_RUNTIME_DIR/isolate if that is a directory of the user's alone,
- * else $TMPDIR/isolate-UID (TMPDIR empty: /tmp); -1 if it does not fit. */
+ * else $TMPDIR/isolate-UID (TMPDIR empty: /tmp), else, when another user
+ * made that one, $HOME/.cache/isolate; -1 if it does not fit. */
 static int user_socket(char **envp, unsigned uid, char *out, size_t size) {
 	char num[16];
 	int i = sizeof num - 1;
@@ -223,10 +224,17 @@ static int user_socket(char **envp, unsigned uid, char *out, size_t size) {
 	const char *tmp = env_value(envp, "TMPDIR=");
 	if (!tmp || !tmp[0])
 		tmp = "/tmp";
-	return append(out, &n, size, tmp) < 0 || append(out, &n, size, "/isolate-") < 0 ||
-	               append(out, &n, size, num + i) < 0 || append(out, &n, size, "/cli.sock") < 0
-	           ? -1
-	           : 0;
+	if (append(out, &n, size, tmp) < 0 || append(out, &n, size, "/isolate-") < 0 || append(out, &n, size, num + i) < 0)
+		return -1;
+	struct stat st;
+	const char *home = env_value(envp, "HOME=");
+	if (sys4(SYS_newfstatat, AT_FDCWD, out, &st, AT_SYMLINK_NOFOLLOW) == 0 && !own_dir(out, sys0(SYS_geteuid)) &&
+	    home && home[0] == '/') {
+		n = 0;
+		out[0] = 0;
+		return append(out, &n, size, home) < 0 || append(out, &n, size, "/.cache/isolate/cli.sock") < 0 ? -1 : 0;
+	}
+	return append(out, &n, size, "/cli.sock") < 0 ? -1 : 0;
 }
 
 /* connect_service connects to the service at path, a process of root's

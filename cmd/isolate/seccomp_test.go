@@ -245,7 +245,8 @@ func TestSeccompBrokenProfileIsAUsageError(t *testing.T) {
 
 func TestSeccompModeInProcStatus(t *testing.T) {
 	needRoot(t)
-	for _, c := range []struct{ policy, want string }{{"default", "Seccomp:\t2"}, {"none", "Seccomp:\t0"}} {
+	// "none" filters vsock sockets only (TestVsockRefusedInEveryPolicy).
+	for _, c := range []struct{ policy, want string }{{"default", "Seccomp:\t2"}, {"none", "Seccomp:\t2"}} {
 		rep, _ := runBox(t, "--seccomp", c.policy, "--", "/bin/grep", "^Seccomp:", "/proc/self/status")
 		expectStatus(t, rep, isolate.StatusOK)
 		if !strings.Contains(rep.Stdout, c.want+"\n") {
@@ -408,6 +409,75 @@ public class Main {
 	want := "java ok 29999994 child\n"
 	if rep.Stdout != want || len(rep.BlockedSyscalls) != 0 {
 		t.Fatalf("stdout %q (want %q), stderr %q, blocked %v", rep.Stdout, want, rep.Stderr, rep.BlockedSyscalls)
+	}
+}
+
+// TestVsockRefusedInEveryPolicy: a box's network namespace does not cover
+// vsock, so no policy lets the program make a vsock socket (on a virtual
+// machine it would reach the hypervisor's host): not --seccomp none, not
+// a profile that allows everything.
+func TestVsockRefusedInEveryPolicy(t *testing.T) {
+	needRoot(t)
+	dir, bind := seccompDir(t)
+	compileC(t, dir, "vsock", `#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+int main(void) {
+	int fd = socket(40 /* AF_VSOCK */, SOCK_STREAM, 0);
+	int sv[2];
+	int pair = socketpair(40, SOCK_STREAM, 0, sv);
+	printf("socket %d %s\n", fd, fd < 0 ? strerror(errno) : "made");
+	printf("socketpair %d\n", pair);
+	int un = socket(AF_UNIX, SOCK_STREAM, 0);
+	printf("unix %s\n", un >= 0 ? "made" : "refused");
+	return 0;
+}`)
+	profile := filepath.Join(dir, "all.json")
+	os.WriteFile(profile, []byte(`{"defaultAction": "SCMP_ACT_ALLOW"}`), 0o644)
+	for _, c := range []struct{ policy, refusal string }{
+		{"none", "Address family not supported"}, {profile, "Address family not supported"}, {"default", "Operation not permitted"},
+	} {
+		rep, _ := runBox(t, append(bind, "--seccomp", c.policy, "--", "/opt/sc/vsock")...)
+		if rep.Status != isolate.StatusOK || !strings.Contains(rep.Stdout, "socket -1 "+c.refusal) ||
+			!strings.Contains(rep.Stdout, "socketpair -1") || !strings.Contains(rep.Stdout, "unix made") {
+			t.Errorf("--seccomp %s: %s %q", c.policy, rep.Status, rep.Stdout)
+		}
+	}
+}
+
+// TestTracemeGetsItsVerdict: a program that makes init its tracer
+// (PTRACE_TRACEME, allowed under --seccomp none) gets the verdict it
+// earned: a signal that kills it is SG with that signal, not an exit; a
+// traced execve runs the program as usual.
+func TestTracemeGetsItsVerdict(t *testing.T) {
+	needRoot(t)
+	dir, bind := seccompDir(t)
+	compileC(t, dir, "traceme", `#include <signal.h>
+#include <sys/ptrace.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+	if (ptrace(PTRACE_TRACEME, 0, 0, 0) != 0)
+		return 3;
+	if (argc > 1 && argv[1][0] == 'e')
+		execl("/bin/echo", "echo", "exec'd", (char *)0);
+	if (argc > 1 && argv[1][0] == 'k')
+		kill(getpid(), SIGTERM);
+	raise(SIGSEGV);
+	return 4;
+}`)
+	for _, c := range []struct {
+		arg    string
+		status isolate.Status
+		signal int
+	}{{"segv", isolate.StatusSG, 11}, {"kill", isolate.StatusSG, 15}, {"exec", isolate.StatusOK, 0}} {
+		rep, _ := runBox(t, append(bind, "--seccomp", "none", "--", "/opt/sc/traceme", c.arg)...)
+		if rep.Status != c.status || rep.Signal != c.signal || rep.ExitCode == -1 {
+			t.Errorf("PTRACE_TRACEME then %s: %s signal %d exit %d (%s), want %s signal %d", c.arg, rep.Status, rep.Signal, rep.ExitCode, rep.Message, c.status, c.signal)
+		}
+		if c.arg == "exec" && rep.Stdout != "exec'd\n" {
+			t.Errorf("PTRACE_TRACEME then execve: stdout %q", rep.Stdout)
+		}
 	}
 }
 
