@@ -24,6 +24,7 @@ import (
 
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/caller"
+	"github.com/isolate-sandbox/isolate/egress"
 )
 
 // RequestIDHeader is the header of every answer that names its request.
@@ -62,6 +63,9 @@ type AuditCommand struct {
 	BoxID      int            `json:"box_id"`
 	// Process is a session command's id.
 	Process uint64 `json:"process,omitempty"`
+	// Network is what a box with an allowlist reached and was refused:
+	// each connection's host, port, verdict and bytes.
+	Network *egress.Report `json:"network,omitempty"`
 }
 
 // AuditLine is one line of the audit trail.
@@ -148,6 +152,7 @@ func AuditCommandOf(asked map[string]any, granted *api.Spec, rep *api.Report) Au
 	}
 	if rep != nil {
 		c.Status, c.CPUTime, c.MemoryPeak, c.WallTime, c.BoxID = string(rep.Status), rep.CPUTime, rep.MemoryPeak, rep.WallTime, rep.BoxID
+		c.Network = rep.Network
 		if rep.Sandbox.Image != "" {
 			c.Image = rep.Sandbox.Image
 		}

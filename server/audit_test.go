@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/caller"
+	"github.com/isolate-sandbox/isolate/egress"
 	"github.com/isolate-sandbox/isolate/filestore"
 )
 
@@ -302,5 +304,23 @@ func TestAuditLineOfAnUnauthorizedFake(t *testing.T) {
 	srv.Handler().ServeHTTP(w, r)
 	if id := w.Result().Header.Get(RequestIDHeader); w.Code != 200 || buf.find(t, id) == nil || len(buf.lines(t)) != 2 {
 		t.Errorf("with the token: %d, id %q, lines %+v", w.Code, id, buf.lines(t))
+	}
+}
+
+// A box's connections through its allowlist are in its command's line.
+func TestAuditCommandHasTheNetwork(t *testing.T) {
+	nr := &egress.Report{Allowed: 1, Refused: 1, Connections: []egress.Connection{
+		{Host: "pypi.org", Port: 443, Via: "connect", Allowed: true, BytesOut: 10, BytesIn: 20},
+		{Host: "evil.example", Port: 80, Via: "http", Reason: "evil.example:80 is not in the allowlist"}}}
+	c := AuditCommandOf(nil, &api.Spec{Args: []string{"x"}}, &api.Report{Status: api.StatusOK, Network: nr})
+	b, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"network":{"connections":[{"host":"pypi.org"`) || !strings.Contains(string(b), `"refused":1`) {
+		t.Errorf("line: %s", b)
+	}
+	if b, _ := json.Marshal(AuditCommandOf(nil, nil, &api.Report{Status: api.StatusOK})); strings.Contains(string(b), "network") {
+		t.Errorf("a run without an allowlist: %s", b)
 	}
 }
