@@ -46,6 +46,8 @@ type SessionRequest struct {
 	// IdleTimeoutMs ends the session after this long without a request
 	// (default 10 min).
 	IdleTimeoutMs int64 `json:"idle_timeout_ms,omitempty"`
+	// Metadata is the caller's, to find the session by (session_meta.go).
+	Metadata Metadata `json:"metadata,omitempty"`
 }
 
 // SessionCommandRequest is the body of POST /v1/sessions/{id}/commands.
@@ -71,8 +73,9 @@ type SessionAnswer struct {
 	ExpiresAt     time.Time      `json:"expires_at"`
 	IdleExpiresAt time.Time      `json:"idle_expires_at"`
 	LastUsedAt    *time.Time     `json:"last_used_at,omitempty"`
+	Metadata      Metadata       `json:"metadata,omitzero"`
 	Usage         *SessionUsage  `json:"usage,omitempty"`
-	Processes     []ProcessState `json:"processes,omitempty"`
+	Processes     []ProcessState `json:"processes,omitzero"`
 	Contexts      []ContextState `json:"contexts,omitempty"`
 }
 
@@ -243,6 +246,9 @@ func readBody[T any](s *Server, w http.ResponseWriter, r *http.Request, v *T) (l
 // sessionSpec checks req and makes the session's spec, its lease and
 // idle time, with the caller's caps applied.
 func (s *Server) sessionSpec(req *SessionRequest, who caller.Caller) (*api.Spec, time.Duration, time.Duration, error) {
+	if err := checkMetadata(req.Metadata); err != nil {
+		return nil, 0, 0, err
+	}
 	spec := &api.Spec{Args: []string{"session"}, Image: req.Image, Lang: req.Lang, Net: req.Net, Network: req.Network, Env: req.Env, Seccomp: req.Seccomp,
 		MemoryBytes: req.MemoryBytes, Pids: req.Pids, CPUs: req.CPUs, TmpSizeBytes: req.TmpSizeBytes, FileSizeBytes: req.FileSizeBytes,
 		OpenFiles: req.OpenFiles, StackBytes: req.StackBytes, OutputLimitBytes: req.OutputLimitBytes}
@@ -334,14 +340,14 @@ func (s *Server) handleSessionCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a := sess.answer(false)
-	s.answer(w, http.StatusCreated, SessionAnswer{ID: a.ID, ExpiresAt: a.ExpiresAt, IdleExpiresAt: a.IdleExpiresAt})
+	s.answer(w, http.StatusCreated, SessionAnswer{ID: a.ID, ExpiresAt: a.ExpiresAt, IdleExpiresAt: a.IdleExpiresAt, Metadata: sess.setMetadata(req.Metadata)})
 }
 
 // answer describes s; full adds its usage, processes and contexts.
 func (s *session) answer(full bool) SessionAnswer {
 	s.mu.Lock()
 	created, last := s.created.UTC(), s.lastUsed.UTC()
-	a := SessionAnswer{ID: s.id, CreatedAt: &created, ExpiresAt: s.expires.UTC(), IdleExpiresAt: s.lastUsed.Add(s.idle).UTC(), LastUsedAt: &last}
+	a := SessionAnswer{ID: s.id, CreatedAt: &created, ExpiresAt: s.expires.UTC(), IdleExpiresAt: s.lastUsed.Add(s.idle).UTC(), LastUsedAt: &last, Metadata: s.metadata}
 	if full {
 		a.Processes = []ProcessState{}
 		for _, id := range s.order {
@@ -374,8 +380,14 @@ func (c *codeContext) state() ContextState {
 
 func (s *Server) handleSessionList(w http.ResponseWriter, r *http.Request) {
 	list := []SessionAnswer{}
+	want, ok := metadataFilter(w, r.URL.Query())
+	if !ok {
+		return
+	}
 	for _, sess := range s.sessions.list(ownerOf(callerOf(r))) {
-		list = append(list, sess.answer(false))
+		if sess.matches(want) {
+			list = append(list, sess.answer(false))
+		}
 	}
 	s.answer(w, http.StatusOK, map[string][]SessionAnswer{"sessions": list})
 }
