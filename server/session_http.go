@@ -155,6 +155,7 @@ func (s *Server) registerSessions(handle func(pattern, endpoint string, h http.H
 		{"PUT /v1/sessions/{id}/files/{path...}", "session_files", s.handleSessionFilePut},
 		{"GET /v1/sessions/{id}/files/{path...}", "session_files", s.handleSessionFileGet},
 		{"DELETE /v1/sessions/{id}/files/{path...}", "session_files", s.handleSessionFileDelete},
+		{"POST /v1/sessions/{id}/files/{path...}", "session_files", s.handleSessionFileOp},
 	} {
 		h := e.h
 		handle(e.pattern, e.endpoint, func(w http.ResponseWriter, r *http.Request) {

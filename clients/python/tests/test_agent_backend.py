@@ -249,6 +249,23 @@ def test_sessions_found_again_from_another_process(service_api: str) -> None:
         Session(socket_path=service_api, metadata={"k": "v" * 513})
 
 
+@needs_service
+def test_files_make_dir_and_rename(service_api: str) -> None:
+    with Session(socket_path=service_api, timeout=60) as sb:
+        assert sb.files.make_dir("a/b") is True
+        assert sb.files.make_dir("/box/a/b") is False
+        sb.files.write("a/f.txt", "hi")
+        moved = sb.files.rename("a/f.txt", "a/b/g.txt")
+        assert (moved.path, moved.size, moved.is_dir) == ("/box/a/b/g.txt", 2, False)
+        assert sb.files.read("/box/a/b/g.txt") == "hi" and not sb.files.exists("a/f.txt")
+        with pytest.raises(ServiceError) as e:
+            sb.files.rename("a", "/etc/a")
+        assert (e.value.status, e.value.field) == (400, "to")
+        with pytest.raises(ServiceError) as e:
+            sb.files.make_dir("a/b/g.txt")
+        assert (e.value.status, e.value.field) == (400, "path")
+
+
 def test_health_asked_once_per_endpoint(stub: Stub) -> None:  # noqa: F811
     stub.route("GET /v1/sessions", (200, {"sessions": [{"id": "s1", "metadata": {"k": "v"}}]}))
     for _ in range(3):

@@ -15,7 +15,7 @@ import socket
 import time
 import urllib.parse
 from typing import (Any, Callable, Dict, Iterator, List, Literal, Mapping, Optional, Sequence,
-                    Union, overload)
+                    Tuple, Union, overload)
 
 from .config import DEFAULT_SOCKET
 from .errors import CallTimeoutError, SandboxError, SandboxUnavailableError, ServiceError
@@ -366,18 +366,25 @@ class Session:
 
     def _json(self, method: str, path: str, body: Optional[Any],
               bound: Optional[float] = None) -> Dict[str, Any]:
+        return self._answer(method, path, body, bound)[1]
+
+    def _answer(self, method: str, path: str, body: Optional[Any],
+                bound: Optional[float] = None) -> Tuple[int, Dict[str, Any]]:
+        """A JSON request's status and answer."""
         data = None if body is None else json.dumps(body).encode()
-        raw = self._request(method, path, data, bound=bound)
+        status: List[int] = []
+        raw = self._request(method, path, data, bound=bound, status=status.append)
         try:
             answer: Dict[str, Any] = json.loads(raw) if raw.strip() else {}
         except ValueError:
             raise SandboxError(f"isolate service: {method} {path}: not JSON: {raw[:200]!r}"
                                ) from None
-        return answer
+        return status[0], answer
 
     def _request(self, method: str, path: str, data: Optional[bytes],
                  content_type: str = "application/json", bound: Optional[float] = None,
-                 chunks: Optional[Callable[[bytes], None]] = None) -> bytes:
+                 chunks: Optional[Callable[[bytes], None]] = None,
+                 status: Optional[Callable[[int], None]] = None) -> bytes:
         """One request; the answer's body (or, with ``chunks``, the body handed over as it is
         read). A status of 300 or more is a ServiceError."""
         timeout = bound if bound is not None else COMMAND_TIMEOUT + CALL_MARGIN
@@ -393,6 +400,8 @@ class Session:
             if resp.status >= 300:
                 raise error_of(resp.status, resp.reason, resp.read(MAX_ERROR_BYTES),
                                resp.getheader("Retry-After"))
+            if status is not None:
+                status(resp.status)
             if chunks is None:
                 return resp.read()
             while True:
@@ -668,6 +677,19 @@ class Files:
     def remove(self, path: str) -> None:
         """Remove ``path`` (a directory with everything in it)."""
         self.session._request("DELETE", self._path(path), None)
+
+    def make_dir(self, path: str) -> bool:
+        """Make the directory ``path`` and what is missing above it; False when it was there
+        already (anything else there is a ServiceError naming ``path``)."""
+        answer = self.session._answer("POST", self._path(path), {"op": "mkdir"})
+        return answer[0] == 201
+
+    def rename(self, old: str, new: str) -> FileEntry:
+        """Move ``old`` to ``new`` within the box (replacing what ``new`` names, as rename(2)
+        does; a symlink moves as itself); what ``new`` is then. Both under /box, or both under
+        /tmp: they are two file systems."""
+        _, doc = self.session._answer("POST", self._path(old), {"op": "rename", "to": new})
+        return FileEntry.from_json(doc)
 
 
 # Bounds of a session's metadata (the service's too).
