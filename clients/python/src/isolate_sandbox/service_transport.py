@@ -47,7 +47,7 @@ BOX_TOP = ("/box", "/tmp")
 # request's body (the service's --max-body is 4 MiB by default, and base64 adds a third; a
 # command's copy_in holds at most 256 entries).
 MAX_INLINE_BYTES = 2 << 20
-MAX_INLINE_FILES = 200
+MAX_INLINE_FILES = 250
 
 # Where that archive lands in the box (the setup script unpacks it and removes it).
 ARCHIVE = "/box/.isolate-in.tar"
