@@ -214,6 +214,8 @@ class ServiceTransport:
     """
 
     name = "service"
+    # Whether files to copy in beyond a request body's bound go through the file store.
+    stores_files = True
 
     def __init__(self, endpoint: str, token: Optional[str] = None,
                  busy_wait: Optional[float] = None) -> None:
@@ -251,7 +253,7 @@ class ServiceTransport:
         """``POST /v1/run`` with one command; copy-in files travel inline (base64)."""
         args, cwd = list(request.command), request.cwd
         stored = None
-        if over_inline_bounds(request.copy_in):
+        if self.stores_files and over_inline_bounds(request.copy_in):
             # Too big for a request's body (or too many files for its copy_in): one archive,
             # streamed to the file store, that the box unpacks before the command.
             stored = self.store_archive(request.copy_in)
