@@ -111,6 +111,9 @@ type CodeRequest struct {
 	Language  string `json:"language,omitempty"` // of the default context (python)
 	TimeoutMs int64  `json:"timeout_ms,omitempty"`
 	Stream    bool   `json:"stream,omitempty"`
+	// Env (NAME=VALUE) and Cwd hold for this call only (isolate.CallOptions).
+	Env []string `json:"env,omitempty"`
+	Cwd string   `json:"cwd,omitempty"`
 }
 
 // CodeAnswer is what running code answers.
@@ -898,6 +901,11 @@ func (s *Server) handleCode(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
+	opts := isolate.CallOptions{Env: req.Env, Cwd: req.Cwd}
+	if err := opts.Check(); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
 	var c *codeContext
 	if req.Context == "" {
 		c, err = sess.newContext(req.Language, true)
@@ -935,7 +943,7 @@ func (s *Server) handleCode(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, &api.FieldError{Field: "context", Msg: "no such context in this session"})
 		return
 	}
-	ex, err := cc.Run(ctx, req.Code, onStdout, onStderr)
+	ex, err := cc.Run(isolate.WithCallOptions(ctx, opts), req.Code, onStdout, onStderr)
 	// Code running when its session ends answers as a command does
 	// then: the session has ended (its context with it).
 	// (Its context may be closed with it before the call sees the end.)

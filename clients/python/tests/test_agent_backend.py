@@ -250,6 +250,19 @@ def test_sessions_found_again_from_another_process(service_api: str) -> None:
 
 
 @needs_service
+def test_run_code_env_and_cwd_for_one_call(service_api: str) -> None:
+    look = "import os\n(os.environ.get('A'), os.getcwd())"
+    with Session(socket_path=service_api, timeout=60) as sb:
+        assert sb.run_code(look, env={"A": "1"}, cwd="/tmp").result == "('1', '/tmp')"
+        assert sb.run_code(look).result == "(None, '/box')"
+        ctx = sb.create_code_context()
+        assert ctx.run_code(look, cwd="/tmp").result == "(None, '/tmp')"
+        with pytest.raises(ServiceError) as e:
+            sb.run_code("1", cwd="tmp")
+        assert (e.value.status, e.value.field) == (400, "cwd")
+
+
+@needs_service
 def test_files_make_dir_and_rename(service_api: str) -> None:
     with Session(socket_path=service_api, timeout=60) as sb:
         assert sb.files.make_dir("a/b") is True

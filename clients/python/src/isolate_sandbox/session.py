@@ -316,12 +316,18 @@ class Session:
                  context: Optional[Union[str, "CodeContext"]] = None,
                  on_stdout: Optional[OutputCallback] = None,
                  on_stderr: Optional[OutputCallback] = None,
-                 timeout: Optional[float] = None) -> Execution:
+                 timeout: Optional[float] = None, env: Optional[Mapping[str, str]] = None,
+                 cwd: Optional[str] = None) -> Execution:
         """Execute ``code`` in an interpreter of the session that keeps its state between
         calls: ``context`` (from :meth:`create_code_context`), else the session's default one
         of ``language`` (the session's language). ``on_stdout``/``on_stderr`` get output as it
-        arrives. ``timeout`` (seconds) interrupts the code (``KeyboardInterrupt``)."""
+        arrives. ``timeout`` (seconds) interrupts the code (``KeyboardInterrupt``). ``env``
+        (added to ``os.environ``) and ``cwd`` (absolute) hold for this call only."""
         body: Dict[str, Any] = {"code": code}
+        if env:
+            body["env"] = env_list(env)
+        if cwd is not None:
+            body["cwd"] = cwd
         if isinstance(context, CodeContext):
             context = context.id
         if context is not None:
@@ -454,10 +460,11 @@ class CodeContext:
 
     def run_code(self, code: str, on_stdout: Optional[OutputCallback] = None,
                  on_stderr: Optional[OutputCallback] = None,
-                 timeout: Optional[float] = None) -> Execution:
+                 timeout: Optional[float] = None, env: Optional[Mapping[str, str]] = None,
+                 cwd: Optional[str] = None) -> Execution:
         """:meth:`Session.run_code` in this context."""
         return self.session.run_code(code, context=self.id, on_stdout=on_stdout,
-                                     on_stderr=on_stderr, timeout=timeout)
+                                     on_stderr=on_stderr, timeout=timeout, env=env, cwd=cwd)
 
     def remove(self) -> None:
         """End this interpreter."""
