@@ -72,8 +72,12 @@ vmtest:
 # cross-compiled), tarballs and SHA256SUMS in dist/, each binary checked
 # (arm64 under qemu-user: scripts/release-check.sh says what that cannot
 # check). The version is git describe's; VERSION=... names another.
+# Each tarball also holds the man pages, completions, units, LICENSE and
+# the Python client (scripts/release.sh). It installs nothing: what the
+# host lacks (the cross compiler, arm64 libraries, qemu-user) it lists;
+# RELEASE_INSTALL=1 installs it.
 release:
-	./scripts/release.sh
+	RELEASE_INSTALL=$(RELEASE_INSTALL) ./scripts/release.sh
 
 clean:
 	rm -rf bin build dist

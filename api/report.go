@@ -56,6 +56,9 @@ type Report struct {
 	Network *egress.Report `json:"network,omitempty"`
 	BoxID   int            `json:"box_id"`
 	Sandbox SandboxInfo    `json:"sandbox"`
+	// RequestID is the service's id of the request that ran it (its
+	// X-Request-Id and audit line); empty in-process.
+	RequestID string `json:"request_id,omitempty"`
 
 	// Cause is why the sandbox failed (status XX), for errors.As: a
 	// *StepError for a failed step of building the box, context.Cause

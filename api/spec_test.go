@@ -114,3 +114,18 @@ func TestNoCgo(t *testing.T) {
 		t.Errorf("CGO_ENABLED=0 go build: %v: %s", err, out)
 	}
 }
+
+// Limits names what a spec sets, by the request's JSON names.
+func TestLimits(t *testing.T) {
+	s := Spec{CPUTimeMs: 1000, MemoryBytes: 1 << 20, CPUs: 0.5, Pids: Unlimited}
+	got := Limits(&s)
+	want := map[string]any{"cpu_time_ms": int64(1000), "memory_bytes": int64(1 << 20), "cpus": 0.5, "pids": int64(Unlimited)}
+	if len(got) != len(want) {
+		t.Fatalf("Limits = %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("Limits[%s] = %v, want %v", k, got[k], v)
+		}
+	}
+}

@@ -13,7 +13,8 @@ import (
 
 // parentName is the directory, under the cgroup this process is in, that
 // holds the cgroups of all boxes. Only what is below it is ever created,
-// written or removed.
+// written or removed, but for a cgroup made for this process to prepare:
+// a delegated one (delegated.go) or a container's own (container.go).
 const parentName = "isolate"
 
 // v1Controllers are the v1 hierarchies a box needs.
@@ -31,12 +32,18 @@ type Manager struct {
 	// parents maps a v1 controller to the absolute directory that holds the
 	// boxes; on v2 the only key is "".
 	parents map[string]string
+	// own, on v2, is the cgroup this process runs in and prepares for
+	// boxes, a container's or a delegated one (container.go), and ownWhat
+	// its name in messages; "" elsewhere.
+	own, ownWhat string
 }
 
 // NewManager finds the directories that hold box cgroups: "isolate" under
 // the cgroup this process is in (per controller on v1), or under root when
 // root is set (a cgroup path such as "/isolate.slice", relative to each
-// hierarchy's mount point).
+// hierarchy's mount point). In a container's cgroup or a delegated one on
+// v2 it is "isolate" under that cgroup, not the leaf this process moves
+// itself to (container.go).
 func NewManager(root string) (*Manager, error) {
 	mode := DetectMode()
 	m := &Manager{mode: mode, parents: map[string]string{}}
@@ -70,6 +77,8 @@ func NewManager(root string) (*Manager, error) {
 		base := own[""]
 		if root != "" {
 			base = root
+		} else if own, what := ownPreparable(mnt, base); own != "" {
+			base, m.own, m.ownWhat = own, filepath.Join(mnt, own), what
 		}
 		m.parents[""] = filepath.Join(mnt, base, parentName)
 	default:
@@ -90,6 +99,11 @@ func (m *Manager) ensureParents() error {
 	for c, dir := range m.parents {
 		if _, err := os.Stat(dir); err == nil {
 			continue
+		}
+		if c == "" && m.own != "" {
+			if err := prepareOwn(m.own, m.ownWhat); err != nil {
+				return err
+			}
 		}
 		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("create cgroup %s: %w", dir, err)
@@ -166,8 +180,53 @@ func (m *Manager) Boxes() []string {
 }
 
 // ownCgroups maps each v1 controller (and "" for v2) to this process's
-// cgroup path.
+// cgroup path, as seen under the hierarchy's mount point: where a
+// container runtime bound the container's own cgroup there (a v1
+// hierarchy in a container without a cgroup namespace), the path
+// /proc/self/cgroup gives is relative to the hierarchy's root, and the
+// mount's root is cut from it.
 func ownCgroups() (map[string]string, error) {
+	own, err := procCgroups()
+	if err != nil {
+		return nil, err
+	}
+	mounts, err := hostfs.Mounts()
+	if err != nil {
+		return nil, err
+	}
+	underMounts(own, mounts)
+	return own, nil
+}
+
+// underMounts makes each path of own (by controller, "" for v2) relative
+// to the root of the first mount of its hierarchy, where the path is
+// below that root.
+func underMounts(own map[string]string, mounts []hostfs.Mount) {
+	seen := map[string]bool{}
+	for _, m := range mounts {
+		var keys []string
+		switch m.FSType {
+		case "cgroup2":
+			keys = []string{""}
+		case "cgroup":
+			keys = strings.Split(m.Super, ",")
+		}
+		for _, k := range keys {
+			p, ok := own[k]
+			if !ok || seen[k] {
+				continue
+			}
+			seen[k] = true // the first mount, as cgroupMounts takes
+			if r := strings.TrimSuffix(m.Root, "/"); r != "" && (p == r || strings.HasPrefix(p, r+"/")) {
+				own[k] = "/" + strings.TrimPrefix(strings.TrimPrefix(p, r), "/")
+			}
+		}
+	}
+}
+
+// procCgroups maps each v1 controller (and "" for v2) to this process's
+// cgroup path as /proc/self/cgroup gives it.
+func procCgroups() (map[string]string, error) {
 	f, err := os.Open("/proc/self/cgroup")
 	if err != nil {
 		return nil, err

@@ -76,6 +76,8 @@ func (iv *invocation) profilePath(profile string) string {
 // runtime opens them with the service's rights; the caller gains nothing
 // by it.
 func (iv *invocation) checkCallerPaths(spec *api.Spec, sources ...string) error {
+	// What the run asked, before the caps apply (the audit line's).
+	iv.asked, iv.granted = api.Limits(spec), spec
 	if iv.Caller == nil {
 		return nil
 	}

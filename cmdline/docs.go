@@ -33,7 +33,8 @@ takes ioi/isolate's options with their meanings and writes its meta file (**-M**
 Exit status: 0 the program exited 0 within its limits; 1 it failed (RE, SG, TO, ML, CE); 2 usage
 error or a failure of the sandbox (XX).
 
-Files: /etc/isolate/config (ioi/isolate's format), /etc/isolate/langs.d, /var/lib/isolate/images
+Files: /etc/isolate/config (ioi/isolate's format; where it does not exist, ioi/isolate's own file
+/etc/isolate or /usr/local/etc/isolate), /etc/isolate/langs.d, /var/lib/isolate/images
 (the language images: **isolate image build --all**), /var/local/lib/isolate (persistent boxes),
 /run/isolate (the service's sockets, locks).`
 

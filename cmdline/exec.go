@@ -51,6 +51,7 @@ func (iv *invocation) execAction(c *cli.Context) error {
 			if phase != nil {
 				phase.Sandbox.Via = iv.via()
 				phase.Message = iv.asGiven(phase.Message)
+				iv.settle(phase)
 			}
 		}
 		return rep.Status, iv.emitExecReport(rep, files)

@@ -52,7 +52,7 @@ func (iv *invocation) runIOI(args []string) int {
 	// Persistent boxes are root's: through the service too, only root's
 	// (a service a user who is not root runs for itself has none).
 	if (iv.Caller == nil && os.Geteuid() != 0) || (iv.Host != nil && iv.Host.Rootless()) {
-		return ioiUsage(errors.New("must be started as root"))
+		return ioiUsage(iv.declined(errors.New("must be started as root")))
 	}
 	if iv.Caller != nil {
 		id := o.BoxID()

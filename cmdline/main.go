@@ -18,6 +18,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/caller"
 	"github.com/isolate-sandbox/isolate/hostfs"
 	"github.com/isolate-sandbox/isolate/isolate"
@@ -60,6 +61,17 @@ type Invocation struct {
 	// process's own are caught (from the moment a run begins).
 	Signals <-chan syscall.Signal
 	Via     string // "service" when the service runs it; "": in-process
+	// Declined is which service declined to take this run, handed over
+	// to it, and why ("": none did): a run in-process that a user who
+	// is not root cannot make names that first, as the cause.
+	Declined string
+	// RequestID is the service's id of the handover: the report's
+	// request_id.
+	RequestID string
+	// Settled, if set, is told of each report of a run (each phase of an
+	// exec): the limits the command line asked, the spec it ran with
+	// (caps applied), the report. The service's audit line is made of it.
+	Settled func(asked map[string]any, granted *api.Spec, rep *api.Report)
 }
 
 // Exit is how an invocation ends: with Code, or, when Signal is not 0, by
@@ -113,6 +125,10 @@ type invocation struct {
 	// rootless: the run is a user's who is not root, in-process
 	// (rootless.go).
 	rootless bool
+	// asked and granted are the run's limits before the caps and its
+	// spec after (checkCallerPaths), for Settled.
+	asked   map[string]any
+	granted *api.Spec
 	// resolved maps each relative host path resolved from Dir back to
 	// the path as given: messages name it as the caller wrote it, as
 	// isolate run from that directory would.
@@ -244,6 +260,7 @@ func (iv *invocation) host() (*isolate.Host, error) {
 		var err error
 		if iv.rootless {
 			iv.ownHost, err = iv.rootlessHost()
+			err = iv.declined(err)
 		} else {
 			iv.ownHost, err = isolate.NewHost(nil)
 		}

@@ -2,6 +2,7 @@ package cmdline
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/isolate-sandbox/isolate/isolate"
 )
@@ -22,4 +23,15 @@ func (iv *invocation) checkRootlessFlags() error {
 func (iv *invocation) rootlessHost() (*isolate.Host, error) {
 	v := &iv.values
 	return isolate.NewRootlessHost(nil, isolate.RootlessOptions{CgroupRoot: iv.path(v.cgroupRoot), AllowRlimitOnly: v.allowRlimitOnly})
+}
+
+// declined words err, the refusal of a run in-process by a user who is
+// not root, after the service it was handed to declined it: that is the
+// cause (after an upgrade, a service not yet restarted is another
+// version), named first.
+func (iv *invocation) declined(err error) error {
+	if err == nil || iv.Declined == "" {
+		return err
+	}
+	return fmt.Errorf("%s; in-process instead: %w", iv.Declined, err)
 }

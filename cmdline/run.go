@@ -210,7 +210,11 @@ func (iv *invocation) stdioFromFlags(ctx context.Context, wall time.Duration) (s
 	if v.stdin != "" {
 		if iv.namesOwnStdin(v.stdin) {
 			// Passed on as it is: a socket, as Node's child_process
-			// gives its children, cannot be opened again.
+			// gives its children, cannot be opened again. Checked as a
+			// path is: never a directory or a kernel interface.
+			if err := hostfs.CheckStreamFile(iv.Stdin); err != nil {
+				return stdio, close, fmt.Errorf("--stdin %s: %w", v.stdin, err)
+			}
 			stdio.Stdin = iv.Stdin
 		} else {
 			f, err := hostfs.OpenStdin(ctx, iv.cred, iv.hostPath(v.stdin), wall)
@@ -284,8 +288,17 @@ func (iv *invocation) runAndReport(spec *api.Spec) error {
 			return "", err
 		}
 		rep.Sandbox.Via = iv.via()
+		iv.settle(rep)
 		return rep.Status, iv.emitReport(rep, files)
 	})
+}
+
+// settle gives rep the service's request id and tells Settled of it.
+func (iv *invocation) settle(rep *api.Report) {
+	rep.RequestID = iv.RequestID
+	if iv.Settled != nil {
+		iv.Settled(iv.asked, iv.granted, rep)
+	}
 }
 
 // withRunIO opens the run's host files and a context that signals end,

@@ -62,9 +62,19 @@ func CatchSignalsEarly(args []string) {
 	}
 }
 
+// ignoredSignals are ignored from a run's start, as ioi/isolate ignores
+// them: SIGPIPE (a write to a closed stream, the standard output among
+// them, fails instead of ending isolate), SIGUSR1, SIGUSR2, and SIGTTOU
+// (whose default action would stop the supervisor while the program runs
+// on). The CLI's C entry point ignores them first (handover.c), for a run
+// handed over too; the box's init gives its processes the default
+// actions back (init_main.c).
+var ignoredSignals = []os.Signal{syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGTTOU}
+
 // catchSignals starts catching the signals (the first run does). With no
 // run listening, a signal ends isolate as its default action would.
 func catchSignals() {
+	signal.Ignore(ignoredSignals...)
 	interrupt.ctx, interrupt.cancel = context.WithCancelCause(context.Background())
 	caught, err := catchAsyncSignals()
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -21,14 +22,14 @@ import (
 
 // manifests decodes every file of kubernetes/ strictly (an unknown or
 // duplicate field is an error, as kubectl --validate=strict says) into
-// its kind's API type.
-func manifests(t *testing.T) map[string]any {
+// its kind's API type, by kind and name.
+func manifests(t *testing.T) map[string]map[string]any {
 	t.Helper()
 	files, err := filepath.Glob("kubernetes/*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no manifests in kubernetes/: %v", err)
 	}
-	objs := map[string]any{}
+	objs := map[string]map[string]any{}
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -59,27 +60,42 @@ func manifests(t *testing.T) map[string]any {
 		if err := yaml.UnmarshalStrict(data, obj); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
-		if _, twice := objs[tm.Kind]; twice {
-			t.Fatalf("%s: a second %s", f, tm.Kind)
+		name := obj.(metav1.Object).GetName()
+		if objs[tm.Kind] == nil {
+			objs[tm.Kind] = map[string]any{}
 		}
-		objs[tm.Kind] = obj
+		if _, twice := objs[tm.Kind][name]; twice {
+			t.Fatalf("%s: a second %s %s", f, tm.Kind, name)
+		}
+		objs[tm.Kind][name] = obj
 	}
 	for _, kind := range []string{"Namespace", "ConfigMap", "Secret", "Service", "DaemonSet"} {
-		if objs[kind] == nil {
+		if len(objs[kind]) == 0 {
 			t.Fatalf("no %s among the manifests", kind)
 		}
 	}
 	return objs
 }
 
+// one is the object of kind named name.
+func one[T any](t *testing.T, objs map[string]map[string]any, kind, name string) T {
+	t.Helper()
+	obj, ok := objs[kind][name].(T)
+	if !ok {
+		t.Fatalf("no %s %s among the manifests", kind, name)
+	}
+	return obj
+}
+
 func TestManifests(t *testing.T) {
 	objs := manifests(t)
-	ns := objs["Namespace"].(*corev1.Namespace)
-	cm := objs["ConfigMap"].(*corev1.ConfigMap)
-	secret := objs["Secret"].(*corev1.Secret)
-	svc := objs["Service"].(*corev1.Service)
-	ds := objs["DaemonSet"].(*appsv1.DaemonSet)
-	for _, m := range []metav1.ObjectMeta{cm.ObjectMeta, secret.ObjectMeta, svc.ObjectMeta, ds.ObjectMeta} {
+	ns := one[*corev1.Namespace](t, objs, "Namespace", "isolate")
+	cm := one[*corev1.ConfigMap](t, objs, "ConfigMap", "isolate-worker")
+	secret := one[*corev1.Secret](t, objs, "Secret", "isolate-worker")
+	svc := one[*corev1.Service](t, objs, "Service", "isolate-api")
+	pods := one[*corev1.Service](t, objs, "Service", "isolate-api-pods")
+	ds := one[*appsv1.DaemonSet](t, objs, "DaemonSet", "isolate-worker")
+	for _, m := range []metav1.ObjectMeta{cm.ObjectMeta, secret.ObjectMeta, svc.ObjectMeta, pods.ObjectMeta, ds.ObjectMeta} {
 		if m.Namespace != ns.Name {
 			t.Errorf("%s is in namespace %q, want %q", m.Name, m.Namespace, ns.Name)
 		}
@@ -102,8 +118,10 @@ func TestManifests(t *testing.T) {
 		if ds.Spec.Template.Labels[k] != v {
 			t.Errorf("the DaemonSet's selector %s=%s does not match its pods", k, v)
 		}
-		if svc.Spec.Selector[k] != v {
-			t.Errorf("the Service's selector lacks %s=%s", k, v)
+		for _, s := range []*corev1.Service{svc, pods} {
+			if s.Spec.Selector[k] != v {
+				t.Errorf("the Service %s's selector lacks %s=%s", s.Name, k, v)
+			}
 		}
 	}
 
@@ -179,21 +197,98 @@ func TestManifests(t *testing.T) {
 			t.Errorf("%s probe %+v: want isolate-serve probe on --socket with --token-file", name, p)
 		}
 	}
+	// A pod whose host cannot make boxes is not ready, never restarted in
+	// a loop: liveness asks only whether the service answers.
+	if p := c.LivenessProbe; p == nil || p.Exec == nil || !slices.Contains(p.Exec.Command, "--live") {
+		t.Error("the liveness probe lacks --live")
+	}
+	if p := c.ReadinessProbe; p != nil && p.Exec != nil && slices.Contains(p.Exec.Command, "--live") {
+		t.Error("the readiness probe has --live: it would call a pod that cannot make boxes ready")
+	}
 
-	// Resources: requests, and a memory limit that holds PARALLEL boxes
-	// at MAX_MEM.
+	// Resources: requests, and a memory limit that holds, at once,
+	// PARALLEL runs and MAX_SESSIONS sessions at MAX_MEM with their
+	// MAX_TMP_SIZE of files, the runs' captured output (two streams, kept
+	// and encoded) and the service's own 256 MiB.
 	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() {
 		t.Error("no cpu or memory request")
 	}
-	parallel, maxMem := atoi(cm.Data["PARALLEL"]), size(cm.Data["MAX_MEM"])
-	if lim := c.Resources.Limits.Memory().Value(); parallel == 0 || maxMem == 0 || lim < parallel*maxMem {
-		t.Errorf("memory limit %d < PARALLEL %d x MAX_MEM %d", lim, parallel, maxMem)
+	for flag, key := range map[string]string{"--parallel": "PARALLEL", "--max-mem": "MAX_MEM", "--max-tmp-size": "MAX_TMP_SIZE",
+		"--max-output": "MAX_OUTPUT", "--max-sessions": "MAX_SESSIONS", "--max-sessions-per-caller": "MAX_SESSIONS_PER_CALLER",
+		"--session-max-timeout": "SESSION_MAX_TIMEOUT", "--store-ttl": "STORE_TTL"} {
+		if args[flag] != "$("+key+")" {
+			t.Errorf("%s=%s, want $(%s): the memory limit and the affinity are computed from the ConfigMap", flag, args[flag], key)
+		}
+	}
+	parallel, sessions := atoi(cm.Data["PARALLEL"]), atoi(cm.Data["MAX_SESSIONS"])
+	maxMem, maxTmp, maxOutput := size(cm.Data["MAX_MEM"]), size(cm.Data["MAX_TMP_SIZE"]), size(cm.Data["MAX_OUTPUT"])
+	want := (parallel+sessions)*(maxMem+maxTmp) + parallel*2*2*maxOutput + 256<<20
+	if lim := c.Resources.Limits.Memory().Value(); parallel == 0 || sessions == 0 || maxMem == 0 || maxTmp == 0 || maxOutput == 0 || lim < want {
+		t.Errorf("memory limit %d < (PARALLEL %d + MAX_SESSIONS %d) x (MAX_MEM %d + MAX_TMP_SIZE %d) + PARALLEL x 4 x MAX_OUTPUT %d + 256 MiB = %d",
+			lim, parallel, sessions, maxMem, maxTmp, maxOutput, want)
+	}
+	if perCaller := atoi(cm.Data["MAX_SESSIONS_PER_CALLER"]); perCaller < 1 || perCaller > sessions {
+		t.Errorf("MAX_SESSIONS_PER_CALLER %d: want 1 to MAX_SESSIONS %d", perCaller, sessions)
 	}
 
-	// Draining: the kubelet waits longer than --grace.
-	grace := atoi(strings.TrimSuffix(args["--grace"], "s"))
-	if pod.TerminationGracePeriodSeconds == nil || *pod.TerminationGracePeriodSeconds <= grace {
-		t.Errorf("terminationGracePeriodSeconds must exceed --grace %s", args["--grace"])
+	// Sessions and stored files live in one pod: the Service keeps a
+	// client on its pod as long as either may live, and a headless
+	// Service addresses each pod.
+	lives := max(seconds(t, cm.Data["SESSION_MAX_TIMEOUT"]), seconds(t, cm.Data["STORE_TTL"]))
+	if svc.Spec.SessionAffinity != corev1.ServiceAffinityClientIP || svc.Spec.SessionAffinityConfig == nil ||
+		svc.Spec.SessionAffinityConfig.ClientIP == nil || svc.Spec.SessionAffinityConfig.ClientIP.TimeoutSeconds == nil ||
+		int64(*svc.Spec.SessionAffinityConfig.ClientIP.TimeoutSeconds) < lives {
+		t.Errorf("the Service %s: want ClientIP affinity for at least %d s (a session's or a stored file's life)", svc.Name, lives)
+	}
+	if pods.Spec.ClusterIP != corev1.ClusterIPNone || len(pods.Spec.Ports) != 1 || pods.Spec.Ports[0].TargetPort != port {
+		t.Errorf("the Service %s: want headless (clusterIP None), one port targeting %q", pods.Name, "http")
+	}
+
+	// The namespace admits privileged pods, and says so.
+	if ns.Labels["pod-security.kubernetes.io/enforce"] != "privileged" {
+		t.Errorf("namespace %s: pod-security.kubernetes.io/enforce %q, want privileged (the pod is)", ns.Name, ns.Labels["pod-security.kubernetes.io/enforce"])
+	}
+
+	// Draining: before SIGTERM the worker stops taking work, on its socket
+	// with its token, within the kubelet's grace.
+	if h := c.Lifecycle; h == nil || h.PreStop == nil || h.PreStop.Exec == nil ||
+		!slices.Equal(h.PreStop.Exec.Command[:min(4, len(h.PreStop.Exec.Command))], []string{"/usr/local/bin/isolate-serve", "drain",
+			"--socket=" + args["--socket"], "--token-file=" + args["--token-file"]}) {
+		t.Errorf("preStop %+v: want isolate-serve drain --socket=%s --token-file=%s", c.Lifecycle, args["--socket"], args["--token-file"])
+	} else {
+		timeout := ""
+		for _, a := range h.PreStop.Exec.Command {
+			if v, ok := strings.CutPrefix(a, "--timeout="); ok {
+				timeout = v
+			}
+		}
+		if timeout == "" || pod.TerminationGracePeriodSeconds == nil || seconds(t, timeout) >= *pod.TerminationGracePeriodSeconds {
+			t.Errorf("preStop: --timeout=%s, want one shorter than terminationGracePeriodSeconds (the hook's time counts in it)", timeout)
+		}
+	}
+
+	// Images: an init container builds the languages it names into the
+	// node's /var/lib/isolate, each one a language isolate knows, with the
+	// worker's image and no shell (the image may have none).
+	if len(pod.InitContainers) != 1 {
+		t.Fatalf("%d init containers, want the image builder alone", len(pod.InitContainers))
+	}
+	ic := pod.InitContainers[0]
+	build := []string{"/usr/local/bin/isolate", "image", "build"}
+	if ic.Image != c.Image || len(ic.Command) <= len(build) || !slices.Equal(ic.Command[:len(build)], build) {
+		t.Errorf("init container %s: %s %q, want %q LANG... with the worker's image %s", ic.Name, ic.Image, ic.Command, build, c.Image)
+	} else {
+		for _, l := range ic.Command[len(build):] {
+			if _, err := os.Stat(filepath.Join("..", "langs", "defs", l+".json")); err != nil {
+				t.Errorf("init container %s: %s is no language of langs/defs", ic.Name, l)
+			}
+		}
+	}
+	if sc := ic.SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged {
+		t.Errorf("init container %s is not privileged: debootstrap makes device nodes, squashfs images need loop devices", ic.Name)
+	}
+	if !slices.ContainsFunc(ic.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/var/lib/isolate" && !m.ReadOnly }) {
+		t.Errorf("init container %s does not write the node's /var/lib/isolate", ic.Name)
 	}
 
 	// Privileges: exactly what docs/QUEUE.md says, nothing of the host's
@@ -221,6 +316,16 @@ func TestManifests(t *testing.T) {
 	if !stateMounted {
 		t.Error("/var/lib/isolate (images, persistent boxes) is not the node's")
 	}
+}
+
+// seconds reads a duration of the ConfigMap in whole seconds.
+func seconds(t *testing.T, s string) int64 {
+	t.Helper()
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		t.Fatalf("duration %q: %v", s, err)
+	}
+	return int64(d / time.Second)
 }
 
 func atoi(s string) int64 {

@@ -77,6 +77,7 @@ type Server struct {
 	build   string
 	cpus    string // this process's CPU affinity (cpusHex)
 	umask   string // this process's umask (%04o)
+	version string // the service's version (SetVersion), for declines
 	run     Runner
 	outcome func(string)
 	// declines, if set, is why the service leaves a command line to the
@@ -184,6 +185,26 @@ func (s *Server) Shutdown(grace time.Duration) {
 	s.cancel(errors.New("the service stopped"))
 }
 
+// SetVersion names the version of isolate the service is, for the
+// reason it declines another build's runs with. Call it before Serve.
+func (s *Server) SetVersion(v string) { s.version = v }
+
+// otherBuild is why the service declines a client of build id build (the
+// CLI recognises it by its beginning, "it runs isolate ": cmd/isolate's
+// otherBuild): it
+// is another version of isolate than the one the service was started
+// with (an upgrade replaced the binaries; the service runs on until it
+// restarts).
+func (s *Server) otherBuild(build string) string {
+	v := s.version
+	if v == "" {
+		v = "(version unknown)"
+	}
+	return fmt.Sprintf("it runs isolate %s and takes runs only from the isolate binary it was started with "+
+		"(build id %.12s, this one's %.12s): after an upgrade, restart it (systemctl restart isolate)",
+		v, s.build, build)
+}
+
 // admit counts a run in, unless the service is stopping.
 func (s *Server) admit() bool {
 	s.mu.Lock()
@@ -228,7 +249,7 @@ func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred) {
 		return
 	}
 	if req.build != s.build {
-		s.decline(c, fmt.Sprintf("a different build of isolate (%q; the service takes %q)", req.build, s.build))
+		s.decline(c, s.otherBuild(req.build))
 		s.tell(OutcomeDeclined)
 		return
 	}

@@ -122,8 +122,10 @@ func OpenBindSource(t *FSThread, caller Cred, b rootfs.Bind, devDev uint64, byPa
 // it: a copy closed while still detached is unmounted, which costs the
 // kernel an expedited RCU grace period, and those are serialized across
 // the machine (a handed-over run of a box built ahead would pay one for
-// copies it only compares).
-func (b *BindSource) Clone() error {
+// copies it only compares). With idmap (a user namespace's descriptor),
+// the copy is idmapped by that namespace's maps (MOUNT_ATTR_IDMAP): a
+// file system that cannot be, here or in a mount below, fails the copy.
+func (b *BindSource) Clone(idmap *os.File) error {
 	if b.Tree != nil || b.Path != "" {
 		return nil
 	}
@@ -141,6 +143,17 @@ func (b *BindSource) Clone() error {
 	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
 		unix.Close(tree)
 		return fmt.Errorf("make the copy private: %w", err)
+	}
+	if idmap != nil {
+		flags := uint(unix.AT_EMPTY_PATH)
+		if !b.noRec {
+			flags |= unix.AT_RECURSIVE
+		}
+		attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(idmap.Fd())}
+		if err := unix.MountSetattr(tree, "", flags, attr); err != nil {
+			unix.Close(tree)
+			return fmt.Errorf("its file system (or one mounted below it) cannot be mounted idmapped to the caller's uid (%v): a bind of a caller who is not root is read with the caller's rights or not at all", err)
+		}
 	}
 	b.Tree = os.NewFile(uintptr(tree), "bind:"+b.Source.Name())
 	return nil
@@ -166,7 +179,13 @@ var kernelFSTypes = map[string]bool{
 
 // Mount is a line of this process's mountinfo: where, what, its source
 // and its file system's options (a cgroup v1 mount's controllers).
-type Mount struct{ Point, FSType, Source, Super string }
+type Mount struct {
+	Point, FSType, Source, Super string
+	// Root is the directory of the file system mounted at Point (a bind
+	// mount's, or a cgroup's a container runtime bound there): "/" for
+	// the whole.
+	Root string
+}
 
 // noKernelMountBelow refuses a directory (fd) below which a kernel
 // interface is mounted: a recursive bind would bring it into the box.
@@ -261,7 +280,8 @@ func parseMounts(data []byte) []Mount {
 		fields := strings.Fields(line)
 		for i, f := range fields {
 			if f == "-" && i > 4 && i+2 < len(fields) {
-				m := Mount{Point: unescapeMount(fields[4]), FSType: fields[i+1], Source: unescapeMount(fields[i+2])}
+				m := Mount{Point: unescapeMount(fields[4]), FSType: fields[i+1], Source: unescapeMount(fields[i+2]),
+					Root: unescapeMount(fields[3])}
 				if i+3 < len(fields) {
 					m.Super = fields[i+3]
 				}

@@ -85,17 +85,17 @@ func TestUnescapeMount(t *testing.T) {
 }
 
 // A mountinfo line gives the point unescaped, the type, the source and
-// the file system's options (a v1 cgroup's controllers), whatever
-// optional fields stand before the separator.
+// the file system's options (a v1 cgroup's controllers) and the mounted
+// directory's root, whatever optional fields stand before the separator.
 func TestParseMounts(t *testing.T) {
-	data := "35 24 0:30 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid shared:9 - cgroup cgroup rw,cpu,cpuacct\n" +
+	data := "35 24 0:30 /libpod_parent/libpod-1 /sys/fs/cgroup/cpu,cpuacct rw,nosuid shared:9 - cgroup cgroup rw,cpu,cpuacct\n" +
 		"36 24 0:31 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw,nsdelegate\n" +
 		"40 24 8:1 / /mnt/a\\040b rw shared:1 master:2 - ext4 /dev/sda1 rw\n" +
 		"41 24 8:1 / /short rw - ext4\n"
 	want := []Mount{
-		{Point: "/sys/fs/cgroup/cpu,cpuacct", FSType: "cgroup", Source: "cgroup", Super: "rw,cpu,cpuacct"},
-		{Point: "/sys/fs/cgroup/unified", FSType: "cgroup2", Source: "cgroup2", Super: "rw,nsdelegate"},
-		{Point: "/mnt/a b", FSType: "ext4", Source: "/dev/sda1", Super: "rw"},
+		{Point: "/sys/fs/cgroup/cpu,cpuacct", FSType: "cgroup", Source: "cgroup", Super: "rw,cpu,cpuacct", Root: "/libpod_parent/libpod-1"},
+		{Point: "/sys/fs/cgroup/unified", FSType: "cgroup2", Source: "cgroup2", Super: "rw,nsdelegate", Root: "/"},
+		{Point: "/mnt/a b", FSType: "ext4", Source: "/dev/sda1", Super: "rw", Root: "/"},
 	}
 	got := parseMounts([]byte(data))
 	if len(got) != len(want) {

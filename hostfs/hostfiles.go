@@ -416,20 +416,27 @@ func openCallerFile(t *FSThread, caller Cred, h *HostPath, mode int, streams boo
 }
 
 // checkStream keeps fd if it is a regular file (truncated when opened for
-// writing) or, with streams, a FIFO or character device; it then blocks
-// again, as the program expects.
+// writing) or, with streams, a FIFO or character device, within what a
+// program's stream may be (CheckStreamFD: no file of a kernel interface,
+// no device but a terminal or the box's own); it then blocks again, as
+// the program expects.
 func checkStream(fd int, streams bool) (*os.File, error) {
 	var st unix.Stat_t
 	err := unix.Fstat(fd, &st)
 	if err == nil {
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFREG:
+			if err = checkStreamStat(fd, &st); err != nil {
+				break
+			}
 			if fl, _ := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0); fl&unix.O_ACCMODE != unix.O_RDONLY && fl&unix.O_APPEND == 0 {
 				err = unix.Ftruncate(fd, 0)
 			}
 		case unix.S_IFIFO, unix.S_IFCHR:
 			if !streams {
 				err = fmt.Errorf("is a %s, not a regular file", fileKind(st.Mode))
+			} else {
+				err = checkStreamStat(fd, &st)
 			}
 		default:
 			err = fmt.Errorf("is a %s, not a regular file", fileKind(st.Mode))

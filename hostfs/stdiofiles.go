@@ -25,12 +25,16 @@ func usagef(format string, a ...any) error { return &api.UsageError{Msg: fmt.Spr
 // with caller's rights (nil: this process's).
 // A missing file or a directory is a *api.UsageError. Isolate's own standard
 // input named as a file (/dev/stdin, /proc/self/fd/0), for a nil caller,
-// is passed on as it is: a socket, as Node's child_process gives its
-// children, cannot be opened again. A FIFO waits for its writer, as open(2) does, but only
+// is passed on as it is (a socket, as Node's child_process gives its
+// children, cannot be opened again), if it may be a stream at all
+// (CheckStreamFD). A FIFO waits for its writer, as open(2) does, but only
 // until ctx ends or wall passes (0: no bound).
 func OpenStdin(ctx context.Context, caller *Cred, path string, wall time.Duration) (*os.File, error) {
 	if n, ok := fdName(path); ok && n == 0 && caller == nil {
 		if _, err := os.Stdin.Stat(); err == nil {
+			if err := CheckStreamFD(0); err != nil {
+				return nil, usagef("--stdin %s: %v", path, err)
+			}
 			return os.NewFile(0, path), nil
 		}
 	}
@@ -139,7 +143,7 @@ func CreateOutput(caller *Cred, path string) (*os.File, error) {
 	})
 }
 
-// CreateReportFile creates (or truncates) the caller's regular file path
+// CreateReportFile creates (or truncates) the caller's file path
 // (or opens the caller's descriptor it names) for what a front end writes
 // after the run (a report, a meta file), with
 // caller's rights (nil: this process's), before the run: no symlink is
@@ -149,8 +153,9 @@ func CreateOutput(caller *Cred, path string) (*os.File, error) {
 // bind).
 func CreateReportFile(caller *Cred, path string) (*os.File, error) {
 	return openCallerPath(caller, path, func(t *FSThread, c Cred, h *HostPath) (*os.File, error) {
-		// A name of the caller's own descriptor (/dev/stdout) may be a
-		// pipe or a terminal; a path, only a regular file.
-		return openOutput(t, c, h, h.dir < 0)
+		// A FIFO or a character device the caller can write (/dev/null,
+		// a terminal, a pipe's name) is fine too, as ioi/isolate takes
+		// them for -M: only isolate writes it, once the run is over.
+		return openOutput(t, c, h, streamsAllow)
 	})
 }

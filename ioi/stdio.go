@@ -263,11 +263,16 @@ func openAs(uid int, open func() (int, error)) (fd int, err error) {
 // inheritedInput is the program's standard input when -i is not given:
 // isolate's own, passed on as ioi/isolate passes it (a pipe, a file, a
 // terminal, or a socket, which Node's child_process gives its children),
-// or /dev/null when there is none.
+// or /dev/null when there is none. What may never be a program's stream
+// (a directory, a file of a kernel interface, a device other than a
+// terminal or the box's own: hostfs.CheckStreamFD) is refused.
 func inheritedInput(stdin *os.File, reopen func(string, bool) (*os.File, error)) (*os.File, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fdOf(stdin), &st); err != nil {
 		return reopen(os.DevNull, false)
+	}
+	if err := hostfs.CheckStreamFD(fdOf(stdin)); err != nil {
+		return nil, fmt.Errorf("isolate's standard input %w", err)
 	}
 	return stdin, nil
 }
@@ -283,7 +288,8 @@ func fdOf(f *os.File) int {
 // inheritOutput is the program's stream fd when -o or -r does not name a
 // file: a second open of isolate's own when that is the same thing (a
 // pipe, a terminal, a device, an empty file written from its start), else
-// a relay of the captured stream to isolate's own descriptor, which keeps
+// a relay of the captured stream to isolate's own descriptor (always, for
+// what may not be a program's stream: hostfs.CheckStreamFD), which keeps
 // its offset and append mode (and stops at the -f limit, which a program
 // writing through the relay does not hit itself).
 func (s *ioiStdio) inheritOutput(fd int, spec *isolate.Spec, reopen func(string, bool) (*os.File, error)) (interface{ Write([]byte) (int, error) }, error) {
@@ -292,10 +298,19 @@ func (s *ioiStdio) inheritOutput(fd int, spec *isolate.Spec, reopen func(string,
 		return reopen(os.DevNull, true)
 	}
 	self := "/proc/self/fd/" + strconv.Itoa(fd)
+	// Only what may be a program's stream is reopened for it; anything
+	// else (a directory, a file of a kernel interface, another device)
+	// is written through the relay below, never given to the program.
+	ok := hostfs.CheckStreamFD(fd) == nil
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFIFO, unix.S_IFCHR:
-		return reopen(self, true)
+		if ok {
+			return reopen(self, true)
+		}
 	case unix.S_IFREG:
+		if !ok {
+			break
+		}
 		off, _ := unix.Seek(fd, 0, io.SeekCurrent)
 		fl, _ := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
 		if st.Size == 0 && off == 0 && fl&unix.O_APPEND == 0 {

@@ -80,7 +80,7 @@ func aheadable(sp *Spec) bool {
 // b: everything boxPlan and startInit read from the spec.
 func sameBoxPart(a, b *Spec) bool {
 	return a.BoxID == b.BoxID && a.ImageDir == b.ImageDir && a.TmpSize == b.TmpSize &&
-		a.HostNet == b.HostNet && (a.Egress == nil) == (b.Egress == nil) && a.BoxDir == b.BoxDir && policyName(a) == policyName(b) &&
+		a.HostNet == b.HostNet && (a.Egress == nil) == (b.Egress == nil) && a.NoSyscallReport == b.NoSyscallReport && a.BoxDir == b.BoxDir && policyName(a) == policyName(b) &&
 		reflect.DeepEqual(a.Binds, b.Binds)
 }
 
@@ -104,12 +104,7 @@ func (a *aheadBox) serves(s *supervisor) bool {
 			return false
 		}
 	}
-	cur, err := os.OpenFile(s.spec.BoxDir, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return false
-	}
-	defer cur.Close()
-	return sameFile(cur, a.dir)
+	return a.spec.BoxDir == s.spec.BoxDir && a.boxThere()
 }
 
 // close tears the box down (if it was built) and lets go of its sources.
@@ -208,16 +203,37 @@ func (p *pool) startAhead(a *aheadBox, end func() error, after <-chan struct{}) 
 			return
 		default:
 		}
+		// A judge cleans its box up once it has its last run's answer:
+		// then there is nothing to build for, and a build that failed
+		// because the box went under it failed for that.
+		if !a.boxThere() {
+			a.err = errBoxGone
+			return
+		}
 		a.b, a.binds, a.err = p.buildFor(&a.spec, a.policy)
 		a.built = time.Now()
-		if a.err != nil {
+		if a.err != nil && a.boxThere() {
 			fmt.Fprintf(os.Stderr, "isolate: pool: build box %d ahead: %v\n", a.spec.BoxID, a.err)
 		}
 	}()
 	return true
 }
 
-var errPoolStopped = fmt.Errorf("the pool stopped")
+var (
+	errPoolStopped = fmt.Errorf("the pool stopped")
+	errBoxGone     = fmt.Errorf("the box was cleaned up")
+)
+
+// boxThere says whether the box directory a was built for is still the
+// one its path names (not cleaned up, nor made anew).
+func (a *aheadBox) boxThere() bool {
+	cur, err := os.OpenFile(a.spec.BoxDir, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer cur.Close()
+	return sameFile(cur, a.dir)
+}
 
 // reapAhead tears down the boxes built ahead that waited longer than
 // aheadIdle, or all of them with all (the pool stopping); p.mu held. The

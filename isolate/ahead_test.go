@@ -2,6 +2,7 @@ package isolate_test
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -85,5 +86,70 @@ func TestPoolBuildsAheadForABoxID(t *testing.T) {
 	}
 	if rep := run(pooled, "next in the new box/", "eight\n", "host"); !claimed(rep) || strings.Contains(rep.Stdout, "used") {
 		t.Errorf("claimed %v, stdout %q", claimed(rep), rep.Stdout)
+	}
+}
+
+// A judge cleans its box up once it has the answer of the box's last
+// run: the box the pool would build ahead for the id's next run has
+// nothing to be built from then, and is not built, with no error logged.
+func TestPoolBuildsNothingAheadForACleanedUpBox(t *testing.T) {
+	checkNothingLeft(t)
+	cfg := &isolate.Config{BoxRoot: filepath.Join(t.TempDir(), "boxes"), NumBoxes: isolate.DefaultNumBoxes}
+	h, err := isolate.NewHost(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.StartPool(isolate.PoolConfig{Max: 1}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.StopPool)
+	const id = 733
+	if _, err := isolate.InitBox(cfg, id, isolate.Caller(), false); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { isolate.CleanupBox(cfg, id, false) })
+	// What the pool logs.
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := os.Stderr
+	os.Stderr = w
+	logged := make(chan string)
+	go func() {
+		data, _ := io.ReadAll(r)
+		r.Close()
+		logged <- string(data)
+	}()
+	defer func() {
+		if os.Stderr == w {
+			os.Stderr = stderr
+			w.Close()
+			<-logged
+		}
+	}()
+	boxID := id
+	run := func(ctx context.Context) {
+		t.Helper()
+		rep, err := h.Run(ctx, &api.Spec{BoxID: &boxID, Args: []string{"/bin/true"}}, isolate.IO{})
+		if err != nil || rep.Status != api.StatusOK {
+			t.Fatalf("run of box %d: %v %+v", id, err, rep)
+		}
+	}
+	// The run's caller has its answer (answered closed) only once the
+	// judge has cleaned the box up.
+	answered := make(chan struct{})
+	run(isolate.EndAfter(context.Background(), answered))
+	if err := isolate.CleanupBox(cfg, id, false); err != nil {
+		t.Fatal(err)
+	}
+	close(answered)
+	// The id's next run waits for what the pool made of it.
+	run(context.Background())
+	h.StopPool()
+	os.Stderr = stderr
+	w.Close()
+	if out := <-logged; strings.Contains(out, "ahead") {
+		t.Errorf("the pool logged, for a box cleaned up before its next box was built:\n%s", out)
 	}
 }

@@ -5,6 +5,7 @@ package isolate
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/isolate-sandbox/isolate/hostfs"
 )
@@ -43,6 +44,26 @@ func (s *supervisor) openBinds() error {
 		}
 		return nil
 	})
+}
+
+// bindIDMap is the user namespace the run's bind copies are idmapped by,
+// or nil: a caller who is not root (and not this process) reads and
+// writes its binds with its own rights (idmap.go); root's and this
+// process's own binds are not mapped.
+func (s *supervisor) bindIDMap() (*os.File, error) {
+	c := s.spec.Caller
+	if c == nil || c.UID == 0 || s.host.rootless != nil {
+		return nil, nil
+	}
+	for _, b := range s.binds {
+		if b != nil && b.Path == "" {
+			if s.lock == nil {
+				return nil, fmt.Errorf("bind %s: no box id to map the caller's uid to", b.Source.Name())
+			}
+			return idmapUserns(Cred{UID: c.UID, GID: c.GID}, boxCred(s.lock.id))
+		}
+	}
+	return nil, nil
 }
 
 func (s *supervisor) closeBinds() {

@@ -19,6 +19,25 @@ const DefaultNumBoxes = 1000
 // stay a valid uid. (Judge0 uses box ids up to 2^31-1.)
 const MaxBoxes = 1 << 31
 
+// MaxBoxID bounds every box id, those isolate picks itself (above
+// num_boxes) among them: FirstUID+MaxBoxID is below the invalid uid
+// 2^32-1.
+const MaxBoxID = 1<<32 - 2 - FirstUID
+
+// DefaultAutoFirstBox is the first box id isolate picks itself (for a run,
+// a session or a box built ahead that names none) unless the
+// configuration's auto_first_box says otherwise: MaxBoxes, above every id
+// a caller may name whatever num_boxes is, so that no judge's id is ever
+// taken, also by a service whose configuration differs from the judge's
+// (not restarted since num_boxes was raised). Its boxes run as host uids
+// from FirstUID+2^31 on: above the subordinate ids useradd hands out
+// (to 600100000) and systemd's ranges for dynamic users and containers.
+const DefaultAutoFirstBox = MaxBoxes
+
+// DefaultAutoBoxes is how many box ids isolate picks itself from, unless
+// the configuration's auto_num_boxes says otherwise.
+const DefaultAutoBoxes = 1000
+
 // FirstUID is the host uid (and gid) of box 0; box N runs as FirstUID+N,
 // as in ioi/isolate.
 const FirstUID = 60000
@@ -49,9 +68,9 @@ func tryLockBox(dir string, id int) (*boxLock, bool, error) {
 // id's lock: what removing a cgroup left empty takes, many times over.
 const sweepHold = 100 * time.Millisecond
 
-// lockBox takes box id, or the first free one below numBoxes when id < 0
-// that is not reserved (nil: none is), with the locks in dir.
-func lockBox(dir string, id, numBoxes int, reserved func(int) bool) (*boxLock, error) {
+// lockBox takes box id, or when id < 0 the first free one of the n ids
+// from first that is not reserved (nil: none is), with the locks in dir.
+func lockBox(dir string, id, first, n int, reserved func(int) bool) (*boxLock, error) {
 	if id >= 0 {
 		// Another process's sweep of stale cgroups (sweepStale) holds a
 		// free id's lock for a moment: a run finds it busy for that long
@@ -71,7 +90,7 @@ func lockBox(dir string, id, numBoxes int, reserved func(int) bool) (*boxLock, e
 			time.Sleep(min(wait, time.Until(deadline)+time.Millisecond))
 		}
 	}
-	for i := 0; i < numBoxes; i++ {
+	for i := first; i < first+n; i++ {
 		if reserved != nil && reserved(i) {
 			continue
 		}
@@ -83,7 +102,7 @@ func lockBox(dir string, id, numBoxes int, reserved func(int) bool) (*boxLock, e
 			return l, nil
 		}
 	}
-	return nil, fmt.Errorf("all %d boxes are in use", numBoxes)
+	return nil, fmt.Errorf("all %d boxes isolate picks itself (%d-%d; auto_num_boxes in the configuration raises it) are in use", n, first, first+n-1)
 }
 
 // persistentIn tells, for a free id, whether `isolate init` made box id

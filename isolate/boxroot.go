@@ -7,7 +7,9 @@ package isolate
 // `init` mounts on the box root when nothing is mounted there, of
 // box_root_size bytes: the bound of what all boxes hold together. It is
 // unmounted when `cleanup` removes the last box in it. A file system the
-// operator mounted on the box root is used as it is, and never unmounted.
+// operator mounted on the box root is used as it is, and never unmounted;
+// so is the directory that holds isolate's images, ioi/isolate's package's
+// box root (sharedStateDir).
 
 import (
 	"errors"
@@ -77,6 +79,12 @@ func mountBoxRoot(root string, size int64, id int) error {
 	root = realDir(root)
 	if _, _, mounted, err := topMount(root); err != nil || mounted {
 		return err
+	}
+	if root == realDir(sharedStateDir) {
+		// ioi/isolate's package's box root, where isolate's images are
+		// too: the boxes are directories of its file system, as ioi's
+		// are, beside the images; a tmpfs would hide them.
+		return nil
 	}
 	names, err := os.ReadDir(root)
 	if err != nil {

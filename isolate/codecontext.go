@@ -8,8 +8,10 @@ package isolate
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	_ "embed"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -348,10 +350,16 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 	if d == nil {
 		return nil, ErrContextClosed
 	}
+	// The call's frames run from the driver's "b" naming this nonce to
+	// its "d" naming it: what an earlier call left or forged is dropped.
+	var nb [12]byte
+	rand.Read(nb[:])
+	nonce := hex.EncodeToString(nb[:])
 	req, err := json.Marshal(struct {
 		Code  string `json:"code"`
 		Limit int64  `json:"limit"`
-	}{code, c.outputLimit})
+		Nonce string `json:"nonce"`
+	}{code, c.outputLimit, nonce})
 	if err != nil {
 		return nil, err
 	}
@@ -380,12 +388,17 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 	var grace <-chan time.Time
 	var resend *time.Ticker
 	done := ctx.Done()
+	begun := false
 	for {
 		select {
 		case f, ok := <-d.frames:
 			if !ok {
 				ex.Stdout, ex.Stderr = stdout.String(), stderr.String()
 				return c.answerDied(ex, d)
+			}
+			if !begun {
+				begun = f.kind == 'b' && string(f.payload) == nonce
+				continue
 			}
 			switch f.kind {
 			case 'i':
@@ -411,9 +424,12 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 				ex.Error = &e
 			case 'd':
 				var end struct {
-					ExecutionCount int `json:"execution_count"`
+					ExecutionCount int    `json:"execution_count"`
+					Nonce          string `json:"nonce"`
 				}
-				_ = json.Unmarshal(f.payload, &end)
+				if json.Unmarshal(f.payload, &end) != nil || end.Nonce != nonce {
+					continue // not this call's end
+				}
 				ex.ExecutionCount = end.ExecutionCount
 				ex.Stdout, ex.Stderr = stdout.String(), stderr.String()
 				return ex, nil

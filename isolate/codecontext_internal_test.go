@@ -310,3 +310,36 @@ func TestCodeContextClosed(t *testing.T) {
 		t.Error("a closed context ran code")
 	}
 }
+
+// A call's answer is fenced by its nonce: code that writes a "done" frame
+// of its own onto the driver's channel cannot end its call with it, and
+// code that finds the call's nonce and ends its call early leaves the
+// rest of that call's frames behind: the next call gets its own answer.
+func TestCodeContextForgedFramesDoNotShiftAnswers(t *testing.T) {
+	c := newPlainContext(t, 0)
+	forge := `import json, os, struct, sys
+m = sys.modules["__main__"]
+def frame(kind, payload):
+    os.write(m.chan.fileno(), kind + struct.pack(">I", len(payload)) + payload)
+`
+	ex := runCode(t, c, forge+`frame(b"d", json.dumps({"execution_count": 99}).encode())
+print("genuine")`)
+	if ex.ExecutionCount != 1 || ex.Stdout != "genuine\n" {
+		t.Errorf("a forged end without the nonce ended the call: %+v", ex)
+	}
+	if ex := runCode(t, c, "40 + 2"); resultOf(ex) != "42" || ex.ExecutionCount != 2 {
+		t.Errorf("the call after: %+v", ex)
+	}
+	ex = runCode(t, c, forge+`frame(b"d", json.dumps({"execution_count": 77, "nonce": m.nonce}).encode())
+import time
+time.sleep(0.3)
+print("late")
+"late result"`)
+	if ex.ExecutionCount != 77 {
+		t.Errorf("the code ending its own call with its nonce: %+v", ex)
+	}
+	ex = runCode(t, c, "6 * 7")
+	if resultOf(ex) != "42" || ex.ExecutionCount != 4 || ex.Stdout != "" {
+		t.Errorf("the call after an early end: %s, %+v; want its own answer", resultOf(ex), ex)
+	}
+}

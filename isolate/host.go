@@ -68,17 +68,31 @@ func (h *Host) Cgroups() (*cgroup.Manager, error) {
 	return h.cg, h.cgErr
 }
 
+// PrepareCgroups readies the host's cgroups for boxes at once (a service
+// at its start): in a container's cgroup namespace on cgroup v2, the
+// process moves itself into a leaf of the container's cgroup and enables
+// the box controllers there (cgroup.Manager.Prepare).
+func (h *Host) PrepareCgroups() error {
+	m, err := h.Cgroups()
+	if err != nil || m == nil {
+		return err
+	}
+	return m.Prepare()
+}
+
 // policyKey names a compiled policy: a built-in one by name, a profile
 // file by name and the version of the file it was compiled from.
 type policyKey struct {
 	name          string
 	dev, ino      uint64
 	size, modTime int64
+	quiet         bool // without its listener (Spec.NoSyscallReport)
 }
 
-// policy compiles the named syscall policy, or takes it from the cache.
-func (h *Host) policy(name string) (*seccomp.Program, error) {
-	key := policyKey{name: name}
+// policy compiles the named syscall policy (quiet: without a listener),
+// or takes it from the cache.
+func (h *Host) policy(name string, quiet bool) (*seccomp.Program, error) {
+	key := policyKey{name: name, quiet: quiet}
 	if name != "default" && name != "none" {
 		fi, err := os.Stat(name)
 		if err != nil {
@@ -98,6 +112,9 @@ func (h *Host) policy(name string) (*seccomp.Program, error) {
 	p, err := seccomp.Compile(name)
 	if err != nil {
 		return nil, err
+	}
+	if quiet {
+		p = p.WithoutNotify()
 	}
 	h.mu.Lock()
 	h.policies[key] = p

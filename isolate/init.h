@@ -53,6 +53,13 @@ void init_put_num(const char *key, long long v);
 void init_flush(void); /* ends the message and sends what is put */
 void init_send(void);  /* sends what is put: whole messages, ended */
 
+/* init_untrace lets go of a process of the box stopped as init's tracee
+ * (it asked PTRACE_TRACEME: init is its parent) with the signal it stopped
+ * for, but for the SIGTRAP a traced execve raises: init traces nothing, so
+ * the process gets what it would have untraced (a signal that kills it
+ * kills it: SG, not an exit). 1 when ws was such a stop (keep waiting). */
+int init_untrace(pid_t pid, int ws);
+
 /* init_put_exited sends "exited" for the program (id 0) or a session's
  * command id: its wait status, wall time and rusage; with step, it could
  * not be started (init_prog.argv[0] for execve), errno err. */

@@ -227,6 +227,8 @@ static int run_box(void) {
 			pid_t w = wait4(-1, &s, WNOHANG, &r);
 			if (w <= 0)
 				break;
+			if (init_untrace(w, s))
+				continue;
 			if (w == pid) {
 				end = init_now_ns();
 				main_ws = s;
@@ -434,6 +436,12 @@ static int run_init(unsigned long flags, const char *maps, const char *gid_maps,
 	prctl(PR_SET_TIMERSLACK, 50000, 0, 0, 0);
 	/* Nothing the supervisor passed may reach the program by accident. */
 	syscall(SYS_close_range, 3, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */);
+	/* isolate ignores these, as ioi/isolate does (cmdline/signals.go), and
+	 * an ignored signal stays ignored across execve: the box's processes
+	 * get their default actions. */
+	static const int ignored[] = {SIGUSR1, SIGUSR2, SIGPIPE, SIGTTOU};
+	for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
+		signal(ignored[i], SIG_DFL);
 	int mapped[2];
 	if (pipe2(mapped, O_CLOEXEC) < 0)
 		init_fail("create pipe", errno);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -237,6 +238,23 @@ long init_clone_run(struct clone3_args *args, char *stack, size_t size, void (*f
 	if (ret == 0)
 		fn(arg);
 	return ret;
+}
+
+int init_untrace(pid_t pid, int ws) {
+	if (!WIFSTOPPED(ws))
+		return 0;
+	int sig = WSTOPSIG(ws) & 0x7f;
+	if (sig == SIGTRAP) {
+		/* The SIGTRAP of a traced execve is the kernel's own (SI_USER,
+		 * sent by the process to itself); a breakpoint's or one the
+		 * program raised is passed on. */
+		siginfo_t si;
+		if (syscall(SYS_ptrace, PTRACE_GETSIGINFO, pid, 0, &si) == 0 && si.si_code == SI_USER && si.si_pid == pid)
+			sig = 0;
+	}
+	if (syscall(SYS_ptrace, PTRACE_DETACH, pid, 0, (long)sig) < 0)
+		kill(pid, SIGKILL); /* never left stopped: its run would hang */
+	return 1;
 }
 
 /* The stack of the program's process until its execve. */

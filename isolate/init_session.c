@@ -139,6 +139,8 @@ static void reap(void) {
 		pid_t w = wait4(-1, &ws, WNOHANG, &ru);
 		if (w <= 0)
 			return;
+		if (init_untrace(w, ws))
+			continue;
 		for (size_t i = 0; i < nrunning; i++)
 			if (running[i].pid == w) {
 				init_put_exited(running[i].id, ws, init_now_ns() - running[i].start, &ru, NULL, 0);

@@ -363,7 +363,7 @@ func (p *pool) build(sl *poolSlot) {
 // buildBox builds a box of sl's key up to init's "ready".
 func (p *pool) buildBox(sl *poolSlot) (*builtBox, error) {
 	spec := Defaults()
-	policy, err := p.h.policy(policyName(&spec))
+	policy, err := p.h.policy(policyName(&spec), false)
 	if err != nil {
 		return nil, fmt.Errorf("compile seccomp policy: %w", err)
 	}

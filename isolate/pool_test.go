@@ -337,7 +337,7 @@ func TestPoolPreparedProcess(t *testing.T) {
 		prepared bool
 		seccomp  string
 		blocked  bool
-	}{{"default", true, "2", true}, {"none", false, "0", false}} {
+	}{{"default", true, "2", true}, {"none", false, "2", false}} { // (none: the vsock guard alone)
 		t.Run(c.policy, func(t *testing.T) {
 			awaitReady(t, h)
 			time.Sleep(idle) // the box's process waits meanwhile

@@ -33,7 +33,11 @@ func (p *Prepared) check() error {
 		return usagef("no command given (isolate run [options] -- COMMAND [ARG...])")
 	}
 	if n := p.h.numBoxes(); sp.BoxID >= n {
-		return fieldf("box_id", "%d is out of range (0-%d; num_boxes in %s raises it)", sp.BoxID, n-1, ConfigPath)
+		file := p.h.Config.Path
+		if file == "" {
+			file = ConfigPath
+		}
+		return fieldf("box_id", "%d is out of range (0-%d; num_boxes in %s raises it)", sp.BoxID, n-1, file)
 	}
 	if sp.ImageDir == "" && sp.ImageFile == "" && sp.ImageMount == nil {
 		return fieldf("image", "%q: unknown image", sp.Image)
@@ -59,7 +63,7 @@ func (p *Prepared) check() error {
 			return fieldf(fmt.Sprintf("copy_out[%d].to", i), "%s: directory %s does not exist", c.To, hostfs.DirOf(c.To))
 		}
 	}
-	policy, err := p.h.policy(policyName(sp))
+	policy, err := p.h.policy(policyName(sp), sp.NoSyscallReport)
 	if err != nil {
 		var pe *seccomp.ProfileError
 		if errors.As(err, &pe) || os.IsNotExist(err) {
@@ -105,7 +109,8 @@ func (s *supervisor) closeCopyDst() {
 // lockBox takes a box id.
 func (s *supervisor) lockBox() error {
 	var err error
-	if s.lock, err = lockBox(s.host.lockDir(), s.spec.BoxID, s.host.numBoxes(), persistentIn(s.host.Config.BoxRoot)); err != nil {
+	first, n := s.host.Config.AutoBoxes()
+	if s.lock, err = lockBox(s.host.lockDir(), s.spec.BoxID, first, n, persistentIn(s.host.Config.BoxRoot)); err != nil {
 		return err
 	}
 	s.report.BoxID = s.lock.id

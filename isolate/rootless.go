@@ -93,12 +93,15 @@ func (r *rootless) cgroups() (*cgroup.Manager, error) {
 
 // userRuntimeDir is the user's own directory for isolate's files that
 // root keeps in /run/isolate: $XDG_RUNTIME_DIR/isolate, else
-// $TMPDIR/isolate-UID. It must be the user's alone (mode 0700): whoever
-// could write there could hold the user's box ids or plant a link.
+// $TMPDIR/isolate-UID, else, when another user made that one first (a
+// shared /tmp is anyone's to squat), $HOME/.cache/isolate. It must be the
+// user's alone (mode 0700): whoever could write there could hold the
+// user's box ids or plant a link. The CLI finds a service of the user's
+// own in the same place (cmd/isolate/handover.c, user_socket).
 func userRuntimeDir(uid int) (string, error) {
-	dir := filepath.Join(os.TempDir(), "isolate-"+strconv.Itoa(uid))
-	if x := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(x) && ownDir(x, uid) == nil {
-		dir = filepath.Join(x, "isolate")
+	dir, _, err := runtimeDirOf(uid)
+	if err != nil {
+		return "", err
 	}
 	for _, d := range []string{dir, filepath.Join(dir, "locks"), filepath.Join(dir, "root")} {
 		if err := unix.Mkdir(d, 0o700); err != nil && err != unix.EEXIST {
@@ -109,6 +112,37 @@ func userRuntimeDir(uid int) (string, error) {
 		}
 	}
 	return dir, nil
+}
+
+// runtimeDirOf picks userRuntimeDir's directory; squatted says why
+// $TMPDIR/isolate-UID was passed over ("": it was not).
+func runtimeDirOf(uid int) (dir, squatted string, err error) {
+	if x := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(x) && ownDir(x, uid) == nil {
+		return filepath.Join(x, "isolate"), "", nil
+	}
+	tmp := filepath.Join(os.TempDir(), "isolate-"+strconv.Itoa(uid))
+	var st unix.Stat_t
+	if err := unix.Lstat(tmp, &st); err != nil || ownDir(tmp, uid) == nil {
+		return tmp, "", nil // missing (made next), or the user's own
+	}
+	squatted = fmt.Sprintf("%s is not a directory of uid %d's alone (uid %d's, mode %04o): another user made it", tmp, uid, st.Uid, st.Mode&0o7777)
+	home := os.Getenv("HOME")
+	var hs unix.Stat_t
+	if !filepath.IsAbs(home) || unix.Stat(home, &hs) != nil || int(hs.Uid) != uid || hs.Mode&0o022 != 0 {
+		return "", squatted, fmt.Errorf("%s, and $HOME is not a directory of yours that only you may write to: remove it (root may), or set XDG_RUNTIME_DIR or TMPDIR to a directory of your own", squatted)
+	}
+	cache := filepath.Join(home, ".cache")
+	if err := unix.Mkdir(cache, 0o700); err != nil && err != unix.EEXIST {
+		return "", squatted, fmt.Errorf("%s; create %s: %w", squatted, cache, err)
+	}
+	return filepath.Join(cache, "isolate"), squatted, nil
+}
+
+// RuntimeDirNote says why UserRuntimeDir is not where a user would look
+// first ("": it is): $TMPDIR/isolate-UID is another user's.
+func RuntimeDirNote() string {
+	_, why, _ := runtimeDirOf(os.Getuid())
+	return why
 }
 
 // UserRuntimeDir is userRuntimeDir of the user this process runs as, who

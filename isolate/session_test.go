@@ -232,3 +232,30 @@ func BenchmarkSessionInteractive(b *testing.B) {
 	b.ReportMetric(float64(run.Microseconds())/float64(b.N)/1000, "run-ms")
 	b.ReportMetric(float64(end.Microseconds())/float64(b.N)/1000, "close-ms")
 }
+
+// Under --seccomp none a session's command that makes init its tracer
+// gets the verdict it earned (SG, its signal), and none makes a vsock
+// socket.
+func TestSessionTracemeAndVsock(t *testing.T) {
+	needRoot(t)
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("needs python3 on the host")
+	}
+	h := newHost(t)
+	s := startSession(t, h, &api.Spec{Seccomp: "none"})
+	rep := runIn(t, s, "python3", "-c", `import ctypes, os, signal
+ctypes.CDLL(None).ptrace(0, 0, 0, 0)
+os.kill(os.getpid(), signal.SIGSEGV)`)
+	if rep.Status != api.StatusSG || rep.Signal != 11 {
+		t.Errorf("PTRACE_TRACEME then SIGSEGV: %s signal %d exit %d (%s)", rep.Status, rep.Signal, rep.ExitCode, rep.Message)
+	}
+	rep = runIn(t, s, "python3", "-c", `import socket
+try:
+    socket.socket(40, socket.SOCK_STREAM)
+    print("made")
+except OSError as e:
+    print(e.errno)`)
+	if rep.Status != api.StatusOK || rep.Stdout != "97\n" {
+		t.Errorf("a vsock socket under seccomp none: %s %q %q", rep.Status, rep.Stdout, rep.Stderr)
+	}
+}

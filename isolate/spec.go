@@ -66,6 +66,11 @@ type Spec struct {
 	StderrToStdout bool
 	Chdir          string // working directory inside ("" = /box)
 	Seccomp        string // "default", "none" or a profile path
+	// NoSyscallReport: the caller's output shows no blocked system calls
+	// (the ioi form's meta file has no field for them), so the run pays
+	// for no listener: the same policy answers refused calls with EPERM
+	// itself, and the report's BlockedSyscalls stays empty.
+	NoSyscallReport bool
 
 	// BoxDir is the host directory of a persistent box, bound as /box.
 	BoxDir string

@@ -146,11 +146,18 @@ func (s *supervisor) startInit() error {
 		s.boxInInit = "/proc/self/fd/" + strconv.Itoa(fdControl+len(extra))
 		extra = append(extra, m.File())
 	}
+	idmap, err := s.bindIDMap()
+	if err != nil {
+		return err
+	}
+	if idmap != nil {
+		defer idmap.Close()
+	}
 	for _, b := range s.binds {
 		if b == nil {
 			continue
 		}
-		if err := b.Clone(); err != nil {
+		if err := b.Clone(idmap); err != nil {
 			return fmt.Errorf("bind %s: %w", b.Source.Name(), err)
 		}
 		if b.Tree != nil {

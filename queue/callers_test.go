@@ -46,6 +46,7 @@ var queueCases = []queueCase{
 	{row: "seccomp profiles", body: `{"commands":[{"args":["/bin/true"],"seccomp":"default"}]}`, want: "ok"},
 	{row: "net host", body: `{"commands":[{"args":["/bin/true"],"net":"host"}]}`, want: "403 net"},
 	{row: "seccomp none", body: `{"commands":[{"args":["/bin/true"],"seccomp":"none"}]}`, want: "403 seccomp"},
+	{row: "network allowlist", body: `{"commands":[{"args":["/bin/true"],"network":{"allow":["127.0.0.1:9"]}}]}`, want: "403 allow[0]"},
 	{row: "host paths read", body: `{"commands":[{"args":["/bin/true"],"binds":[{"host":"/etc","box":"/mnt"}]}]}`, want: "403 binds"},
 	// What a job writes comes back in its result, in Redis: a copied-out
 	// file inline, never a host path.
@@ -65,7 +66,24 @@ var queueCases = []queueCase{
 	{row: "parallel slots", body: `{"commands":[{"args":["/bin/true"]},{"args":["/bin/true"]},{"args":["/bin/true"]}]}`, want: "400 commands"},
 	// A job names run or exec: nothing reaches a session.
 	{row: "sessions", endpoint: "sessions", body: `{}`, want: malformedEndpoint},
+	// Its result names its request, whose audit line the worker wrote
+	// (checked once the cases are answered).
+	{row: "audit trail", body: `{"commands":[{"args":["/bin/true"]}]}`, want: "ok",
+		check: func(t *testing.T, body string) {
+			m := regexp.MustCompile(`"request_id":"([0-9a-f]+)"`).FindStringSubmatch(body)
+			if m == nil {
+				t.Errorf("the result names no request: %s", body)
+				return
+			}
+			auditedJob = m[1]
+		}},
+	// Nor the admin view of sessions, nor the monitor's endpoints.
+	{row: "every caller's sessions", endpoint: "sessions", body: `{}`, want: malformedEndpoint},
+	{row: "metrics and health", endpoint: "metrics", body: `{}`, want: malformedEndpoint},
 }
+
+// auditedJob is the request id of the audit trail's case.
+var auditedJob string
 
 // queueColumn is SECURITY.md's caller table: each row's first cell and
 // its queue job cell.
@@ -192,6 +210,10 @@ func TestQueueCallerTable(t *testing.T) {
 		case c.want != "ok" && (dead[ids[i]] == "" || dead[ids[i]] != e.Error || res["dead_letter"] != e.Error):
 			t.Errorf("%s, %s: refused with %q; dead letter %q, the result's %q", c.row, c.body, e.Error, dead[ids[i]], res["dead_letter"])
 		}
+	}
+
+	if line := `"request_id":"` + auditedJob + `","front_end":"queue"`; auditedJob == "" || !strings.Contains(w.log.String(), line) {
+		t.Errorf("audit trail: no line %s in the worker's log", line)
 	}
 
 	// File store: a job's stored file is the queue's, which a later job

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -24,10 +25,13 @@ func TestDecodeJob(t *testing.T) {
 		{"unknown endpoint", map[string]any{"id": "a", "endpoint": "files", "body": "{}"}, Job{}, `endpoint "files"`},
 		{"no body", map[string]any{"id": "a"}, Job{}, "the job has no body"},
 		{"not a string", map[string]any{"id": 3, "body": "{}"}, Job{}, "field id of the job: want a string"},
+		{"handed back", map[string]any{"id": "h", "body": "{}", "handed_back": "2", "lacking": "w0,w1", "attempts": "1"},
+			Job{ID: "h", Endpoint: "run", Body: "{}", HandedBack: 2, Lacking: []string{"w0", "w1"}, Attempts: 1}, ""},
+		{"bad count", map[string]any{"id": "h", "body": "{}", "handed_back": "-1"}, Job{}, "field handed_back of the job: want a count"},
 	} {
 		got, err := DecodeJob(c.fields)
 		switch {
-		case c.err == "" && (err != nil || got != c.want):
+		case c.err == "" && (err != nil || !reflect.DeepEqual(got, c.want)):
 			t.Errorf("%s: %+v, %v; want %+v", c.name, got, err, c.want)
 		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
 			t.Errorf("%s: %v, want an error with %q", c.name, err, c.err)
@@ -85,6 +89,45 @@ func TestAgeOf(t *testing.T) {
 	} {
 		if got := AgeOf(c.id, now); got != c.want {
 			t.Errorf("%s: %v, want %v", c.id, got, c.want)
+		}
+	}
+}
+
+// TestJobImages: the built images a job needs, from its body: an exec's
+// language or image, each command's of a run; none for the host's tree,
+// a path, or a body the API will refuse.
+func TestJobImages(t *testing.T) {
+	for _, c := range []struct {
+		job  Job
+		want []string
+	}{
+		{Job{Endpoint: "exec", Body: `{"lang":"python","source":"print(1)"}`}, []string{"python"}},
+		{Job{Endpoint: "exec", Body: `{"lang":"no-such-lang","source":"print(1)"}`}, nil}, // unknown: the API refuses it
+		{Job{Endpoint: "exec", Body: `{"lang":"cpp","image":"c","source":""}`}, []string{"c"}},
+		{Job{Endpoint: "run", Body: `{"commands":[{"args":["x"]},{"args":["y"],"image":"java"},{"args":["z"],"lang":"java"},{"args":["w"],"image":"host"},{"args":["v"],"image":"/srv/tree"}]}`}, []string{"java"}},
+		{Job{Endpoint: "run", Body: `{"commands":[{"args":["x"],"lang":"c"},{"args":["y"],"lang":"go"}]}`}, []string{"c", "go"}},
+		{Job{Endpoint: "run", Body: `not json`}, nil},
+	} {
+		if got := c.job.Images(); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s %s: %v, want %v", c.job.Endpoint, c.job.Body, got, c.want)
+		}
+	}
+}
+
+// TestHasXX: a sandbox failure in an exec's or any run command's report.
+func TestHasXX(t *testing.T) {
+	for _, c := range []struct {
+		endpoint, body string
+		want           bool
+	}{
+		{"exec", `{"status":"XX","run":{"status":"XX"}}`, true},
+		{"exec", `{"status":"OK"}`, false},
+		{"run", `{"results":[{"status":"OK"},{"status":"XX"}]}`, true},
+		{"run", `{"results":[{"status":"RE"}]}`, false},
+		{"run", `{"error":"x"}`, false},
+	} {
+		if got := HasXX(c.endpoint, []byte(c.body)); got != c.want {
+			t.Errorf("%s %s: %v", c.endpoint, c.body, got)
 		}
 	}
 }

@@ -237,9 +237,9 @@ func TestBusyService(t *testing.T) {
 		t.Errorf("the job %s is left in the stream", msgID)
 	}
 	for series, want := range map[string]float64{
-		`isolate_queue_jobs_total{outcome="answered"}`: 1,
-		`isolate_queue_jobs_total{outcome="retry"}`:    0,
-		`isolate_queue_claims_total`:                   0,
+		`isolate_queue_jobs_total{outcome="answered"}`:    1,
+		`isolate_queue_jobs_total{outcome="handed_back"}`: 0,
+		`isolate_queue_claims_total`:                      0,
 	} {
 		if got := g.metric(t, w, series); got != want {
 			t.Errorf("%s: %v, want %v", series, got, want)

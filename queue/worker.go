@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,9 +41,10 @@ type Config struct {
 	// Capacity is how many jobs the worker runs at once.
 	Capacity int
 	// ClaimIdle is how long a job delivered to a worker may stay
-	// unanswered with nobody renewing it before another worker claims it.
-	// A running job is renewed every ClaimIdle/3, so only a dead
-	// worker's jobs are claimed.
+	// unanswered with nobody renewing it before another worker claims it,
+	// and only while its worker has no live announcement. A running job
+	// is renewed every ClaimIdle/3, and at once when Redis answers again
+	// after an outage, so only a dead worker's jobs are claimed.
 	ClaimIdle time.Duration
 	// MaxDeliveries: a job delivered more often goes to the dead letters.
 	MaxDeliveries int
@@ -50,6 +53,20 @@ type Config struct {
 	// ResultsMax is about how many announcements the results stream keeps.
 	ResultsMax int64
 	Answer     Answerer
+	// Ready tells whether the service can make boxes now (its self-test
+	// passes), and the images it has built; nil: always, every image.
+	// A worker that is not ready reads no job, and one that lacks an
+	// image a job needs hands the job back for a worker that has it.
+	Ready func() (ready bool, images []string)
+	// Recheck, after a job's answer reported XX, tells whether the
+	// service's own machinery still makes boxes (nil: it does). When it
+	// does not, the XX was the worker's, not the job's: the job is handed
+	// back for another worker, not answered.
+	Recheck func(ctx context.Context) error
+	// MaxHandBacks bounds how often a job is handed back before it goes
+	// to the dead letters (a job some live worker announces it can run
+	// is handed back; one none can goes there at once).
+	MaxHandBacks int
 	// Log prints one line about the queue (Redis lost and back).
 	Log func(string)
 }
@@ -76,6 +93,9 @@ func (c *Config) defaults() {
 	}
 	if c.ResultsMax <= 0 {
 		c.ResultsMax = 100000
+	}
+	if c.MaxHandBacks <= 0 {
+		c.MaxHandBacks = 10000
 	}
 	if c.Log == nil {
 		c.Log = func(string) {}
@@ -108,6 +128,17 @@ type Worker struct {
 	draining  atomic.Bool
 	stopped   chan struct{}
 
+	// held are the entries delivered to this worker and not yet finished,
+	// which it renews.
+	heldMu sync.Mutex
+	held   map[string]bool
+	// renewHeld is set when Redis answers again after an outage: the
+	// loop renews what it holds before it reads or claims anything.
+	renewHeld atomic.Bool
+	// claimAfter (Unix ns): no claim before, after an outage.
+	claimAfter atomic.Int64
+	notReady   bool // the loop's: it logged that it takes no jobs
+
 	redisUp             atomic.Bool
 	outage              sync.Mutex // logOutage's state
 	inOutage            bool
@@ -137,21 +168,21 @@ func New(cfg Config) (*Worker, error) {
 	opts.DisableIdentity = true
 	opts.PoolSize = cfg.Capacity + 4
 	w := &Worker{cfg: cfg, keys: KeysOf(cfg.Prefix), rdb: redis.NewClient(opts),
-		slots: make(chan struct{}, cfg.Capacity), stopped: make(chan struct{})}
+		slots: make(chan struct{}, cfg.Capacity), stopped: make(chan struct{}), held: map[string]bool{}}
 	w.jobCtx, w.cancelJob = context.WithCancel(context.Background())
-	w.claims = prometheus.NewCounter(prometheus.CounterOpts{Name: "isolate_queue_claims_total", Help: "Jobs this worker claimed from a worker that stopped answering (XAUTOCLAIM)."})
-	w.deadLetters = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "isolate_queue_dead_letters_total", Help: "Jobs this worker sent to the dead-letter stream, by reason: refused (the API answered 4xx), malformed (no usable id or fields), poison (delivered too often)."}, []string{"reason"})
-	w.outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "isolate_queue_jobs_total", Help: "Jobs this worker finished, by outcome: answered, dead (a dead letter), duplicate (its result existed: acknowledged without running), retry (left pending: the service was busy or stopping)."}, []string{"outcome"})
+	w.claims = prometheus.NewCounter(prometheus.CounterOpts{Name: "isolate_queue_claims_total", Help: "Jobs this worker claimed from a dead worker (idle past --queue-claim-idle, its worker without a live announcement)."})
+	w.deadLetters = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "isolate_queue_dead_letters_total", Help: "Jobs this worker sent to the dead-letter stream, by reason: refused (the API answered 4xx), malformed (no usable id or fields), poison (delivered too often), unrunnable (no live worker has an image it needs, or handed back too often)."}, []string{"reason"})
+	w.outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "isolate_queue_jobs_total", Help: "Jobs this worker finished, by outcome: answered, dead (a dead letter), duplicate (its result existed: acknowledged without running), handed_back (back to the stream for another worker: an image this one lacks, its own machinery failed, or it was stopping)."}, []string{"outcome"})
 	gauge := func(name, help string) prometheus.Gauge {
 		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
 	}
 	w.lag = gauge("isolate_queue_lag_seconds", "Age of the oldest job in the stream, waiting or delivered and unanswered (a finished job is deleted), by Redis's clock; 0 when the stream is empty.")
 	w.pending = gauge("isolate_queue_pending_jobs", "Jobs delivered to a worker of the group and not yet acknowledged.")
 	w.depth = gauge("isolate_queue_depth_jobs", "Jobs in the stream: waiting or pending (a finished job is deleted).")
-	for _, r := range []string{"refused", "malformed", "poison"} {
+	for _, r := range []string{"refused", "malformed", "poison", "unrunnable"} {
 		w.deadLetters.WithLabelValues(r)
 	}
-	for _, o := range []string{"answered", "dead", "duplicate", "retry"} {
+	for _, o := range []string{"answered", "dead", "duplicate", "handed_back"} {
 		w.outcomes.WithLabelValues(o)
 	}
 	return w, nil
@@ -212,15 +243,34 @@ func (w *Worker) Drain(grace time.Duration) {
 	w.cancelJob()
 }
 
-// loop reads jobs while there are free slots, retrying Redis with
-// backoff.
+// notReadyWait is how often a worker that is not ready asks again.
+const notReadyWait = 500 * time.Millisecond
+
+// ready tells whether the service can make boxes now (Config.Ready), and
+// logs the changes.
+func (w *Worker) ready() bool {
+	ok := w.cfg.Ready == nil
+	if !ok {
+		ok, _ = w.cfg.Ready()
+	}
+	if !ok && !w.notReady {
+		w.cfg.Log("queue: the service cannot make boxes (its health says why); taking no jobs until it can")
+	} else if ok && w.notReady {
+		w.cfg.Log("queue: the service makes boxes again; taking jobs")
+	}
+	w.notReady = !ok
+	return ok
+}
+
+// loop reads jobs while there are free slots and the service is ready,
+// retrying Redis with backoff.
 func (w *Worker) loop(ctx context.Context) {
 	backoff := newBackoff()
 	groupMade := false
 	var lastClaim time.Time
-	// XAUTOCLAIM scans the pending entries a window at a time: the next
-	// scan goes on where the last ended, and starts over at the end.
-	claimFrom := "0-0"
+	// Claims scan the pending entries a window at a time: the next scan
+	// goes on where the last ended, and starts over at the end.
+	claimFrom := "-"
 	for ctx.Err() == nil {
 		if !groupMade {
 			err := w.rdb.XGroupCreateMkStream(ctx, w.keys.Jobs, w.cfg.Group, "0").Err()
@@ -230,6 +280,24 @@ func (w *Worker) loop(ctx context.Context) {
 			}
 			groupMade = true
 			w.ok(backoff)
+		}
+		if w.renewHeld.Load() {
+			// Redis is back: what this worker holds is renewed before
+			// anything else, so that no live worker takes it for a dead
+			// one's; and the others get as long to do the same.
+			if _, err := w.renewMine(w.jobCtx, w.heldIDs()); err != nil {
+				w.failed(ctx, err, backoff)
+				continue
+			}
+			w.renewHeld.Store(false)
+		}
+		if !w.ready() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(notReadyWait):
+			}
+			continue
 		}
 		// A slot first: the worker takes only what it can run now.
 		select {
@@ -253,12 +321,15 @@ func (w *Worker) loop(ctx context.Context) {
 		var msgs []redis.XMessage
 		var err error
 		claimed := false
-		if time.Since(lastClaim) >= w.cfg.ClaimIdle/3 {
+		// (A worker whose loop waited for slots through an outage its
+		// heartbeat saw claims nothing before a command of its own has
+		// ended that outage and it has renewed what it holds.)
+		if time.Since(lastClaim) >= w.cfg.ClaimIdle/3 && w.redisUp.Load() && !w.renewHeld.Load() &&
+			time.Now().UnixNano() > w.claimAfter.Load() {
 			var next string
-			msgs, next, err = w.rdb.XAutoClaim(w.jobCtx, &redis.XAutoClaimArgs{Stream: w.keys.Jobs, Group: w.cfg.Group,
-				Consumer: w.cfg.Name, MinIdle: w.cfg.ClaimIdle, Start: claimFrom, Count: int64(free)}).Result()
+			msgs, next, err = w.claimDead(w.jobCtx, claimFrom, free)
 			if err == nil {
-				if claimFrom = next; next == "0-0" {
+				if claimFrom = next; next == "-" {
 					lastClaim = time.Now() // a whole scan done
 				}
 				claimed = len(msgs) > 0
@@ -290,19 +361,100 @@ func (w *Worker) loop(ctx context.Context) {
 			w.claims.Add(float64(len(msgs)))
 		}
 		for _, m := range msgs {
+			w.hold(m.ID, true)
 			w.jobs.Add(1)
 			w.running.Add(1)
 			go func() {
-				defer func() { w.running.Add(-1); <-w.slots; w.jobs.Done() }()
+				defer func() { w.hold(m.ID, false); w.running.Add(-1); <-w.slots; w.jobs.Done() }()
 				w.handle(m, claimed)
 			}()
 		}
 	}
 }
 
+// hold notes that entry id is this worker's (or no longer is).
+func (w *Worker) hold(id string, held bool) {
+	w.heldMu.Lock()
+	defer w.heldMu.Unlock()
+	if held {
+		w.held[id] = true
+	} else {
+		delete(w.held, id)
+	}
+}
+
+func (w *Worker) heldIDs() []string {
+	w.heldMu.Lock()
+	defer w.heldMu.Unlock()
+	ids := make([]string, 0, len(w.held))
+	for id := range w.held {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// claimScanCount is how many pending entries one claim scan looks at.
+const claimScanCount = 100
+
+// claimDead claims, for this worker, up to n pending entries idle past
+// ClaimIdle whose worker has no live announcement (a dead worker's: a
+// live one renews its own and announces itself every heartbeatEvery), from
+// the scan's position from; next is where the next scan starts ("-": a
+// whole scan is done). The claim counts a delivery, as XAUTOCLAIM's.
+func (w *Worker) claimDead(ctx context.Context, from string, n int) (msgs []redis.XMessage, next string, err error) {
+	p, err := w.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: w.keys.Jobs, Group: w.cfg.Group,
+		Idle: w.cfg.ClaimIdle, Start: from, End: "+", Count: claimScanCount}).Result()
+	if err != nil {
+		return nil, from, err
+	}
+	next = "-"
+	if len(p) == claimScanCount {
+		next = "(" + p[len(p)-1].ID
+	}
+	alive := map[string]bool{}
+	var ids []string
+	for _, e := range p {
+		if len(ids) == n {
+			next = "(" + ids[len(ids)-1]
+			break
+		}
+		if e.Consumer == w.cfg.Name {
+			continue // this worker's own: renewed, not claimed
+		}
+		live, seen := alive[e.Consumer]
+		if !seen {
+			k, err := w.rdb.Exists(ctx, w.keys.prefix+":worker:"+e.Consumer).Result()
+			if err != nil {
+				return nil, from, err
+			}
+			live = k == 1
+			alive[e.Consumer] = live
+		}
+		if !live {
+			ids = append(ids, e.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, next, nil
+	}
+	// MinIdle again: an entry its worker renewed since the scan stays its.
+	got, err := w.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: w.keys.Jobs, Group: w.cfg.Group,
+		Consumer: w.cfg.Name, MinIdle: w.cfg.ClaimIdle, Messages: ids}).Result()
+	if err != nil {
+		return nil, from, err
+	}
+	for _, m := range got {
+		if m.ID != "" && m.Values != nil {
+			msgs = append(msgs, m)
+		}
+	}
+	return msgs, next, nil
+}
+
 // handle runs one delivered message to its end: answered, dead-lettered,
-// or left pending for another delivery (the service busy or stopping,
-// Redis lost past the drain).
+// handed back for another worker (an image this one lacks, its own
+// machinery failing, the service stopping), or left pending for another
+// delivery (Redis lost past the drain, the drain's grace ended).
 func (w *Worker) handle(m redis.XMessage, claimed bool) {
 	ctx := w.jobCtx
 	job, err := DecodeJob(m.Values)
@@ -313,7 +465,7 @@ func (w *Worker) handle(m redis.XMessage, claimed bool) {
 	}
 	deliveries := int64(1)
 	if claimed {
-		// XAUTOCLAIM counted this delivery; the pending entry says how
+		// The claim counted this delivery; the pending entry says how
 		// many there were.
 		var p []redis.XPendingExt
 		err := w.retry(ctx, func() error {
@@ -344,9 +496,13 @@ func (w *Worker) handle(m redis.XMessage, claimed bool) {
 		w.finish(ctx, m.ID, job, finishing{})
 		return
 	}
-	if poisoned, why := Poisoned(deliveries, w.cfg.MaxDeliveries); poisoned {
+	if poisoned, why := Poisoned(deliveries+job.Attempts, w.cfg.MaxDeliveries); poisoned {
 		w.deadLetters.WithLabelValues("poison").Inc()
-		w.finish(ctx, m.ID, job, finishing{dead: why, validID: true, deliveries: deliveries})
+		w.finish(ctx, m.ID, job, finishing{dead: why, validID: true, deliveries: deliveries + job.Attempts})
+		return
+	}
+	if missing := w.missingImages(job); len(missing) > 0 {
+		w.handBack(ctx, m.ID, job, deliveries, missing, fmt.Sprintf("image %s is not built on %s", strings.Join(missing, ", "), w.cfg.Name))
 		return
 	}
 	stopRenewing := w.renew(m.ID)
@@ -358,6 +514,17 @@ func (w *Worker) handle(m redis.XMessage, claimed bool) {
 		b.wait(ctx)
 		status, body = w.cfg.Answer(ctx, caller.QueueJob, "POST", job.Path(), []byte(job.Body))
 	}
+	if ctx.Err() == nil && status == http.StatusOK && w.cfg.Recheck != nil && HasXX(job.Endpoint, body) {
+		// The sandbox failed: the job's doing, or this worker's? The
+		// service's self-test tells; a worker that cannot make boxes
+		// hands the job to one that can (and reads no more until it
+		// can again).
+		if err := w.cfg.Recheck(ctx); err != nil && ctx.Err() == nil {
+			stopRenewing()
+			w.handBack(ctx, m.ID, job, deliveries, nil, fmt.Sprintf("%s could not make boxes: %v", w.cfg.Name, err))
+			return
+		}
+	}
 	stopRenewing()
 	if ctx.Err() != nil {
 		return // the drain's grace ended: the answer is the stop's, not the job's
@@ -365,7 +532,10 @@ func (w *Worker) handle(m redis.XMessage, claimed bool) {
 	outcome, why := Judge(status, body)
 	switch outcome {
 	case Retry:
-		w.outcomes.WithLabelValues("retry").Inc()
+		// The service is stopping or drained (503), or this worker is
+		// (a 429 it no longer waits out): the job goes back to the
+		// stream for another worker, at once, not a failed delivery.
+		w.handBack(ctx, m.ID, job, deliveries, nil, fmt.Sprintf("%s is stopping (HTTP %d)", w.cfg.Name, status))
 		return
 	case DeadLetter:
 		w.deadLetters.WithLabelValues("refused").Inc()
@@ -373,9 +543,47 @@ func (w *Worker) handle(m redis.XMessage, claimed bool) {
 	w.finish(ctx, m.ID, job, finishing{validID: true, answered: true, status: status, body: body, dead: why, deliveries: deliveries})
 }
 
-// renew keeps the job's pending entry fresh while it runs (XCLAIM JUSTID
-// to itself resets its idle time without counting a delivery), so that
-// no worker claims a job that is still running.
+// renewScript resets the idle time of each entry given that is still
+// pending for this consumer (XCLAIM JUSTID to itself: no delivery
+// counted), and leaves alone one that another worker has claimed: a
+// worker never takes back a job it lost. It returns the entries lost
+// (also those of a stream or group Redis no longer has).
+var renewScript = redis.NewScript(`
+local lost = {}
+for i = 3, #ARGV do
+  local ok, p = pcall(redis.call, 'XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
+  if ok and #p == 1 and p[1][2] == ARGV[2] then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
+  else
+    table.insert(lost, ARGV[i])
+  end
+end
+return lost
+`)
+
+// renewMine renews the entries ids this worker holds (renewScript), and
+// tells which are no longer its own.
+func (w *Worker) renewMine(ctx context.Context, ids []string) (lost []string, err error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	args := []any{w.cfg.Group, w.cfg.Name}
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	lost, err = renewScript.Run(ctx, w.rdb, []string{w.keys.Jobs}, args...).StringSlice()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	for _, id := range lost {
+		w.cfg.Log(fmt.Sprintf("queue: job entry %s is no longer pending for this worker (another claimed it, or Redis lost it); not renewed", id))
+	}
+	return lost, nil
+}
+
+// renew keeps the job's pending entry fresh while it runs, every
+// ClaimIdle/3 (renewMine), so that no worker claims a job that is still
+// running.
 func (w *Worker) renew(id string) (stop func()) {
 	ctx, cancel := context.WithCancel(w.jobCtx)
 	done := make(chan struct{})
@@ -388,12 +596,137 @@ func (w *Worker) renew(id string) (stop func()) {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				w.rdb.XClaimJustID(ctx, &redis.XClaimArgs{Stream: w.keys.Jobs, Group: w.cfg.Group,
-					Consumer: w.cfg.Name, Messages: []string{id}})
+				if lost, _ := w.renewMine(ctx, []string{id}); len(lost) > 0 {
+					return
+				}
 			}
 		}
 	}()
 	return func() { cancel(); <-done }
+}
+
+// missingImages are the images job j needs that this service lacks.
+func (w *Worker) missingImages(j Job) []string {
+	if w.cfg.Ready == nil {
+		return nil
+	}
+	_, have := w.cfg.Ready()
+	var missing []string
+	for _, img := range j.Images() {
+		if !slices.Contains(have, img) {
+			missing = append(missing, img)
+		}
+	}
+	return missing
+}
+
+// handBackPause is how long a worker waits before it hands back again a
+// job it has handed back before (the worker that can run it may be
+// busy): 100 ms for each hand-back of the job so far, at most 5 s.
+func handBackPause(handedBack int) time.Duration {
+	return min(time.Duration(handedBack)*100*time.Millisecond, 5*time.Second)
+}
+
+// handBackScript adds the job again at the end of the stream, and
+// acknowledges and deletes the entry delivered here: at once, so the job
+// is in the stream exactly once.
+var handBackScript = redis.NewScript(`
+redis.call('XADD', KEYS[1], '*', unpack(ARGV, 3))
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+redis.call('XDEL', KEYS[1], ARGV[2])
+return 1
+`)
+
+// handBack gives a job this worker cannot run back to the stream for
+// another worker (a new entry: not a failed delivery), with why; it goes
+// to the dead letters instead when no live worker announces the images
+// it needs, or when it was handed back MaxHandBacks times.
+func (w *Worker) handBack(ctx context.Context, msgID string, job Job, deliveries int64, images []string, why string) {
+	dead := ""
+	if job.HandedBack >= w.cfg.MaxHandBacks {
+		dead = fmt.Sprintf("handed back %d times without a worker that could run it; last: %s", job.HandedBack, why)
+	} else if len(images) > 0 {
+		capable, names, err := w.capableWorkers(ctx, images)
+		if err != nil {
+			return // Redis lost past the drain: the entry stays pending
+		}
+		if len(capable) == 0 {
+			dead = fmt.Sprintf("no live worker can run it: image %s is built on none of %s", strings.Join(images, ", "), strings.Join(names, ", "))
+		}
+	}
+	if dead != "" {
+		w.deadLetters.WithLabelValues("unrunnable").Inc()
+		w.finish(ctx, msgID, job, finishing{dead: dead, validID: true, deliveries: deliveries + job.Attempts})
+		return
+	}
+	if slices.Contains(job.Lacking, w.cfg.Name) {
+		stopRenewing := w.renew(msgID) // the pause may outlast --queue-claim-idle
+		select {
+		case <-ctx.Done():
+		case <-time.After(handBackPause(job.HandedBack)):
+		}
+		stopRenewing()
+		if ctx.Err() != nil {
+			return
+		}
+	}
+	next := job
+	next.HandedBack++
+	next.Attempts = job.Attempts + deliveries - 1 // this delivery failed nothing
+	if !slices.Contains(next.Lacking, w.cfg.Name) {
+		next.Lacking = append(slices.Clone(job.Lacking), w.cfg.Name)
+	}
+	args := append([]any{w.cfg.Group, msgID}, next.Fields()...)
+	if err := w.retry(ctx, func() error {
+		return handBackScript.Run(ctx, w.rdb, []string{w.keys.Jobs}, args...).Err()
+	}); err != nil {
+		return
+	}
+	w.outcomes.WithLabelValues("handed_back").Inc()
+	w.cfg.Log(fmt.Sprintf("queue: job %s handed back for another worker: %s", job.ID, why))
+}
+
+// capableWorkers are the live workers besides this one whose
+// announcement lists every image of images (one that lists none, of an
+// older version, may have them), and the names of every live worker.
+func (w *Worker) capableWorkers(ctx context.Context, images []string) (capable, names []string, err error) {
+	var keys []string
+	err = w.retry(ctx, func() error {
+		keys = keys[:0]
+		iter := w.rdb.Scan(ctx, 0, w.keys.prefix+":worker:*", 100).Iterator()
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		return iter.Err()
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, k := range keys {
+		v, err := w.rdb.Get(ctx, k).Result()
+		if err != nil {
+			continue // expired meanwhile
+		}
+		var a announcement
+		if json.Unmarshal([]byte(v), &a) != nil {
+			continue
+		}
+		names = append(names, a.Name)
+		if a.Name == w.cfg.Name {
+			continue
+		}
+		ok := true
+		if a.Images != nil {
+			for _, img := range images {
+				ok = ok && slices.Contains(*a.Images, img)
+			}
+		}
+		if ok {
+			capable = append(capable, a.Name)
+		}
+	}
+	sort.Strings(names)
+	return capable, names, nil
 }
 
 // finishing is how a job ends.
@@ -473,11 +806,19 @@ type announcement struct {
 	Running  int64     `json:"running"`
 	Draining bool      `json:"draining"`
 	LastSeen time.Time `json:"last_seen"`
+	// Ready: the service makes boxes now; Images: the images it has
+	// built (absent from a worker that does not say).
+	Ready  bool      `json:"ready"`
+	Images *[]string `json:"images,omitempty"`
 }
 
 // heartbeatEvery is how often a worker announces itself and reads the
-// queue's lengths; its announcement expires after three misses.
-const heartbeatEvery = 2 * time.Second
+// queue's lengths; its announcement expires after three misses
+// (announceTTL).
+const (
+	heartbeatEvery = 2 * time.Second
+	announceTTL    = 3 * heartbeatEvery
+)
 
 func (w *Worker) workerKey() string { return w.keys.prefix + ":worker:" + w.cfg.Name }
 
@@ -487,9 +828,20 @@ func (w *Worker) heartbeat(ctx context.Context) {
 	t := time.NewTicker(heartbeatEvery)
 	defer t.Stop()
 	for {
+		ready, images := true, []string{}
+		if w.cfg.Ready != nil {
+			ready, images = w.cfg.Ready()
+			images = append([]string{}, images...)
+		}
 		a, _ := json.Marshal(announcement{Name: w.cfg.Name, Version: w.cfg.Version, Capacity: w.cfg.Capacity,
-			Running: w.running.Load(), Draining: w.draining.Load(), LastSeen: time.Now().UTC()})
-		w.rdb.Set(ctx, w.workerKey(), a, 3*heartbeatEvery)
+			Running: w.running.Load(), Draining: w.draining.Load(), LastSeen: time.Now().UTC(),
+			Ready: ready, Images: &images})
+		// The heartbeat sees an outage too, while the loop waits for a
+		// free slot and sends Redis nothing (the loop's next command
+		// that succeeds ends it).
+		if err := w.rdb.Set(ctx, w.workerKey(), a, announceTTL).Err(); err != nil && ctx.Err() == nil {
+			w.down(err)
+		}
 		if groups, err := w.rdb.XInfoGroups(ctx, w.keys.Jobs).Result(); err == nil {
 			for _, g := range groups {
 				if g.Name == w.cfg.Group {
@@ -563,6 +915,13 @@ func (w *Worker) failed(ctx context.Context, err error, b *backoff) {
 	if ctx.Err() != nil {
 		return
 	}
+	w.down(err)
+	b.wait(ctx)
+}
+
+// down notes that Redis does not answer: an outage begins, if none is
+// under way (one log line).
+func (w *Worker) down(err error) {
 	w.redisUp.Store(false)
 	w.outage.Lock()
 	if !w.inOutage {
@@ -570,16 +929,25 @@ func (w *Worker) failed(ctx context.Context, err error, b *backoff) {
 		w.cfg.Log(fmt.Sprintf("queue: Redis: %v; retrying with backoff, taking no jobs until it answers", err))
 	}
 	w.outage.Unlock()
-	b.wait(ctx)
 }
 
 // ok notes a successful Redis command: the outage, if any, is over.
 func (w *Worker) ok(b *backoff) {
-	w.redisUp.Store(true)
 	b.next = firstBackoff
+	w.up()
+}
+
+// up notes that Redis answers. At the end of an outage, the loop renews
+// what this worker holds before it reads or claims anything, and claims
+// nothing for an announcement's life, by which every live worker has
+// renewed its own and announced itself again.
+func (w *Worker) up() {
+	w.redisUp.Store(true)
 	w.outage.Lock()
 	if w.inOutage {
 		w.inOutage = false
+		w.renewHeld.Store(true)
+		w.claimAfter.Store(time.Now().Add(announceTTL).UnixNano())
 		w.cfg.Log("queue: Redis answers again")
 	}
 	w.outage.Unlock()

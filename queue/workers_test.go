@@ -94,13 +94,14 @@ func (l *lockedBuffer) String() string {
 
 // startWorker starts worker name; flags given after the defaults
 // replace them (the last of a flag given twice counts).
-func startWorker(t *testing.T, serve, dir, redisSock, cgroupRoot, name string, flags ...string) *workerProc {
+func startWorker(t *testing.T, serve, dir, redisSock, cgroupRoot, name string, env []string, flags ...string) *workerProc {
 	t.Helper()
 	w := &workerProc{name: name, log: &lockedBuffer{}}
 	w.cmd = exec.Command(serve, append([]string{"--socket", filepath.Join(dir, name+".sock"), "--cli-socket", "none",
 		"--store", filepath.Join(dir, name+"-store"), "--parallel", "2", "--pool", "1", "--grace", "30s",
 		"--queue-url", "unix://" + redisSock, "--queue-name", name, "--queue-claim-idle", "2s"}, flags...)...)
-	w.cmd.Env = append(os.Environ(), "ISOLATE_CGROUP_ROOT="+cgroupRoot)
+	// (env after the defaults: the last of a variable given twice counts.)
+	w.cmd.Env = append(append(os.Environ(), "ISOLATE_CGROUP_ROOT="+cgroupRoot), env...)
 	w.cmd.Stderr = w.log
 	if err := w.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -239,7 +240,13 @@ func newRig(t *testing.T) *rig {
 // start starts worker name on the rig's Redis (flags: as startWorker's).
 func (g *rig) start(t *testing.T, name string, flags ...string) *workerProc {
 	t.Helper()
-	w := startWorker(t, g.serve, g.dir, g.r.sock, g.cgroupRoot, name, flags...)
+	return g.startEnv(t, name, nil, flags...)
+}
+
+// startEnv starts worker name with more environment variables.
+func (g *rig) startEnv(t *testing.T, name string, env []string, flags ...string) *workerProc {
+	t.Helper()
+	w := startWorker(t, g.serve, g.dir, g.r.sock, g.cgroupRoot, name, env, flags...)
 	g.workers = append(g.workers, w)
 	return w
 }

@@ -1,8 +1,11 @@
 #!/bin/bash
 # Checks the tarballs make release wrote in dist/: their SHA-256 sums,
+# their contents (exactly the files scripts/release.sh lists: binaries,
+# man pages, completions, units, docs with LICENSE, the Python client),
 # that each binary is static and for its architecture, `isolate version`,
-# and that every command and subcommand parses --help; on amd64 (this
-# host) also one sandboxed run. The arm64 binaries run under qemu-user
+# and that every command and subcommand parses --help; that the Python
+# client imports from where the tarball puts it, with the standard
+# library alone; on amd64 (this host) also one sandboxed run. The arm64 binaries run under qemu-user
 # (qemu-aarch64-static), which cannot run a box: namespaces, cgroups and
 # the arm64 seccomp filter are checked only on arm64 hardware.
 #   scripts/release-check.sh VERSION
@@ -31,10 +34,41 @@ check_help() {
 	done
 }
 
+# The files each tarball holds, beside the Python client's modules.
+want_files="bin/isolate
+bin/isolate-serve
+share/bash-completion/completions/isolate
+share/doc/isolate/LICENSE
+share/doc/isolate/MIGRATING.md
+share/doc/isolate/README.md
+share/doc/isolate/SECURITY.md
+share/doc/isolate/clients/python/README.md
+share/doc/isolate/docs/openapi.yaml
+share/fish/vendor_completions.d/isolate.fish
+share/isolate/systemd/isolate-user.service
+share/isolate/systemd/isolate.service
+share/man/man1/isolate-serve.1
+share/man/man1/isolate.1"
+want_docs=$(cd docs && ls *.md | sed 's,^,share/doc/isolate/docs/,')
+want_python=$( (cd clients/python/src && find isolate_sandbox -name '*.py' -o -name py.typed) | sed 's,^,share/isolate/python/,' | sort)
+
 for arch in amd64 arm64; do
 	dir=$tmp/$arch
 	mkdir -p "$dir"
-	tar -C "$dir" -xzf "dist/isolate-$version-linux-$arch.tar.gz"
+	tarball=dist/isolate-$version-linux-$arch.tar.gz
+	got=$(tar -tzf "$tarball" | grep -v '/$' | sort)
+	want=$(printf '%s\n%s\n%s\n' "$want_files" "$want_docs" "$want_python" | sort)
+	[ "$got" = "$want" ] || { diff <(echo "$want") <(echo "$got") >&2; fail "$tarball: not the files it should hold (above: - missing, + extra)"; }
+	tar -C "$dir" -xzf "$tarball"
+	grep -q 'Apache License' "$dir/share/doc/isolate/LICENSE" && grep -q 'Version 2.0' "$dir/share/doc/isolate/LICENSE" || fail "LICENSE is not Apache-2.0's"
+	grep -qx 'ExecStart=/usr/local/bin/isolate serve.*' "$dir/share/isolate/systemd/isolate.service" || fail "isolate.service does not start /usr/local/bin/isolate"
+	grep -q '^\.TH' "$dir/share/man/man1/isolate.1" && grep -q '^\.TH' "$dir/share/man/man1/isolate-serve.1" || fail "man pages"
+	bash -n "$dir/share/bash-completion/completions/isolate" || fail "bash completion"
+	# The client where the tarball puts it, a Python with no site
+	# packages (no pip, no wheel): the standard library alone.
+	env -i PATH=/usr/bin:/bin PYTHONPATH="$dir/share/isolate/python" python3 -S -c 'import isolate_sandbox, isolate_sandbox.runner' ||
+		fail "the Python client does not import from share/isolate/python"
+	dir=$dir/bin
 	case $arch in
 	amd64) run=(env); machine='Advanced Micro Devices X86-64' ;;
 	arm64) run=(qemu-aarch64-static); machine=AArch64 ;;
@@ -43,6 +77,8 @@ for arch in amd64 arm64; do
 		readelf -h "$dir/$bin" | grep -q "Machine: *$machine" || fail "$bin is not for $machine"
 		! readelf -lW "$dir/$bin" | grep -q 'program interpreter' || fail "$bin is not static"
 	done
+	got=$("${run[@]}" "$dir/isolate-serve" --version)
+	[ "$got" = "isolate-serve $version" ] || fail "isolate-serve --version says '$got', not 'isolate-serve $version'"
 	got=$("${run[@]}" "$dir/isolate" version)
 	[ "$got" = "isolate $version" ] || fail "isolate version says '$got', not 'isolate $version'"
 	checked=0

@@ -188,8 +188,8 @@ func compileProfile(path string) (*Program, error) {
 	if err != nil {
 		return nil, perr("", "%v", err)
 	}
-	if cfg == nil { // no default action and no syscalls: nothing to filter
-		return &Program{Name: path}, nil
+	if cfg == nil { // no default action and no syscalls: nothing to filter but vsock
+		return &Program{Name: path, Filter: guardNone(auditArch(native))}, nil
 	}
 	filter, horizonNr, err := buildProfile(cfg, labels, native, perr)
 	if err != nil {
@@ -203,7 +203,8 @@ func compileProfile(path string) (*Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	full, err := checkLength(append(pre, filter...))
+	// The vsock guard first, whatever the profile allows.
+	full, err := checkLength(append(append(vsockGuard(auditArch(native)), pre...), filter...))
 	if err != nil {
 		return nil, perr("", "%v", err)
 	}

@@ -11,7 +11,7 @@ import (
 // Program is a compiled syscall policy, ready to hand to the box's init.
 type Program struct {
 	Name   string // "default", "none", or the profile's path (goes in the report)
-	Filter []byte // raw cBPF: the kernel's struct sock_filter array (8 bytes per insn), nil for "none"
+	Filter []byte // raw cBPF: the kernel's struct sock_filter array (8 bytes per insn); nil: no filter
 	Notify bool   // the filter answers refused syscalls with SECCOMP_RET_USER_NOTIF (so a listener is needed)
 }
 
@@ -46,8 +46,18 @@ func (e *ProfileError) Error() string {
 
 func (e *ProfileError) Unwrap() error { return e.Err }
 
-// None is the "none" policy: no filter at all.
-var None = &Program{Name: "none"}
+// None is the "none" policy: nothing refused but vsock sockets (the
+// vsock guard, vsock.go).
+var None = &Program{Name: "none", Filter: guardNone(nativeAudit())}
+
+// nativeAudit is the native architecture's audit number.
+func nativeAudit() uint32 {
+	arch, err := libseccomp.GetNativeArch()
+	if err != nil {
+		return unix.AUDIT_ARCH_X86_64
+	}
+	return auditArch(arch)
+}
 
 var defaultOnce struct {
 	sync.Once

@@ -419,8 +419,39 @@ func TestSeccompModeInProcStatus(t *testing.T) {
 		t.Fatalf("under the default policy /proc/self/status says:\n%s", res.output)
 	}
 	p, err := Compile("none")
-	if err != nil || p.Filter != nil || p.Notify || p.Name != "none" {
-		t.Fatalf("Compile(none) = %+v, %v", p, err)
+	if err != nil || p.Notify || p.Name != "none" || p.Instructions() != 9 {
+		t.Fatalf("Compile(none) = %+v, %v: want the vsock guard alone", p, err)
+	}
+}
+
+// No policy lets a vsock socket be made (the network namespace does not
+// cover vsock): "none" and a profile that allows everything refuse it
+// with EAFNOSUPPORT, the default with EPERM; other families are the
+// policy's.
+func TestVsockRefusedByEveryPolicy(t *testing.T) {
+	allowAll := filepath.Join(t.TempDir(), "all.json")
+	os.WriteFile(allowAll, []byte(`{"defaultAction": "SCMP_ACT_ALLOW"}`), 0o644)
+	probes := []probe{
+		{"socket", [6]uint64{unix.AF_VSOCK, unix.SOCK_STREAM}},
+		{"socketpair", [6]uint64{unix.AF_VSOCK, unix.SOCK_STREAM, 0, 0}},
+		{"socket", [6]uint64{0xffffffff00000000 | unix.AF_VSOCK, unix.SOCK_STREAM}},
+		{"socket", [6]uint64{unix.AF_UNIX, unix.SOCK_STREAM}},
+	}
+	for _, c := range []struct {
+		policy string
+		vsock  syscall.Errno
+	}{{"none", unix.EAFNOSUPPORT}, {allowAll, unix.EAFNOSUPPORT}, {"default", unix.EPERM}} {
+		res := runChild(t, mustCompile(t, c.policy), probes)
+		if len(res.errnos) != len(probes) {
+			t.Fatalf("%s: %d of %d calls made: %s", c.policy, len(res.errnos), len(probes), res.output)
+		}
+		for i, want := range []syscall.Errno{c.vsock, c.vsock, c.vsock, 0} {
+			// A unix socket is made (a descriptor, errno 0) or fails
+			// for a reason of its own, never as the guard's refusal.
+			if got := res.errnos[i]; (want == 0 && (got == unix.EAFNOSUPPORT || got == unix.EPERM)) || (want != 0 && got != want) {
+				t.Errorf("%s: %v: errno %v, want %v", c.policy, probes[i], got, want)
+			}
+		}
 	}
 }
 

@@ -75,7 +75,7 @@ func TestReadToken(t *testing.T) {
 		os.Chmod(p, mode)
 		return p
 	}
-	if tok, err := ReadToken(write("ok", "abc123\n", 0o600)); err != nil || tok != "abc123" {
+	if tok, err := ReadToken(write("ok", goodToken+"\n", 0o600)); err != nil || tok != goodToken {
 		t.Errorf("good token file: %q %v", tok, err)
 	}
 	for name, tc := range map[string]struct {

@@ -25,6 +25,8 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	}
 	defer leave()
 	who := callerOf(r)
+	note := noteOf(r.Context())
+	note.ask(&req.Spec)
 	if err := s.validateExec(&req, who); err != nil {
 		writeError(w, statusOf(err), err)
 		return
@@ -61,8 +63,10 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		for _, phase := range []*api.Report{rep.Compile, rep.Run} {
 			if phase != nil {
 				phase.Sandbox.Via = "service"
+				phase.RequestID = note.id
 			}
 		}
+		note.settleExec(&req.Spec, rep)
 	}
 	switch {
 	case err != nil && ev != nil && ev.started():

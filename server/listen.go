@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -106,39 +105,6 @@ func callerOf(r *http.Request) caller.Caller {
 		return c
 	}
 	return caller.Unknown
-}
-
-// ReadToken reads a bearer token from path (ReadSecret).
-func ReadToken(path string) (string, error) {
-	tok, err := ReadSecret(path)
-	if err != nil {
-		return "", fmt.Errorf("token file: %w", err)
-	}
-	return tok, nil
-}
-
-// ReadSecret reads a secret from path: a file only its owner may read
-// (as ssh insists for keys), holding one non-empty line.
-func ReadSecret(path string) (string, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return "", err
-	}
-	if st.Mode().Perm()&0o077 != 0 {
-		return "", fmt.Errorf("%s: mode %04o lets others read it (chmod 600)", path, st.Mode().Perm())
-	}
-	b := make([]byte, 4096)
-	n, _ := f.Read(b)
-	line := strings.TrimSpace(string(b[:n]))
-	if line == "" || strings.ContainsAny(line, " \t\r\n") {
-		return "", fmt.Errorf("%s: want one non-empty line", path)
-	}
-	return line, nil
 }
 
 // requireToken lets through only requests that carry the bearer token,

@@ -32,7 +32,7 @@ func newMetrics(s *Server) *metrics {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
 	m.reg.MustRegister(s.cfg.Metrics...)
-	m.reg.MustRegister(m.requests, m.latency,
+	m.reg.MustRegister(m.requests, m.latency, newUsageCollector(s.audit),
 		gauge("isolate_queue_length", "Requests waiting for a slot.", func() float64 {
 			_, w := s.queue.lengths()
 			return float64(w)

@@ -27,6 +27,11 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	}
 	defer leave()
 	who := callerOf(r)
+	asked := make([]*api.Spec, len(req.Commands))
+	for i := range req.Commands {
+		asked[i] = &req.Commands[i].Spec
+	}
+	noteOf(r.Context()).ask(asked...)
 	if err := s.validate(&req, who); err != nil {
 		writeError(w, statusOf(err), err)
 		return
@@ -100,7 +105,10 @@ func (s *Server) run(ctx context.Context, req *RunRequest, who caller.Caller, ev
 		pipes[i] = isolate.GroupPipe{From: isolate.GroupEnd(p.From), To: isolate.GroupEnd(p.To), RecordLimit: t.takeInline(p.RecordMaxBytes)}
 	}
 	results := make([]Result, len(req.Commands))
+	note := noteOf(ctx)
 	_, records, err := isolate.RunGroup(ctx, s.runner, cmds, pipes, func(i int, rep *api.Report) {
+		rep.RequestID = note.id
+		note.settle(i, &req.Commands[i].Spec, rep)
 		results[i] = t.result(i, rep)
 		if ev != nil {
 			ev.result(i, results[i])

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -41,10 +42,11 @@ func TestRunReportIsTheCLIs(t *testing.T) {
 	if err := json.Unmarshal(b, &raw); err != nil {
 		t.Fatal(err)
 	}
-	// Every key of the contract's report, and no other.
+	// Every key of the contract's report, the service's request id, and
+	// no other.
 	want := strings.Fields(`status message exit_code signal killed limit cpu_time user_time sys_time wall_time
 		memory_peak max_rss oom_killed pids_peak csw_voluntary csw_involuntary stdout stderr
-		stdout_truncated stderr_truncated blocked_syscalls box_id sandbox`)
+		stdout_truncated stderr_truncated blocked_syscalls box_id sandbox request_id`)
 	got := raw.Results[0]
 	for _, k := range want {
 		if _, ok := got[k]; !ok {
@@ -422,6 +424,54 @@ func TestDrain(t *testing.T) {
 	if r := resp.Results[0]; r.Status != "OK" || r.Stdout != "finished\n" {
 		t.Fatalf("the running request: %+v", r.Report)
 	}
+	<-shut
+}
+
+// A request still waiting for a slot when the drain begins gets 503
+// with Retry-After at once, while the one running goes on.
+func TestDrainAnswersWaitingRequests(t *testing.T) {
+	s := startService(t, func(c *Config) { c.Parallel, c.Queue = 1, 1 })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		req, _ := http.NewRequestWithContext(ctx, "POST", "http://isolate/v1/run",
+			strings.NewReader(`{"commands":[{"args":["/bin/sleep","30"]}]}`))
+		if resp, err := s.client.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	fdtest.WaitFor(t, "one runs", func() bool { r, _ := s.queue.lengths(); return r == 1 })
+	type answer struct {
+		code  int
+		retry string
+		body  string
+	}
+	waited := make(chan answer, 1)
+	go func() {
+		resp, err := s.client.Post("http://isolate/v1/run", "application/json", strings.NewReader(`{"commands":[{"args":["/bin/true"]}]}`))
+		if err != nil {
+			waited <- answer{body: err.Error()}
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		waited <- answer{resp.StatusCode, resp.Header.Get("Retry-After"), string(b)}
+	}()
+	fdtest.WaitFor(t, "one waits", func() bool { _, w := s.queue.lengths(); return w == 1 })
+	shut := make(chan struct{})
+	go func() { s.Shutdown(time.Hour); close(shut) }()
+	a := <-waited
+	if a.code != http.StatusServiceUnavailable || a.retry == "" || !strings.Contains(a.body, "stopping") {
+		t.Errorf("the waiting request at the drain: %d Retry-After %q %s", a.code, a.retry, a.body)
+	}
+	// The drain's grace (an hour) has not ended: the running one still runs.
+	if r, _ := s.queue.lengths(); r != 1 {
+		t.Errorf("the running request was cut short: %d running", r)
+	}
+	cancel()
+	<-ran
 	<-shut
 }
 

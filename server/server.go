@@ -44,6 +44,7 @@ type Health struct {
 	Reasons []string `json:"reasons,omitempty"` // why not ready
 	Cgroup  string   `json:"cgroup"`            // v1, v2 or hybrid
 	Images  []string `json:"images"`            // built language images
+	Langs   []string `json:"langs"`             // languages whose image is built (what /v1/exec can run)
 	Pool    int      `json:"pool"`              // boxes ready
 	Running int      `json:"running"`           // commands running
 	Waiting int      `json:"waiting"`           // requests queued
@@ -82,6 +83,10 @@ type Config struct {
 	MaxSessions          int
 	MaxSessionsPerCaller int
 	SessionMaxTimeout    time.Duration
+
+	// Audit writes the audit trail (nil: lines only feed the per-caller
+	// metrics).
+	Audit *Auditor
 }
 
 // Defaults of the service's own bounds.
@@ -113,13 +118,18 @@ type Server struct {
 	places chan struct{}
 
 	draining atomic.Bool
-	inflight sync.WaitGroup // requests that run commands
+	// drained ends when the drain begins: requests still waiting for a
+	// slot then get 503 at once.
+	drained   context.Context
+	stopTaken context.CancelCauseFunc
+	inflight  sync.WaitGroup // requests that run commands
 	// base is the context of every command: cancelled when a drain's
 	// grace period ends, so that nothing outlives the service.
 	base   context.Context
 	cancel context.CancelCauseFunc
 
 	sessions *sessions // nil without cfg.Sessions
+	audit    *Auditor
 
 	mu      sync.Mutex
 	servers []*http.Server
@@ -146,12 +156,16 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, runner: cfg.Runner, store: cfg.Store, queue: newQueue(cfg.Parallel, cfg.Queue), mux: http.NewServeMux(),
 		places: make(chan struct{}, cfg.Parallel+cfg.Queue)}
 	s.base, s.cancel = context.WithCancelCause(context.Background())
+	s.drained, s.stopTaken = context.WithCancelCause(context.Background())
+	if s.audit = cfg.Audit; s.audit == nil {
+		s.audit = NewAuditor()
+	}
 	if cfg.Sessions != nil {
 		s.sessions = newSessions(&cfg)
 	}
 	s.metrics = newMetrics(s)
 	handle := func(pattern, endpoint string, h http.HandlerFunc) {
-		s.mux.HandleFunc(pattern, s.metrics.observe(endpoint, h))
+		s.mux.HandleFunc(pattern, s.audited(pattern, s.metrics.observe(endpoint, h)))
 	}
 	handle("POST /v1/run", "run", s.handleRun)
 	handle("POST /v1/exec", "exec", s.handleExec)
@@ -162,7 +176,7 @@ func New(cfg Config) *Server {
 	handle("GET /v1/version", "version", s.handleVersion)
 	handle("GET /v1/limits", "limits", s.handleLimits)
 	s.registerSessions(handle)
-	s.mux.Handle("GET /metrics", s.metrics.handler())
+	s.mux.HandleFunc("GET /metrics", s.audited("GET /metrics", s.metrics.handler().ServeHTTP))
 	return s
 }
 
@@ -171,7 +185,7 @@ func New(cfg Config) *Server {
 func (s *Server) Handler() http.Handler {
 	h := absoluteBoxPaths(s.mux)
 	if s.cfg.Token != "" {
-		return requireToken(s.cfg.Token, h)
+		return s.auditRefused(requireToken(s.cfg.Token, h))
 	}
 	return h
 }
@@ -212,11 +226,23 @@ func (s *Server) Connections() (held int, refused, starved int64) {
 	return connlimit.Totals(s.limited)
 }
 
-// Shutdown drains: new requests get 503 at once, running ones finish
-// within grace; then whatever still runs is cancelled (its boxes killed),
-// every session ends, and the listeners close.
-func (s *Server) Shutdown(grace time.Duration) {
+// Drain makes the service take no more runs: new requests, and those
+// still waiting for a slot, get 503 with Retry-After at once; running
+// ones go on. The health answer says "draining" (not ready).
+func (s *Server) Drain() {
 	s.draining.Store(true)
+	s.stopTaken(errStopping)
+}
+
+// Draining tells whether Drain was called.
+func (s *Server) Draining() bool { return s.draining.Load() }
+
+// Shutdown drains: new requests and those waiting for a slot get 503 at
+// once, running ones finish within grace; then whatever still runs is
+// cancelled (its boxes killed), every session ends, and the listeners
+// close.
+func (s *Server) Shutdown(grace time.Duration) {
+	s.Drain()
 	done := make(chan struct{})
 	go func() { s.inflight.Wait(); close(done) }()
 	select {
@@ -301,13 +327,17 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, n int) (ctx conte
 		return nil, nil, false
 	}
 	ctx, cancel := s.requestContext(r)
-	if err := s.queue.acquire(ctx, n); err != nil {
+	if err := s.acquire(ctx, n); err != nil {
 		cancel()
 		s.inflight.Done()
-		if errors.Is(err, errQueueFull) {
+		code := statusOf(err)
+		if errors.Is(err, errStopping) {
+			code = http.StatusServiceUnavailable
+		}
+		if errors.Is(err, errQueueFull) || code == http.StatusServiceUnavailable {
 			w.Header().Set("Retry-After", "1")
 		}
-		writeError(w, statusOf(err), err)
+		writeError(w, code, err)
 		return nil, nil, false
 	}
 	// The request's boxes end once its answer is sent (isolate.EndAfter):
@@ -332,13 +362,29 @@ func (s *Server) Slot(ctx context.Context) (release func(), err error) {
 	if s.draining.Load() {
 		return nil, errors.New("the service is stopping")
 	}
-	if err := s.queue.acquire(ctx, 1); err != nil {
+	if err := s.acquire(ctx, 1); err != nil {
 		if errors.Is(err, errQueueFull) {
 			return nil, errors.New("the service is busy: every run slot is taken and its queue is full (--parallel, --queue); try again")
 		}
 		return nil, err
 	}
 	return func() { s.queue.release(1) }, nil
+}
+
+// acquire waits for n slots, until ctx ends or the drain begins
+// (errStopping).
+func (s *Server) acquire(ctx context.Context, n int) error {
+	wait, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	unhook := context.AfterFunc(s.drained, func() { stop(errStopping) })
+	defer unhook()
+	if err := s.queue.acquire(wait, n); err != nil {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		return err
+	}
+	return nil
 }
 
 // requestContext is the request's context (cancelled when its client goes

@@ -77,6 +77,8 @@ type SessionAnswer struct {
 	Usage         *SessionUsage  `json:"usage,omitempty"`
 	Processes     []ProcessState `json:"processes,omitzero"`
 	Contexts      []ContextState `json:"contexts,omitempty"`
+	// Owner is whose it is (root's view: ?all=1).
+	Owner string `json:"owner,omitempty"`
 }
 
 // SessionUsage is what a session's box has used so far.
@@ -315,11 +317,14 @@ func (s *Server) handleSessionCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	defer leave()
 	who := callerOf(r)
+	noteOf(r.Context()).ask(&api.Spec{MemoryBytes: req.MemoryBytes, Pids: req.Pids, CPUs: req.CPUs, TmpSizeBytes: req.TmpSizeBytes,
+		FileSizeBytes: req.FileSizeBytes, OpenFiles: req.OpenFiles, StackBytes: req.StackBytes, OutputLimitBytes: req.OutputLimitBytes})
 	spec, lease, idle, err := s.sessionSpec(&req, who)
 	if err != nil {
 		writeError(w, statusOf(err), err)
 		return
 	}
+	noteOf(r.Context()).settle(0, spec, nil)
 	owner := ownerOf(who)
 	if err := s.sessions.reserve(owner); err != nil {
 		sessionErr(w, err)
@@ -343,6 +348,7 @@ func (s *Server) handleSessionCreate(w http.ResponseWriter, r *http.Request) {
 		sessionErr(w, errStopping)
 		return
 	}
+	noteOf(r.Context()).setSession(sess.id)
 	a := sess.answer(false)
 	s.answer(w, http.StatusCreated, SessionAnswer{ID: a.ID, ExpiresAt: a.ExpiresAt, IdleExpiresAt: a.IdleExpiresAt, Metadata: sess.setMetadata(req.Metadata)})
 }
@@ -383,6 +389,9 @@ func (c *codeContext) state() ContextState {
 }
 
 func (s *Server) handleSessionList(w http.ResponseWriter, r *http.Request) {
+	if s.handleSessionsAll(w, r, false) {
+		return
+	}
 	list := []SessionAnswer{}
 	want, ok := metadataFilter(w, r.URL.Query())
 	if !ok {
@@ -397,6 +406,9 @@ func (s *Server) handleSessionList(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleSessionGet(w http.ResponseWriter, r *http.Request) {
+	if s.handleSessionsAll(w, r, true) {
+		return
+	}
 	sess, done, ok := s.sessionOf(w, r)
 	if !ok {
 		return
@@ -497,7 +509,7 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 			sessionErr(w, errStopping)
 			return
 		}
-		s.startBackground(w, sess, cmd, req.Stdin)
+		s.startBackground(w, r, sess, cmd, req.Stdin)
 		return
 	}
 	// A command in the foreground takes a run slot while it runs.
@@ -533,6 +545,8 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 	}
 	rep := p.Wait()
 	rep.Sandbox.Via = "service"
+	rep.RequestID = requestID(r.Context())
+	noteOf(r.Context()).settleSession(p.ID(), rep)
 	if ev != nil {
 		ev.emitValue(struct {
 			Type string `json:"type"`
@@ -545,7 +559,7 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 
 // startBackground starts cmd with a stdin the service keeps (stdin, if
 // any, written to it first) and answers its id.
-func (s *Server) startBackground(w http.ResponseWriter, sess *session, cmd isolate.SessionCommand, stdin *string) {
+func (s *Server) startBackground(w http.ResponseWriter, r *http.Request, sess *session, cmd isolate.SessionCommand, stdin *string) {
 	rd, wr, err := os.Pipe()
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err)
@@ -559,12 +573,15 @@ func (s *Server) startBackground(w http.ResponseWriter, sess *session, cmd isola
 		return
 	}
 	sp := &sessionProc{p: p, args: cmd.Args, background: true, stdin: wr, stdinEnd: rd}
+	who, id, start := callerOf(r), requestID(r.Context()), time.Now()
+	noteOf(r.Context()).started(p.ID())
 	go func() {
 		<-p.Done()
 		// The read end first: a write blocked on the full pipe fails
 		// (EPIPE) rather than wait for a reader that is gone.
 		rd.Close()
 		sp.closeStdin()
+		s.auditBackground(who, sess.id, id, start, p.ID(), p.Wait())
 	}()
 	if err := sess.addProc(sp); err != nil {
 		p.Signal(syscall.SIGKILL)

@@ -60,6 +60,12 @@ func TestSessionMetadataFindsOwnSessionsFake(t *testing.T) {
 		t.Errorf("bob sees %v, want only his own session", got)
 	}
 
+	// Root's view of every caller's sessions filters the same way.
+	code, b = f.do(t, root, "GET", "/v1/sessions?all=1&metadata.conversation=c-42", "")
+	if all := decodeAs[struct{ Sessions []SessionAnswer }](t, b).Sessions; code != http.StatusOK || len(all) != 2 {
+		t.Errorf("root, all=1 and metadata: %d %s, want alice's and bob's c-42", code, b)
+	}
+
 	// The session's own view has its metadata, and processes even when
 	// there are none.
 	code, b = f.do(t, alice, "GET", "/v1/sessions/"+created.ID, "")

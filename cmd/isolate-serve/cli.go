@@ -31,6 +31,15 @@ type cliService struct {
 	listener  *net.UnixListener
 	// slot waits for one of the API's run slots (set before serve).
 	slot func(context.Context) (func(), error)
+	// audit writes each handover's audit line (set before serve).
+	audit *server.Auditor
+}
+
+// auditTo writes each handover's line with a.
+func (cs *cliService) auditTo(a *server.Auditor) {
+	if cs != nil {
+		cs.audit = a
+	}
 }
 
 // startCLI listens on the CLI socket (o.cliSocket; "none": nil) for
@@ -74,6 +83,7 @@ func listenCLI(o *options, gid int, host *isolate.Host, policy *caller.Policy) (
 	cs.Server = handover.NewServer(build, cs.runHandedOver(host, policy), func(outcome string) {
 		cs.handovers.WithLabelValues(outcome).Inc()
 	})
+	cs.SetVersion(version)
 	if host.Rootless() {
 		cs.DeclineWhen(ownersRunsOnly)
 	}
@@ -105,8 +115,10 @@ func (cs *cliService) serve(slot func(context.Context) (func(), error)) {
 func (cs *cliService) runHandedOver(host *isolate.Host, policy *caller.Policy) handover.Runner {
 	return func(ctx context.Context, inv *handover.Invocation) handover.Exit {
 		who := inv.Caller
+		audit := newAuditHandover()
 		// The box ends once the CLI has exited, off its last steps.
 		x := cmdline.Main(isolate.EndAfter(ctx, inv.HungUp), &cmdline.Invocation{
+			RequestID: audit.id, Settled: audit.settled,
 			Args: inv.Args, Env: inv.Env, Dir: callerDir(inv),
 			Stdin: inv.Stdin, Stdout: inv.Stdout, Stderr: inv.Stderr,
 			Caller:  &who,
@@ -116,6 +128,7 @@ func (cs *cliService) runHandedOver(host *isolate.Host, policy *caller.Policy) h
 			Signals: inv.Signals,
 			Via:     "service",
 		})
+		cs.audit.Write(audit.line(who, inv, x))
 		return handover.Exit{Code: x.Code, Signal: x.Signal}
 	}
 }

@@ -37,7 +37,6 @@ import (
 	"github.com/isolate-sandbox/isolate/internal/connlimit"
 	"github.com/isolate-sandbox/isolate/isolate"
 	"github.com/isolate-sandbox/isolate/mcp"
-	"github.com/isolate-sandbox/isolate/rootfs"
 	"github.com/isolate-sandbox/isolate/server"
 )
 
@@ -64,6 +63,9 @@ func main() {
 	}
 	if len(os.Args) >= 2 && os.Args[1] == "mcp" {
 		run = func(args []string) error { return mcpStdio(args[1:]) }
+	}
+	if len(os.Args) >= 2 && os.Args[1] == "drain" {
+		run = func(args []string) error { return drain(args[1:]) }
 	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "isolate serve: "+err.Error())
@@ -93,9 +95,14 @@ type options struct {
 	maxSessions          int
 	maxSessionsPerCaller int
 	sessionMaxTimeout    time.Duration
+	auditFile            string
+	monitorListen        string
+	monitorSocket        string
 	// A service without root (rootless.go).
 	cgroupRoot      string
 	allowRlimitOnly bool
+	// printVersion: --version, print the version and exit.
+	printVersion bool
 	// set are the flags given on the command line.
 	set map[string]bool
 }
@@ -169,7 +176,11 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.IntVar(&o.maxSessions, "max-sessions", server.DefaultMaxSessions, "sessions alive at once, in all; more get 429")
 	fs.IntVar(&o.maxSessionsPerCaller, "max-sessions-per-caller", server.DefaultMaxSessionsPerCaller, "sessions one caller (a uid; over TCP: the token) may hold at once")
 	fs.DurationVar(&o.sessionMaxTimeout, "session-max-timeout", server.DefaultSessionMaxTimeout, "longest lease a session may ask (timeout_ms)")
+	fs.StringVar(&o.auditFile, "audit-file", "", "also append the audit trail (a JSON line per request, always on standard error) to this `FILE` (mode 0600)")
+	fs.StringVar(&o.monitorListen, "monitor-listen", "", "serve /metrics and /v1/health only, without a token, on this TCP `ADDR`")
+	fs.StringVar(&o.monitorSocket, "monitor-socket", "", "serve /metrics and /v1/health only on this unix socket `PATH` (anyone on the host may connect)")
 	fs.StringVar(&o.cgroupRoot, "cgroup-root", "", "run by a user who is not root: a delegated cgroup v2 `DIR` for the boxes' cgroups (default: the service's own cgroup, if delegated)")
+	fs.BoolVar(&o.printVersion, "version", false, "print the version and exit")
 	fs.BoolVar(&o.allowRlimitOnly, "allow-rlimit-only", false, "run by a user who is not root: go on with rlimits alone where no cgroup is delegated (it then takes only runs that allow that too)")
 	return fs
 }
@@ -294,6 +305,10 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
+	if o.printVersion {
+		fmt.Println("isolate-serve " + version)
+		return nil
+	}
 	rootless := os.Geteuid() != 0
 	if rootless {
 		if err := o.ownPaths(); err != nil {
@@ -339,8 +354,11 @@ func serve(args []string) error {
 	var token string
 	if o.tokenFile != "" {
 		if token, err = server.ReadToken(o.tokenFile); err != nil {
-			return err
+			return fmt.Errorf("--token-file: %v", err)
 		}
+	}
+	if err := o.q.readURL(); err != nil {
+		return err
 	}
 	// Set once, here, for the whole process: files the service creates
 	// for callers (the ioi form's meta and output files, copy-outs) get
@@ -351,6 +369,12 @@ func serve(args []string) error {
 	host, err := newHost(o)
 	if err != nil {
 		return err
+	}
+	// In a container's cgroup namespace (cgroup v2), the service's cgroup
+	// is readied while the service is the container's only process; on
+	// failure each box tries again.
+	if err := host.PrepareCgroups(); err != nil {
+		fmt.Fprintln(os.Stderr, "isolate serve: warning: cgroups: "+err.Error())
 	}
 	// What a killed service left: box cgroups (its boxes died with it),
 	// stored files, work directories.
@@ -380,24 +404,43 @@ func serve(args []string) error {
 	}
 	defer host.StopPool()
 
+	auditor, closeAudit, err := o.openAuditor()
+	if err != nil {
+		return err
+	}
+	defer closeAudit()
+	monitors, err := o.monitorListeners()
+	if err != nil {
+		return err
+	}
 	cli, err := startCLI(o, gid, host, policy)
 	if err != nil {
 		return err
 	}
+	// The self-test: at start, before the service listens (so that its
+	// box never races a caller's first run for a box id), after a run's
+	// XX, and while it fails; stopped before the pool.
+	ready := newReadiness(host)
+	readyCtx, stopReady := context.WithCancel(context.Background())
+	ready.test(readyCtx)
+	readyDone := make(chan struct{})
+	go func() { ready.run(readyCtx); close(readyDone) }()
+	defer func() { stopReady(); <-readyDone }()
+	cli.auditTo(auditor)
 	var srv *server.Server
-	worker, err := o.q.worker(o.parallel, &srv)
+	worker, err := o.q.worker(o.parallel, &srv, ready)
 	if err != nil {
 		return err
 	}
 	srv = server.New(server.Config{
-		Runner:   hostRunner{host},
-		Exec:     server.Judge{Host: host},
+		Runner:   checkedRunner{hostRunner{host}, ready},
+		Exec:     checkedExec{server.Judge{Host: host}, ready},
 		Store:    store,
 		Version:  version,
 		Parallel: o.parallel,
 		Queue:    o.queue,
 		Policy:   *policy,
-		Health:   func() server.Health { return health(host) },
+		Health:   func() server.Health { return health(host, ready) },
 		Token:    token,
 		Metrics:  append(cli.metrics(), queueMetrics(worker)...),
 
@@ -409,7 +452,17 @@ func serve(args []string) error {
 		MaxSessions:          o.maxSessions,
 		MaxSessionsPerCaller: o.maxSessionsPerCaller,
 		SessionMaxTimeout:    o.sessionMaxTimeout,
+
+		Audit: auditor,
 	})
+	for _, l := range monitors {
+		go func() {
+			if err := srv.ServeMonitor(l); err != nil {
+				fmt.Fprintln(os.Stderr, "isolate serve: monitor: "+err.Error())
+			}
+		}()
+		fmt.Fprintf(os.Stderr, "isolate serve: monitor (/metrics, /v1/health) on %s\n", l.Addr())
+	}
 	cli.serve(srv.Slot)
 	// MCP over streamable HTTP: each MCP session speaks as the caller
 	// that opened it, through the API's own handlers.
@@ -439,24 +492,43 @@ func serve(args []string) error {
 		fmt.Fprintf(os.Stderr, " and %s", listeners[1].Addr())
 	}
 	fmt.Fprintf(os.Stderr, " (%d at once, up to %d boxes built ahead)\n", o.parallel, o.pool)
+	notify("READY=1")
 	stopQueue := func(time.Duration) {}
+	stopTaking := func() {}
 	if worker != nil {
 		ctx, stop := context.WithCancel(context.Background())
 		go worker.Run(ctx)
 		stopQueue = func(grace time.Duration) { stop(); worker.Drain(grace) }
+		stopTaking = stop
 		fmt.Fprintf(os.Stderr, "isolate serve: taking jobs from the queue %s:jobs as %s\n", o.q.prefix, worker.Name())
 	}
 
 	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	select {
-	case s := <-sig:
-		fmt.Fprintf(os.Stderr, "isolate serve: %v: draining (up to %v)\n", s, o.grace)
-	case err := <-errs:
-		stopQueue(0)
-		cli.Shutdown(0)
-		srv.Shutdown(0)
-		return err
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
+wait:
+	for {
+		select {
+		case s := <-sig:
+			if s == syscall.SIGUSR1 {
+				// `isolate-serve drain` (a pod's preStop): take nothing
+				// more, finish what is held, stay up until SIGTERM.
+				if !srv.Draining() {
+					fmt.Fprintln(os.Stderr, "isolate serve: SIGUSR1: draining: taking no more runs, handovers or jobs; finishing those held (until SIGTERM)")
+				}
+				notify("STOPPING=1")
+				srv.Drain()
+				stopTaking()
+				continue
+			}
+			fmt.Fprintf(os.Stderr, "isolate serve: %v: draining (up to %v)\n", s, o.grace)
+			notify("STOPPING=1")
+			break wait
+		case err := <-errs:
+			stopQueue(0)
+			cli.Shutdown(0)
+			srv.Shutdown(0)
+			return err
+		}
 	}
 	// The queue stops taking jobs and finishes its own within the grace
 	// (its hard stop comes first, so that a job it cuts short stays
@@ -480,21 +552,23 @@ func (r hostRunner) Run(ctx context.Context, spec *api.Spec, stdio isolate.IO) (
 
 func (r hostRunner) Ready() int { return r.h.PoolReady() }
 
-// health is what only the host knows: its cgroups and images. The
-// cgroups are checked anew (they may have gone since the start), at the
-// root the Host's configuration names.
-func health(host *isolate.Host) server.Health {
-	h := server.Health{Ready: true, Cgroup: string(cgroup.DetectMode()), Images: []string{}}
+// health is what only the host knows: its cgroups, the self-test's
+// outcome, its images and the languages they serve. The cgroups are
+// checked anew (they may have gone since the start), at the root the
+// Host's configuration names.
+func health(host *isolate.Host, ready *readiness) server.Health {
+	h := server.Health{Ready: true, Cgroup: string(cgroup.DetectMode())}
 	if _, err := cgroup.NewManager(host.Config.CgroupRoot); err != nil {
 		h.Ready = false
 		h.Reasons = append(h.Reasons, "cgroups: "+err.Error())
 	}
-	imgs, err := rootfs.ListImages()
-	if err != nil {
-		h.Reasons = append(h.Reasons, "images: "+err.Error())
+	if err := ready.Err(); err != nil {
+		h.Ready = false
+		h.Reasons = append(h.Reasons, err.Error())
 	}
-	for _, m := range imgs {
-		h.Images = append(h.Images, m.Name)
+	var err error
+	if h.Images, h.Langs, err = images(); err != nil {
+		h.Reasons = append(h.Reasons, "images: "+err.Error())
 	}
 	return h
 }

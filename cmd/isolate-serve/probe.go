@@ -3,7 +3,8 @@ package main
 // `isolate-serve probe`: GET /v1/health on the service's unix socket,
 // with the token when the service has one, for probes that cannot carry
 // a secret (a Kubernetes httpGet probe's headers are in the manifest).
-// Exit status 0 when the service is ready, 1 when not, 2 on bad flags.
+// Exit status 0 when the service is ready (with --live: when it answers
+// at all, ready or not), 1 when not, 2 on bad flags.
 
 import (
 	"context"
@@ -23,6 +24,7 @@ func probe(args []string) error {
 	socket := fs.String("socket", server.DefaultSocket, "the service's unix socket")
 	tokenFile := fs.String("token-file", "", "the service's bearer token (its --token-file)")
 	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for the answer")
+	live := fs.Bool("live", false, "succeed when the service answers, ready or not (a liveness probe: a service that cannot make boxes is not ready, but restarting it does not mend the host)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -30,7 +32,7 @@ func probe(args []string) error {
 	if *tokenFile != "" {
 		token, err := server.ReadToken(*tokenFile)
 		if err != nil {
-			return err
+			return fmt.Errorf("--token-file: %v", err)
 		}
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -46,7 +48,7 @@ func probe(args []string) error {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
 	os.Stdout.Write(body)
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode != http.StatusOK && !(*live && resp.StatusCode == http.StatusServiceUnavailable) {
 		os.Exit(1)
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	neturl "net/url"
 	"os"
 	"time"
 
@@ -47,19 +48,33 @@ func queueMetrics(w *queue.Worker) []prometheus.Collector {
 	return w.Metrics()
 }
 
-// worker makes the queue's worker (nil without --queue-url), answering
-// through srv once it is set.
-func (q *queueOptions) worker(parallel int, srv **server.Server) (*queue.Worker, error) {
-	url := q.url
+// readURL settles the queue's URL: from --queue-url-file when given
+// (read as every secret is, server.ReadSecret), and never with a
+// placeholder password. Done before the service holds anything.
+func (q *queueOptions) readURL() error {
+	flag := "--queue-url"
 	if q.urlFile != "" {
-		if url != "" {
-			return nil, errors.New("--queue-url and --queue-url-file: give one")
+		if q.url != "" {
+			return errors.New("--queue-url and --queue-url-file: give one")
 		}
+		flag = "--queue-url-file"
 		var err error
-		if url, err = server.ReadSecret(q.urlFile); err != nil {
-			return nil, fmt.Errorf("--queue-url-file: %v", err)
+		if q.url, err = server.ReadSecret(q.urlFile); err != nil {
+			return fmt.Errorf("--queue-url-file: %v", err)
 		}
 	}
+	if u, err := neturl.Parse(q.url); err == nil && u.User != nil {
+		if pw, ok := u.User.Password(); ok && server.IsPlaceholder(pw) {
+			return fmt.Errorf("%s: the Redis password is a placeholder (as the shipped Secret's CHANGE-ME): put the real one", flag)
+		}
+	}
+	return nil
+}
+
+// worker makes the queue's worker (nil without --queue-url), answering
+// through srv once it is set (readURL first).
+func (q *queueOptions) worker(parallel int, srv **server.Server, ready *readiness) (*queue.Worker, error) {
+	url := q.url
 	if url == "" {
 		return nil, nil
 	}
@@ -78,5 +93,13 @@ func (q *queueOptions) worker(parallel int, srv **server.Server) (*queue.Worker,
 			return (*srv).Answer(ctx, who, method, path, body)
 		},
 		Log: func(line string) { fmt.Fprintln(os.Stderr, "isolate serve: "+line) },
+		// The worker reads no job while the self-test fails, hands back
+		// one that needs an image not built here, and one whose XX the
+		// self-test then blames on this service.
+		Ready: func() (bool, []string) {
+			imgs, _ := builtImages()
+			return ready.Err() == nil, imgs
+		},
+		Recheck: ready.Recheck,
 	})
 }

@@ -9,6 +9,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,6 +33,9 @@ func (o *options) ownPaths() error {
 	dir, err := isolate.UserRuntimeDir()
 	if err != nil {
 		return err
+	}
+	if why := isolate.RuntimeDirNote(); why != "" {
+		fmt.Fprintf(os.Stderr, "isolate serve: warning: %s; using %s instead (the isolate CLI looks there too)\n", why, dir)
 	}
 	if !o.set["socket"] {
 		o.socket = filepath.Join(dir, filepath.Base(server.DefaultSocket))

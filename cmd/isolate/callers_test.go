@@ -85,6 +85,8 @@ var boundaryCases = []boundaryCase{
 	{row: "host paths read", cli: []string{"--stdin", "%[2]s/secret"},
 		want: map[string]string{rootHandover: "ok", memberHandover: "refused --stdin"}},
 	{row: "host paths read", custom: stdinSaysNoMore},
+	{row: "host paths read", custom: bindsReadAsTheCaller},
+	{row: "host paths read", custom: streamsAreChecked},
 	{row: "host paths written", cli: []string{"--stdout", "%[2]s/out"},
 		want: map[string]string{rootHandover: "ok", memberHandover: "refused"}},
 	{row: "host paths written", cli: []string{"--stdout", "%[1]s/out-%[3]s", "--meta", "%[1]s/meta-%[3]s"},
@@ -96,6 +98,9 @@ var boundaryCases = []boundaryCase{
 		want: map[string]string{rootAPI: "400 output_limit_bytes", memberAPI: "400 output_limit_bytes", tcpCaller: "400 output_limit_bytes"}},
 	{row: "parallel slots", custom: handoverTakesASlot},
 	{row: "sessions", custom: sessionsArePerCaller},
+	{row: "audit trail", custom: auditNamesEveryCaller},
+	{row: "every caller's sessions", custom: everyCallersSessions},
+	{row: "metrics and health", custom: monitorRunsNothing},
 }
 
 // boundary is the test's service and its callers.
@@ -147,7 +152,8 @@ func newBoundary(t *testing.T) *boundary {
 	os.Chmod(b.shared, 0o777)
 	b.svc = ownService(t, "--socket-group", strconv.Itoa(boundaryGroup), "--listen", "127.0.0.1:0", "--token-file", tokenFile,
 		"--max-mem", "256M", "--parallel", "1", "--store-caller-quota", "1K",
-		"--net-allow-group", strconv.Itoa(optInGroup)+"=127.0.0.1:9,10.0.0.0/8")
+		"--net-allow-group", strconv.Itoa(optInGroup)+"=127.0.0.1:9,10.0.0.0/8",
+		"--audit-file", filepath.Join(b.secret, "audit.log"), "--monitor-listen", "127.0.0.1:0")
 	m := regexp.MustCompile(` and (127\.0\.0\.1:[0-9]+) \(`).FindStringSubmatch(b.svc.log())
 	if m == nil {
 		t.Fatalf("no TCP address in the service's log:\n%s", b.svc.log())

@@ -48,11 +48,17 @@ func checkCommand() *cli.Command {
 			// or ISOLATE_CGROUP_ROOT.
 			host, err := isolate.NewHost(nil)
 			if err != nil {
-				line(false, "configuration", err.Error(), "fix the file (see MIGRATING.md)")
+				line(false, "configuration", err.Error(), `fix the line it names (every key: MIGRATING.md, "Setting up")`)
 				host, _ = isolate.NewHost(&isolate.Config{BoxRoot: isolate.DefaultBoxRoot, NumBoxes: isolate.DefaultNumBoxes})
 			} else if host.Config.Path != "" {
 				line(true, "configuration", host.Config.Path, "")
 			}
+			for _, n := range host.Config.Notes {
+				fmt.Printf("note %-22s %s\n", "configuration", n)
+			}
+			first, count := host.Config.AutoBoxes()
+			fmt.Printf("note %-22s callers name 0-%d (num_boxes); isolate picks %d-%d itself (auto_first_box, auto_num_boxes)\n",
+				"box ids", host.Config.NumBoxes-1, first, first+count-1)
 			mgr, err := host.Cgroups()
 			if err != nil {
 				line(false, "cgroups", string(mode)+": "+err.Error(), "mount cgroup2 at /sys/fs/cgroup, or the v1 memory, pids, cpu and cpuacct hierarchies")

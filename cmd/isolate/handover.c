@@ -207,7 +207,8 @@ static int own_dir(const char *path, unsigned uid) {
 /* user_socket writes the CLI socket of a service the user uid (not root)
  * runs for itself into out, where isolate.UserRuntimeDir puts it:
  * $XDG_RUNTIME_DIR/isolate if that is a directory of the user's alone,
- * else $TMPDIR/isolate-UID (TMPDIR empty: /tmp); -1 if it does not fit. */
+ * else $TMPDIR/isolate-UID (TMPDIR empty: /tmp), else, when another user
+ * made that one, $HOME/.cache/isolate; -1 if it does not fit. */
 static int user_socket(char **envp, unsigned uid, char *out, size_t size) {
 	char num[16];
 	int i = sizeof num - 1;
@@ -223,10 +224,17 @@ static int user_socket(char **envp, unsigned uid, char *out, size_t size) {
 	const char *tmp = env_value(envp, "TMPDIR=");
 	if (!tmp || !tmp[0])
 		tmp = "/tmp";
-	return append(out, &n, size, tmp) < 0 || append(out, &n, size, "/isolate-") < 0 ||
-	               append(out, &n, size, num + i) < 0 || append(out, &n, size, "/cli.sock") < 0
-	           ? -1
-	           : 0;
+	if (append(out, &n, size, tmp) < 0 || append(out, &n, size, "/isolate-") < 0 || append(out, &n, size, num + i) < 0)
+		return -1;
+	struct stat st;
+	const char *home = env_value(envp, "HOME=");
+	if (sys4(SYS_newfstatat, AT_FDCWD, out, &st, AT_SYMLINK_NOFOLLOW) == 0 && !own_dir(out, sys0(SYS_geteuid)) &&
+	    home && home[0] == '/') {
+		n = 0;
+		out[0] = 0;
+		return append(out, &n, size, home) < 0 || append(out, &n, size, "/.cache/isolate/cli.sock") < 0 ? -1 : 0;
+	}
+	return append(out, &n, size, "/cli.sock") < 0 ? -1 : 0;
 }
 
 /* connect_service connects to the service at path, a process of root's
@@ -453,6 +461,11 @@ static void set_disposition(int sig, unsigned long handler) {
 	sys4(SYS_rt_sigaction, sig, &sa, NULL, KSIGSET_SIZE);
 }
 
+/* The signals a run ignores, as ioi/isolate does: SIGPIPE (a write to a
+ * closed stream fails instead), SIGUSR1, SIGUSR2, and SIGTTOU (which would
+ * stop the CLI while the run goes on). */
+static const int ignored_signals[] = {SIGUSR1, SIGUSR2, SIGPIPE, SIGTTOU};
+
 /* die_of ends this process by sig, as its default action does. */
 static __attribute__((noreturn)) void die_of(int sig) {
 	set_disposition(sig, (unsigned long)SIG_DFL);
@@ -630,8 +643,8 @@ static __attribute__((noreturn)) void service_ended(int argc, char **argv) {
  * exit. They stay blocked, as they have been since before the request:
  * a signalfd reads them, what came while the service decided included
  * (a handler would write to a pipe from a page of its own, and the C
- * library's sigaction touches two more). SIGPIPE is ignored: a write to a
- * closed stream fails rather than killing the CLI silently. */
+ * library's sigaction touches two more). SIGPIPE is ignored (handover):
+ * a write to a closed stream fails rather than killing the CLI silently. */
 static __attribute__((noreturn)) void relay(int sock, int argc, char **argv) {
 	ksigset set = RELAYED;
 	long sfd = sys4(SYS_signalfd4, -1, &set, KSIGSET_SIZE, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -682,6 +695,30 @@ static __attribute__((noreturn)) void relay(int sock, int argc, char **argv) {
 	}
 }
 
+/* The reason the service declined this process's run, and its socket
+ * (handoverDeclined in handover.go reads them): a run that goes
+ * in-process says why when it fails where the service would have run it
+ * (a user who is not root, after an upgrade the service has not taken). */
+static char declined_reason[512], declined_socket[sizeof(((struct sockaddr_un *)0)->sun_path)];
+
+const char *isolate_declined_reason(void) { return declined_reason; }
+const char *isolate_declined_socket(void) { return declined_socket; }
+
+/* keep_reason reads the n bytes of a decline's reason (what fits). */
+static void keep_reason(int sock, uint32_t n, const char *path) {
+	if (n >= sizeof declined_reason)
+		n = sizeof declined_reason - 1;
+	if (read_full(sock, declined_reason, n) < 0) {
+		declined_reason[0] = 0;
+		return;
+	}
+	declined_reason[n] = 0;
+	size_t i = 0;
+	for (; path[i] && i < sizeof declined_socket - 1; i++)
+		declined_socket[i] = path[i];
+	declined_socket[i] = 0;
+}
+
 /* hand_over hands the run to the service and ends this process there,
  * or returns (having changed nothing) for the run to go in-process. */
 static void hand_over(int argc, char **argv, char **envp, int early) {
@@ -698,8 +735,10 @@ static void hand_over(int argc, char **argv, char **envp, int early) {
 	 * the user's own, if it runs one. */
 	char own[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	long uid = sys0(SYS_geteuid);
-	if (sock < 0 && !given && uid != 0 && user_socket(envp, (unsigned)uid, own, sizeof own) == 0)
+	if (sock < 0 && !given && uid != 0 && user_socket(envp, (unsigned)uid, own, sizeof own) == 0) {
 		sock = connect_service(own);
+		path = own;
+	}
 	if (sock < 0)
 		return;
 	/* A service that hangs before it answers (it answers in
@@ -735,9 +774,12 @@ static void hand_over(int argc, char **argv, char **envp, int early) {
 		else if (n == -ERANGE)
 			sent = long_working_dir(send_request, &req);
 	}
-	if (sent < 0 || read_full(sock, ans, sizeof ans) < 0 || ans[0] != HANDOVER_ACCEPTED) {
-		/* Declined (the reason follows; nobody needs it here), or no
-		 * answer: the service did nothing. */
+	int answered = sent == 0 && read_full(sock, ans, sizeof ans) == 0;
+	if (!answered || ans[0] != HANDOVER_ACCEPTED) {
+		/* Declined, or no answer: the service did nothing. The reason
+		 * is kept for the in-process run's messages. */
+		if (answered && ans[0] == HANDOVER_DECLINED)
+			keep_reason((int)sock, ans[1], path);
 		if (dir >= 0)
 			sys1(SYS_close, dir);
 		sys1(SYS_close, sock);
@@ -759,11 +801,32 @@ static int handover_tried;
 /* in_process: the command line is a run that stays in-process. */
 static int in_process;
 
+/* refuse_setuid ends a start of this binary setuid, setgid or with file
+ * capabilities (the kernel's AT_SECURE): isolate has no checks for a caller whose rights
+ * differ from its own, it runs boxes as whoever runs it. ioi/isolate's
+ * Debian package makes its /usr/bin/isolate setuid root for the group
+ * isolate with dpkg-statoverride, which outlives that package when this
+ * one replaces it. */
+static void refuse_setuid(char **envp) {
+	if (aux_value(envp, AT_SECURE) == 0)
+		return;
+	write_all(2, "isolate: this binary was started setuid, setgid or with file capabilities, which it does not support (a dpkg-statoverride "
+	             "ioi/isolate's package left?): as root, dpkg-statoverride --remove /usr/bin/isolate; "
+	             "chmod 0755 /usr/bin/isolate (MIGRATING.md, \"From ioi/isolate's package\")\n");
+	sys_exit(2);
+}
+
 static void handover(int argc, char **argv, char **envp, int early) {
+	refuse_setuid(envp);
 	/* Only the isolate command hands over, not its test binary. */
 	size_t n = argc > 0 ? str_len(argv[0]) : 0;
 	int test = n >= 5 && str_eq(argv[0] + n - 5, ".test");
 	if (!test && is_run(argc, argv)) {
+		/* Ignored from the start, as ioi/isolate's keeper ignores them,
+		 * whether the run is handed over or stays in-process (where Go
+		 * keeps them ignored: cmdline/signals.go). */
+		for (size_t i = 0; i < sizeof ignored_signals / sizeof ignored_signals[0]; i++)
+			set_disposition(ignored_signals[i], (unsigned long)SIG_IGN);
 		hand_over(argc, argv, envp, early); /* returns if the run stays in-process */
 		in_process = 1;
 	}

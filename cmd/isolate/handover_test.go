@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/isolate-sandbox/isolate/internal/testbin"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
@@ -307,5 +308,59 @@ func TestHandoverOptOutAndOtherBuild(t *testing.T) {
 		if jerr := json.Unmarshal(out, &rep); err != nil || jerr != nil || rep.Status != isolate.StatusOK || rep.Sandbox.Via != c.want {
 			t.Errorf("env %q: %v, report %s: want OK via %s", c.env[len(c.env)-1], err, out, c.want)
 		}
+	}
+}
+
+// After an upgrade, until the service restarts, the isolate CLI is
+// another version than the one the service takes runs from. A member of
+// the socket's group, whose run then goes in-process and cannot be made
+// there without root, is told that first (both versions, and to restart
+// the service), in both forms; the service's own isolate is still taken.
+func TestHandoverOtherVersionSaysSo(t *testing.T) {
+	needRoot(t)
+	const group = 64124 // a group of its own, for this test's caller
+	svc := ownService(t, "--socket-group", strconv.Itoa(group))
+	serve, err := serveBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(serve, "--version").Output()
+	serveVersion, ok := strings.CutPrefix(strings.TrimSpace(string(out)), "isolate-serve ")
+	if err != nil || !ok || serveVersion == "" {
+		t.Fatalf("isolate-serve --version: %v, %q", err, out)
+	}
+	dir, err := os.MkdirTemp("", "isolate-upgraded-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o755) // its caller is nobody
+	upgraded := filepath.Join(dir, "isolate")
+	const version = "9.9-upgraded"
+	if err := testbin.Build(upgraded, ".", "-ldflags", "-X github.com/isolate-sandbox/isolate/cmdline.Version="+version); err != nil {
+		t.Fatal(err)
+	}
+	asMember := func(bin string, args ...string) result {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = handoverEnv(svc.cliSock)
+		cmd.Dir = "/"
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{group}}}
+		return runResult(t, cmd)
+	}
+	want := "the service on " + svc.cliSock + " did not take this run of isolate " + version +
+		": it runs isolate " + serveVersion + " and takes runs only from the isolate binary it was started with"
+	for _, args := range [][]string{
+		{"run", "--json", "--", "/bin/true"},
+		{"-b", "5", "--run", "--", "/bin/true"},
+	} {
+		res := asMember(upgraded, args...)
+		if res.Code != 2 || !strings.Contains(res.Stderr, want) || !strings.Contains(res.Stderr, "restart it (systemctl restart isolate)") {
+			t.Errorf("%q by a member, isolate of another version: exit %d, stderr %q\nwant it to say: %s", args, res.Code, res.Stderr, want)
+		}
+	}
+	res := asMember(isolateBin, "run", "--json", "--", "/bin/true")
+	var rep isolate.Report
+	if json.Unmarshal([]byte(res.Stdout), &rep) != nil || res.Code != 0 || rep.Sandbox.Via != "service" {
+		t.Errorf("the service's own isolate, by a member: exit %d, stdout %q, stderr %q", res.Code, res.Stdout, res.Stderr)
 	}
 }

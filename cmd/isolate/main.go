@@ -44,6 +44,7 @@ func main() {
 	}
 	exit := cmdline.Main(context.Background(), &cmdline.Invocation{
 		Args: os.Args, Env: os.Environ(), Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+		Declined: handoverDeclined(),
 	})
 	// A box's init started before Go for a run that did not take it.
 	isolate.DiscardEarlyInit()

@@ -245,7 +245,8 @@ func TestSeccompBrokenProfileIsAUsageError(t *testing.T) {
 
 func TestSeccompModeInProcStatus(t *testing.T) {
 	needRoot(t)
-	for _, c := range []struct{ policy, want string }{{"default", "Seccomp:\t2"}, {"none", "Seccomp:\t0"}} {
+	// "none" filters vsock sockets only (TestVsockRefusedInEveryPolicy).
+	for _, c := range []struct{ policy, want string }{{"default", "Seccomp:\t2"}, {"none", "Seccomp:\t2"}} {
 		rep, _ := runBox(t, "--seccomp", c.policy, "--", "/bin/grep", "^Seccomp:", "/proc/self/status")
 		expectStatus(t, rep, isolate.StatusOK)
 		if !strings.Contains(rep.Stdout, c.want+"\n") {
@@ -408,5 +409,115 @@ public class Main {
 	want := "java ok 29999994 child\n"
 	if rep.Stdout != want || len(rep.BlockedSyscalls) != 0 {
 		t.Fatalf("stdout %q (want %q), stderr %q, blocked %v", rep.Stdout, want, rep.Stderr, rep.BlockedSyscalls)
+	}
+}
+
+// TestVsockRefusedInEveryPolicy: a box's network namespace does not cover
+// vsock, so no policy lets the program make a vsock socket (on a virtual
+// machine it would reach the hypervisor's host): not --seccomp none, not
+// a profile that allows everything.
+func TestVsockRefusedInEveryPolicy(t *testing.T) {
+	needRoot(t)
+	dir, bind := seccompDir(t)
+	compileC(t, dir, "vsock", `#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+int main(void) {
+	int fd = socket(40 /* AF_VSOCK */, SOCK_STREAM, 0);
+	int sv[2];
+	int pair = socketpair(40, SOCK_STREAM, 0, sv);
+	printf("socket %d %s\n", fd, fd < 0 ? strerror(errno) : "made");
+	printf("socketpair %d\n", pair);
+	int un = socket(AF_UNIX, SOCK_STREAM, 0);
+	printf("unix %s\n", un >= 0 ? "made" : "refused");
+	return 0;
+}`)
+	profile := filepath.Join(dir, "all.json")
+	os.WriteFile(profile, []byte(`{"defaultAction": "SCMP_ACT_ALLOW"}`), 0o644)
+	for _, c := range []struct{ policy, refusal string }{
+		{"none", "Address family not supported"}, {profile, "Address family not supported"}, {"default", "Operation not permitted"},
+	} {
+		rep, _ := runBox(t, append(bind, "--seccomp", c.policy, "--", "/opt/sc/vsock")...)
+		if rep.Status != isolate.StatusOK || !strings.Contains(rep.Stdout, "socket -1 "+c.refusal) ||
+			!strings.Contains(rep.Stdout, "socketpair -1") || !strings.Contains(rep.Stdout, "unix made") {
+			t.Errorf("--seccomp %s: %s %q", c.policy, rep.Status, rep.Stdout)
+		}
+	}
+}
+
+// TestTracemeGetsItsVerdict: a program that makes init its tracer
+// (PTRACE_TRACEME, allowed under --seccomp none) gets the verdict it
+// earned: a signal that kills it is SG with that signal, not an exit; a
+// traced execve runs the program as usual.
+func TestTracemeGetsItsVerdict(t *testing.T) {
+	needRoot(t)
+	dir, bind := seccompDir(t)
+	compileC(t, dir, "traceme", `#include <signal.h>
+#include <sys/ptrace.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+	if (ptrace(PTRACE_TRACEME, 0, 0, 0) != 0)
+		return 3;
+	if (argc > 1 && argv[1][0] == 'e')
+		execl("/bin/echo", "echo", "exec'd", (char *)0);
+	if (argc > 1 && argv[1][0] == 'k')
+		kill(getpid(), SIGTERM);
+	raise(SIGSEGV);
+	return 4;
+}`)
+	for _, c := range []struct {
+		arg    string
+		status isolate.Status
+		signal int
+	}{{"segv", isolate.StatusSG, 11}, {"kill", isolate.StatusSG, 15}, {"exec", isolate.StatusOK, 0}} {
+		rep, _ := runBox(t, append(bind, "--seccomp", "none", "--", "/opt/sc/traceme", c.arg)...)
+		if rep.Status != c.status || rep.Signal != c.signal || rep.ExitCode == -1 {
+			t.Errorf("PTRACE_TRACEME then %s: %s signal %d exit %d (%s), want %s signal %d", c.arg, rep.Status, rep.Signal, rep.ExitCode, rep.Message, c.status, c.signal)
+		}
+		if c.arg == "exec" && rep.Stdout != "exec'd\n" {
+			t.Errorf("PTRACE_TRACEME then execve: stdout %q", rep.Stdout)
+		}
+	}
+}
+
+// The ioi form's meta file names no blocked system call, so its runs
+// take the policy without a listener: every call the policy refuses is
+// refused the same way (EPERM), in process and handed over, with
+// nothing recorded.
+func TestSeccompIOIFormRefusesWithoutRecording(t *testing.T) {
+	needRoot(t)
+	dir, _ := seccompDir(t)
+	var src strings.Builder
+	src.WriteString("#define _GNU_SOURCE\n#include <errno.h>\n#include <sched.h>\n#include <stdio.h>\n#include <sys/ioctl.h>\n" +
+		"#include <sys/ptrace.h>\n#include <sys/socket.h>\n#include <sys/syscall.h>\n#include <unistd.h>\n#include <linux/vm_sockets.h>\n" +
+		"#ifndef AF_ALG\n#define AF_ALG 38\n#endif\n" +
+		"static void report(const char *name, long r) { printf(\"%s %ld %d\\n\", name, r, r < 0 ? errno : 0); }\nint main(void) {\n")
+	for _, c := range neverAllowed {
+		src.WriteString("\treport(\"" + c.name + "\", " + c.call + ");\n")
+	}
+	src.WriteString("\treturn 0;\n}\n")
+	prog := compileC(t, dir, "refused", src.String(), "-static")
+	ioiBoxRoot(t)
+	box := ioiBox(t, 962)
+	data, err := os.ReadFile(prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(box, "box", "refused"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m, res := ioiMeta(t, "-b", "962", "--run", "--", "./refused")
+	if res.Code != 0 || m["exitcode"] != "0" {
+		t.Fatalf("exit %d, meta %v, stderr %q", res.Code, m, res.Stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+	if len(lines) != len(neverAllowed) {
+		t.Fatalf("%d lines of output, want %d:\n%s", len(lines), len(neverAllowed), res.Stdout)
+	}
+	for i, c := range neverAllowed {
+		if f := strings.Fields(lines[i]); len(f) != 3 || f[0] != c.name || f[1] != "-1" || f[2] != "1" {
+			t.Errorf("%s: %q, want -1 with errno 1 (EPERM)", c.call, lines[i])
+		}
 	}
 }

@@ -11,8 +11,9 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/netip"
+	"net/textproto"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -239,23 +240,25 @@ func (p *Proxy) open(host string, port uint16, via string) (net.Conn, *egress.Co
 
 // http answers CONNECT (a tunnel) or one plain request for an absolute
 // URL (then the connection ends: each request is checked on its own).
+// It reads the request's head itself (net/textproto): the one-shot
+// isolate binary, which serves this proxy, links no net/http.
 func (p *Proxy) http(c net.Conn, br *bufio.Reader, head *headLimit) {
-	req, err := http.ReadRequest(br)
+	req, err := readRequest(br)
 	head.done()
 	if err != nil {
-		writeStatus(c, http.StatusBadRequest, "isolate's egress proxy: a bad request: "+err.Error())
+		writeStatus(c, statusBadRequest, "isolate's egress proxy: a bad request: "+err.Error())
 		return
 	}
-	if req.Method == http.MethodConnect {
-		host, port, err := hostPort(req.Host, 443)
+	if req.method == "CONNECT" {
+		host, port, err := hostPort(req.target, 443)
 		if err != nil {
-			writeStatus(c, http.StatusBadRequest, "isolate's egress proxy: "+err.Error())
-			p.record(egress.Connection{Host: req.Host, Via: "connect", Reason: err.Error()})
+			writeStatus(c, statusBadRequest, "isolate's egress proxy: "+err.Error())
+			p.record(egress.Connection{Host: req.target, Via: "connect", Reason: err.Error()})
 			return
 		}
 		up, rec := p.open(host, port, "connect")
 		if up == nil {
-			writeStatus(c, http.StatusForbidden, "isolate's egress proxy refused "+req.Host+": "+rec.Reason)
+			writeStatus(c, statusForbidden, "isolate's egress proxy refused "+req.target+": "+rec.Reason)
 			p.record(*rec)
 			return
 		}
@@ -263,37 +266,80 @@ func (p *Proxy) http(c net.Conn, br *bufio.Reader, head *headLimit) {
 		p.splice(c, br, up, rec)
 		return
 	}
-	if req.URL.Scheme != "http" || req.URL.Host == "" {
-		writeStatus(c, http.StatusBadRequest, "isolate's egress proxy: only http:// URLs and CONNECT are served")
+	u, err := url.Parse(req.target)
+	if err != nil || u.Scheme != "http" || u.Host == "" {
+		writeStatus(c, statusBadRequest, "isolate's egress proxy: only http:// URLs and CONNECT are served")
 		return
 	}
-	host, port, err := hostPort(req.URL.Host, 80)
+	host, port, err := hostPort(u.Host, 80)
 	if err != nil {
-		writeStatus(c, http.StatusBadRequest, "isolate's egress proxy: "+err.Error())
+		writeStatus(c, statusBadRequest, "isolate's egress proxy: "+err.Error())
 		return
 	}
 	up, rec := p.open(host, port, "http")
 	if up == nil {
-		writeStatus(c, http.StatusForbidden, "isolate's egress proxy refused "+req.URL.Host+": "+rec.Reason)
+		writeStatus(c, statusForbidden, "isolate's egress proxy refused "+u.Host+": "+rec.Reason)
 		p.record(*rec)
 		return
 	}
-	// One request per connection: the next one might name another host.
-	req.Header.Del("Proxy-Connection")
-	req.Header.Del("Proxy-Authorization")
-	req.Close = true
-	req.RequestURI = ""
+	// One request per connection, in origin form: the next one might
+	// name another host.
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s %s\r\n", req.method, u.RequestURI(), req.proto)
+	if req.header.Get("Host") == "" {
+		fmt.Fprintf(&b, "Host: %s\r\n", u.Host)
+	}
+	for k, vs := range req.header {
+		switch k {
+		case "Proxy-Connection", "Proxy-Authorization", "Connection", "Keep-Alive":
+			continue
+		}
+		for _, v := range vs {
+			fmt.Fprintf(&b, "%s: %s\r\n", k, v)
+		}
+	}
+	b.WriteString("Connection: close\r\n\r\n")
 	c.SetReadDeadline(time.Time{})
-	counted := &counter{w: up}
-	if err := req.Write(counted); err != nil {
+	n, err := io.WriteString(up, b.String())
+	if err != nil {
 		up.Close()
 		rec.Allowed, rec.Reason = false, "send: "+err.Error()
 		p.record(*rec)
 		return
 	}
-	rec.BytesOut = counted.n
+	rec.BytesOut = int64(n)
 	p.splice(c, br, up, rec)
 }
+
+// request is the head of an HTTP/1.x request: its line and its header.
+type request struct {
+	method, target, proto string
+	header                textproto.MIMEHeader
+}
+
+func readRequest(br *bufio.Reader) (*request, error) {
+	tp := textproto.NewReader(br)
+	line, err := tp.ReadLine()
+	if err != nil {
+		return nil, err
+	}
+	method, rest, ok1 := strings.Cut(line, " ")
+	target, proto, ok2 := strings.Cut(rest, " ")
+	if !ok1 || !ok2 || method == "" || target == "" || !strings.HasPrefix(proto, "HTTP/1.") {
+		return nil, fmt.Errorf("malformed request line %q", line)
+	}
+	h, err := tp.ReadMIMEHeader()
+	if err != nil {
+		return nil, err
+	}
+	return &request{method: method, target: target, proto: proto, header: h}, nil
+}
+
+// The statuses the proxy answers with itself.
+const (
+	statusBadRequest = 400
+	statusForbidden  = 403
+)
 
 // socks answers one SOCKS5 CONNECT (no authentication; a name or an
 // address as the destination).
@@ -444,7 +490,7 @@ func hostPort(hp string, def uint16) (string, uint16, error) {
 
 func writeStatus(c net.Conn, code int, msg string) {
 	fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
-		code, http.StatusText(code), len(msg)+1, msg+"\n")
+		code, map[int]string{statusBadRequest: "Bad Request", statusForbidden: "Forbidden"}[code], len(msg)+1, msg+"\n")
 }
 
 // counter counts what passes to w.

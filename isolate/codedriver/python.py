@@ -3,12 +3,15 @@
 # lives as long as the process.
 #
 # Requests arrive on stdin: a 4-byte big-endian length, then that many bytes
-# of JSON {"code": str, "limit": int}. Answers leave on a duplicate of the
-# original fd 1, as frames: one type byte, a 4-byte big-endian length, the
-# payload. Types: k ready; i an interrupt taken; o, e output of the code
-# (UTF-8 text) on its fd 1, 2; r the repr of the last expression's value;
-# x the error as JSON {name, value, traceback}; d done, JSON
-# {"execution_count"}.
+# of JSON {"code": str, "limit": int, "nonce": str}. Answers leave on a
+# duplicate of the original fd 1, as frames: one type byte, a 4-byte
+# big-endian length, the payload. Types: k ready; b a call begins, the
+# request's nonce; i an interrupt taken; o, e output of the code (UTF-8
+# text) on its fd 1, 2; r the repr of the last expression's value; x the
+# error as JSON {name, value, traceback}; d done, JSON {"execution_count",
+# "nonce"}. The service takes a call's frames from its b to the d that
+# names its nonce: frames an earlier call left (or forged) are never the
+# next call's.
 #
 # Fds 1 and 2 are pipes read by this process, so what child processes write
 # there is the code's output too.
@@ -227,6 +230,8 @@ while True:
     if head is None:
         break
     request = json.loads(read_exact(struct.unpack(">I", head)[0]))
+    nonce = str(request.pop("nonce", ""))
+    send(b"b", nonce.encode())
     count += 1
     for s in streams:
         s.reset(int(request.get("limit", 1 << 20)))
@@ -259,4 +264,4 @@ while True:
         send(b"r", result)
     if error is not None:
         send(b"x", error)
-    send(b"d", json.dumps({"execution_count": count}).encode())
+    send(b"d", json.dumps({"execution_count": count, "nonce": nonce}).encode())

@@ -332,12 +332,12 @@ def test_the_whole_call_is_bounded(config: SandboxConfig) -> None:
 
 def test_tcp_with_a_token(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     token = tmp_path / "token"
-    token.write_text("s3cret-token\n")
+    token.write_text("s3cret-agent-token\n")
     os.chmod(token, 0o600)
     with running_service("--listen", "127.0.0.1:0", "--token-file", str(token)) as (_, log):
         address = log.split(" and ", 1)[1].split()[0]
         monkeypatch.setenv("ISOLATE_URL", f"http://{address}")
-        monkeypatch.setenv("ISOLATE_TOKEN", "s3cret-token")
+        monkeypatch.setenv("ISOLATE_TOKEN", "s3cret-agent-token")
         r = execute_code("print(6 * 7)")
         assert (r.status, r.stdout, r.meta.runtime) == ("OK", "42\n", "service")
         monkeypatch.setenv("ISOLATE_TOKEN", "wrong")

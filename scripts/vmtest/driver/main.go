@@ -9,7 +9,8 @@
 // types in package api, so it does not link the runtime (nor libseccomp).
 //
 // Usage: driver DIR, where DIR holds the isolate binary and t/probe (built
-// from internal/bench/testdata/probe.c).
+// from internal/bench/testdata/probe.c). `driver container-init PROGRAM
+// ARGS...` is the driver's own container runtime (container.go).
 package main
 
 import (
@@ -20,6 +21,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 2 && os.Args[1] == containerInitArg {
+		containerInit(os.Args[2:])
+	}
 	if len(os.Args) != 2 {
 		fmt.Fprintln(os.Stderr, "usage: driver DIR")
 		os.Exit(2)
@@ -53,6 +57,8 @@ var checks = []func(*driver){
 	(*driver).killedSupervisor,
 	(*driver).systemdLayout,
 	(*driver).service,
+	(*driver).container,
+	(*driver).systemdUnit,
 	(*driver).rootless,
 	(*driver).noLeftovers,
 }
