@@ -156,6 +156,11 @@ class Session:
     after that long without a call. Limits bound the session as a whole: ``memory_bytes``,
     ``pids``, ``cpus``; ``tmp_size_bytes`` is the size of its /box and /tmp.
 
+    ``metadata`` (a few short strings) stays with the session: :meth:`list` finds it by them,
+    :meth:`connect` takes it up by id, from any process of the same caller. A caller at its cap
+    of sessions is tried again with backoff for up to ``busy_wait`` seconds (None: the
+    request's bound; 0: never).
+
     The service: ``url`` (``http://HOST:PORT``, with ``token``), else ``socket_path``, else
     ``ISOLATE_URL`` (with ``ISOLATE_TOKEN``), ``ISOLATE_SOCKET``, ``/run/isolate/api.sock``.
     """
