@@ -363,6 +363,9 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 	if err != nil {
 		return nil, err
 	}
+	if req, err = withCallOptions(ctx, req); err != nil {
+		return nil, err
+	}
 	msg := binary.BigEndian.AppendUint32(nil, uint32(len(req)))
 	// A driver that died before reading it fails the write (its pipe is
 	// closed once the process has ended); its end of frames says why.

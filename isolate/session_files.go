@@ -154,6 +154,15 @@ func (s *Session) writeFile(p string, r io.Reader, mode os.FileMode) (int64, err
 			return err
 		}
 		n, err = io.Copy(onlyWriter{f}, r)
+		if err != nil {
+			// No partial file: a write the box's file system refused
+			// (or a body that broke off) leaves nothing of it.
+			unix.Ftruncate(fd, 0)
+			var now unix.Stat_t
+			if unix.Fstatat(dir, name, &now, unix.AT_SYMLINK_NOFOLLOW) == nil && now.Dev == st.Dev && now.Ino == st.Ino {
+				unix.Unlinkat(dir, name, 0)
+			}
+		}
 		return err
 	})
 	return n, pathErr("write", p, err)

@@ -46,6 +46,8 @@ type SessionRequest struct {
 	// IdleTimeoutMs ends the session after this long without a request
 	// (default 10 min).
 	IdleTimeoutMs int64 `json:"idle_timeout_ms,omitempty"`
+	// Metadata is the caller's, to find the session by (session_meta.go).
+	Metadata Metadata `json:"metadata,omitempty"`
 }
 
 // SessionCommandRequest is the body of POST /v1/sessions/{id}/commands.
@@ -71,8 +73,9 @@ type SessionAnswer struct {
 	ExpiresAt     time.Time      `json:"expires_at"`
 	IdleExpiresAt time.Time      `json:"idle_expires_at"`
 	LastUsedAt    *time.Time     `json:"last_used_at,omitempty"`
+	Metadata      Metadata       `json:"metadata,omitzero"`
 	Usage         *SessionUsage  `json:"usage,omitempty"`
-	Processes     []ProcessState `json:"processes,omitempty"`
+	Processes     []ProcessState `json:"processes,omitzero"`
 	Contexts      []ContextState `json:"contexts,omitempty"`
 	// Owner is whose it is (root's view: ?all=1).
 	Owner string `json:"owner,omitempty"`
@@ -110,6 +113,9 @@ type CodeRequest struct {
 	Language  string `json:"language,omitempty"` // of the default context (python)
 	TimeoutMs int64  `json:"timeout_ms,omitempty"`
 	Stream    bool   `json:"stream,omitempty"`
+	// Env (NAME=VALUE) and Cwd hold for this call only (isolate.CallOptions).
+	Env []string `json:"env,omitempty"`
+	Cwd string   `json:"cwd,omitempty"`
 }
 
 // CodeAnswer is what running code answers.
@@ -154,6 +160,7 @@ func (s *Server) registerSessions(handle func(pattern, endpoint string, h http.H
 		{"PUT /v1/sessions/{id}/files/{path...}", "session_files", s.handleSessionFilePut},
 		{"GET /v1/sessions/{id}/files/{path...}", "session_files", s.handleSessionFileGet},
 		{"DELETE /v1/sessions/{id}/files/{path...}", "session_files", s.handleSessionFileDelete},
+		{"POST /v1/sessions/{id}/files/{path...}", "session_files", s.handleSessionFileOp},
 	} {
 		h := e.h
 		handle(e.pattern, e.endpoint, func(w http.ResponseWriter, r *http.Request) {
@@ -245,6 +252,9 @@ func readBody[T any](s *Server, w http.ResponseWriter, r *http.Request, v *T) (l
 // sessionSpec checks req and makes the session's spec, its lease and
 // idle time, with the caller's caps applied.
 func (s *Server) sessionSpec(req *SessionRequest, who caller.Caller) (*api.Spec, time.Duration, time.Duration, error) {
+	if err := checkMetadata(req.Metadata); err != nil {
+		return nil, 0, 0, err
+	}
 	spec := &api.Spec{Args: []string{"session"}, Image: req.Image, Lang: req.Lang, Net: req.Net, Network: req.Network, Env: req.Env, Seccomp: req.Seccomp,
 		MemoryBytes: req.MemoryBytes, Pids: req.Pids, CPUs: req.CPUs, TmpSizeBytes: req.TmpSizeBytes, FileSizeBytes: req.FileSizeBytes,
 		OpenFiles: req.OpenFiles, StackBytes: req.StackBytes, OutputLimitBytes: req.OutputLimitBytes}
@@ -340,14 +350,14 @@ func (s *Server) handleSessionCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	noteOf(r.Context()).setSession(sess.id)
 	a := sess.answer(false)
-	s.answer(w, http.StatusCreated, SessionAnswer{ID: a.ID, ExpiresAt: a.ExpiresAt, IdleExpiresAt: a.IdleExpiresAt})
+	s.answer(w, http.StatusCreated, SessionAnswer{ID: a.ID, ExpiresAt: a.ExpiresAt, IdleExpiresAt: a.IdleExpiresAt, Metadata: sess.setMetadata(req.Metadata)})
 }
 
 // answer describes s; full adds its usage, processes and contexts.
 func (s *session) answer(full bool) SessionAnswer {
 	s.mu.Lock()
 	created, last := s.created.UTC(), s.lastUsed.UTC()
-	a := SessionAnswer{ID: s.id, CreatedAt: &created, ExpiresAt: s.expires.UTC(), IdleExpiresAt: s.lastUsed.Add(s.idle).UTC(), LastUsedAt: &last}
+	a := SessionAnswer{ID: s.id, CreatedAt: &created, ExpiresAt: s.expires.UTC(), IdleExpiresAt: s.lastUsed.Add(s.idle).UTC(), LastUsedAt: &last, Metadata: s.metadata}
 	if full {
 		a.Processes = []ProcessState{}
 		for _, id := range s.order {
@@ -383,8 +393,14 @@ func (s *Server) handleSessionList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	list := []SessionAnswer{}
+	want, ok := metadataFilter(w, r.URL.Query())
+	if !ok {
+		return
+	}
 	for _, sess := range s.sessions.list(ownerOf(callerOf(r))) {
-		list = append(list, sess.answer(false))
+		if sess.matches(want) {
+			list = append(list, sess.answer(false))
+		}
 	}
 	s.answer(w, http.StatusOK, map[string][]SessionAnswer{"sessions": list})
 }
@@ -902,6 +918,11 @@ func (s *Server) handleCode(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
+	opts := isolate.CallOptions{Env: req.Env, Cwd: req.Cwd}
+	if err := opts.Check(); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
 	var c *codeContext
 	if req.Context == "" {
 		c, err = sess.newContext(req.Language, true)
@@ -939,7 +960,7 @@ func (s *Server) handleCode(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, &api.FieldError{Field: "context", Msg: "no such context in this session"})
 		return
 	}
-	ex, err := cc.Run(ctx, req.Code, onStdout, onStderr)
+	ex, err := cc.Run(isolate.WithCallOptions(ctx, opts), req.Code, onStdout, onStderr)
 	// Code running when its session ends answers as a command does
 	// then: the session has ended (its context with it).
 	// (Its context may be closed with it before the call sees the end.)

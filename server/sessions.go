@@ -196,6 +196,7 @@ type session struct {
 	contexts    map[string]*codeContext
 	nextContext int
 	defaultCtx  string
+	metadata    Metadata // the caller's, set at its creation
 }
 
 // sessionProc is a command of a session the service keeps track of.

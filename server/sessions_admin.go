@@ -71,8 +71,15 @@ func (s *Server) handleSessionsAll(w http.ResponseWriter, r *http.Request, one b
 		s.answer(w, http.StatusOK, a)
 		return true
 	}
+	want, ok := metadataFilter(w, r.URL.Query())
+	if !ok {
+		return true
+	}
 	list := []SessionAnswer{}
 	for _, sess := range s.sessions.listAll() {
+		if !sess.matches(want) {
+			continue
+		}
 		a := sess.answer(false)
 		a.Owner = sess.owner
 		list = append(list, a)

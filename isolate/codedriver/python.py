@@ -184,6 +184,33 @@ def run_cell(body, tail):
     return cut(repr(value))
 
 
+def run_with(request, cell):
+    # The call's own options (isolate's CallOptions): "env" added to
+    # os.environ and "cwd" entered for this call only; both are as they were
+    # again once it ends, whatever the code changed of them.
+    env = request.get("env") or {}
+    cwd = request.get("cwd")
+    saved = {k: os.environ.get(k) for k in env}
+    before = None
+    try:
+        os.environ.update(env)
+        if cwd:
+            before = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+            os.chdir(cwd)
+        return run_cell(*cell)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        if before is not None:
+            try:
+                os.fchdir(before)
+            finally:
+                os.close(before)
+
+
 def read_exact(n):
     data = bytearray()
     while len(data) < n:
@@ -217,7 +244,7 @@ while True:
         error = error_frame(e, None)
     else:
         try:
-            result = run_cell(*cell)
+            result = run_with(request, cell)
         except BaseException as e:
             error = error_frame(e, e.__traceback__)
         finally:

@@ -335,7 +335,8 @@ def test_tcp_with_a_token(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatc
     token.write_text("s3cret-agent-token\n")
     os.chmod(token, 0o600)
     with running_service("--listen", "127.0.0.1:0", "--token-file", str(token)) as (_, log):
-        address = log.split(" and ", 1)[1].split()[0]
+        listening = next(line for line in log.splitlines() if " listening on " in line)
+        address = listening.split(" and ", 1)[1].split()[0]
         monkeypatch.setenv("ISOLATE_URL", f"http://{address}")
         monkeypatch.setenv("ISOLATE_TOKEN", "s3cret-agent-token")
         r = execute_code("print(6 * 7)")

@@ -4,15 +4,16 @@ subtree, or rlimits alone where the caller allows them)."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
-import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from .errors import CallTimeoutError, SandboxError, SandboxUnavailableError
+from .errors import (CallTimeoutError, RefusedError, SandboxError, SandboxUnavailableError,
+                     ServiceError)
 from .languages import SOURCE_NAMES
-from .transport import (MAX_COPY_OUT_BYTES, SETUP_SCRIPT, ExecRequest, Limits, Mount,
+from .transport import (MAX_COPY_OUT_BYTES, SETUP_SCRIPT, BusyRetry, ExecRequest, Limits, Mount,
                         OutputCallback, RunOutcome, RunRequest, TextSink, kill_and_reap,
                         network_flags, pump, setup_script)
 
@@ -22,11 +23,29 @@ SUMMARY_PREFIX = "isolate: "
 # How long isolate may take to end its run after SIGTERM, before SIGKILL.
 TERM_GRACE_SECONDS = 10.0
 
-# Only these of the caller's variables reach the isolate process (its own configuration, and
-# where a caller who is not root keeps isolate's files: its box ids, locks and staging mount).
-# The box itself starts from an empty environment whatever isolate's is (CONTRACT.md).
-ISOLATE_ENV_PREFIX = "ISOLATE_"
-ISOLATE_ENV_NAMES = ("TMPDIR", "XDG_RUNTIME_DIR")
+# Only these of the caller's variables reach the isolate process: the ISOLATE_ variables the
+# binary itself reads (its configuration, and whether and where it hands its runs to a service),
+# and where a caller who is not root keeps isolate's files (its box ids, locks and staging
+# mount). The client's own (ISOLATE_BIN, ISOLATE_SOCKET, ISOLATE_URL, ISOLATE_TOKEN, ...) stay
+# here: the binary keeps a run in-process when it sees an ISOLATE_ variable it does not know
+# the service to honour. The box itself starts from an empty environment whatever isolate's is
+# (CONTRACT.md).
+ISOLATE_ENV_NAMES = ("ISOLATE_CONFIG", "ISOLATE_CGROUP_ROOT", "ISOLATE_IMAGES_DIR",
+                     "ISOLATE_LANGS_DIR", "ISOLATE_CACHE_DIR", "ISOLATE_NO_SERVICE",
+                     "ISOLATE_SERVICE_SOCKET", "TMPDIR", "XDG_RUNTIME_DIR")
+
+# What isolate says when the service it handed the run to has no room for it (every run slot
+# taken, its queue full).
+BUSY = "the service is busy"
+
+# What isolate says when the caller policy of the service it handed the run to refuses a flag
+# ("isolate: --net host: this service allows it to root only, ..."), or a host path the caller
+# may not open itself ("isolate: --bind /srv: permission denied (as uid 1000)").
+REFUSED_LINE = re.compile(r"^isolate: --([a-z][a-z-]*)\b")
+REFUSED_RULES = ("this service allows it", "needs root", "permission denied (as uid")
+
+# The API's name of a flag whose name is not its field's.
+FLAG_FIELDS = {"bind": "binds", "box-id": "box_id", "copy-in": "copy_in"}
 
 # isolate's flags for the choices of a caller who is not root; a usage error (status 2, no
 # report) that names one is isolate refusing to run here without root, not bad input.
@@ -94,9 +113,11 @@ class CLITransport:
 
     name = "cli"
 
-    def __init__(self, binary: Optional[str] = None, cgroup_root: Optional[str] = None) -> None:
+    def __init__(self, binary: Optional[str] = None, cgroup_root: Optional[str] = None,
+                 busy_wait: Optional[float] = None) -> None:
         self.binary = find_binary(binary)
         self.cgroup_root = cgroup_root
+        self.busy_wait = busy_wait
 
     def exec(self, request: ExecRequest, on_stdout: Optional[OutputCallback] = None,
              on_stderr: Optional[OutputCallback] = None) -> Dict[str, Any]:
@@ -165,13 +186,32 @@ class CLITransport:
                 on_stderr: Optional[OutputCallback]) -> Dict[str, Any]:
         """Start isolate, read its pipes (output live with --stream, kept as ``limits.keep``
         says), return the report with the kept output. Past ``limits.call_timeout`` isolate
-        is stopped (SIGTERM: it tears its box down) and CallTimeoutError raised."""
+        is stopped (SIGTERM: it tears its box down) and CallTimeoutError raised. A service
+        the binary hands its run to that is busy is tried again, as the service transport
+        does, within the call's bound (``busy_wait``)."""
+        retry = BusyRetry(limits.call_timeout, self.busy_wait)
+        while True:
+            try:
+                return self._invoke_once(argv, tail, env, limits, tmp, on_stdout, on_stderr,
+                                         retry.deadline)
+            except ServiceError as e:
+                if e.status != 429:
+                    raise
+                retry.wait(e)
+
+    def _invoke_once(self, argv: List[str], tail: List[str], env: Mapping[str, str],
+                     limits: Limits, tmp: str, on_stdout: Optional[OutputCallback],
+                     on_stderr: Optional[OutputCallback], deadline: float) -> Dict[str, Any]:
+        """One try of :meth:`_invoke`, ending by ``deadline`` (monotonic)."""
         report_path = os.path.join(tmp, "report.json")
+        try:
+            os.unlink(report_path)
+        except FileNotFoundError:
+            pass
         if self.cgroup_root is not None:
             argv = argv + ["--cgroup-root", self.cgroup_root]
         argv = argv + ["--stream", "--report", report_path] + tail
-        child_env = {k: v for k, v in os.environ.items()
-                     if k.startswith(ISOLATE_ENV_PREFIX) or k in ISOLATE_ENV_NAMES}
+        child_env = {k: v for k, v in os.environ.items() if k in ISOLATE_ENV_NAMES}
         if "GOCOVERDIR" in os.environ:
             # A coverage-instrumented isolate (the test command's) writes its counters there,
             # and warns on stderr without it.
@@ -184,8 +224,7 @@ class CLITransport:
                                 stderr=subprocess.PIPE, env=child_env, close_fds=True)
         try:
             assert proc.stdout is not None and proc.stderr is not None
-            finished = pump(proc, [(proc.stdout, out), (proc.stderr, err)],
-                            time.monotonic() + limits.call_timeout)
+            finished = pump(proc, [(proc.stdout, out), (proc.stderr, err)], deadline)
             if not finished:
                 proc.terminate()
                 try:
@@ -201,19 +240,35 @@ class CLITransport:
             with open(report_path, encoding="utf-8") as f:
                 report: Dict[str, Any] = json.load(f)
         except (OSError, ValueError):
-            if code == 2 and os.geteuid() != 0 and any(f in text for f in ROOTLESS_FLAGS):
-                raise SandboxUnavailableError(
-                    f"the isolate binary cannot run here without root as configured: {text}. "
-                    "In this client: allow_rlimit_only=True (SANDBOX_ALLOW_RLIMIT_ONLY=1) "
-                    "enforces the limits with rlimits alone; cgroup_root= "
-                    "(SANDBOX_CGROUP_ROOT) names a delegated cgroup v2 directory") from None
-            raise SandboxError(f"isolate exited with status {code}: {text or 'no report'}") \
-                from None
+            raise no_report_error(code, text) from None
         phase = report.get("run") if "run" in report or "compile" in report else report
         if phase:
             phase.update(stdout=out.text, stdout_truncated=out.truncated,
                          stderr=err.text, stderr_truncated=err.truncated)
         return report
+
+
+def no_report_error(code: int, text: str) -> SandboxError:
+    """Why isolate wrote no report, as the client's exception: a service the run was handed
+    to that is busy (a ServiceError of status 429, which the caller retries) or whose caller
+    policy refused a field (RefusedError naming it, as the service transport's 403), isolate
+    unable to run here without root as configured (SandboxUnavailableError), or isolate's
+    own message."""
+    last = text.splitlines()[-1] if text else ""
+    if code == 2 and last.startswith(SUMMARY_PREFIX + BUSY):
+        return ServiceError(f"isolate: {last[len(SUMMARY_PREFIX):]}", status=429)
+    refused = REFUSED_LINE.match(last) if code == 2 else None
+    if refused is not None and any(r in last for r in REFUSED_RULES):
+        flag = refused.group(1)
+        return RefusedError(f"isolate: {last[len(SUMMARY_PREFIX):]}", status=403,
+                            field=FLAG_FIELDS.get(flag, flag.replace("-", "_")))
+    if code == 2 and os.geteuid() != 0 and any(f in text for f in ROOTLESS_FLAGS):
+        return SandboxUnavailableError(
+            f"the isolate binary cannot run here without root as configured: {text}. "
+            "In this client: allow_rlimit_only=True (SANDBOX_ALLOW_RLIMIT_ONLY=1) "
+            "enforces the limits with rlimits alone; cgroup_root= "
+            "(SANDBOX_CGROUP_ROOT) names a delegated cgroup v2 directory")
+    return SandboxError(f"isolate exited with status {code}: {text or 'no report'}")
 
 
 def limit_flags(limits: Limits) -> List[str]:

@@ -123,6 +123,7 @@ class QueueTransport(ServiceTransport):
     its job queued or running: nothing cancels it."""
 
     name = "queue"
+    stores_files = False  # a job's files travel in the job: the workers' store is not ours
 
     def __init__(self, url: str, prefix: str = "isolate") -> None:
         self.client = QueueClient(url, prefix)

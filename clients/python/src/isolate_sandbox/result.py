@@ -115,9 +115,11 @@ def from_report(report: Dict[str, Any], runtime: str, limits: Limits,
     exit_code = phase.get("exit_code") if phase else None
     timed_out = status == "TO"
     exception = exception_of(stderr) if status == "RE" else None
+    if compile_failed:
+        exception = syntax_error_of(stderr)
     error = error_message(status, phase, stderr, limits.timeout, limits.memory_mb,
                           limits.disk_mb)
-    if exception is not None and not disk_full(phase, stderr):
+    if status == "RE" and exception is not None and not disk_full(phase, stderr):
         error = f"{exception.name}: {exception.value}" if exception.value else exception.name
     return ExecutionResult(
         stdout=stdout,
@@ -162,6 +164,27 @@ def exception_of(stderr: str) -> Optional[ExceptionInfo]:
                 return None
             return ExceptionInfo(name=m.group(1), value=m.group(2) or "",
                                  traceback="\n".join(lines[:i + 1]) + "\n")
+    return None
+
+
+# The line that ends Python's report of code it could not compile.
+SYNTAX_ERROR_LINE = re.compile(r"^(SyntaxError|IndentationError|TabError)(?:: (.*))?$")
+
+
+def syntax_error_of(stderr: str) -> Optional[ExceptionInfo]:
+    """Python's SyntaxError (or IndentationError, TabError) in what compiling printed, as a
+    Session's ``run_code`` names it: its last line's name and value, and everything from the
+    ``File`` line on as the traceback."""
+    lines = stderr.rstrip("\n").splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        m = SYNTAX_ERROR_LINE.match(lines[i])
+        if m is None:
+            continue
+        start = i
+        while start > 0 and not lines[start].lstrip().startswith("File "):
+            start -= 1
+        return ExceptionInfo(name=m.group(1), value=m.group(2) or "",
+                             traceback="\n".join(lines[start:i + 1]) + "\n")
     return None
 
 

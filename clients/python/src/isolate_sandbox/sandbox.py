@@ -33,7 +33,7 @@ def select_transport(config: SandboxConfig) -> Transport:
     if config.backend == "service" or (config.backend == "auto" and config.service_url):
         return ServiceTransport(endpoint, config.token, config.busy_wait)
     if config.backend == "cli":
-        return CLITransport(config.isolate_bin, config.cgroup_root)
+        return CLITransport(config.isolate_bin, config.cgroup_root, config.busy_wait)
     if config.backend == "local":
         return LocalTransport()
     if config.backend == "queue" and config.queue_url:
@@ -51,7 +51,7 @@ def select_transport(config: SandboxConfig) -> Transport:
             "(sudo isolate serve, or systemctl start isolate) and make sure your user may use "
             "its socket, or give the binary; SANDBOX_TYPE=local runs code WITHOUT isolation"
         ) from None
-    return CLITransport(config.isolate_bin, config.cgroup_root)
+    return CLITransport(config.isolate_bin, config.cgroup_root, config.busy_wait)
 
 
 class Sandbox:

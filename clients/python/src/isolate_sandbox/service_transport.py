@@ -17,19 +17,21 @@ import grp
 import http.client
 import json
 import os
-import random
 import socket
 import stat
 import struct
+import tarfile
+import tempfile
+import threading
 import time
 import urllib.parse
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from .errors import (CallTimeoutError, RefusedError, SandboxError, SandboxUnavailableError,
                      ServiceError)
 from .languages import SOURCE_NAMES
-from .transport import (MAX_COPY_OUT_BYTES, SETUP_SCRIPT, ExecRequest, Limits, Mount,
-                        OutputCallback, RunOutcome, RunRequest, TextSink, network_fields,
+from .transport import (MAX_COPY_OUT_BYTES, SETUP_SCRIPT, BusyRetry, ExecRequest, Limits,
+                        Mount, OutputCallback, RunOutcome, RunRequest, TextSink, network_fields,
                         setup_script)
 
 NDJSON = "application/x-ndjson"
@@ -41,10 +43,17 @@ MAX_COPY_IN_BYTES = 256 << 20
 # Directories every box has; a copy_in file elsewhere needs the setup script.
 BOX_TOP = ("/box", "/tmp")
 
-# Waits between retries of a 429 when the service names none: doubling from the first to the
-# last, with jitter so that parallel callers do not come back together.
-BACKOFF_FIRST = 0.05
-BACKOFF_LAST = 2.0
+# Files to copy in beyond these travel as one archive through the file store instead of in the
+# request's body (the service's --max-body is 4 MiB by default, and base64 adds a third; a
+# command's copy_in holds at most 256 entries).
+MAX_INLINE_BYTES = 2 << 20
+MAX_INLINE_FILES = 250
+
+# Where that archive lands in the box (the setup script unpacks it and removes it).
+ARCHIVE = "/box/.isolate-in.tar"
+
+# Seconds a request to the file store may take.
+STORE_TIMEOUT = 300.0
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -80,10 +89,19 @@ def connection(endpoint: str, timeout: Optional[float]) -> http.client.HTTPConne
     return UnixHTTPConnection(endpoint, timeout=timeout)
 
 
+# Endpoints (with their token) where a service answered GET /v1/health in this process: each is
+# probed once, not once per call or per session. A unix socket's path is still checked to exist
+# each time (a stat, no request), so that a service that went away is noticed; a request that
+# cannot connect forgets its endpoint (forget).
+_ANSWERED: Set[Tuple[str, Optional[str]]] = set()
+_ANSWERED_LOCK = threading.Lock()
+
+
 def probe(endpoint: str, token: Optional[str] = None, timeout: float = 1.0) -> Optional[str]:
     """None when an HTTP server answers ``GET /v1/health`` at ``endpoint`` (any status: a
     draining or unready service answers 503, and requests then get its reason); otherwise why
-    not, in words that say what to do."""
+    not, in words that say what to do. An endpoint that answered once in this process is not
+    asked again (see forget)."""
     if not endpoint.startswith("http://"):
         try:
             os.stat(endpoint)
@@ -91,18 +109,31 @@ def probe(endpoint: str, token: Optional[str] = None, timeout: float = 1.0) -> O
             return (f"no isolate service answers on {endpoint} for this user (permission "
                     "denied on a directory above it)")
         except OSError:
+            forget(endpoint)
             return f"no isolate service answers on {endpoint}"
+    with _ANSWERED_LOCK:
+        if (endpoint, token) in _ANSWERED:
+            return None
     conn = connection(endpoint, timeout)
     try:
         conn.request("GET", "/v1/health", headers=auth_headers(token))
         conn.getresponse().read()
-        return None
     except PermissionError:
         return permission_advice(endpoint)
     except (OSError, http.client.HTTPException) as e:
         return f"no isolate service answers on {endpoint} ({e})"
     finally:
         conn.close()
+    with _ANSWERED_LOCK:
+        _ANSWERED.add((endpoint, token))
+    return None
+
+
+def forget(endpoint: str) -> None:
+    """Probe ``endpoint`` again next time: a request to it could not connect."""
+    with _ANSWERED_LOCK:
+        for key in [k for k in _ANSWERED if k[0] == endpoint]:
+            _ANSWERED.discard(key)
 
 
 def service_answers(endpoint: str, timeout: float = 1.0) -> bool:
@@ -183,6 +214,8 @@ class ServiceTransport:
     """
 
     name = "service"
+    # Whether files to copy in beyond a request body's bound go through the file store.
+    stores_files = True
 
     def __init__(self, endpoint: str, token: Optional[str] = None,
                  busy_wait: Optional[float] = None) -> None:
@@ -219,9 +252,27 @@ class ServiceTransport:
             on_stderr: Optional[OutputCallback] = None) -> RunOutcome:
         """``POST /v1/run`` with one command; copy-in files travel inline (base64)."""
         args, cwd = list(request.command), request.cwd
-        copy_in = inline_files(request.copy_in)
-        if request.links or any(os.path.dirname(e["path"]) not in BOX_TOP for e in copy_in):
-            args, cwd, copy_in = unpacked_in_box(args, cwd, copy_in, request.links)
+        stored = None
+        if self.stores_files and over_inline_bounds(request.copy_in):
+            # Too big for a request's body (or too many files for its copy_in): one archive,
+            # streamed to the file store, that the box unpacks before the command.
+            stored = self.store_archive(request.copy_in)
+            archive = [{"path": ARCHIVE, "file": stored, "mode": 0o600}]
+            args, cwd, copy_in = unpacked_in_box(args, cwd, archive, request.links, ARCHIVE)
+        else:
+            copy_in = inline_files(request.copy_in)
+            if request.links or any(os.path.dirname(e["path"]) not in BOX_TOP for e in copy_in):
+                args, cwd, copy_in = unpacked_in_box(args, cwd, copy_in, request.links)
+        try:
+            return self._run(request, args, cwd, copy_in, on_stdout, on_stderr)
+        finally:
+            if stored is not None:
+                self.delete_stored(stored)
+
+    def _run(self, request: RunRequest, args: List[str], cwd: str,
+             copy_in: List[Dict[str, Any]], on_stdout: Optional[OutputCallback],
+             on_stderr: Optional[OutputCallback]) -> RunOutcome:
+        """``POST /v1/run`` of the command, its files to copy in given."""
         command: Dict[str, Any] = {
             "args": args, "cwd": cwd, "env": env_list(request.env), "copy_in": copy_in,
             "copy_out": [{"path": p, "inline_max_bytes": MAX_COPY_OUT_BYTES}
@@ -244,37 +295,71 @@ class ServiceTransport:
         files, errors = copied_out(report.pop("copy_out", None) or [])
         return RunOutcome(report=report, files=files, errors=errors)
 
+    def store_archive(self, copy_in: Any) -> str:
+        """A tar archive of the files to copy in (box paths relative to /), streamed from a
+        temporary file to the service's file store (``POST /v1/files``); its id."""
+        with tempfile.TemporaryFile() as f:
+            with tarfile.open(fileobj=f, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                for src, dst, fd in project_files(copy_in):
+                    with os.fdopen(fd, "rb") as data:
+                        st = os.fstat(data.fileno())
+                        info = tarfile.TarInfo(dst.lstrip("/"))
+                        info.size, info.mode, info.mtime = (st.st_size,
+                                                            stat.S_IMODE(st.st_mode) & 0o777,
+                                                            int(st.st_mtime))
+                        tar.addfile(info, data)
+            size = f.tell()
+            f.seek(0)
+            headers = {"Content-Type": "application/octet-stream",
+                       "Content-Length": str(size)}
+            headers.update(auth_headers(self.token))
+            conn = connection(self.endpoint, STORE_TIMEOUT)
+            try:
+                try:
+                    conn.request("POST", "/v1/files", f, headers)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # an answer before the body was read (507, 413): read it
+                resp = conn.getresponse()
+                body = resp.read(65536)
+                if resp.status != 201:
+                    raise error_of(resp.status, resp.reason, body,
+                                   resp.getheader("Retry-After"))
+                return str(json.loads(body)["id"])
+            except (OSError, http.client.HTTPException, ValueError, KeyError) as e:
+                raise SandboxError(f"isolate service on {self.endpoint}: storing the files to "
+                                   f"copy in: {e}") from None
+            finally:
+                conn.close()
+
+    def delete_stored(self, file_id: str) -> None:
+        """Remove a stored file (best effort: the store's own lifetime ends it otherwise)."""
+        conn = connection(self.endpoint, STORE_TIMEOUT)
+        try:
+            conn.request("DELETE", "/v1/files/" + urllib.parse.quote(file_id, safe=""),
+                         headers=auth_headers(self.token))
+            conn.getresponse().read()
+        except (OSError, http.client.HTTPException):
+            pass
+        finally:
+            conn.close()
+
     def _post(self, path: str, body: Dict[str, Any], limits: Limits,
               on_stdout: Optional[OutputCallback], on_stderr: Optional[OutputCallback],
               mounts: Sequence[Mount] = ()) -> Tuple[Dict[str, Any], Tuple[TextSink, TextSink]]:
         """Send one request, retrying 429 within the bounds; the answer reassembled from its
         lines, and the sinks that kept its output."""
         data = json.dumps(body)
-        started = time.monotonic()
-        deadline = started + limits.call_timeout
-        busy_until = deadline
-        if self.busy_wait is not None:
-            busy_until = min(deadline, started + self.busy_wait)
-        attempt = 0
+        retry = BusyRetry(limits.call_timeout, self.busy_wait)
         while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise CallTimeoutError(limits.call_timeout)
+            left = retry.left()
             sinks = (TextSink(on_stdout, limits.max_output_bytes, limits.keep),
                      TextSink(on_stderr, limits.max_output_bytes, limits.keep))
             try:
-                return self._post_once(path, data, limits, deadline, left, sinks, mounts)
+                return self._post_once(path, data, limits, retry.deadline, left, sinks, mounts)
             except ServiceError as e:
                 if e.status != 429:
                     raise
-                wait = max(e.retry_after or 0.0,
-                           min(BACKOFF_LAST, BACKOFF_FIRST * 2 ** attempt) * random.uniform(1, 2))
-                if time.monotonic() + wait > busy_until:
-                    waited = time.monotonic() - started
-                    raise ServiceError(f"{e} (retried for {waited:.1f}s, within the call's "
-                                       "bound)", status=429, field=e.field) from None
-                attempt += 1
-                time.sleep(wait)
+                retry.wait(e)
 
     def _post_once(self, path: str, data: str, limits: Limits, deadline: float, left: float,
                    sinks: Tuple[TextSink, TextSink], mounts: Sequence[Mount]
@@ -303,6 +388,8 @@ class ServiceTransport:
             # Closing the connection cancels the request: the service kills its boxes.
             raise CallTimeoutError(limits.call_timeout) from None
         except (OSError, http.client.HTTPException, ValueError) as e:
+            if isinstance(e, (ConnectionRefusedError, FileNotFoundError)):
+                forget(self.endpoint)
             raise SandboxError(f"isolate service on {self.endpoint}: {e}") from None
         finally:
             conn.close()
@@ -443,24 +530,76 @@ def copied_out(items: List[Dict[str, Any]]) -> Tuple[Dict[str, bytes], Dict[str,
 
 
 def unpacked_in_box(args: List[str], cwd: str, copy_in: List[Dict[str, Any]],
-                    links: Sequence[Tuple[str, str]] = ()
+                    links: Sequence[Tuple[str, str]] = (), archive: Optional[str] = None
                     ) -> Tuple[List[str], str, List[Dict[str, Any]]]:
     """The service puts each copy_in file into a directory that must exist; a tree's files
     therefore go in flat, and a setup script (run by the box's /bin/sh, as the box user)
     makes the directories and symlinks, moves the files into place, removes itself and execs
     the command. The script travels as a file, not an argument: a large tree exceeds an
-    argument's bound."""
+    argument's bound. With ``archive``, ``copy_in`` is that one tar archive, which the script
+    unpacks (with the box's tar) instead."""
     flat, moves = [], []
-    dirs = sorted({os.path.dirname(e["path"]) for e in copy_in}
-                  | {os.path.dirname(p) for p, _ in links} | {cwd})
-    for i, entry in enumerate(copy_in):
-        staged = f"/box/.isolate-in-{i}"
-        moves.append((staged, entry["path"]))
-        flat.append(dict(entry, path=staged))
-    script = setup_script(cwd, dirs, moves, links)
+    dirs = sorted({os.path.dirname(p) for p, _ in links} | {cwd})
+    if archive is not None:
+        flat = list(copy_in)
+    else:
+        dirs = sorted(set(dirs) | {os.path.dirname(e["path"]) for e in copy_in})
+        for i, entry in enumerate(copy_in):
+            staged = f"/box/.isolate-in-{i}"
+            moves.append((staged, entry["path"]))
+            flat.append(dict(entry, path=staged))
+    script = setup_script(cwd, dirs, moves, links, archive)
     flat.append({"path": SETUP_SCRIPT, "base64": base64.b64encode(script).decode(),
                  "mode": 0o600})
     return ["/bin/sh", SETUP_SCRIPT] + args, "/box", flat
+
+
+def over_inline_bounds(copy_in: Any) -> bool:
+    """Whether the files to copy in are too many or too big to travel in a request's body
+    (sizes as the directory says, without opening anything)."""
+    count = total = 0
+    for host, _ in copy_in:
+        paths = [host]
+        if os.path.isdir(host):
+            paths = [os.path.join(root, name) for root, _, names in os.walk(host)
+                     for name in names]
+        for path in paths:
+            try:
+                total += os.lstat(path).st_size
+            except OSError:
+                pass  # said when it is opened
+            count += 1
+            if count > MAX_INLINE_FILES or total > MAX_INLINE_BYTES:
+                return True
+    return False
+
+
+def project_files(copy_in: Any) -> Iterator[Tuple[str, str, int]]:
+    """Each regular file to copy in: its host path, its box path and a descriptor open for
+    reading, which the caller closes. Symlinks are not followed (the caller makes those it
+    keeps in the box); a FIFO, socket or device is an error naming it, found without opening
+    it for reading (a FIFO would block)."""
+    for host, box in copy_in:
+        pairs = [(host, box)]
+        if os.path.isdir(host):
+            pairs = []
+            for root, dirs, names in os.walk(host):
+                for name in sorted(names):
+                    full = os.path.join(root, name)
+                    pairs.append((full, os.path.join(box, os.path.relpath(full, host))))
+        for src, dst in pairs:
+            try:
+                fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError as e:
+                if os.path.islink(src):
+                    continue
+                raise SandboxError(f"cannot copy {src} into the box: {e}") from None
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                os.close(fd)
+                raise SandboxError(f"cannot copy {src} into the box: "
+                                   f"{file_kind(st.st_mode)}, not a regular file")
+            yield src, dst, fd
 
 
 def inline_files(copy_in: Any) -> List[Dict[str, Any]]:

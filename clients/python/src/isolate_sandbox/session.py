@@ -15,14 +15,14 @@ import socket
 import time
 import urllib.parse
 from typing import (Any, Callable, Dict, Iterator, List, Literal, Mapping, Optional, Sequence,
-                    Union, overload)
+                    Tuple, Union, overload)
 
 from .config import DEFAULT_SOCKET
 from .errors import CallTimeoutError, SandboxError, SandboxUnavailableError, ServiceError
 from .result import ExceptionInfo
 from .service_transport import (NDJSON, auth_headers, connection, default_socket, env_list,
-                                error_of, ndjson_lines, probe)
-from .transport import OutputCallback, network_fields, network_value
+                                error_of, forget, ndjson_lines, probe)
+from .transport import BusyRetry, OutputCallback, network_fields, network_value
 
 # Seconds a call may take beyond its own bound: the service's setup, the answer's way back.
 CALL_MARGIN = 30.0
@@ -127,12 +127,39 @@ class FileEntry:
                    is_dir=bool(doc.get("is_dir")), mod_time=str(doc.get("mod_time", "")))
 
 
+@dataclasses.dataclass
+class SessionInfo:
+    """A session as :meth:`Session.list` finds it: ``Session.connect(info.id)`` takes it
+    up."""
+
+    id: str
+    metadata: Dict[str, str]
+    created_at: str = ""
+    expires_at: str = ""
+    idle_expires_at: str = ""
+    last_used_at: str = ""
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> "SessionInfo":
+        """The service's session object."""
+        return cls(id=str(doc.get("id", "")), metadata=dict(doc.get("metadata") or {}),
+                   created_at=str(doc.get("created_at", "")),
+                   expires_at=str(doc.get("expires_at", "")),
+                   idle_expires_at=str(doc.get("idle_expires_at", "")),
+                   last_used_at=str(doc.get("last_used_at", "")))
+
+
 class Session:
     """A box that lives across calls. ``language`` picks the image (its language's) and the
     default interpreter of :meth:`run_code`; ``image`` names another image. ``timeout`` is
     the lease in seconds (renewed by :meth:`set_timeout`), ``idle_timeout`` ends the session
     after that long without a call. Limits bound the session as a whole: ``memory_bytes``,
     ``pids``, ``cpus``; ``tmp_size_bytes`` is the size of its /box and /tmp.
+
+    ``metadata`` (a few short strings) stays with the session: :meth:`list` finds it by them,
+    :meth:`connect` takes it up by id, from any process of the same caller. A caller at its cap
+    of sessions is tried again with backoff for up to ``busy_wait`` seconds (None: the
+    request's bound; 0: never).
 
     The service: ``url`` (``http://HOST:PORT``, with ``token``), else ``socket_path``, else
     ``ISOLATE_URL`` (with ``ISOLATE_TOKEN``), ``ISOLATE_SOCKET``, ``/run/isolate/api.sock``.
@@ -146,24 +173,10 @@ class Session:
                  memory_bytes: Optional[int] = None, pids: Optional[int] = None,
                  cpus: Optional[float] = None, tmp_size_bytes: Optional[int] = None,
                  output_limit_bytes: Optional[int] = None,
-                 idle_timeout: Optional[float] = None) -> None:
-        if url is None and socket_path is None:
-            url = os.environ.get("ISOLATE_URL", "").strip() or None
-            if url is not None and token is None:
-                token = os.environ.get("ISOLATE_TOKEN", "").strip() or None
-        self.endpoint = (url or socket_path or os.environ.get("ISOLATE_SOCKET")
-                         or default_socket(DEFAULT_SOCKET))
-        self.token = token
-        self.language = language
-        self.id = ""
-        self.expires_at = ""
-        self.idle_expires_at = ""
-        self.killed = False
-        self.commands = Commands(self)
-        self.files = Files(self)
-        why = probe(self.endpoint, token)
-        if why is not None:
-            raise SandboxUnavailableError(why)
+                 idle_timeout: Optional[float] = None,
+                 metadata: Optional[Mapping[str, str]] = None,
+                 busy_wait: Optional[float] = None) -> None:
+        self._connect_to(url, token, socket_path, language)
         body: Dict[str, Any] = {"timeout_ms": _ms(timeout, "timeout")}
         if image:
             body["image"] = image
@@ -182,10 +195,78 @@ class Session:
                             ("output_limit_bytes", output_limit_bytes)):
             if value is not None:
                 body[name] = value
-        answer = self._json("POST", "/v1/sessions", body)
+        if metadata:
+            body["metadata"] = _metadata(metadata)
+        # A caller at its cap of sessions (or a full service) is told 429: tried again, with
+        # backoff, within the request's bound (busy_wait: at most that long; 0: never).
+        retry = BusyRetry(COMMAND_TIMEOUT + CALL_MARGIN, busy_wait)
+        while True:
+            try:
+                answer = self._json("POST", "/v1/sessions", body, retry.left())
+                break
+            except ServiceError as e:
+                if e.status != 429:
+                    raise
+                retry.wait(e)
+        self._take(answer)
+
+    def _connect_to(self, url: Optional[str], token: Optional[str],
+                    socket_path: Optional[str], language: str) -> None:
+        """The service's endpoint and token (arguments, else the environment), checked to
+        answer (once per endpoint in this process)."""
+        if url is None and socket_path is None:
+            url = os.environ.get("ISOLATE_URL", "").strip() or None
+            if url is not None and token is None:
+                token = os.environ.get("ISOLATE_TOKEN", "").strip() or None
+        self.endpoint = (url or socket_path or os.environ.get("ISOLATE_SOCKET")
+                         or default_socket(DEFAULT_SOCKET))
+        self.token = token
+        self.language = language
+        self.id = ""
+        self.expires_at = ""
+        self.idle_expires_at = ""
+        self.metadata: Dict[str, str] = {}
+        self.killed = False
+        self.commands = Commands(self)
+        self.files = Files(self)
+        why = probe(self.endpoint, token)
+        if why is not None:
+            raise SandboxUnavailableError(why)
+
+    def _take(self, answer: Mapping[str, Any]) -> None:
+        """The session's id, lease and metadata from the service's answer."""
         self.id = str(answer["id"])
         self.expires_at = str(answer.get("expires_at", ""))
         self.idle_expires_at = str(answer.get("idle_expires_at", ""))
+        self.metadata = dict(answer.get("metadata") or {})
+
+    @classmethod
+    def connect(cls, session_id: str, *, language: str = "python", url: Optional[str] = None,
+                token: Optional[str] = None, socket_path: Optional[str] = None) -> "Session":
+        """A Session for the session ``session_id`` that exists on the service, made by this
+        caller (in this process or another): its box, interpreters and files as they are.
+        ``language`` is the default interpreter of :meth:`run_code`. An unknown session, one
+        that ended, or another caller's is a ServiceError of status 404."""
+        if not session_id:
+            raise ValueError("session_id: empty")
+        sb = cls.__new__(cls)
+        sb._connect_to(url, token, socket_path, language)
+        sb.id = session_id
+        sb._take(sb._json("GET", sb._path(), None))
+        return sb
+
+    @classmethod
+    def list(cls, metadata: Optional[Mapping[str, str]] = None, *, url: Optional[str] = None,
+             token: Optional[str] = None, socket_path: Optional[str] = None
+             ) -> List["SessionInfo"]:
+        """This caller's sessions on the service; with ``metadata``, those whose metadata
+        holds every key with its value."""
+        sb = cls.__new__(cls)
+        sb._connect_to(url, token, socket_path, "python")
+        query = urllib.parse.urlencode(sorted((f"metadata.{k}", v)
+                                              for k, v in _metadata(metadata or {}).items()))
+        answer = sb._json("GET", "/v1/sessions" + ("?" + query if query else ""), None)
+        return [SessionInfo.from_json(doc) for doc in answer.get("sessions") or []]
 
     def __enter__(self) -> "Session":
         return self
@@ -219,8 +300,9 @@ class Session:
         return self.expires_at
 
     def info(self) -> Dict[str, Any]:
-        """The service's view of the session: its times, ``usage`` (cpu_time, memory_bytes,
-        memory_peak, pids, pids_peak, oom_kills), ``processes`` and ``contexts``."""
+        """The service's view of the session: its times, ``metadata``, ``usage`` (cpu_time,
+        memory_bytes, memory_peak, pids, pids_peak, oom_kills), ``processes`` (``[]`` when
+        none) and ``contexts`` (once there is one)."""
         return self._json("GET", self._path(), None)
 
     def is_running(self) -> bool:
@@ -239,12 +321,18 @@ class Session:
                  context: Optional[Union[str, "CodeContext"]] = None,
                  on_stdout: Optional[OutputCallback] = None,
                  on_stderr: Optional[OutputCallback] = None,
-                 timeout: Optional[float] = None) -> Execution:
+                 timeout: Optional[float] = None, env: Optional[Mapping[str, str]] = None,
+                 cwd: Optional[str] = None) -> Execution:
         """Execute ``code`` in an interpreter of the session that keeps its state between
         calls: ``context`` (from :meth:`create_code_context`), else the session's default one
         of ``language`` (the session's language). ``on_stdout``/``on_stderr`` get output as it
-        arrives. ``timeout`` (seconds) interrupts the code (``KeyboardInterrupt``)."""
+        arrives. ``timeout`` (seconds) interrupts the code (``KeyboardInterrupt``). ``env``
+        (added to ``os.environ``) and ``cwd`` (absolute) hold for this call only."""
         body: Dict[str, Any] = {"code": code}
+        if env:
+            body["env"] = env_list(env)
+        if cwd is not None:
+            body["cwd"] = cwd
         if isinstance(context, CodeContext):
             context = context.id
         if context is not None:
@@ -289,18 +377,25 @@ class Session:
 
     def _json(self, method: str, path: str, body: Optional[Any],
               bound: Optional[float] = None) -> Dict[str, Any]:
+        return self._answer(method, path, body, bound)[1]
+
+    def _answer(self, method: str, path: str, body: Optional[Any],
+                bound: Optional[float] = None) -> Tuple[int, Dict[str, Any]]:
+        """A JSON request's status and answer."""
         data = None if body is None else json.dumps(body).encode()
-        raw = self._request(method, path, data, bound=bound)
+        status: List[int] = []
+        raw = self._request(method, path, data, bound=bound, status=status.append)
         try:
             answer: Dict[str, Any] = json.loads(raw) if raw.strip() else {}
         except ValueError:
             raise SandboxError(f"isolate service: {method} {path}: not JSON: {raw[:200]!r}"
                                ) from None
-        return answer
+        return status[0], answer
 
     def _request(self, method: str, path: str, data: Optional[bytes],
                  content_type: str = "application/json", bound: Optional[float] = None,
-                 chunks: Optional[Callable[[bytes], None]] = None) -> bytes:
+                 chunks: Optional[Callable[[bytes], None]] = None,
+                 status: Optional[Callable[[int], None]] = None) -> bytes:
         """One request; the answer's body (or, with ``chunks``, the body handed over as it is
         read). A status of 300 or more is a ServiceError."""
         timeout = bound if bound is not None else COMMAND_TIMEOUT + CALL_MARGIN
@@ -316,6 +411,8 @@ class Session:
             if resp.status >= 300:
                 raise error_of(resp.status, resp.reason, resp.read(MAX_ERROR_BYTES),
                                resp.getheader("Retry-After"))
+            if status is not None:
+                status(resp.status)
             if chunks is None:
                 return resp.read()
             while True:
@@ -326,6 +423,8 @@ class Session:
         except socket.timeout:
             raise CallTimeoutError(timeout) from None
         except (OSError, http.client.HTTPException) as e:
+            if isinstance(e, (ConnectionRefusedError, FileNotFoundError)):
+                forget(self.endpoint)
             raise SandboxError(f"isolate service on {self.endpoint}: {e}") from None
         finally:
             conn.close()
@@ -366,10 +465,11 @@ class CodeContext:
 
     def run_code(self, code: str, on_stdout: Optional[OutputCallback] = None,
                  on_stderr: Optional[OutputCallback] = None,
-                 timeout: Optional[float] = None) -> Execution:
+                 timeout: Optional[float] = None, env: Optional[Mapping[str, str]] = None,
+                 cwd: Optional[str] = None) -> Execution:
         """:meth:`Session.run_code` in this context."""
         return self.session.run_code(code, context=self.id, on_stdout=on_stdout,
-                                     on_stderr=on_stderr, timeout=timeout)
+                                     on_stderr=on_stderr, timeout=timeout, env=env, cwd=cwd)
 
     def remove(self) -> None:
         """End this interpreter."""
@@ -478,7 +578,8 @@ class Commands:
         """Run ``cmd`` (a string runs under ``/bin/sh -c``, a list as is). In the foreground
         (``timeout``: seconds of wall time, default 60) the outcome, whatever its exit code;
         with ``background=True`` a :class:`CommandHandle` at once (no time limit unless
-        ``timeout`` is given). ``env`` replaces the session's environment for the command."""
+        ``timeout`` is given). ``env`` adds to the session's environment for the command (its
+        values win); ``cwd`` defaults to ``/box``."""
         args = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         body: Dict[str, Any] = {"args": args}
         if env is not None:
@@ -588,6 +689,45 @@ class Files:
     def remove(self, path: str) -> None:
         """Remove ``path`` (a directory with everything in it)."""
         self.session._request("DELETE", self._path(path), None)
+
+    def make_dir(self, path: str) -> bool:
+        """Make the directory ``path`` and what is missing above it; False when it was there
+        already (anything else there is a ServiceError naming ``path``)."""
+        answer = self.session._answer("POST", self._path(path), {"op": "mkdir"})
+        return answer[0] == 201
+
+    def rename(self, old: str, new: str) -> FileEntry:
+        """Move ``old`` to ``new`` within the box (replacing what ``new`` names, as rename(2)
+        does; a symlink moves as itself); what ``new`` is then. Both under /box, or both under
+        /tmp: they are two file systems."""
+        _, doc = self.session._answer("POST", self._path(old), {"op": "rename", "to": new})
+        return FileEntry.from_json(doc)
+
+
+# Bounds of a session's metadata (the service's too).
+MAX_METADATA_KEYS = 16
+MAX_METADATA_KEY_BYTES = 64
+MAX_METADATA_VALUE_BYTES = 512
+
+
+def _metadata(metadata: Mapping[str, str]) -> Dict[str, str]:
+    """``metadata`` checked against the service's bounds, so that a mistake is a ValueError
+    naming the key before anything is sent."""
+    if not isinstance(metadata, Mapping):
+        raise ValueError(f"metadata: {metadata!r}, want a mapping of strings to strings")
+    if len(metadata) > MAX_METADATA_KEYS:
+        raise ValueError(f"metadata: {len(metadata)} keys, at most {MAX_METADATA_KEYS}")
+    out = {}
+    for key, value in metadata.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise ValueError(f"metadata: {key!r}: {value!r}, want strings")
+        if not key or len(key.encode()) > MAX_METADATA_KEY_BYTES:
+            raise ValueError(f"metadata: key {key!r}: 1 to {MAX_METADATA_KEY_BYTES} bytes")
+        if len(value.encode()) > MAX_METADATA_VALUE_BYTES:
+            raise ValueError(f"metadata.{key}: {len(value.encode())} bytes, at most "
+                             f"{MAX_METADATA_VALUE_BYTES}")
+        out[key] = value
+    return out
 
 
 def _ms(seconds: float, name: str) -> int:

@@ -9,11 +9,14 @@ subprocess.
 import codecs
 import dataclasses
 import os
+import random
 import selectors
 import shlex
 import subprocess
 import time
 from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from .errors import CallTimeoutError, ServiceError
 
 try:
     from typing import Protocol
@@ -66,6 +69,47 @@ def network_fields(network: Network) -> Dict[str, Any]:
             n["deny"] = deny
         return {"net": "allow", "network": n}
     return {}
+
+
+# Waits between retries of a busy service (429) when it names none: doubling from the first to
+# the last, with jitter so that parallel callers do not come back together.
+BACKOFF_FIRST = 0.05
+BACKOFF_LAST = 2.0
+
+
+class BusyRetry:
+    """Retries of a busy service within a call's bound: ``bound`` seconds for the whole call,
+    of which at most ``busy_wait`` (None: all of it; 0: no retry) in waits for a busy one."""
+
+    def __init__(self, bound: float, busy_wait: Optional[float] = None) -> None:
+        self.bound = bound
+        self.started = time.monotonic()
+        self.deadline = self.started + bound
+        self.busy_until = self.deadline
+        if busy_wait is not None:
+            self.busy_until = min(self.deadline, self.started + busy_wait)
+        self.attempt = 0
+
+    def left(self) -> float:
+        """Seconds left of the call's bound; CallTimeoutError once none is."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise CallTimeoutError(self.bound)
+        return left
+
+    def wait(self, e: ServiceError) -> None:
+        """Sleep before the next try after ``e`` (a 429), as long as the service asked or the
+        backoff says; raise ``e`` (saying how long it was retried) when that would pass the
+        bound."""
+        wait = max(e.retry_after or 0.0,
+                   min(BACKOFF_LAST, BACKOFF_FIRST * 2 ** self.attempt) * random.uniform(1, 2))
+        if time.monotonic() + wait > self.busy_until:
+            waited = time.monotonic() - self.started
+            error = type(e)(f"{e} (retried for {waited:.1f}s, within the call's bound)",
+                            status=e.status, field=e.field)
+            raise error from None
+        self.attempt += 1
+        time.sleep(wait)
 
 
 # What a call may take beyond the box's own limits: queueing in the service, building the box,
@@ -296,12 +340,15 @@ SETUP_SCRIPT = "/box/.isolate-setup.sh"
 
 
 def setup_script(cwd: str, dirs: Sequence[str] = (), moves: Sequence[Tuple[str, str]] = (),
-                 links: Sequence[Tuple[str, str]] = ()) -> bytes:
+                 links: Sequence[Tuple[str, str]] = (), archive: Optional[str] = None) -> bytes:
     """A script the box's /bin/sh runs as the box user before the command: it removes itself,
-    makes ``dirs``, moves staged files into place, makes symlinks (box path, target), enters
-    ``cwd`` and execs the command (its arguments)."""
+    unpacks ``archive`` (a tar of box paths relative to /, then removed), makes ``dirs``,
+    moves staged files into place, makes symlinks (box path, target), enters ``cwd`` and
+    execs the command (its arguments)."""
     q = shlex.quote
     lines = ["set -e", 'rm -f -- "$0"']
+    if archive is not None:
+        lines += [f"tar -xpf {q(archive)} -C /", f"rm -f -- {q(archive)}"]
     if dirs:
         lines.append("mkdir -p -- " + " ".join(q(d) for d in dirs))
     lines += [f"mv -f -- {q(src)} {q(dst)}" for src, dst in moves]
