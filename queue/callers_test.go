@@ -52,7 +52,7 @@ var queueCases = []queueCase{
 	// file inline, never a host path.
 	{row: "host paths written", body: `{"commands":[{"args":["/bin/sh","-c","echo out > /box/f"],"copy_out":[{"path":"/box/f"}]}]}`, want: "ok",
 		check: func(t *testing.T, body string) {
-			if !strings.Contains(body, `"path":"/box/f","size":4,"text":"out\n"`) {
+			if !strings.Contains(body, `"path":"/box/f","size":4,`) || !strings.Contains(body, `"text":"out\n"`) {
 				t.Errorf("the copied-out file is not in the result: %s", body)
 			}
 		}},
