@@ -31,6 +31,13 @@ go mod tidy -diff || { echo "go.mod or go.sum is not tidy: run go mod tidy" >&2;
 echo "== the small init (scripts/build-init.sh)"
 ./scripts/build-init.sh
 
+echo "== no build output tracked"
+# (The tree holds sources: a binary committed by mistake fails here.)
+elf=$(git ls-files -z | while IFS= read -r -d '' f; do
+	[ -f "$f" ] && [ "$(head -c 4 "$f" | od -An -c | tr -d ' ')" = '177ELF' ] && echo "$f"
+done; true)
+[ -z "$elf" ] || { echo "build outputs tracked in git: $elf" >&2; exit 1; }
+
 echo "== vet and format"
 go vet -tags "$TAGS" ./...
 unformatted=$(gofmt -l $(git ls-files '*.go'))
