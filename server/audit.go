@@ -36,6 +36,7 @@ const (
 	FrontSession  = "session"  // the API's /v1/sessions endpoints
 	FrontQueue    = "queue"    // a job of the Redis queue
 	FrontHandover = "handover" // the CLI's command line handed over
+	FrontMCP      = "mcp"      // a tool call over MCP (HandlerAs)
 )
 
 // AuditCaller is who sent a request.
@@ -327,7 +328,11 @@ func (s *Server) audited(pattern string, next http.HandlerFunc) http.HandlerFunc
 			rec.code = http.StatusOK
 		}
 		who := callerOf(r)
-		l := &AuditLine{Time: start, RequestID: n.id, FrontEnd: frontEnd(who, pattern), Endpoint: pattern,
+		front := frontEnd(who, pattern)
+		if r.Context().Value(mcpKey{}) != nil {
+			front = FrontMCP
+		}
+		l := &AuditLine{Time: start, RequestID: n.id, FrontEnd: front, Endpoint: pattern,
 			Caller: AuditCallerOf(who), Code: rec.code, Duration: time.Since(start).Seconds()}
 		if who.Via == caller.TCP {
 			l.Caller.Addr = r.RemoteAddr

@@ -324,3 +324,20 @@ func TestAuditCommandHasTheNetwork(t *testing.T) {
 		t.Errorf("a run without an allowlist: %s", b)
 	}
 }
+
+// A tool call over MCP is a request of the API as the MCP connection's
+// caller, audited as the MCP front end's.
+func TestAuditLineOfAnMCPCallFake(t *testing.T) {
+	f, buf := auditFake(t)
+	r := httptest.NewRequest("POST", "/v1/run", strings.NewReader(`{"commands":[{"args":["echo","hi"]}]}`))
+	w := httptest.NewRecorder()
+	f.HandlerAs(alice).ServeHTTP(w, r)
+	id := w.Result().Header.Get(RequestIDHeader)
+	l := buf.find(t, id)
+	if w.Code != 200 || l == nil {
+		t.Fatalf("run: %d %s, no line %s in %v", w.Code, w.Body.Bytes(), id, buf.lines(t))
+	}
+	if l.FrontEnd != FrontMCP || l.Caller.UID != 1001 || l.Endpoint != "POST /v1/run" {
+		t.Errorf("line: %+v", l)
+	}
+}

@@ -14,14 +14,19 @@ func (s *Server) Mount(pattern, endpoint string, h http.Handler) {
 	s.mux.HandleFunc(pattern, s.metrics.observe(endpoint, h.ServeHTTP))
 }
 
-// HandlerAs is the API's handlers answering every request as who: for a
-// front end in this process that speaks for its own caller (the caller
-// of its connection), never for anyone else.
+// HandlerAs is the API's handlers answering every request as who, each
+// audited as a tool call over MCP: for the MCP front end in this process,
+// which speaks for its own caller (the caller of its connection), never
+// for anyone else.
 func (s *Server) HandlerAs(who caller.Caller) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, who)))
+		ctx := context.WithValue(context.WithValue(r.Context(), callerKey{}, who), mcpKey{}, true)
+		s.mux.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
+
+// mcpKey marks a request the MCP front end made (HandlerAs).
+type mcpKey struct{}
 
 // CallerOf is who sent r on the service's sockets.
 func CallerOf(r *http.Request) caller.Caller { return callerOf(r) }
