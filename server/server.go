@@ -82,6 +82,10 @@ type Config struct {
 	MaxSessions          int
 	MaxSessionsPerCaller int
 	SessionMaxTimeout    time.Duration
+
+	// Ledger is what each caller holds in the service at once (nil: a
+	// ledger of the default budget).
+	Ledger *caller.Ledger
 }
 
 // Defaults of the service's own bounds.
@@ -120,6 +124,7 @@ type Server struct {
 	cancel context.CancelCauseFunc
 
 	sessions *sessions // nil without cfg.Sessions
+	ledger   *caller.Ledger
 
 	mu      sync.Mutex
 	servers []*http.Server
@@ -146,6 +151,10 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, runner: cfg.Runner, store: cfg.Store, queue: newQueue(cfg.Parallel, cfg.Queue), mux: http.NewServeMux(),
 		places: make(chan struct{}, cfg.Parallel+cfg.Queue)}
 	s.base, s.cancel = context.WithCancelCause(context.Background())
+	s.ledger = cfg.Ledger
+	if s.ledger == nil {
+		s.ledger = caller.NewLedger(caller.Budget{Bytes: caller.DefaultHeldBytes, TotalBytes: caller.DefaultTotalHeldBytes, Background: caller.DefaultBackground})
+	}
 	if cfg.Sessions != nil {
 		s.sessions = newSessions(&cfg)
 	}
@@ -202,6 +211,9 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 	return err
 }
+
+// Ledger is what each caller holds in the service (caller.Ledger).
+func (s *Server) Ledger() *caller.Ledger { return s.ledger }
 
 // Connections are the connections held now, those closed at once for
 // being beyond the limits, and the accepts that found no descriptor.
@@ -414,7 +426,7 @@ func statusOf(err error) int {
 		return http.StatusForbidden
 	case errors.As(err, &fe), errors.As(err, &ue):
 		return http.StatusBadRequest
-	case errors.Is(err, errQueueFull):
+	case errors.Is(err, errQueueFull), errors.Is(err, caller.ErrOverBudget):
 		return http.StatusTooManyRequests
 	case errors.As(err, new(errBodyTooLarge)):
 		return http.StatusRequestEntityTooLarge

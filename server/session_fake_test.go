@@ -108,6 +108,13 @@ func (b *fakeBox) Start(cmd isolate.SessionCommand, stdio isolate.IO) (SessionPr
 			if stdio.Stdin != nil {
 				io.Copy(w, stdio.Stdin)
 			}
+		case "zeros": // zeros N: N bytes, kept up to the output limit
+			var n int64
+			fmt.Sscan(cmd.Args[1], &n)
+			if cmd.OutputLimit > 0 {
+				n = min(n, cmd.OutputLimit)
+			}
+			w.Write(make([]byte, n))
 		case "sleep":
 			select {
 			case s := <-p.sig:

@@ -309,28 +309,32 @@ func (s *Server) handleSessionCreate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), err)
 		return
 	}
-	owner := ownerOf(who)
-	if err := s.sessions.reserve(owner); err != nil {
+	owner, account := ownerOf(who), who.Account()
+	if err := s.sessions.reserve(account); err != nil {
 		sessionErr(w, err)
 		return
 	}
 	// Building the box takes a run slot, as a run's does.
 	ctx, done, ok := s.admit(w, r, 1)
 	if !ok {
-		s.sessions.unreserve(owner)
+		s.sessions.unreserve(account)
 		return
 	}
 	defer done()
 	box, err := s.sessions.host.StartSession(ctx, spec)
 	if err != nil {
-		s.sessions.unreserve(owner)
+		s.sessions.unreserve(account)
 		writeError(w, statusOf(err), err)
 		return
 	}
-	sess := s.sessions.add(owner, box, sessionEnv(spec), lease, idle)
+	sess := s.sessions.add(owner, account, box, sessionEnv(spec), lease, idle)
 	if sess == nil {
 		sessionErr(w, errStopping)
 		return
+	}
+	sess.outputLimit = spec.WithDefaults().OutputLimitBytes
+	if sess.outputLimit <= 0 || sess.outputLimit > s.maxOutput() {
+		sess.outputLimit = s.maxOutput()
 	}
 	a := sess.answer(false)
 	s.answer(w, http.StatusCreated, SessionAnswer{ID: a.ID, ExpiresAt: a.ExpiresAt, IdleExpiresAt: a.IdleExpiresAt})
@@ -447,8 +451,12 @@ func (s *Server) sessionCommand(req *SessionCommandRequest, sess *session, who c
 		def = 0
 	}
 	wallCap := time.Duration(maxMs) * time.Millisecond
-	if who.Capped() && s.cfg.Policy.Caps.WallTimeMs > 0 && !req.Background {
+	if who.Capped() && s.cfg.Policy.Caps.WallTimeMs > 0 {
+		// In the background too: its default (none) is the cap.
 		wallCap = time.Duration(s.cfg.Policy.Caps.WallTimeMs) * time.Millisecond
+		if req.Background {
+			def = wallCap
+		}
 	}
 	d, err := msField("timeout_ms", req.TimeoutMs, def, wallCap, "--max-wall-time")
 	if err != nil {
@@ -480,7 +488,7 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 			sessionErr(w, errStopping)
 			return
 		}
-		s.startBackground(w, sess, cmd, req.Stdin)
+		s.startBackground(w, r, sess, cmd, req.Stdin)
 		return
 	}
 	// A command in the foreground takes a run slot while it runs.
@@ -527,23 +535,46 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 }
 
 // startBackground starts cmd with a stdin the service keeps (stdin, if
-// any, written to it first) and answers its id.
-func (s *Server) startBackground(w http.ResponseWriter, sess *session, cmd isolate.SessionCommand, stdin *string) {
+// any, written to it first) and answers its id. The command takes a run
+// slot while it runs, as a foreground one does, and its account holds in
+// the ledger its captured output: at its limit while it runs, as kept
+// once it ended, until its record is dropped.
+func (s *Server) startBackground(w http.ResponseWriter, r *http.Request, sess *session, cmd isolate.SessionCommand, stdin *string) {
+	held, err := sess.holdBackground(s.ledger, caller.Usage{Bytes: s.outputHeld(sess, cmd), Background: 1})
+	if err != nil {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, err)
+		return
+	}
+	if err := s.queue.acquire(r.Context(), 1); err != nil {
+		held.Release()
+		if errors.Is(err, errQueueFull) {
+			w.Header().Set("Retry-After", "1")
+		}
+		writeError(w, statusOf(err), err)
+		return
+	}
 	rd, wr, err := os.Pipe()
 	if err != nil {
+		s.queue.release(1)
+		held.Release()
 		writeError(w, http.StatusInternalServerError, err)
 		return
 	}
 	p, err := sess.box.Start(cmd, isolate.IO{Stdin: rd})
 	if err != nil {
+		s.queue.release(1)
+		held.Release()
 		rd.Close()
 		wr.Close()
 		sessionErr(w, err)
 		return
 	}
-	sp := &sessionProc{p: p, args: cmd.Args, background: true, stdin: wr, stdinEnd: rd}
+	sp := &sessionProc{p: p, args: cmd.Args, background: true, stdin: wr, stdinEnd: rd, held: held}
+	sp.release = func() { s.queue.release(1) }
 	go func() {
 		<-p.Done()
+		sp.settle()
 		// The read end first: a write blocked on the full pipe fails
 		// (EPIPE) rather than wait for a reader that is gone.
 		rd.Close()
@@ -551,6 +582,7 @@ func (s *Server) startBackground(w http.ResponseWriter, sess *session, cmd isola
 	}()
 	if err := sess.addProc(sp); err != nil {
 		p.Signal(syscall.SIGKILL)
+		held.Release()
 		sessionErr(w, err)
 		return
 	}
@@ -564,6 +596,22 @@ func (s *Server) startBackground(w http.ResponseWriter, sess *session, cmd isola
 		}()
 	}
 	s.answer(w, http.StatusCreated, map[string]any{"id": p.ID(), "running": true})
+}
+
+// outputHeld is the most captured output a command of sess may make the
+// service keep: its output limit for each stream it captures.
+func (s *Server) outputHeld(sess *session, cmd isolate.SessionCommand) int64 {
+	limit := cmd.OutputLimit
+	if limit <= 0 {
+		limit = sess.outputLimit
+	}
+	if limit <= 0 {
+		limit = s.maxOutput()
+	}
+	if cmd.StderrToStdout {
+		return limit
+	}
+	return 2 * limit
 }
 
 // processOf is the request's session and command.
@@ -588,11 +636,28 @@ func (s *Server) processOf(w http.ResponseWriter, r *http.Request) (*session, *s
 func processState(sp *sessionProc) ProcessState {
 	st := ProcessState{ID: sp.p.ID(), Args: sp.args, Running: !sp.ended()}
 	if !st.Running {
+		if sp.background {
+			sp.settle()
+		}
 		rep := *sp.p.Wait() // a copy: the report is every request's
 		rep.Sandbox.Via = "service"
 		st.Report = &rep
 	}
 	return st
+}
+
+// settle gives back, once a background command has ended, its run slot
+// and what its captured output does not keep; its report's bytes stay
+// held until its record goes. Whoever sees the end first settles it.
+func (p *sessionProc) settle() {
+	p.settled.Do(func() {
+		if p.release != nil {
+			p.release()
+		}
+		rep := p.p.Wait()
+		p.held.Shrink(int64(len(rep.Stdout) + len(rep.Stderr)))
+		p.held.EndBackground()
+	})
 }
 
 func (s *Server) handleProcessGet(w http.ResponseWriter, r *http.Request) {

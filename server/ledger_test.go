@@ -1,0 +1,106 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/isolate-sandbox/isolate/caller"
+)
+
+// A session's background commands hold their captured output in the
+// ledger of their caller's account: at its limit while they run, as kept
+// once they ended, until their records go (the oldest ended ones make
+// room for new ones); beyond the budget a command gets 429 and nothing
+// runs. Each takes a run slot while it runs. Ending the session gives
+// everything back.
+func TestSessionBackgroundBudgetFake(t *testing.T) {
+	ledger := caller.NewLedger(caller.Budget{Bytes: 10 << 10, TotalBytes: 13 << 10, Background: 2})
+	f := newSessionFake(t, func(c *Config) { c.Ledger = ledger; c.Parallel = 3 })
+	id := f.create(t, alice, `{"output_limit_bytes": 2048}`)
+	cmds := "/v1/sessions/" + id + "/commands"
+	start := func(who caller.Caller, args string) (int, string) {
+		code, b := f.do(t, who, "POST", cmds, `{"args": [`+args+`], "background": true}`)
+		return code, string(b)
+	}
+	for i := range 2 {
+		if code, b := start(alice, `"sleep"`); code != 201 {
+			t.Fatalf("background sleep %d: %d %s", i, code, b)
+		}
+	}
+	if u := ledger.Usage(alice.Account()); u.Bytes != 2*4096 || u.Background != 2 {
+		t.Fatalf("two running commands of 2 KiB a stream hold %+v, want 8192 bytes, 2 background", u)
+	}
+	if running, _ := f.queue.lengths(); running != 2 {
+		t.Errorf("%d run slots taken, want 2 (one a background command)", running)
+	}
+	if code, b := start(alice, `"sleep"`); code != 429 || !strings.Contains(b, "--max-held-bytes-per-caller") {
+		t.Fatalf("a third beyond the bytes: %d %s", code, b)
+	}
+	if f.host.box(0).running() != 2 {
+		t.Fatalf("a refused command ran")
+	}
+	// Another caller's budget is its own; the total binds them all.
+	bid := f.create(t, bob, `{"output_limit_bytes": 2048}`)
+	if code, b := f.do(t, bob, "POST", "/v1/sessions/"+bid+"/commands", `{"args": ["sleep"], "background": true}`); code != 201 {
+		t.Fatalf("bob's: %d %s", code, b)
+	}
+	if code, b := f.do(t, bob, "POST", "/v1/sessions/"+bid+"/commands", `{"args": ["sleep"], "stderr_to_stdout": true, "background": true}`); code != 429 || !strings.Contains(string(b), "--max-held-bytes)") {
+		t.Fatalf("bob's second beyond the total: %d %s", code, b)
+	}
+	// Ended, a command keeps what it kept.
+	f.do(t, alice, "POST", cmds+"/1/signal", `{"signal": "KILL"}`)
+	f.do(t, alice, "POST", cmds+"/1/wait", ``)
+	if u := ledger.Usage(alice.Account()); u.Bytes != 4096 || u.Background != 1 {
+		t.Fatalf("after one ended with nothing kept: %+v", u)
+	}
+	// Many commands that keep output, one after the other: the oldest
+	// ended records make room, the held bytes stay within the budget.
+	for i := range 8 {
+		code, b := start(alice, `"zeros", "100000"`)
+		if code != 201 {
+			t.Fatalf("zeros %d: %d %s", i, code, b)
+		}
+		var a struct{ ID int }
+		decodeJSON(b, &a)
+		f.do(t, alice, "POST", fmt.Sprintf("%s/%d/wait", cmds, a.ID), ``)
+		if u := ledger.Usage(alice.Account()); u.Bytes > 10<<10 {
+			t.Fatalf("after zeros %d: %+v held, beyond the budget", i, u)
+		}
+	}
+	if code, b := f.do(t, alice, "GET", cmds+"/10", ""); code != 200 || !strings.Contains(string(b), `"running":false`) {
+		t.Errorf("the last command's record: %d %s", code, b)
+	}
+	f.do(t, alice, "DELETE", "/v1/sessions/"+id, "")
+	f.do(t, bob, "DELETE", "/v1/sessions/"+bid, "")
+	if total, refused := ledger.Total(); total != (caller.Usage{}) || refused < 2 {
+		t.Errorf("with every session ended the ledger holds %+v (refused %d)", total, refused)
+	}
+}
+
+// A subordinate uid counts as the user who owns its range: its sessions
+// are that user's in the per-caller cap, though it cannot reach them.
+func TestSubordinateUIDsShareTheirOwnersBudgetFake(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "subuid")
+	os.WriteFile(file, []byte("1001:200000:65536\n"), 0o644)
+	caller.SetSubUIDFile(file)
+	t.Cleanup(func() { caller.SetSubUIDFile("/etc/subuid") })
+	sub := caller.Caller{Via: caller.API, UID: 200007, GID: 1001}
+	if sub.Account() != alice.Account() || bob.Account() == alice.Account() {
+		t.Fatalf("accounts: sub %s, alice %s, bob %s", sub.Account(), alice.Account(), bob.Account())
+	}
+	f := newSessionFake(t, nil) // 2 sessions per caller
+	id := f.create(t, alice, `{}`)
+	f.create(t, sub, `{}`)
+	if code, b := f.do(t, sub, "POST", "/v1/sessions", `{}`); code != 429 || !strings.Contains(string(b), "--max-sessions-per-caller") {
+		t.Fatalf("a third session of alice's account: %d %s", code, b)
+	}
+	if code, _ := f.do(t, sub, "GET", "/v1/sessions/"+id, ""); code != 404 {
+		t.Errorf("a subordinate uid reached its owner's session: %d", code)
+	}
+}
+
+func decodeJSON(b string, v any) { json.Unmarshal([]byte(b), v) }
