@@ -2,7 +2,6 @@ package cmdline
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -96,7 +95,7 @@ func (iv *invocation) emitExecReport(rep *api.ExecReport, files *outputFiles) er
 	v := &iv.values
 	last := rep.Last()
 	if files.report != nil {
-		if err := iv.writeJSON(files.report, rep); err != nil {
+		if err := writeJSON(files.report, rep, "  "); err != nil {
 			return err
 		}
 	}
@@ -106,7 +105,7 @@ func (iv *invocation) emitExecReport(rep *api.ExecReport, files *outputFiles) er
 		}
 	}
 	if v.json {
-		return json.NewEncoder(iv.Stdout).Encode(rep)
+		return writeJSON(iv.Stdout, rep, "")
 	}
 	if rep.Status == api.StatusCE {
 		fmt.Fprintln(iv.Stderr, last.Message)

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -22,6 +23,7 @@ import (
 	"github.com/isolate-sandbox/isolate/caller"
 	"github.com/isolate-sandbox/isolate/filestore"
 	"github.com/isolate-sandbox/isolate/internal/connlimit"
+	"github.com/isolate-sandbox/isolate/internal/jsonout"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
@@ -402,17 +404,24 @@ func writeError(w http.ResponseWriter, code int, err error) {
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	a, err := encodeAnswer(v)
 	if err != nil {
-		code, a = http.StatusInternalServerError, &answer{head: []byte(`{"error":"the answer could not be encoded"}` + "\n")}
+		code, a = http.StatusInternalServerError, nil
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if a == nil {
+		const failed = `{"error":"the answer could not be encoded"}` + "\n"
+		w.Header().Set("Content-Length", strconv.Itoa(len(failed)))
+		w.WriteHeader(code)
+		io.WriteString(w, failed)
+		return
+	}
 	// With its length known the answer goes out whole at the request's
 	// end (admit's flush), not chunked with its last chunk after it. A
 	// large one goes out in pieces as it is encoded.
-	if n := a.size(); n >= 0 {
+	if n := a.Size(); n >= 0 {
 		w.Header().Set("Content-Length", strconv.Itoa(n))
 	}
 	w.WriteHeader(code)
-	a.writeTo(w)
+	a.Write(w)
 }
 
 // statusOf is the HTTP status of a request's error: what this caller may
@@ -433,3 +442,7 @@ func statusOf(err error) int {
 	}
 	return http.StatusInternalServerError
 }
+
+// encodeAnswer encodes an answer as one line of JSON, HTML left
+// unescaped, its large strings written in pieces (jsonout).
+func encodeAnswer(v any) (*jsonout.Encoded, error) { return jsonout.Encode(v, jsonout.Options{}) }

@@ -87,6 +87,9 @@ type options struct {
 	maxSessions          int
 	maxSessionsPerCaller int
 	sessionMaxTimeout    time.Duration
+	heldBytes            string
+	totalHeldBytes       string
+	maxBackground        int
 	// A service without root (rootless.go).
 	cgroupRoot      string
 	allowRlimitOnly bool
@@ -158,6 +161,9 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.IntVar(&o.conns.PerPeer, "max-conns-per-uid", connlimit.DefaultPerPeer, "connections one uid (over TCP: one address) may hold on each socket")
 	fs.IntVar(&o.maxSessions, "max-sessions", server.DefaultMaxSessions, "sessions alive at once, in all; more get 429")
 	fs.IntVar(&o.maxSessionsPerCaller, "max-sessions-per-caller", server.DefaultMaxSessionsPerCaller, "sessions one caller (a uid; over TCP: the token) may hold at once")
+	fs.StringVar(&o.heldBytes, "max-held-bytes-per-caller", megs(caller.DefaultHeldBytes), "bytes the service keeps for one caller at once: the captured output of its sessions' background commands (SIZE; at most 1G)")
+	fs.StringVar(&o.totalHeldBytes, "max-held-bytes", megs(caller.DefaultTotalHeldBytes), "bytes the service keeps for all its callers at once (SIZE; at most 16G)")
+	fs.IntVar(&o.maxBackground, "max-background-per-caller", caller.DefaultBackground, "background commands one caller's sessions run at once")
 	fs.DurationVar(&o.sessionMaxTimeout, "session-max-timeout", server.DefaultSessionMaxTimeout, "longest lease a session may ask (timeout_ms)")
 	fs.StringVar(&o.cgroupRoot, "cgroup-root", "", "run by a user who is not root: a delegated cgroup v2 `DIR` for the boxes' cgroups (default: the service's own cgroup, if delegated)")
 	fs.BoolVar(&o.allowRlimitOnly, "allow-rlimit-only", false, "run by a user who is not root: go on with rlimits alone where no cgroup is delegated (it then takes only runs that allow that too)")
@@ -192,6 +198,9 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if o.maxSessions < 1 || o.maxSessionsPerCaller < 1 {
 		return nil, errors.New("--max-sessions, --max-sessions-per-caller: must be 1 or more")
+	}
+	if o.maxBackground < 1 {
+		return nil, errors.New("--max-background-per-caller: must be 1 or more")
 	}
 	if o.sessionMaxTimeout < time.Second {
 		return nil, errors.New("--session-max-timeout: must be 1s or more")
@@ -297,6 +306,15 @@ func serve(args []string) error {
 	if err := bounded("--max-body", o.maxBody, &maxBody); err != nil {
 		return err
 	}
+	budget := caller.Budget{Bytes: caller.DefaultHeldBytes, TotalBytes: caller.DefaultTotalHeldBytes, Background: o.maxBackground}
+	if err := bounded("--max-held-bytes-per-caller", o.heldBytes, &budget.Bytes); err != nil {
+		return err
+	}
+	if x, err := api.ParseSize(o.totalHeldBytes); err != nil || x <= 0 || x > 16<<30 {
+		return fmt.Errorf("--max-held-bytes %s: a size from 1 to 16G is needed", o.totalHeldBytes)
+	} else {
+		budget.TotalBytes = x
+	}
 	quota, err := api.ParseSize(o.storeQuota)
 	if err != nil || quota <= 0 {
 		return fmt.Errorf("--store-quota %s: a size above 0 is needed", o.storeQuota)
@@ -389,6 +407,7 @@ func serve(args []string) error {
 		MaxSessions:          o.maxSessions,
 		MaxSessionsPerCaller: o.maxSessionsPerCaller,
 		SessionMaxTimeout:    o.sessionMaxTimeout,
+		Ledger:               caller.NewLedger(budget),
 	})
 	cli.serve(srv.Slot)
 	ul, err := server.ListenUnix(o.socket, gid)
