@@ -86,6 +86,9 @@ func (iv *invocation) execJobFromFlags(c *cli.Context) (job *judge.Job, wall tim
 		return nil, 0, err
 	}
 	job.SetCaller(iv.cred)
+	if iv.Caller != nil && iv.Caller.Capped() && iv.Policy != nil {
+		job.CapCompile(iv.Policy.Caps)
+	}
 	return job, wallLimit(req), nil
 }
 

@@ -29,6 +29,9 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), err)
 		return
 	}
+	if who.Capped() {
+		req.Caps = &s.cfg.Policy.Caps
+	}
 	ctx, done, ok := s.admit(w, r, 1)
 	if !ok {
 		return

@@ -126,7 +126,7 @@ func (g groupList) gids(flag string) ([]int, error) {
 	return ids, nil
 }
 
-type capFlags struct{ time, wall, mem, pids, tmp, fsize, output string }
+type capFlags struct{ time, wall, mem, pids, tmp, fsize, output, cpus string }
 
 // newFlagSet is the service's flags, bound to o.
 func newFlagSet(o *options) *flag.FlagSet {
@@ -154,6 +154,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.caps.pids, "max-pids", "", "largest pids")
 	fs.StringVar(&o.caps.tmp, "max-tmp-size", "", "largest tmp_size_bytes (SIZE)")
 	fs.StringVar(&o.caps.fsize, "max-fsize", "", "largest file_size_bytes (SIZE)")
+	fs.StringVar(&o.caps.cpus, "max-cpus", "", "largest cpus, a run's or a session's CPU bandwidth (e.g. 1.5)")
 	fs.StringVar(&o.caps.output, "max-output", megs(server.DefaultMaxOutputBytes), "largest output_limit_bytes, and collected max_bytes (SIZE; at most 1G)")
 	fs.StringVar(&o.maxBody, "max-body", megs(server.DefaultMaxBodyBytes), "largest request body (SIZE; at most 1G)")
 	fs.DurationVar(&o.writeTimeout, "write-timeout", server.DefaultWriteTimeout, "how long a client may leave its answer unread before its run is cancelled")
@@ -236,7 +237,19 @@ func (c capFlags) parse() (caller.Caps, error) {
 		*n = max(x, 0) // unlimited: no cap
 		return nil
 	}
+	cpus := func() error {
+		if c.cpus == "" {
+			return nil
+		}
+		x, err := strconv.ParseFloat(c.cpus, 64)
+		if err != nil || x <= 0 || x > 4096 {
+			return fmt.Errorf("--max-cpus %s: a number of CPUs above 0 is needed (e.g. 1.5)", c.cpus)
+		}
+		caps.CPUs = x
+		return nil
+	}
 	return caps, errors.Join(
+		cpus(),
 		dur("--max-time", c.time, &caps.CPUTimeMs),
 		dur("--max-wall-time", c.wall, &caps.WallTimeMs),
 		size("--max-mem", c.mem, &caps.MemoryBytes, api.ParseSize),
