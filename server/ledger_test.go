@@ -2,11 +2,15 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/isolate-sandbox/isolate/caller"
 )
@@ -104,3 +108,38 @@ func TestSubordinateUIDsShareTheirOwnersBudgetFake(t *testing.T) {
 }
 
 func decodeJSON(b string, v any) { json.Unmarshal([]byte(b), v) }
+
+// A client that trickles a streamed body (a session's file, a background
+// command's stdin, a stored file) is cut off, as one that sends a run's
+// body too slowly is: it holds no connection and no request for ever.
+func TestStreamedBodiesHaveADeadline(t *testing.T) {
+	defer func(d time.Duration) { readTimeout = d }(readTimeout)
+	readTimeout = time.Second
+	s := startService(t, func(c *Config) { c.Sessions = &fakeHost{t: t} })
+	var sess struct{ ID string }
+	if code, b := s.do(t, "POST", "/v1/sessions", `{}`); code != 201 || json.Unmarshal(b, &sess) != nil {
+		t.Fatalf("session: %d %s", code, b)
+	}
+	var p struct{ ID int }
+	if code, b := s.do(t, "POST", "/v1/sessions/"+sess.ID+"/commands", `{"args": ["sleep"], "background": true}`); code != 201 || json.Unmarshal(b, &p) != nil {
+		t.Fatalf("background sleep: %d %s", code, b)
+	}
+	for _, c := range []struct{ method, path string }{
+		{"PUT", "/v1/sessions/" + sess.ID + "/files/slow"},
+		{"POST", fmt.Sprintf("/v1/sessions/%s/commands/%d/stdin", sess.ID, p.ID)},
+		{"POST", "/v1/files"},
+	} {
+		conn, err := net.Dial("unix", s.sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A body of a megabyte announced, one byte sent.
+		fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: isolate\r\nContent-Length: 1048576\r\n\r\nx", c.method, c.path)
+		conn.SetReadDeadline(time.Now().Add(time.Minute))
+		_, err = io.ReadAll(conn)
+		conn.Close()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("%s %s: the service still waits for the body after a minute", c.method, c.path)
+		}
+	}
+}

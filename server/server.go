@@ -99,10 +99,11 @@ const (
 	// stream's max_bytes) when the service sets no --max-output: what one
 	// stream of one command may make the service hold.
 	DefaultMaxOutputBytes = 16 << 20
-	// readTimeout bounds how long a client may take to send a run's or
-	// an exec's body.
-	readTimeout = 30 * time.Second
 )
+
+// readTimeout bounds how long a client may take to send a request's body
+// (a streamed one: deadlineBody).
+var readTimeout = 30 * time.Second
 
 // Server is one service: its handlers, queue and metrics.
 type Server struct {

@@ -697,7 +697,9 @@ func (s *Server) handleProcessStdin(w http.ResponseWriter, r *http.Request) {
 	// client: the write gives up when the client goes.
 	f.SetWriteDeadline(time.Time{})
 	stop := context.AfterFunc(r.Context(), func() { f.SetWriteDeadline(time.Unix(1, 0)) })
-	n, err := io.Copy(f, r.Body)
+	body, clear := streamedBody(w, r)
+	n, err := io.Copy(f, body)
+	clear()
 	stop()
 	sp.stdinMu.Unlock()
 	if err != nil {
@@ -1051,7 +1053,9 @@ func (s *Server) handleSessionFilePut(w http.ResponseWriter, r *http.Request) {
 	}
 	// Streamed from the body to the box's file: the box's own file
 	// system bounds it, not the service's memory.
-	n, err := sess.box.WriteFile(boxPath(r), r.Body, mode)
+	body, clear := streamedBody(w, r)
+	n, err := sess.box.WriteFile(boxPath(r), body, mode)
+	clear()
 	if err != nil {
 		fileErr(w, err)
 		return
