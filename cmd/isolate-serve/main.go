@@ -90,6 +90,7 @@ type options struct {
 	heldBytes            string
 	totalHeldBytes       string
 	maxBackground        int
+	subuidFile           string
 	// A service without root (rootless.go).
 	cgroupRoot      string
 	allowRlimitOnly bool
@@ -164,6 +165,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.IntVar(&o.maxSessionsPerCaller, "max-sessions-per-caller", server.DefaultMaxSessionsPerCaller, "sessions one caller (a uid; over TCP: the token) may hold at once")
 	fs.StringVar(&o.heldBytes, "max-held-bytes-per-caller", megs(caller.DefaultHeldBytes), "bytes the service keeps for one caller at once: the captured output of its sessions' background commands (SIZE; at most 1G)")
 	fs.StringVar(&o.totalHeldBytes, "max-held-bytes", megs(caller.DefaultTotalHeldBytes), "bytes the service keeps for all its callers at once (SIZE; at most 16G)")
+	fs.StringVar(&o.subuidFile, "subuid-file", caller.SubUIDFile, "subordinate uid ranges (name:start:count): a uid in a user's range counts as that user for sessions and budgets")
 	fs.IntVar(&o.maxBackground, "max-background-per-caller", caller.DefaultBackground, "background commands one caller's sessions run at once")
 	fs.DurationVar(&o.sessionMaxTimeout, "session-max-timeout", server.DefaultSessionMaxTimeout, "longest lease a session may ask (timeout_ms)")
 	fs.StringVar(&o.cgroupRoot, "cgroup-root", "", "run by a user who is not root: a delegated cgroup v2 `DIR` for the boxes' cgroups (default: the service's own cgroup, if delegated)")
@@ -319,6 +321,7 @@ func serve(args []string) error {
 	if err := bounded("--max-body", o.maxBody, &maxBody); err != nil {
 		return err
 	}
+	caller.SetSubUIDFile(o.subuidFile)
 	budget := caller.Budget{Bytes: caller.DefaultHeldBytes, TotalBytes: caller.DefaultTotalHeldBytes, Background: o.maxBackground}
 	if err := bounded("--max-held-bytes-per-caller", o.heldBytes, &budget.Bytes); err != nil {
 		return err
