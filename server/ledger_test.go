@@ -1,11 +1,13 @@
 package server
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/isolate-sandbox/isolate/caller"
+	"github.com/isolate-sandbox/isolate/internal/connlimit"
 )
 
 // A session's background commands hold their captured output in the
@@ -141,5 +144,40 @@ func TestStreamedBodiesHaveADeadline(t *testing.T) {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Errorf("%s %s: the service still waits for the body after a minute", c.method, c.path)
 		}
+	}
+}
+
+// Connections that each made a request and wait, kept alive, for the
+// next make room for a new one of their uid's: they are closed first,
+// and never lock their uid out.
+func TestKeepAliveConnectionsNeverLockOutTheirUID(t *testing.T) {
+	s := startService(t, func(c *Config) { c.Conns = connlimit.Limits{PerPeer: 8} })
+	var kept []net.Conn
+	defer func() {
+		for _, c := range kept {
+			c.Close()
+		}
+	}()
+	for range 8 {
+		c, err := net.Dial("unix", s.sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept = append(kept, c)
+		fmt.Fprint(c, "GET /v1/version HTTP/1.1\r\nHost: isolate\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	for i := range 3 {
+		if code, b := s.do(t, "GET", "/v1/version", ""); code != http.StatusOK {
+			t.Fatalf("request %d beside 8 idle connections of its uid: %d %s", i, code, b)
+		}
+	}
+	if _, refused, _ := s.Connections(); refused != 0 {
+		t.Errorf("%d connections refused, want none: idle ones make room", refused)
 	}
 }

@@ -197,8 +197,13 @@ func (s *Server) Serve(l net.Listener) error {
 		return errors.New("refusing to listen on TCP without a token (--token-file)")
 	}
 	hs := &http.Server{
-		Handler:           s.Handler(),
-		ConnContext:       connContext,
+		Handler:     s.Handler(),
+		ConnContext: connContext,
+		// A connection waiting for its next request makes room for a
+		// new one of its peer's: keep-alive never locks a client out.
+		ConnState: func(c net.Conn, st http.ConnState) {
+			connlimit.Idle(c, st == http.StateIdle)
+		},
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       5 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
