@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // Ledger is what each caller holds in the service at once, by account
@@ -23,6 +24,8 @@ type Ledger struct {
 	held    map[string]Usage
 	total   Usage
 	refused int64
+	windows map[string]*window // quotas' windows, by account
+	now     func() time.Time
 }
 
 // Budget is what one account may hold at once, and all accounts together
@@ -31,6 +34,8 @@ type Budget struct {
 	Bytes      int64 // bytes the service holds for one account (--max-held-bytes-per-caller)
 	TotalBytes int64 // for all accounts together (--max-held-bytes)
 	Background int   // background commands one account runs at once (--max-background-per-caller)
+	// Quotas bound what an account uses over time (--quota).
+	Quotas Quotas
 }
 
 // Defaults of a service's budget.
@@ -69,7 +74,7 @@ var ErrOverBudget = errors.New("over budget")
 func (e *OverBudget) Is(target error) bool { return target == ErrOverBudget }
 
 // NewLedger is a ledger bounded by b.
-func NewLedger(b Budget) *Ledger { return &Ledger{budget: b, held: map[string]Usage{}} }
+func NewLedger(b Budget) *Ledger { return &Ledger{budget: b, held: map[string]Usage{}, now: time.Now} }
 
 // Budget is the ledger's bounds.
 func (l *Ledger) Budget() Budget { return l.budget }

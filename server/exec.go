@@ -32,6 +32,9 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	if who.Capped() {
 		req.Caps = &s.cfg.Policy.Caps
 	}
+	if !s.startRuns(w, who, 1) {
+		return
+	}
 	ctx, done, ok := s.admit(w, r, 1)
 	if !ok {
 		return
@@ -64,6 +67,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		for _, phase := range []*api.Report{rep.Compile, rep.Run} {
 			if phase != nil {
 				phase.Sandbox.Via = "service"
+				s.ledger.ChargeCPU(who, cpuOf(phase))
 			}
 		}
 	}

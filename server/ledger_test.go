@@ -2,12 +2,14 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -179,5 +181,33 @@ func TestKeepAliveConnectionsNeverLockOutTheirUID(t *testing.T) {
 	}
 	if _, refused, _ := s.Connections(); refused != 0 {
 		t.Errorf("%d connections refused, want none: idle ones make room", refused)
+	}
+}
+
+// A caller past its quota of runs in the window gets 429 with
+// Retry-After, whichever front end it uses; another caller does not.
+func TestQuotaFake(t *testing.T) {
+	ledger := caller.NewLedger(caller.Budget{Quotas: caller.Quotas{Window: time.Hour, Default: caller.Quota{Runs: 2}}})
+	f := newSessionFake(t, func(c *Config) { c.Ledger = ledger })
+	id := f.create(t, alice, `{}`)
+	cmds := "/v1/sessions/" + id + "/commands"
+	for i := range 2 {
+		if code, b := f.do(t, alice, "POST", cmds, `{"args": ["echo", "hi"]}`); code != 200 {
+			t.Fatalf("run %d: %d %s", i, code, b)
+		}
+	}
+	r := httptest.NewRequest("POST", "http://isolate"+cmds, strings.NewReader(`{"args": ["echo", "hi"], "background": true}`))
+	r = r.WithContext(context.WithValue(r.Context(), callerKey{}, alice))
+	w := httptest.NewRecorder()
+	f.Handler().ServeHTTP(w, r)
+	if w.Code != 429 || w.Header().Get("Retry-After") == "" || !strings.Contains(w.Body.String(), "--quota") {
+		t.Fatalf("the third run in the window: %d %q %s", w.Code, w.Header().Get("Retry-After"), w.Body)
+	}
+	if code, b := f.do(t, alice, "POST", "/v1/run", `{"commands": [{"args": ["/bin/true"]}]}`); code != 429 {
+		t.Errorf("a run of the API past the quota: %d %s", code, b)
+	}
+	bid := f.create(t, bob, `{}`)
+	if code, b := f.do(t, bob, "POST", "/v1/sessions/"+bid+"/commands", `{"args": ["echo", "hi"]}`); code != 200 {
+		t.Errorf("another caller's run: %d %s", code, b)
 	}
 }

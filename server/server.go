@@ -452,3 +452,24 @@ func statusOf(err error) int {
 // encodeAnswer encodes an answer as one line of JSON, HTML left
 // unescaped, its large strings written in pieces (jsonout).
 func encodeAnswer(v any) (*jsonout.Encoded, error) { return jsonout.Encode(v, jsonout.Options{}) }
+
+// startRuns counts n runs of who against its quota (caller.Ledger); over
+// it, it answers 429 with Retry-After itself and says false.
+func (s *Server) startRuns(w http.ResponseWriter, who caller.Caller, n int) bool {
+	err := s.ledger.StartRuns(who, n)
+	var oq *caller.OverQuota
+	if errors.As(err, &oq) {
+		w.Header().Set("Retry-After", strconv.Itoa(oq.RetrySeconds()))
+		writeError(w, http.StatusTooManyRequests, err)
+		return false
+	}
+	return true
+}
+
+// cpuOf is the CPU time a report measured.
+func cpuOf(r *api.Report) time.Duration {
+	if r == nil {
+		return 0
+	}
+	return time.Duration(r.CPUTime * float64(time.Second))
+}

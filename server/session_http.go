@@ -478,9 +478,13 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer done()
-	cmd, err := s.sessionCommand(&req, sess, callerOf(r))
+	who := callerOf(r)
+	cmd, err := s.sessionCommand(&req, sess, who)
 	if err != nil {
 		writeError(w, statusOf(err), err)
+		return
+	}
+	if !s.startRuns(w, who, 1) {
 		return
 	}
 	if req.Background {
@@ -488,7 +492,7 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 			sessionErr(w, errStopping)
 			return
 		}
-		s.startBackground(w, r, sess, cmd, req.Stdin)
+		s.startBackground(w, r, who, sess, cmd, req.Stdin)
 		return
 	}
 	// A command in the foreground takes a run slot while it runs.
@@ -523,6 +527,7 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 		p.Signal(syscall.SIGKILL)
 	}
 	rep := p.Wait()
+	s.ledger.ChargeCPU(who, cpuOf(rep))
 	rep.Sandbox.Via = "service"
 	if ev != nil {
 		ev.emitValue(struct {
@@ -539,7 +544,7 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 // slot while it runs, as a foreground one does, and its account holds in
 // the ledger its captured output: at its limit while it runs, as kept
 // once it ended, until its record is dropped.
-func (s *Server) startBackground(w http.ResponseWriter, r *http.Request, sess *session, cmd isolate.SessionCommand, stdin *string) {
+func (s *Server) startBackground(w http.ResponseWriter, r *http.Request, who caller.Caller, sess *session, cmd isolate.SessionCommand, stdin *string) {
 	held, err := sess.holdBackground(s.ledger, caller.Usage{Bytes: s.outputHeld(sess, cmd), Background: 1})
 	if err != nil {
 		w.Header().Set("Retry-After", "1")
@@ -571,7 +576,10 @@ func (s *Server) startBackground(w http.ResponseWriter, r *http.Request, sess *s
 		return
 	}
 	sp := &sessionProc{p: p, args: cmd.Args, background: true, stdin: wr, stdinEnd: rd, held: held}
-	sp.release = func() { s.queue.release(1) }
+	sp.release = func() {
+		s.queue.release(1)
+		s.ledger.ChargeCPU(who, cpuOf(p.Wait()))
+	}
 	go func() {
 		<-p.Done()
 		sp.settle()
@@ -964,6 +972,9 @@ func (s *Server) handleCode(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		contextErr(w, err)
+		return
+	}
+	if !s.startRuns(w, callerOf(r), 1) {
 		return
 	}
 	ctx, adone, ok := s.admit(w, r, 1)

@@ -91,6 +91,8 @@ type options struct {
 	totalHeldBytes       string
 	maxBackground        int
 	subuidFile           string
+	quotas               quotaList
+	quotaWindow          time.Duration
 	// A service without root (rootless.go).
 	cgroupRoot      string
 	allowRlimitOnly bool
@@ -165,6 +167,8 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.IntVar(&o.maxSessionsPerCaller, "max-sessions-per-caller", server.DefaultMaxSessionsPerCaller, "sessions one caller (a uid; over TCP: the token) may hold at once")
 	fs.StringVar(&o.heldBytes, "max-held-bytes-per-caller", megs(caller.DefaultHeldBytes), "bytes the service keeps for one caller at once: the captured output of its sessions' background commands (SIZE; at most 1G)")
 	fs.StringVar(&o.totalHeldBytes, "max-held-bytes", megs(caller.DefaultTotalHeldBytes), "bytes the service keeps for all its callers at once (SIZE; at most 16G)")
+	fs.Var(&o.quotas, "quota", "WHO=RUNS,CPU: runs and CPU time one caller may use in each --quota-window (0: no bound); WHO is default, group:NAME (its members; the first that matches), tcp (the token) or queue (repeatable; none: no quotas)")
+	fs.DurationVar(&o.quotaWindow, "quota-window", time.Minute, "the window of --quota")
 	fs.StringVar(&o.subuidFile, "subuid-file", caller.SubUIDFile, "subordinate uid ranges (name:start:count): a uid in a user's range counts as that user for sessions and budgets")
 	fs.IntVar(&o.maxBackground, "max-background-per-caller", caller.DefaultBackground, "background commands one caller's sessions run at once")
 	fs.DurationVar(&o.sessionMaxTimeout, "session-max-timeout", server.DefaultSessionMaxTimeout, "longest lease a session may ask (timeout_ms)")
@@ -212,6 +216,59 @@ func parseFlags(args []string) (*options, error) {
 		return nil, errors.New("--listen needs --token-file: TCP clients are known by their token only")
 	}
 	return o, nil
+}
+
+// quotaList is the repeatable --quota flag.
+type quotaList []string
+
+func (q *quotaList) String() string { return strings.Join(*q, " ") }
+
+func (q *quotaList) Set(v string) error { *q = append(*q, v); return nil }
+
+// parse reads each WHO=RUNS,CPU of --quota.
+func (q quotaList) parse(window time.Duration) (caller.Quotas, error) {
+	qs := caller.Quotas{}
+	if len(q) == 0 {
+		return qs, nil
+	}
+	if window <= 0 {
+		return qs, errors.New("--quota-window: must be above 0")
+	}
+	qs.Window = window
+	for _, v := range q {
+		bad := func(why string) error { return fmt.Errorf("--quota %s: %s (WHO=RUNS,CPU, e.g. default=600,5m)", v, why) }
+		who, limits, ok := strings.Cut(v, "=")
+		runs, cpu, ok2 := strings.Cut(limits, ",")
+		if !ok || !ok2 {
+			return qs, bad("expected WHO=RUNS,CPU")
+		}
+		var quota caller.Quota
+		n, err := strconv.ParseInt(runs, 10, 64)
+		if err != nil || n < 0 {
+			return qs, bad("RUNS: a number of runs, 0 for no bound")
+		}
+		quota.Runs = n
+		if quota.CPU, err = api.ParseDuration(cpu); err != nil || quota.CPU < 0 {
+			return qs, bad("CPU: a duration (30s, 5m), 0 for no bound")
+		}
+		switch {
+		case who == "default":
+			qs.Default = quota
+		case who == "tcp":
+			qs.TCP = &quota
+		case who == "queue":
+			qs.Queue = &quota
+		case strings.HasPrefix(who, "group:"):
+			gid, err := lookupGroup("--quota", strings.TrimPrefix(who, "group:"))
+			if err != nil || gid < 0 {
+				return qs, bad("no such group")
+			}
+			qs.Groups = append(qs.Groups, caller.GroupQuota{GID: gid, Quota: quota})
+		default:
+			return qs, bad("WHO: default, group:NAME, tcp or queue")
+		}
+	}
+	return qs, nil
 }
 
 // caps reads the --max-* flags.
@@ -323,6 +380,9 @@ func serve(args []string) error {
 	}
 	caller.SetSubUIDFile(o.subuidFile)
 	budget := caller.Budget{Bytes: caller.DefaultHeldBytes, TotalBytes: caller.DefaultTotalHeldBytes, Background: o.maxBackground}
+	if budget.Quotas, err = o.quotas.parse(o.quotaWindow); err != nil {
+		return err
+	}
 	if err := bounded("--max-held-bytes-per-caller", o.heldBytes, &budget.Bytes); err != nil {
 		return err
 	}
@@ -425,7 +485,7 @@ func serve(args []string) error {
 		SessionMaxTimeout:    o.sessionMaxTimeout,
 		Ledger:               caller.NewLedger(budget),
 	})
-	cli.serve(srv.Slot)
+	cli.serve(srv.Slot, srv.Ledger())
 	ul, err := server.ListenUnix(o.socket, gid)
 	if err != nil {
 		return err
