@@ -211,3 +211,35 @@ func TestQuotaFake(t *testing.T) {
 		t.Errorf("another caller's run: %d %s", code, b)
 	}
 }
+
+// One caller's stalled bodies hold at most half the service's places:
+// another caller is still let in.
+func TestStalledBodiesLeaveOthersTheirPlacesFake(t *testing.T) {
+	f := newSessionFake(t, nil) // --parallel 2, --queue 4: 6 places, 3 a caller
+	var writers []*io.PipeWriter
+	refused := make(chan int, 6)
+	for range 6 {
+		pr, pw := io.Pipe()
+		writers = append(writers, pw)
+		r := httptest.NewRequest("POST", "http://isolate/v1/sessions", pr)
+		r = r.WithContext(context.WithValue(r.Context(), callerKey{}, alice))
+		go func() {
+			w := httptest.NewRecorder()
+			f.Handler().ServeHTTP(w, r)
+			refused <- w.Code
+		}()
+	}
+	defer func() {
+		for _, pw := range writers {
+			pw.CloseWithError(errors.New("gone"))
+		}
+	}()
+	for range 3 {
+		if code := <-refused; code != 429 {
+			t.Fatalf("a stalled request beyond alice's share: %d, want 429", code)
+		}
+	}
+	if code, b := f.do(t, bob, "POST", "/v1/sessions", `{}`); code != 201 {
+		t.Errorf("bob beside alice's stalled bodies: %d %s", code, b)
+	}
+}

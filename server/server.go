@@ -118,6 +118,11 @@ type Server struct {
 	// running): Parallel + Queue. Beyond them a request gets 429 before
 	// its body is read: the service holds at most that many bodies.
 	places chan struct{}
+	// placesMu guards placesBy: the places each account but root's
+	// holds, at most half of them (maxPlacesPerCaller): one caller's
+	// slow or stalled bodies leave the other half to everyone else.
+	placesMu sync.Mutex
+	placesBy map[string]int
 
 	draining atomic.Bool
 	inflight sync.WaitGroup // requests that run commands
@@ -152,7 +157,7 @@ func New(cfg Config) *Server {
 		cfg.Policy.Caps.OutputLimitBytes = DefaultMaxOutputBytes
 	}
 	s := &Server{cfg: cfg, runner: cfg.Runner, store: cfg.Store, queue: newQueue(cfg.Parallel, cfg.Queue), mux: http.NewServeMux(),
-		places: make(chan struct{}, cfg.Parallel+cfg.Queue)}
+		places: make(chan struct{}, cfg.Parallel+cfg.Queue), placesBy: map[string]int{}}
 	s.base, s.cancel = context.WithCancelCause(context.Background())
 	s.ledger = cfg.Ledger
 	if s.ledger == nil {
@@ -267,14 +272,25 @@ func read[T any](s *Server, w http.ResponseWriter, r *http.Request, v *T) (leave
 		writeError(w, http.StatusRequestEntityTooLarge, errBodyTooLarge{s.cfg.MaxBodyBytes})
 		return nil, false
 	}
+	// Root's requests are the operator's: no share (account "").
+	account := ""
+	if who := callerOf(r); !who.Root() {
+		account = who.Account()
+	}
+	if !s.takePlace(account) {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, fmt.Errorf("%w: this caller holds %d of the service's %d requests already, its share", errQueueFull, s.maxPlacesPerCaller(), cap(s.places)))
+		return nil, false
+	}
 	select {
 	case s.places <- struct{}{}:
 	default:
+		s.givePlace(account)
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusTooManyRequests, fmt.Errorf("%w: the service holds %d requests already", errQueueFull, cap(s.places)))
 		return nil, false
 	}
-	leave = func() { <-s.places }
+	leave = func() { <-s.places; s.givePlace(account) }
 	rc := http.NewResponseController(w)
 	rc.SetReadDeadline(time.Now().Add(readTimeout))
 	err := decode(r.Body, v, s.cfg.MaxBodyBytes, s.maxCommands())
@@ -287,6 +303,35 @@ func read[T any](s *Server, w http.ResponseWriter, r *http.Request, v *T) (leave
 		return nil, false
 	}
 	return leave, true
+}
+
+// maxPlacesPerCaller is the most places one account holds at once: half
+// the service's (--parallel + --queue), at least one.
+func (s *Server) maxPlacesPerCaller() int { return max(1, cap(s.places)/2) }
+
+// takePlace counts a place of account's, unless it holds its share.
+func (s *Server) takePlace(account string) bool {
+	if account == "" {
+		return true
+	}
+	s.placesMu.Lock()
+	defer s.placesMu.Unlock()
+	if s.placesBy[account] >= s.maxPlacesPerCaller() {
+		return false
+	}
+	s.placesBy[account]++
+	return true
+}
+
+func (s *Server) givePlace(account string) {
+	if account == "" {
+		return
+	}
+	s.placesMu.Lock()
+	defer s.placesMu.Unlock()
+	if s.placesBy[account]--; s.placesBy[account] <= 0 {
+		delete(s.placesBy, account)
+	}
 }
 
 // maxCommands is the most commands one request may run.
