@@ -236,7 +236,9 @@ func (q quotaList) parse(window time.Duration) (caller.Quotas, error) {
 	}
 	qs.Window = window
 	for _, v := range q {
-		bad := func(why string) error { return fmt.Errorf("--quota %s: %s (WHO=RUNS,CPU, e.g. default=600,5m)", v, why) }
+		bad := func(why string) error {
+			return fmt.Errorf("--quota %s: %s (WHO=RUNS,CPU, e.g. default=600,5m)", v, why)
+		}
 		who, limits, ok := strings.Cut(v, "=")
 		runs, cpu, ok2 := strings.Cut(limits, ",")
 		if !ok || !ok2 {
