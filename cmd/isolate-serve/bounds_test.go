@@ -10,6 +10,8 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -134,6 +136,30 @@ func BenchmarkServicePeakRSS(b *testing.B) {
 		}
 		b.ReportMetric(float64(s.peakRSS(b))/(1<<20), "peak-MiB")
 	})
+	// A handed-over run's --json (with ISOLATE_BIN, whose runs the
+	// service takes): its two kept streams of 16 MiB, six bytes of JSON
+	// each.
+	if bin := os.Getenv("ISOLATE_BIN"); bin != "" {
+		b.Run("handover-json=2x16MiB", func(b *testing.B) {
+			dir := b.TempDir()
+			cli := filepath.Join(dir, "cli.sock")
+			c := startChild(b, dir, "--cli-socket", cli, "--cli-binary", bin, "--parallel", "2")
+			b.Cleanup(func() {
+				c.cmd.Process.Signal(syscall.SIGTERM)
+				c.cmd.Wait()
+			})
+			for range b.N {
+				cmd := exec.Command(bin, "run", "--json", "--output-limit", "16M",
+					"--", "/bin/sh", "-c", "head -c 16777216 /dev/zero; head -c 16777216 /dev/zero >&2")
+				cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "ISOLATE_SERVICE_SOCKET=" + cli}
+				cmd.Stdout = io.Discard
+				if err := cmd.Run(); err != nil {
+					b.Fatalf("%v: %s", err, c.log)
+				}
+			}
+			b.ReportMetric(float64((&service{c}).peakRSS(b))/(1<<20), "peak-MiB")
+		})
+	}
 	for _, shape := range shapes {
 		b.Run(shape.name, func(b *testing.B) {
 			s := startService(b)
