@@ -65,6 +65,8 @@ var queueCases = []queueCase{
 	{row: "parallel slots", body: `{"commands":[{"args":["/bin/true"]},{"args":["/bin/true"]},{"args":["/bin/true"]}]}`, want: "400 commands"},
 	// A job names run or exec: nothing reaches a session.
 	{row: "sessions", endpoint: "sessions", body: `{}`, want: malformedEndpoint},
+	// The queue's budget: no session, so no background command either.
+	{row: "budget: sessions, background commands, held bytes", endpoint: "sessions", body: `{}`, want: malformedEndpoint},
 }
 
 // queueColumn is SECURITY.md's caller table: each row's first cell and

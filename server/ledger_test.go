@@ -243,3 +243,51 @@ func TestStalledBodiesLeaveOthersTheirPlacesFake(t *testing.T) {
 		t.Errorf("bob beside alice's stalled bodies: %d %s", code, b)
 	}
 }
+
+// A freed slot goes to the waiting account that runs the fewest
+// commands: one caller's queued requests do not keep another's behind
+// them all.
+func TestQueueServesAccountsInTurn(t *testing.T) {
+	q := newQueue(1, 8)
+	ctx := context.Background()
+	if err := q.acquireFor(ctx, "a", 1); err != nil {
+		t.Fatal(err)
+	}
+	admitted := make(chan string, 4)
+	queued := 0
+	wait := func(account string) {
+		go func() {
+			if q.acquireFor(ctx, account, 1) == nil {
+				admitted <- account
+			}
+		}()
+		queued++
+		for {
+			q.mu.Lock()
+			n := len(q.waiting)
+			q.mu.Unlock()
+			if n == queued {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	wait("a")
+	wait("a")
+	wait("a")
+	wait("b")
+	q.releaseFor("a", 1)
+	if got := <-admitted; got != "b" {
+		t.Fatalf("after a's command, %s is let in, want b (a runs one, b none)", got)
+	}
+	q.releaseFor("b", 1)
+	for range 3 {
+		if got := <-admitted; got != "a" {
+			t.Fatalf("%s let in, want a", got)
+		}
+		q.releaseFor("a", 1)
+	}
+	if r, w := q.lengths(); r != 0 || w != 0 {
+		t.Errorf("%d running, %d waiting at the end", r, w)
+	}
+}

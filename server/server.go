@@ -365,7 +365,8 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, n int) (ctx conte
 		return nil, nil, false
 	}
 	ctx, cancel := s.requestContext(r)
-	if err := s.queue.acquire(ctx, n); err != nil {
+	account := callerOf(r).Account()
+	if err := s.queue.acquireFor(ctx, account, n); err != nil {
 		cancel()
 		s.inflight.Done()
 		if errors.Is(err, errQueueFull) {
@@ -382,7 +383,7 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, n int) (ctx conte
 			f.Flush()
 		}
 		close(answered)
-		s.queue.release(n)
+		s.queue.releaseFor(account, n)
 		cancel()
 		s.inflight.Done()
 	}
@@ -393,16 +394,23 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, n int) (ctx conte
 // command does (--parallel, then --queue), for a front end outside HTTP
 // (the CLI's handover); release gives it back.
 func (s *Server) Slot(ctx context.Context) (release func(), err error) {
+	return s.SlotFor(ctx, caller.Caller{Via: caller.Process, UID: -1})
+}
+
+// SlotFor is Slot for who: its account's waiters are served as an API
+// caller's are (queue).
+func (s *Server) SlotFor(ctx context.Context, who caller.Caller) (release func(), err error) {
 	if s.draining.Load() {
 		return nil, errors.New("the service is stopping")
 	}
-	if err := s.queue.acquire(ctx, 1); err != nil {
+	account := who.Account()
+	if err := s.queue.acquireFor(ctx, account, 1); err != nil {
 		if errors.Is(err, errQueueFull) {
 			return nil, errors.New("the service is busy: every run slot is taken and its queue is full (--parallel, --queue); try again")
 		}
 		return nil, err
 	}
-	return func() { s.queue.release(1) }, nil
+	return func() { s.queue.releaseFor(account, 1) }, nil
 }
 
 // requestContext is the request's context (cancelled when its client goes

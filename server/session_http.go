@@ -551,7 +551,8 @@ func (s *Server) startBackground(w http.ResponseWriter, r *http.Request, who cal
 		writeError(w, http.StatusTooManyRequests, err)
 		return
 	}
-	if err := s.queue.acquire(r.Context(), 1); err != nil {
+	account := who.Account()
+	if err := s.queue.acquireFor(r.Context(), account, 1); err != nil {
 		held.Release()
 		if errors.Is(err, errQueueFull) {
 			w.Header().Set("Retry-After", "1")
@@ -561,14 +562,14 @@ func (s *Server) startBackground(w http.ResponseWriter, r *http.Request, who cal
 	}
 	rd, wr, err := os.Pipe()
 	if err != nil {
-		s.queue.release(1)
+		s.queue.releaseFor(account, 1)
 		held.Release()
 		writeError(w, http.StatusInternalServerError, err)
 		return
 	}
 	p, err := sess.box.Start(cmd, isolate.IO{Stdin: rd})
 	if err != nil {
-		s.queue.release(1)
+		s.queue.releaseFor(account, 1)
 		held.Release()
 		rd.Close()
 		wr.Close()
@@ -577,7 +578,7 @@ func (s *Server) startBackground(w http.ResponseWriter, r *http.Request, who cal
 	}
 	sp := &sessionProc{p: p, args: cmd.Args, background: true, stdin: wr, stdinEnd: rd, held: held}
 	sp.release = func() {
-		s.queue.release(1)
+		s.queue.releaseFor(account, 1)
 		s.ledger.ChargeCPU(who, cpuOf(p.Wait()))
 	}
 	go func() {

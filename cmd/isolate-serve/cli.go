@@ -31,7 +31,7 @@ type cliService struct {
 	listener  *net.UnixListener
 	// slot waits for one of the API's run slots, ledger counts runs
 	// against the callers' quotas (set before serve).
-	slot   func(context.Context) (func(), error)
+	slot   func(context.Context, caller.Caller) (func(), error)
 	ledger *caller.Ledger
 }
 
@@ -91,7 +91,7 @@ func listenCLI(o *options, gid int, host *isolate.Host, policy *caller.Policy) (
 
 // serve takes handovers, whose capped runs count against their callers'
 // quotas in ledger and wait for slot.
-func (cs *cliService) serve(slot func(context.Context) (func(), error), ledger *caller.Ledger) {
+func (cs *cliService) serve(slot func(context.Context, caller.Caller) (func(), error), ledger *caller.Ledger) {
 	if cs == nil {
 		return
 	}
@@ -118,7 +118,7 @@ func (cs *cliService) runHandedOver(host *isolate.Host, policy *caller.Policy) h
 				if err := cs.ledger.StartRuns(who, 1); err != nil {
 					return nil, err
 				}
-				return cs.slot(ctx)
+				return cs.slot(ctx, who)
 			},
 			Host:    host,
 			Signals: inv.Signals,

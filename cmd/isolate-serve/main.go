@@ -487,7 +487,7 @@ func serve(args []string) error {
 		SessionMaxTimeout:    o.sessionMaxTimeout,
 		Ledger:               caller.NewLedger(budget),
 	})
-	cli.serve(srv.Slot, srv.Ledger())
+	cli.serve(srv.SlotFor, srv.Ledger())
 	ul, err := server.ListenUnix(o.socket, gid)
 	if err != nil {
 		return err
