@@ -291,3 +291,25 @@ func TestQueueServesAccountsInTurn(t *testing.T) {
 		t.Errorf("%d running, %d waiting at the end", r, w)
 	}
 }
+
+// A capped caller's session commands, in the background too, run within
+// --max-wall-time (the default of a background one) and --max-time (each
+// process's CPU time); a timeout beyond the cap is a 400.
+func TestSessionCommandsWithinTheCapsFake(t *testing.T) {
+	f := newSessionFake(t, func(c *Config) { c.Policy.Caps.CPUTimeMs, c.Policy.Caps.WallTimeMs = 1000, 5000 })
+	id := f.create(t, alice, `{}`)
+	cmds := "/v1/sessions/" + id + "/commands"
+	if code, b := f.do(t, alice, "POST", cmds, `{"args": ["sleep"], "background": true, "timeout_ms": 600000}`); code != 400 || !strings.Contains(string(b), `"timeout_ms"`) {
+		t.Fatalf("a background command of 10 minutes under --max-wall-time 5s: %d %s", code, b)
+	}
+	if code, b := f.do(t, alice, "POST", cmds, `{"args": ["sleep"], "background": true}`); code != 201 {
+		t.Fatalf("a background command: %d %s", code, b)
+	}
+	box := f.host.box(0)
+	box.mu.Lock()
+	cmd := box.cmds[len(box.cmds)-1]
+	box.mu.Unlock()
+	if cmd.WallTime != 5*time.Second || cmd.CPUTime != time.Second {
+		t.Errorf("the background command's wall time %v, CPU time %v: want the caps, 5s and 1s", cmd.WallTime, cmd.CPUTime)
+	}
+}

@@ -63,6 +63,7 @@ type fakeBox struct {
 	closed bool
 	next   uint64
 	procs  []*fakeProc
+	cmds   []isolate.SessionCommand // as started
 }
 
 type fakeProc struct {
@@ -90,6 +91,7 @@ func (b *fakeBox) Start(cmd isolate.SessionCommand, stdio isolate.IO) (SessionPr
 		return nil, isolate.ErrSessionEnded
 	}
 	b.next++
+	b.cmds = append(b.cmds, cmd)
 	p := &fakeProc{id: b.next, done: make(chan struct{}), sig: make(chan syscall.Signal, 1)}
 	b.procs = append(b.procs, p)
 	go func() {

@@ -463,6 +463,10 @@ func (s *Server) sessionCommand(req *SessionCommandRequest, sess *session, who c
 		return cmd, err
 	}
 	cmd.WallTime = d
+	if who.Capped() && s.cfg.Policy.Caps.CPUTimeMs > 0 {
+		// Each of its processes within --max-time, in the background too.
+		cmd.CPUTime = time.Duration(s.cfg.Policy.Caps.CPUTimeMs) * time.Millisecond
+	}
 	return cmd, nil
 }
 
