@@ -580,7 +580,7 @@ func (s *Server) startBackground(w http.ResponseWriter, r *http.Request, who cal
 		sessionErr(w, err)
 		return
 	}
-	sp := &sessionProc{p: p, args: cmd.Args, background: true, stdin: wr, stdinEnd: rd, held: held}
+	sp := &sessionProc{p: p, args: cmd.Args, background: true, stdin: wr, stdinEnd: rd, held: held, streamLimit: s.streamLimit(sess, cmd)}
 	sp.release = func() {
 		s.queue.releaseFor(account, 1)
 		s.ledger.ChargeCPU(who, cpuOf(p.Wait()))
@@ -611,9 +611,8 @@ func (s *Server) startBackground(w http.ResponseWriter, r *http.Request, who cal
 	s.answer(w, http.StatusCreated, map[string]any{"id": p.ID(), "running": true})
 }
 
-// outputHeld is the most captured output a command of sess may make the
-// service keep: its output limit for each stream it captures.
-func (s *Server) outputHeld(sess *session, cmd isolate.SessionCommand) int64 {
+// streamLimit is what one captured stream of cmd keeps at most.
+func (s *Server) streamLimit(sess *session, cmd isolate.SessionCommand) int64 {
 	limit := cmd.OutputLimit
 	if limit <= 0 {
 		limit = sess.outputLimit
@@ -621,10 +620,25 @@ func (s *Server) outputHeld(sess *session, cmd isolate.SessionCommand) int64 {
 	if limit <= 0 {
 		limit = s.maxOutput()
 	}
+	return limit
+}
+
+// outputHeld is the most captured output a command of sess may make the
+// service keep: its output limit for each stream it captures.
+func (s *Server) outputHeld(sess *session, cmd isolate.SessionCommand) int64 {
 	if cmd.StderrToStdout {
-		return limit
+		return s.streamLimit(sess, cmd)
 	}
-	return 2 * limit
+	return 2 * s.streamLimit(sess, cmd)
+}
+
+// keptCost is the memory a kept stream of n bytes holds: its capture's
+// buffer, grown by doubling from 4 KiB up to the stream's limit.
+func keptCost(n int, limit int64) int64 {
+	if n == 0 {
+		return 0
+	}
+	return min(max(2*int64(n), 4<<10), max(limit, int64(n)))
 }
 
 // processOf is the request's session and command.
@@ -668,7 +682,7 @@ func (p *sessionProc) settle() {
 			p.release()
 		}
 		rep := p.p.Wait()
-		p.held.Shrink(int64(len(rep.Stdout) + len(rep.Stderr)))
+		p.held.Shrink(keptCost(len(rep.Stdout), p.streamLimit) + keptCost(len(rep.Stderr), p.streamLimit))
 		p.held.EndBackground()
 	})
 }

@@ -214,7 +214,8 @@ type sessionProc struct {
 	// held is what the ledger counts for a background command: its
 	// output at its limit while it runs, as kept once it ended, until
 	// its record is dropped.
-	held *caller.Hold
+	held        *caller.Hold
+	streamLimit int64 // what one of its captured streams keeps at most
 	// release gives back its run slot; settled runs settle once.
 	release func()
 	settled sync.Once
