@@ -71,6 +71,17 @@ func ParseSize(s string) (int64, error) {
 			t = t[:n-1]
 		}
 	}
+	// A whole number is read exactly: as a float, 2^62+1 would round
+	// to 2^62 and pass the bound.
+	if n, err := strconv.ParseUint(t, 10, 64); err == nil {
+		if n > uint64(MaxSize/mult) {
+			return 0, errSize
+		}
+		if n == 0 {
+			return Unlimited, nil
+		}
+		return int64(n) * int64(mult), nil
+	}
 	v, ok := decimal(t)
 	if !ok || v*mult > MaxSize {
 		return 0, errSize

@@ -16,7 +16,7 @@ func TestParseSize(t *testing.T) {
 	}{
 		{"1", 1}, {"1024", 1024}, {"1K", 1 << 10}, {"1k", 1 << 10}, {"512M", 512 << 20}, {"2G", 2 << 30},
 		{"1.5M", 3 << 19}, {" 64M ", 64 << 20}, {"0", Unlimited}, {"0M", Unlimited}, {"unlimited", Unlimited},
-		{"4194304G", 1 << 52},
+		{"4194304G", 1 << 52}, {"4611686018427387904", 1 << 62}, {"4294967296G", 1 << 62},
 	}
 	for _, c := range good {
 		got, err := ParseSize(c.in)
@@ -25,7 +25,8 @@ func TestParseSize(t *testing.T) {
 		}
 	}
 	for _, in := range []string{"", "NaN", "nan", "NaNM", "Inf", "+Inf", "-Inf", "infinity", "-1", "+1", "1e3", "1E3",
-		"0x10", "1_000", "0.5x", "1KB", "1T", "M", ".", "1..2", "1.2.3", "99999999999G", "1e400", "１"} {
+		"0x10", "1_000", "0.5x", "1KB", "1T", "M", ".", "1..2", "1.2.3", "99999999999G", "1e400", "１",
+		"4611686018427387905", "4294967297G", "18446744073709551615", "18446744073709551616"} {
 		if got, err := ParseSize(in); err == nil {
 			t.Errorf("ParseSize(%q) = %d, want an error", in, got)
 		}

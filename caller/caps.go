@@ -18,7 +18,8 @@ type Caps struct {
 	TmpSizeBytes     int64
 	FileSizeBytes    int64
 	OutputLimitBytes int64
-	Commands         int // commands in one request (also bounded by --parallel)
+	CPUs             float64 // CPU bandwidth (--max-cpus)
+	Commands         int     // commands in one request (also bounded by --parallel)
 }
 
 // fields lists each capped field: its name, the cap, and the field.
@@ -64,6 +65,18 @@ func (c Caps) apply(s *api.Spec, prefix string) error {
 			shown = "unlimited"
 		}
 		return &api.FieldError{Field: prefix + f.name, Msg: fmt.Sprintf("%s is beyond this service's maximum %d", shown, f.max)}
+	}
+	// The CPU time a run may take before it is killed is within the
+	// cap: time and extra time together.
+	if c.CPUTimeMs > 0 && s.ExtraTimeMs > 0 && s.CPUTimeMs+s.ExtraTimeMs > c.CPUTimeMs {
+		return &api.FieldError{Field: prefix + "extra_time_ms", Msg: fmt.Sprintf("%d: cpu_time_ms and extra_time_ms together (%d) are beyond this service's maximum %d", s.ExtraTimeMs, s.CPUTimeMs+s.ExtraTimeMs, c.CPUTimeMs)}
+	}
+	if c.CPUs > 0 {
+		if s.CPUs == 0 {
+			s.CPUs = c.CPUs
+		} else if s.CPUs > c.CPUs {
+			return &api.FieldError{Field: prefix + "cpus", Msg: fmt.Sprintf("%g is beyond this service's maximum %g", s.CPUs, c.CPUs)}
+		}
 	}
 	return nil
 }

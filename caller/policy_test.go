@@ -11,7 +11,7 @@ import (
 // sees it (a refusal, a field error, or nothing).
 func TestCheck(t *testing.T) {
 	const judges = 4242
-	p := &Policy{Caps: Caps{MemoryBytes: 256 << 20}, NetHostGroups: []int{judges}, SeccompNoneGroups: []int{judges}}
+	p := &Policy{Caps: Caps{MemoryBytes: 256 << 20, CPUTimeMs: 1000, CPUs: 1}, NetHostGroups: []int{judges}, SeccompNoneGroups: []int{judges}}
 	root := Caller{Via: API, UID: 0, GID: 0}
 	member := Caller{Via: API, UID: 1000, GID: 1000, Groups: []int{judges}}
 	other := Caller{Via: Handover, UID: 1001, GID: 1001}
@@ -51,6 +51,12 @@ func TestCheck(t *testing.T) {
 		{"queue job output unlimited", QueueJob, api.Spec{OutputLimitBytes: api.Unlimited}, "output_limit_bytes", false},
 		{"queue job caps", QueueJob, api.Spec{MemoryBytes: 1 << 30}, "memory_bytes", false},
 		{"queue job built image", QueueJob, api.Spec{Image: "python"}, "", false},
+		{"extra time within the cap", other, api.Spec{CPUTimeMs: 500, ExtraTimeMs: 500}, "", false},
+		{"extra time beyond the cap", other, api.Spec{CPUTimeMs: 1000, ExtraTimeMs: 20000}, "extra_time_ms", false},
+		{"extra time beyond the capped default", member, api.Spec{ExtraTimeMs: 1}, "extra_time_ms", false},
+		{"cpus beyond the cap", member, api.Spec{CPUs: 1.5}, "cpus", false},
+		{"cpus within the cap", QueueJob, api.Spec{CPUs: 0.5}, "", false},
+		{"root's handover: no cap on extra time", rootHandover, api.Spec{CPUTimeMs: 1000, ExtraTimeMs: 20000}, "", false},
 	} {
 		spec := c.spec
 		err := p.Check(c.who, &spec, "")

@@ -2,7 +2,6 @@ package cmdline
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -88,6 +87,9 @@ func (iv *invocation) execJobFromFlags(c *cli.Context) (job *judge.Job, wall tim
 		return nil, 0, err
 	}
 	job.SetCaller(iv.cred)
+	if iv.Caller != nil && iv.Caller.Capped() && iv.Policy != nil {
+		job.CapCompile(iv.Policy.Caps)
+	}
 	return job, wallLimit(req), nil
 }
 
@@ -97,7 +99,7 @@ func (iv *invocation) emitExecReport(rep *api.ExecReport, files *outputFiles) er
 	v := &iv.values
 	last := rep.Last()
 	if files.report != nil {
-		if err := iv.writeJSON(files.report, rep); err != nil {
+		if err := writeJSON(files.report, rep, "  "); err != nil {
 			return err
 		}
 	}
@@ -107,7 +109,7 @@ func (iv *invocation) emitExecReport(rep *api.ExecReport, files *outputFiles) er
 		}
 	}
 	if v.json {
-		return json.NewEncoder(iv.Stdout).Encode(rep)
+		return writeJSON(iv.Stdout, rep, "")
 	}
 	if rep.Status == api.StatusCE {
 		fmt.Fprintln(iv.Stderr, last.Message)

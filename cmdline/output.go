@@ -1,13 +1,15 @@
 package cmdline
 
 import (
-	"encoding/json"
+	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
 
 	"github.com/isolate-sandbox/isolate/hostfs"
+	"github.com/isolate-sandbox/isolate/internal/jsonout"
 	"github.com/isolate-sandbox/isolate/ioi"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
@@ -19,7 +21,7 @@ func (iv *invocation) emitReport(r *isolate.Report, files *outputFiles) error {
 	r.Message = iv.asGiven(r.Message)
 	v := &iv.values
 	if files.report != nil {
-		if err := iv.writeJSON(files.report, r); err != nil {
+		if err := writeJSON(files.report, r, "  "); err != nil {
 			return err
 		}
 	}
@@ -29,8 +31,7 @@ func (iv *invocation) emitReport(r *isolate.Report, files *outputFiles) error {
 		}
 	}
 	if v.json {
-		enc := json.NewEncoder(iv.Stdout)
-		return enc.Encode(r)
+		return writeJSON(iv.Stdout, r, "")
 	}
 	if !v.stream {
 		iv.Stdout.WriteString(r.Stdout)
@@ -40,13 +41,19 @@ func (iv *invocation) emitReport(r *isolate.Report, files *outputFiles) error {
 	return nil
 }
 
-func (iv *invocation) writeJSON(f *os.File, v any) error {
-	data, err := json.MarshalIndent(v, "", "  ")
+// writeJSON writes v as json.Encoder would (indented by indent), its
+// captured output in pieces: a service running a handed-over command
+// holds the report, not its encoding (jsonout).
+func writeJSON(f io.Writer, v any, indent string) error {
+	e, err := jsonout.Encode(v, jsonout.Options{EscapeHTML: true, Indent: indent})
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(append(data, '\n'))
-	return err
+	w := bufio.NewWriterSize(f, 64<<10)
+	if err := e.Write(w); err != nil {
+		return err
+	}
+	return w.Flush()
 }
 
 // outputFiles are the report and meta files the caller named, open.

@@ -271,6 +271,9 @@ func (h *Host) Resolve(a *api.Spec) (*Spec, error) {
 	limit(&s.FileSize, a.FileSizeBytes)
 	limit(&s.TmpSize, a.TmpSizeBytes)
 	limit(&s.OpenFiles, a.OpenFiles)
+	if max := openFilesMax(); s.OpenFiles > max {
+		return nil, &api.FieldError{Field: "open_files", Msg: fmt.Sprintf("%d is beyond %d, the hard limit of open files this sandbox's processes inherit (ulimit -Hn)", s.OpenFiles, max)}
+	}
 	limit(&s.Stack, a.StackBytes)
 	limit(&s.OutputLimit, a.OutputLimitBytes)
 	if a.CPUs > 0 {
@@ -383,4 +386,14 @@ func MergeEnv(base []string, sets ...[]string) []string {
 		}
 	}
 	return env
+}
+
+// openFilesMax is the most open_files a box may have: the box's processes
+// inherit this process's hard limit and may not raise it.
+func openFilesMax() int64 {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Max > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(rl.Max)
 }

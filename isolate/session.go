@@ -31,6 +31,11 @@ type SessionCommand struct {
 	// no limit (a background command runs until it ends, is signalled, or
 	// the session ends).
 	WallTime time.Duration
+	// CPUTime bounds the CPU time of each of its processes (RLIMIT_CPU,
+	// in whole seconds, rounded up); a command killed past it is TO
+	// (limit cpu). 0: none. The session's processes share one cgroup, so
+	// this is the command's own bound, not the session's.
+	CPUTime time.Duration
 	// StderrToStdout sends its standard error to its standard output.
 	StderrToStdout bool
 	// OutputLimit bounds the bytes kept per captured stream; 0: the

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/cgroup"
 )
@@ -50,6 +52,8 @@ type proc struct {
 	report *api.Report
 	// killedFor is the limit for which the session ended the command.
 	killedFor string
+	// cpuLimit is its processes' CPU time bound (RLIMIT_CPU), 0: none.
+	cpuLimit time.Duration
 }
 
 // outputWaitDelay is how long a command's captured streams are read after
@@ -195,6 +199,7 @@ func (s *Session) start(cmd SessionCommand, stdio IO) (*Process, error) {
 		spec.OutputLimit = cmd.OutputLimit
 	}
 	spec.CPUTime, spec.ExtraTime, spec.WallTime, spec.CopyOut = 0, 0, cmd.WallTime, nil
+	cpuLimit := cmd.CPUTime
 	if spec.WallTime == 0 {
 		spec.WallTime = time.Duration(1<<63 - 1)
 	}
@@ -220,6 +225,9 @@ func (s *Session) start(cmd SessionCommand, stdio IO) (*Process, error) {
 	s.procs[p.id] = p
 	s.mu.Unlock()
 	plan := cs.commandPlan()
+	if cpuLimit > 0 {
+		plan.rlimit(unix.RLIMIT_CPU, uint64((cpuLimit+time.Second-1)/time.Second))
+	}
 	plan.commandID(p.id)
 	n := len(cs.placement)
 	plan.stdio(n, n+1, n+2)
@@ -251,6 +259,7 @@ func (s *Session) start(cmd SessionCommand, stdio IO) (*Process, error) {
 	}
 	closeAll(cs.closers)
 	cs.closers = nil
+	p.cpuLimit = cpuLimit
 	go p.supervise(cs, m, oomBefore, time.Now())
 	return p, nil
 }
@@ -314,7 +323,14 @@ func (p *proc) supervise(cs *supervisor, first initMessage, oomBefore int64, sta
 		p.report = r
 		return
 	}
-	commandVerdict(r, cs.spec, &m, p.killedFor, uerr == nil && after.OOMKills > oomBefore)
+	killedFor := p.killedFor
+	// RLIMIT_CPU ends a process with SIGKILL at its hard limit (the
+	// kernel's tick: the rusage may read a few ms below it).
+	if sig := ws.Signal(); killedFor == "" && p.cpuLimit > 0 && ws.Signaled() && (sig == syscall.SIGXCPU || sig == syscall.SIGKILL) &&
+		time.Duration(m.UserNs+m.SysNs) >= p.cpuLimit-50*time.Millisecond {
+		killedFor = LimitCPU
+	}
+	commandVerdict(r, cs.spec, &m, killedFor, uerr == nil && after.OOMKills > oomBefore)
 	p.report = r
 }
 

@@ -259,3 +259,21 @@ except OSError as e:
 		t.Errorf("a vsock socket under seccomp none: %s %q %q", rep.Status, rep.Stdout, rep.Stderr)
 	}
 }
+
+// A command's CPU time bound ends it (RLIMIT_CPU on its processes):
+// TO, limit cpu, long before its wall time.
+func TestSessionCommandCPUTime(t *testing.T) {
+	needRoot(t)
+	h := newHost(t)
+	s := startSession(t, h, &api.Spec{})
+	rep, err := s.Run(isolate.SessionCommand{Args: []string{"sh", "-c", "while :; do :; done"}, CPUTime: time.Second, WallTime: 60 * time.Second}, isolate.IO{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Status != api.StatusTO || rep.Limit != api.LimitCPU || rep.CPUTime < 0.9 || rep.WallTime >= 60 {
+		t.Errorf("%s (%s) limit %q, cpu %.2fs, wall %.2fs: want TO, limit cpu", rep.Status, rep.Message, rep.Limit, rep.CPUTime, rep.WallTime)
+	}
+	if rep := runIn(t, s, "true"); rep.Status != api.StatusOK {
+		t.Errorf("the session after: %s %s", rep.Status, rep.Message)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolate-sandbox/isolate/api"
+	"github.com/isolate-sandbox/isolate/caller"
 	"github.com/isolate-sandbox/isolate/hostfs"
 	"github.com/isolate-sandbox/isolate/isolate"
 	"github.com/isolate-sandbox/isolate/langs"
@@ -30,7 +31,13 @@ type Job struct {
 	lang   *langs.Lang
 	spec   *isolate.Spec // the run phase; the compile phase derives from it
 	source string
+	caps   *caller.Caps // the service's, for the compile phase; nil: none
 }
+
+// CapCompile bounds the compile phase's limits (the language's own) by a
+// service's caps, as the run's are: a caller the caps bound compiles
+// within them too.
+func (j *Job) CapCompile(c caller.Caps) { j.caps = &c }
 
 // SetCaller makes caller whose rights the source and the run's other host
 // paths are opened with; nil: this process's.
@@ -228,6 +235,31 @@ func (j *Job) compileSpec() (*isolate.Spec, error) {
 	s.StderrToStdout = false
 	if err := applyLimits(&s, j.lang.CompileLimits, &api.Spec{}); err != nil {
 		return nil, fmt.Errorf("language %s: compile limits: %v", j.lang.Name, err)
+	}
+	if c := j.caps; c != nil {
+		ms := func(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+		for _, l := range []struct {
+			v   *int64
+			max int64
+		}{{&s.Memory, c.MemoryBytes}, {&s.Pids, c.Pids}, {&s.TmpSize, c.TmpSizeBytes}, {&s.FileSize, c.FileSizeBytes}} {
+			if l.max > 0 && (*l.v <= 0 || *l.v > l.max) {
+				*l.v = l.max
+			}
+		}
+		for _, l := range []struct {
+			v   *time.Duration
+			max int64
+		}{{&s.CPUTime, c.CPUTimeMs}, {&s.WallTime, c.WallTimeMs}} {
+			if l.max > 0 && (*l.v <= 0 || *l.v > ms(l.max)) {
+				*l.v = ms(l.max)
+			}
+		}
+		if c.CPUTimeMs > 0 {
+			s.ExtraTime = min(s.ExtraTime, max(ms(c.CPUTimeMs)-s.CPUTime, 0))
+		}
+		if c.CPUs > 0 && (s.CPUs <= 0 || s.CPUs > c.CPUs) {
+			s.CPUs = c.CPUs
+		}
 	}
 	vars := phaseVars(&s)
 	s.Command = vars.Expand(j.lang.Compile)

@@ -80,6 +80,8 @@ var queueCases = []queueCase{
 	// Nor the admin view of sessions, nor the monitor's endpoints.
 	{row: "every caller's sessions", endpoint: "sessions", body: `{}`, want: malformedEndpoint},
 	{row: "metrics and health", endpoint: "metrics", body: `{}`, want: malformedEndpoint},
+	// The queue's budget: no session, so no background command either.
+	{row: "budget: sessions, background commands, held bytes", endpoint: "sessions", body: `{}`, want: malformedEndpoint},
 }
 
 // auditedJob is the request id of the audit trail's case.

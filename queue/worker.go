@@ -23,7 +23,7 @@ import (
 
 // Answerer sends a request through the service's handlers in-process
 // (server.Server.Answer).
-type Answerer func(ctx context.Context, who caller.Caller, method, path string, body []byte) (int, []byte)
+type Answerer func(ctx context.Context, who caller.Caller, method, path string, body string) (int, []byte)
 
 // Config is a worker's settings.
 type Config struct {
@@ -506,13 +506,13 @@ func (w *Worker) handle(m redis.XMessage, claimed bool) {
 		return
 	}
 	stopRenewing := w.renew(m.ID)
-	status, body := w.cfg.Answer(ctx, caller.QueueJob, "POST", job.Path(), []byte(job.Body))
+	status, body := w.cfg.Answer(ctx, caller.QueueJob, "POST", job.Path(), job.Body)
 	// The API's own callers filled the service's waiting queue (429):
 	// the job waits here, holding its slot of the worker, rather than
 	// counting a delivery each time it is turned away.
 	for b := newBackoff(); status == http.StatusTooManyRequests && ctx.Err() == nil && !w.draining.Load(); {
 		b.wait(ctx)
-		status, body = w.cfg.Answer(ctx, caller.QueueJob, "POST", job.Path(), []byte(job.Body))
+		status, body = w.cfg.Answer(ctx, caller.QueueJob, "POST", job.Path(), job.Body)
 	}
 	if ctx.Err() == nil && status == http.StatusOK && w.cfg.Recheck != nil && HasXX(job.Endpoint, body) {
 		// The sandbox failed: the job's doing, or this worker's? The

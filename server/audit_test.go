@@ -234,7 +234,7 @@ func TestMonitorFake(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- srv.ServeMonitor(l) }()
 	defer func() { srv.Shutdown(time.Second); <-done }()
-	srv.Answer(t.Context(), alice, "POST", "/v1/run", []byte(`{"commands":[{"args":["echo"]}]}`))
+	srv.Answer(t.Context(), alice, "POST", "/v1/run", `{"commands":[{"args":["echo"]}]}`)
 	get := func(method, path, body string) (int, string) {
 		req, _ := http.NewRequest(method, "http://"+l.Addr().String()+path, strings.NewReader(body))
 		resp, err := http.DefaultClient.Do(req)

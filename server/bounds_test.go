@@ -18,6 +18,7 @@ import (
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/internal/connlimit"
 	"github.com/isolate-sandbox/isolate/internal/fdtest"
+	"github.com/isolate-sandbox/isolate/internal/jsonout"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
@@ -89,7 +90,7 @@ func TestOutputPastTheLimitIsCut(t *testing.T) {
 // though it is written in pieces.
 func TestLargeAnswerIsEncodedAsEncodingJSONWould(t *testing.T) {
 	var raw strings.Builder
-	for i := 0; raw.Len() < 3*liftAbove; i++ {
+	for i := 0; raw.Len() < 3*jsonout.LiftAbove; i++ {
 		raw.WriteString(string(rune(i % 0x3000)))
 		raw.WriteByte(byte(i)) // control bytes, and invalid UTF-8
 		raw.WriteString("<&>\u2028é")
@@ -104,11 +105,11 @@ func TestLargeAnswerIsEncodedAsEncodingJSONWould(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got strings.Builder
-	if err := a.writeTo(&got); err != nil {
+	if err := a.Write(&got); err != nil {
 		t.Fatal(err)
 	}
-	if a.size() != -1 || len(a.items) != 4 {
-		t.Errorf("%d strings written in pieces, want 4", len(a.items))
+	if a.Size() != -1 || a.Lifted() != 4 {
+		t.Errorf("%d strings written in pieces, want 4", a.Lifted())
 	}
 	var w, g any
 	json.Unmarshal(want, &w)

@@ -31,6 +31,12 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), err)
 		return
 	}
+	if who.Capped() {
+		req.Caps = &s.cfg.Policy.Caps
+	}
+	if !s.startRuns(w, who, 1) {
+		return
+	}
 	ctx, done, ok := s.admit(w, r, 1)
 	if !ok {
 		return
@@ -64,6 +70,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 			if phase != nil {
 				phase.Sandbox.Via = "service"
 				phase.RequestID = note.id
+				s.ledger.ChargeCPU(who, cpuOf(phase))
 			}
 		}
 		note.settleExec(&req.Spec, rep)

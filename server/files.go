@@ -21,7 +21,9 @@ func (s *Server) handleFilePut(w http.ResponseWriter, r *http.Request) {
 		}
 		max = n
 	}
-	info, err := s.store.Put(callerOf(r).StoreOwner(), r.Body, max)
+	body, clear := streamedBody(w, r)
+	info, err := s.store.Put(callerOf(r).StoreOwner(), body, max)
+	clear()
 	var qe *filestore.QuotaError
 	var te *filestore.TooLargeError
 	switch {

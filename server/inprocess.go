@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"strings"
 
 	"github.com/isolate-sandbox/isolate/caller"
 )
@@ -14,8 +15,11 @@ import (
 // and 403s included), under the same policy, caps, run slots and drain.
 // A front end outside HTTP (the queue) takes its answers from here. The
 // token is not asked: the front end vouches for its transport.
-func (s *Server) Answer(ctx context.Context, who caller.Caller, method, path string, body []byte) (status int, answer []byte) {
-	r, err := http.NewRequestWithContext(context.WithValue(ctx, callerKey{}, who), method, path, bytes.NewReader(body))
+//
+// The body is read from the string itself, not a copy of it: a queue
+// job's body past --max-body is refused (413) without one.
+func (s *Server) Answer(ctx context.Context, who caller.Caller, method, path string, body string) (status int, answer []byte) {
+	r, err := http.NewRequestWithContext(context.WithValue(ctx, callerKey{}, who), method, path, strings.NewReader(body))
 	if err != nil {
 		return http.StatusBadRequest, nil
 	}

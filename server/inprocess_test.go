@@ -38,7 +38,7 @@ func TestAnswerIsTheEndpoints(t *testing.T) {
 		`{"commands":[{"args":["/bin/true"],"binds":[{"host":"/etc","box":"/mnt"}]}]}`,
 		`not json`,
 	} {
-		code, answer := s.Answer(context.Background(), caller.QueueJob, "POST", "/v1/run", []byte(body))
+		code, answer := s.Answer(context.Background(), caller.QueueJob, "POST", "/v1/run", body)
 		w := httptest.NewRecorder()
 		s.Handler().ServeHTTP(w, httptest.NewRequest("POST", "/v1/run", strings.NewReader(body)))
 		// Each request has an id of its own.

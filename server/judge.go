@@ -34,6 +34,9 @@ func (j Judge) Exec(ctx context.Context, req *ExecRequest, stdio isolate.IO) (*a
 	if err != nil {
 		return nil, asUsage(err)
 	}
+	if req.Caps != nil {
+		job.CapCompile(*req.Caps)
+	}
 	return job.Run(ctx, stdio)
 }
 

@@ -2,6 +2,7 @@ package server
 
 import (
 	"github.com/isolate-sandbox/isolate/api"
+	"github.com/isolate-sandbox/isolate/caller"
 )
 
 // RunRequest is the body of POST /v1/run: commands that start together
@@ -124,4 +125,7 @@ type ExecRequest struct {
 	api.Spec
 	Source string `json:"source"`
 	Stdin  *Input `json:"stdin,omitempty"` // the run's; absent: /dev/null
+	// Caps bound the compile phase's limits (the language's) for a
+	// caller the service's caps bound; nil: none. Not part of the body.
+	Caps *caller.Caps `json:"-"`
 }

@@ -36,6 +36,9 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), err)
 		return
 	}
+	if !s.startRuns(w, who, len(req.Commands)) {
+		return
+	}
 	ctx, done, ok := s.admit(w, r, len(req.Commands))
 	if !ok {
 		return
@@ -109,6 +112,7 @@ func (s *Server) run(ctx context.Context, req *RunRequest, who caller.Caller, ev
 	_, records, err := isolate.RunGroup(ctx, s.runner, cmds, pipes, func(i int, rep *api.Report) {
 		rep.RequestID = note.id
 		note.settle(i, &req.Commands[i].Spec, rep)
+		s.ledger.ChargeCPU(who, cpuOf(rep))
 		results[i] = t.result(i, rep)
 		if ev != nil {
 			ev.result(i, results[i])

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -22,6 +23,7 @@ import (
 	"github.com/isolate-sandbox/isolate/caller"
 	"github.com/isolate-sandbox/isolate/filestore"
 	"github.com/isolate-sandbox/isolate/internal/connlimit"
+	"github.com/isolate-sandbox/isolate/internal/jsonout"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
@@ -87,6 +89,9 @@ type Config struct {
 	// Audit writes the audit trail (nil: lines only feed the per-caller
 	// metrics).
 	Audit *Auditor
+	// Ledger is what each caller holds in the service at once (nil: a
+	// ledger of the default budget).
+	Ledger *caller.Ledger
 }
 
 // Defaults of the service's own bounds.
@@ -98,10 +103,11 @@ const (
 	// stream's max_bytes) when the service sets no --max-output: what one
 	// stream of one command may make the service hold.
 	DefaultMaxOutputBytes = 16 << 20
-	// readTimeout bounds how long a client may take to send a run's or
-	// an exec's body.
-	readTimeout = 30 * time.Second
 )
+
+// readTimeout bounds how long a client may take to send a request's body
+// (a streamed one: deadlineBody).
+var readTimeout = 30 * time.Second
 
 // Server is one service: its handlers, queue and metrics.
 type Server struct {
@@ -116,6 +122,11 @@ type Server struct {
 	// running): Parallel + Queue. Beyond them a request gets 429 before
 	// its body is read: the service holds at most that many bodies.
 	places chan struct{}
+	// placesMu guards placesBy: the places each account but root's
+	// holds, at most half of them (maxPlacesPerCaller): one caller's
+	// slow or stalled bodies leave the other half to everyone else.
+	placesMu sync.Mutex
+	placesBy map[string]int
 
 	draining atomic.Bool
 	// drained ends when the drain begins: requests still waiting for a
@@ -130,6 +141,7 @@ type Server struct {
 
 	sessions *sessions // nil without cfg.Sessions
 	audit    *Auditor
+	ledger   *caller.Ledger
 
 	mu      sync.Mutex
 	servers []*http.Server
@@ -154,11 +166,15 @@ func New(cfg Config) *Server {
 		cfg.Policy.Caps.OutputLimitBytes = DefaultMaxOutputBytes
 	}
 	s := &Server{cfg: cfg, runner: cfg.Runner, store: cfg.Store, queue: newQueue(cfg.Parallel, cfg.Queue), mux: http.NewServeMux(),
-		places: make(chan struct{}, cfg.Parallel+cfg.Queue)}
+		places: make(chan struct{}, cfg.Parallel+cfg.Queue), placesBy: map[string]int{}}
 	s.base, s.cancel = context.WithCancelCause(context.Background())
 	s.drained, s.stopTaken = context.WithCancelCause(context.Background())
 	if s.audit = cfg.Audit; s.audit == nil {
 		s.audit = NewAuditor()
+	}
+	s.ledger = cfg.Ledger
+	if s.ledger == nil {
+		s.ledger = caller.NewLedger(caller.Budget{Bytes: caller.DefaultHeldBytes, TotalBytes: caller.DefaultTotalHeldBytes, Background: caller.DefaultBackground})
 	}
 	if cfg.Sessions != nil {
 		s.sessions = newSessions(&cfg)
@@ -200,8 +216,13 @@ func (s *Server) Serve(l net.Listener) error {
 		return errors.New("refusing to listen on TCP without a token (--token-file)")
 	}
 	hs := &http.Server{
-		Handler:           s.Handler(),
-		ConnContext:       connContext,
+		Handler:     s.Handler(),
+		ConnContext: connContext,
+		// A connection waiting for its next request makes room for a
+		// new one of its peer's: keep-alive never locks a client out.
+		ConnState: func(c net.Conn, st http.ConnState) {
+			connlimit.Idle(c, st == http.StateIdle)
+		},
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       5 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
@@ -217,6 +238,9 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 	return err
 }
+
+// Ledger is what each caller holds in the service (caller.Ledger).
+func (s *Server) Ledger() *caller.Ledger { return s.ledger }
 
 // Connections are the connections held now, those closed at once for
 // being beyond the limits, and the accepts that found no descriptor.
@@ -274,14 +298,25 @@ func read[T any](s *Server, w http.ResponseWriter, r *http.Request, v *T) (leave
 		writeError(w, http.StatusRequestEntityTooLarge, errBodyTooLarge{s.cfg.MaxBodyBytes})
 		return nil, false
 	}
+	// Root's requests are the operator's: no share (account "").
+	account := ""
+	if who := callerOf(r); !who.Root() {
+		account = who.Account()
+	}
+	if !s.takePlace(account) {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, fmt.Errorf("%w: this caller holds %d of the service's %d requests already, its share", errQueueFull, s.maxPlacesPerCaller(), cap(s.places)))
+		return nil, false
+	}
 	select {
 	case s.places <- struct{}{}:
 	default:
+		s.givePlace(account)
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusTooManyRequests, fmt.Errorf("%w: the service holds %d requests already", errQueueFull, cap(s.places)))
 		return nil, false
 	}
-	leave = func() { <-s.places }
+	leave = func() { <-s.places; s.givePlace(account) }
 	rc := http.NewResponseController(w)
 	rc.SetReadDeadline(time.Now().Add(readTimeout))
 	err := decode(r.Body, v, s.cfg.MaxBodyBytes, s.maxCommands())
@@ -294,6 +329,35 @@ func read[T any](s *Server, w http.ResponseWriter, r *http.Request, v *T) (leave
 		return nil, false
 	}
 	return leave, true
+}
+
+// maxPlacesPerCaller is the most places one account holds at once: half
+// the service's (--parallel + --queue), at least one.
+func (s *Server) maxPlacesPerCaller() int { return max(1, cap(s.places)/2) }
+
+// takePlace counts a place of account's, unless it holds its share.
+func (s *Server) takePlace(account string) bool {
+	if account == "" {
+		return true
+	}
+	s.placesMu.Lock()
+	defer s.placesMu.Unlock()
+	if s.placesBy[account] >= s.maxPlacesPerCaller() {
+		return false
+	}
+	s.placesBy[account]++
+	return true
+}
+
+func (s *Server) givePlace(account string) {
+	if account == "" {
+		return
+	}
+	s.placesMu.Lock()
+	defer s.placesMu.Unlock()
+	if s.placesBy[account]--; s.placesBy[account] <= 0 {
+		delete(s.placesBy, account)
+	}
 }
 
 // maxCommands is the most commands one request may run.
@@ -327,7 +391,8 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, n int) (ctx conte
 		return nil, nil, false
 	}
 	ctx, cancel := s.requestContext(r)
-	if err := s.acquire(ctx, n); err != nil {
+	account := callerOf(r).Account()
+	if err := s.acquire(ctx, account, n); err != nil {
 		cancel()
 		s.inflight.Done()
 		code := statusOf(err)
@@ -348,7 +413,7 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, n int) (ctx conte
 			f.Flush()
 		}
 		close(answered)
-		s.queue.release(n)
+		s.queue.releaseFor(account, n)
 		cancel()
 		s.inflight.Done()
 	}
@@ -359,26 +424,33 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, n int) (ctx conte
 // command does (--parallel, then --queue), for a front end outside HTTP
 // (the CLI's handover); release gives it back.
 func (s *Server) Slot(ctx context.Context) (release func(), err error) {
+	return s.SlotFor(ctx, caller.Caller{Via: caller.Process, UID: -1})
+}
+
+// SlotFor is Slot for who: its account's waiters are served as an API
+// caller's are (queue).
+func (s *Server) SlotFor(ctx context.Context, who caller.Caller) (release func(), err error) {
 	if s.draining.Load() {
 		return nil, errors.New("the service is stopping")
 	}
-	if err := s.acquire(ctx, 1); err != nil {
+	account := who.Account()
+	if err := s.acquire(ctx, account, 1); err != nil {
 		if errors.Is(err, errQueueFull) {
 			return nil, errors.New("the service is busy: every run slot is taken and its queue is full (--parallel, --queue); try again")
 		}
 		return nil, err
 	}
-	return func() { s.queue.release(1) }, nil
+	return func() { s.queue.releaseFor(account, 1) }, nil
 }
 
-// acquire waits for n slots, until ctx ends or the drain begins
-// (errStopping).
-func (s *Server) acquire(ctx context.Context, n int) error {
+// acquire waits for n slots of account's, until ctx ends or the drain
+// begins (errStopping).
+func (s *Server) acquire(ctx context.Context, account string, n int) error {
 	wait, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	unhook := context.AfterFunc(s.drained, func() { stop(errStopping) })
 	defer unhook()
-	if err := s.queue.acquire(wait, n); err != nil {
+	if err := s.queue.acquireFor(wait, account, n); err != nil {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
@@ -437,17 +509,24 @@ func writeError(w http.ResponseWriter, code int, err error) {
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	a, err := encodeAnswer(v)
 	if err != nil {
-		code, a = http.StatusInternalServerError, &answer{head: []byte(`{"error":"the answer could not be encoded"}` + "\n")}
+		code, a = http.StatusInternalServerError, nil
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if a == nil {
+		const failed = `{"error":"the answer could not be encoded"}` + "\n"
+		w.Header().Set("Content-Length", strconv.Itoa(len(failed)))
+		w.WriteHeader(code)
+		io.WriteString(w, failed)
+		return
+	}
 	// With its length known the answer goes out whole at the request's
 	// end (admit's flush), not chunked with its last chunk after it. A
 	// large one goes out in pieces as it is encoded.
-	if n := a.size(); n >= 0 {
+	if n := a.Size(); n >= 0 {
 		w.Header().Set("Content-Length", strconv.Itoa(n))
 	}
 	w.WriteHeader(code)
-	a.writeTo(w)
+	a.Write(w)
 }
 
 // statusOf is the HTTP status of a request's error: what this caller may
@@ -461,10 +540,35 @@ func statusOf(err error) int {
 		return http.StatusForbidden
 	case errors.As(err, &fe), errors.As(err, &ue):
 		return http.StatusBadRequest
-	case errors.Is(err, errQueueFull):
+	case errors.Is(err, errQueueFull), errors.Is(err, caller.ErrOverBudget):
 		return http.StatusTooManyRequests
 	case errors.As(err, new(errBodyTooLarge)):
 		return http.StatusRequestEntityTooLarge
 	}
 	return http.StatusInternalServerError
+}
+
+// encodeAnswer encodes an answer as one line of JSON, HTML left
+// unescaped, its large strings written in pieces (jsonout).
+func encodeAnswer(v any) (*jsonout.Encoded, error) { return jsonout.Encode(v, jsonout.Options{}) }
+
+// startRuns counts n runs of who against its quota (caller.Ledger); over
+// it, it answers 429 with Retry-After itself and says false.
+func (s *Server) startRuns(w http.ResponseWriter, who caller.Caller, n int) bool {
+	err := s.ledger.StartRuns(who, n)
+	var oq *caller.OverQuota
+	if errors.As(err, &oq) {
+		w.Header().Set("Retry-After", strconv.Itoa(oq.RetrySeconds()))
+		writeError(w, http.StatusTooManyRequests, err)
+		return false
+	}
+	return true
+}
+
+// cpuOf is the CPU time a report measured.
+func cpuOf(r *api.Report) time.Duration {
+	if r == nil {
+		return 0
+	}
+	return time.Duration(r.CPUTime * float64(time.Second))
 }

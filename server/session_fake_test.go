@@ -63,6 +63,7 @@ type fakeBox struct {
 	closed bool
 	next   uint64
 	procs  []*fakeProc
+	cmds   []isolate.SessionCommand // as started
 }
 
 type fakeProc struct {
@@ -90,6 +91,7 @@ func (b *fakeBox) Start(cmd isolate.SessionCommand, stdio isolate.IO) (SessionPr
 		return nil, isolate.ErrSessionEnded
 	}
 	b.next++
+	b.cmds = append(b.cmds, cmd)
 	p := &fakeProc{id: b.next, done: make(chan struct{}), sig: make(chan syscall.Signal, 1)}
 	b.procs = append(b.procs, p)
 	go func() {
@@ -108,6 +110,13 @@ func (b *fakeBox) Start(cmd isolate.SessionCommand, stdio isolate.IO) (SessionPr
 			if stdio.Stdin != nil {
 				io.Copy(w, stdio.Stdin)
 			}
+		case "zeros": // zeros N: N bytes, kept up to the output limit
+			var n int64
+			fmt.Sscan(cmd.Args[1], &n)
+			if cmd.OutputLimit > 0 {
+				n = min(n, cmd.OutputLimit)
+			}
+			w.Write(make([]byte, n))
 		case "sleep":
 			select {
 			case s := <-p.sig:

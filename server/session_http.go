@@ -325,30 +325,34 @@ func (s *Server) handleSessionCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	noteOf(r.Context()).settle(0, spec, nil)
-	owner := ownerOf(who)
-	if err := s.sessions.reserve(owner); err != nil {
+	owner, account := ownerOf(who), who.Account()
+	if err := s.sessions.reserve(account); err != nil {
 		sessionErr(w, err)
 		return
 	}
 	// Building the box takes a run slot, as a run's does.
 	ctx, done, ok := s.admit(w, r, 1)
 	if !ok {
-		s.sessions.unreserve(owner)
+		s.sessions.unreserve(account)
 		return
 	}
 	defer done()
 	box, err := s.sessions.host.StartSession(ctx, spec)
 	if err != nil {
-		s.sessions.unreserve(owner)
+		s.sessions.unreserve(account)
 		writeError(w, statusOf(err), err)
 		return
 	}
-	sess := s.sessions.add(owner, box, sessionEnv(spec), lease, idle)
+	sess := s.sessions.add(owner, account, box, sessionEnv(spec), lease, idle)
 	if sess == nil {
 		sessionErr(w, errStopping)
 		return
 	}
 	noteOf(r.Context()).setSession(sess.id)
+	sess.outputLimit = spec.WithDefaults().OutputLimitBytes
+	if sess.outputLimit <= 0 || sess.outputLimit > s.maxOutput() {
+		sess.outputLimit = s.maxOutput()
+	}
 	a := sess.answer(false)
 	s.answer(w, http.StatusCreated, SessionAnswer{ID: a.ID, ExpiresAt: a.ExpiresAt, IdleExpiresAt: a.IdleExpiresAt, Metadata: sess.setMetadata(req.Metadata)})
 }
@@ -476,14 +480,22 @@ func (s *Server) sessionCommand(req *SessionCommandRequest, sess *session, who c
 		def = 0
 	}
 	wallCap := time.Duration(maxMs) * time.Millisecond
-	if who.Capped() && s.cfg.Policy.Caps.WallTimeMs > 0 && !req.Background {
+	if who.Capped() && s.cfg.Policy.Caps.WallTimeMs > 0 {
+		// In the background too: its default (none) is the cap.
 		wallCap = time.Duration(s.cfg.Policy.Caps.WallTimeMs) * time.Millisecond
+		if req.Background {
+			def = wallCap
+		}
 	}
 	d, err := msField("timeout_ms", req.TimeoutMs, def, wallCap, "--max-wall-time")
 	if err != nil {
 		return cmd, err
 	}
 	cmd.WallTime = d
+	if who.Capped() && s.cfg.Policy.Caps.CPUTimeMs > 0 {
+		// Each of its processes within --max-time, in the background too.
+		cmd.CPUTime = time.Duration(s.cfg.Policy.Caps.CPUTimeMs) * time.Millisecond
+	}
 	return cmd, nil
 }
 
@@ -499,9 +511,13 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer done()
-	cmd, err := s.sessionCommand(&req, sess, callerOf(r))
+	who := callerOf(r)
+	cmd, err := s.sessionCommand(&req, sess, who)
 	if err != nil {
 		writeError(w, statusOf(err), err)
+		return
+	}
+	if !s.startRuns(w, who, 1) {
 		return
 	}
 	if req.Background {
@@ -509,7 +525,7 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 			sessionErr(w, errStopping)
 			return
 		}
-		s.startBackground(w, r, sess, cmd, req.Stdin)
+		s.startBackground(w, r, who, sess, cmd, req.Stdin)
 		return
 	}
 	// A command in the foreground takes a run slot while it runs.
@@ -544,6 +560,7 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 		p.Signal(syscall.SIGKILL)
 	}
 	rep := p.Wait()
+	s.ledger.ChargeCPU(who, cpuOf(rep))
 	rep.Sandbox.Via = "service"
 	rep.RequestID = requestID(r.Context())
 	noteOf(r.Context()).settleSession(p.ID(), rep)
@@ -558,25 +575,52 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 }
 
 // startBackground starts cmd with a stdin the service keeps (stdin, if
-// any, written to it first) and answers its id.
-func (s *Server) startBackground(w http.ResponseWriter, r *http.Request, sess *session, cmd isolate.SessionCommand, stdin *string) {
+// any, written to it first) and answers its id. The command takes a run
+// slot while it runs, as a foreground one does, and its account holds in
+// the ledger its captured output: at its limit while it runs, as kept
+// once it ended, until its record is dropped.
+func (s *Server) startBackground(w http.ResponseWriter, r *http.Request, who caller.Caller, sess *session, cmd isolate.SessionCommand, stdin *string) {
+	held, err := sess.holdBackground(s.ledger, caller.Usage{Bytes: s.outputHeld(sess, cmd), Background: 1})
+	if err != nil {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, err)
+		return
+	}
+	account := who.Account()
+	if err := s.queue.acquireFor(r.Context(), account, 1); err != nil {
+		held.Release()
+		if errors.Is(err, errQueueFull) {
+			w.Header().Set("Retry-After", "1")
+		}
+		writeError(w, statusOf(err), err)
+		return
+	}
 	rd, wr, err := os.Pipe()
 	if err != nil {
+		s.queue.releaseFor(account, 1)
+		held.Release()
 		writeError(w, http.StatusInternalServerError, err)
 		return
 	}
 	p, err := sess.box.Start(cmd, isolate.IO{Stdin: rd})
 	if err != nil {
+		s.queue.releaseFor(account, 1)
+		held.Release()
 		rd.Close()
 		wr.Close()
 		sessionErr(w, err)
 		return
 	}
-	sp := &sessionProc{p: p, args: cmd.Args, background: true, stdin: wr, stdinEnd: rd}
-	who, id, start := callerOf(r), requestID(r.Context()), time.Now()
+	sp := &sessionProc{p: p, args: cmd.Args, background: true, stdin: wr, stdinEnd: rd, held: held, streamLimit: s.streamLimit(sess, cmd)}
+	sp.release = func() {
+		s.queue.releaseFor(account, 1)
+		s.ledger.ChargeCPU(who, cpuOf(p.Wait()))
+	}
+	id, start := requestID(r.Context()), time.Now()
 	noteOf(r.Context()).started(p.ID())
 	go func() {
 		<-p.Done()
+		sp.settle()
 		// The read end first: a write blocked on the full pipe fails
 		// (EPIPE) rather than wait for a reader that is gone.
 		rd.Close()
@@ -585,6 +629,7 @@ func (s *Server) startBackground(w http.ResponseWriter, r *http.Request, sess *s
 	}()
 	if err := sess.addProc(sp); err != nil {
 		p.Signal(syscall.SIGKILL)
+		held.Release()
 		sessionErr(w, err)
 		return
 	}
@@ -598,6 +643,36 @@ func (s *Server) startBackground(w http.ResponseWriter, r *http.Request, sess *s
 		}()
 	}
 	s.answer(w, http.StatusCreated, map[string]any{"id": p.ID(), "running": true})
+}
+
+// streamLimit is what one captured stream of cmd keeps at most.
+func (s *Server) streamLimit(sess *session, cmd isolate.SessionCommand) int64 {
+	limit := cmd.OutputLimit
+	if limit <= 0 {
+		limit = sess.outputLimit
+	}
+	if limit <= 0 {
+		limit = s.maxOutput()
+	}
+	return limit
+}
+
+// outputHeld is the most captured output a command of sess may make the
+// service keep: its output limit for each stream it captures.
+func (s *Server) outputHeld(sess *session, cmd isolate.SessionCommand) int64 {
+	if cmd.StderrToStdout {
+		return s.streamLimit(sess, cmd)
+	}
+	return 2 * s.streamLimit(sess, cmd)
+}
+
+// keptCost is the memory a kept stream of n bytes holds: its capture's
+// buffer, grown by doubling from 4 KiB up to the stream's limit.
+func keptCost(n int, limit int64) int64 {
+	if n == 0 {
+		return 0
+	}
+	return min(max(2*int64(n), 4<<10), max(limit, int64(n)))
 }
 
 // processOf is the request's session and command.
@@ -622,11 +697,28 @@ func (s *Server) processOf(w http.ResponseWriter, r *http.Request) (*session, *s
 func processState(sp *sessionProc) ProcessState {
 	st := ProcessState{ID: sp.p.ID(), Args: sp.args, Running: !sp.ended()}
 	if !st.Running {
+		if sp.background {
+			sp.settle()
+		}
 		rep := *sp.p.Wait() // a copy: the report is every request's
 		rep.Sandbox.Via = "service"
 		st.Report = &rep
 	}
 	return st
+}
+
+// settle gives back, once a background command has ended, its run slot
+// and what its captured output does not keep; its report's bytes stay
+// held until its record goes. Whoever sees the end first settles it.
+func (p *sessionProc) settle() {
+	p.settled.Do(func() {
+		if p.release != nil {
+			p.release()
+		}
+		rep := p.p.Wait()
+		p.held.Shrink(keptCost(len(rep.Stdout), p.streamLimit) + keptCost(len(rep.Stderr), p.streamLimit))
+		p.held.EndBackground()
+	})
 }
 
 func (s *Server) handleProcessGet(w http.ResponseWriter, r *http.Request) {
@@ -666,7 +758,9 @@ func (s *Server) handleProcessStdin(w http.ResponseWriter, r *http.Request) {
 	// client: the write gives up when the client goes.
 	f.SetWriteDeadline(time.Time{})
 	stop := context.AfterFunc(r.Context(), func() { f.SetWriteDeadline(time.Unix(1, 0)) })
-	n, err := io.Copy(f, r.Body)
+	body, clear := streamedBody(w, r)
+	n, err := io.Copy(f, body)
+	clear()
 	stop()
 	sp.stdinMu.Unlock()
 	if err != nil {
@@ -938,6 +1032,9 @@ func (s *Server) handleCode(w http.ResponseWriter, r *http.Request) {
 		contextErr(w, err)
 		return
 	}
+	if !s.startRuns(w, callerOf(r), 1) {
+		return
+	}
 	ctx, adone, ok := s.admit(w, r, 1)
 	if !ok {
 		return
@@ -1025,7 +1122,9 @@ func (s *Server) handleSessionFilePut(w http.ResponseWriter, r *http.Request) {
 	}
 	// Streamed from the body to the box's file: the box's own file
 	// system bounds it, not the service's memory.
-	n, err := sess.box.WriteFile(boxPath(r), r.Body, mode)
+	body, clear := streamedBody(w, r)
+	n, err := sess.box.WriteFile(boxPath(r), body, mode)
+	clear()
 	if err != nil {
 		fileErr(w, err)
 		return

@@ -142,7 +142,7 @@ type sessions struct {
 
 	mu      sync.Mutex
 	byID    map[string]*session
-	owned   map[string]int // sessions (and starts under way) per owner
+	owned   map[string]int // sessions (and starts under way) per account
 	pending int            // starts under way
 	closed  bool           // the service stopped: no more sessions
 	ends    sync.WaitGroup // sessions being closed
@@ -163,8 +163,9 @@ func newSessions(cfg *Config) *sessions {
 	return r
 }
 
-// ownerOf is who owns what c makes: a uid (root's too: root's sessions
-// are root's), or the token's callers together.
+// ownerOf is who owns what c makes, and may use it: a uid (root's too:
+// root's sessions are root's), or the token's callers together. Whose
+// budget it counts against is c.Account().
 func ownerOf(c caller.Caller) string {
 	switch c.Via {
 	case caller.TCP:
@@ -180,9 +181,12 @@ type session struct {
 	reg     *sessions
 	id      string
 	owner   string
+	account string // whose budget it counts against (caller.Account)
 	box     SessionBox
-	env     []string // the session's environment, which a command's env adds to
-	created time.Time
+	// outputLimit is what a command's captured stream keeps by default.
+	outputLimit int64
+	env         []string // the session's environment, which a command's env adds to
+	created     time.Time
 
 	mu          sync.Mutex
 	lease, idle time.Duration
@@ -208,6 +212,14 @@ type sessionProc struct {
 	stdin      *os.File // the write end of a background command's stdin, until closed
 	stdinEnd   *os.File // its read end, which the service holds until the command ends
 	fileMu     sync.Mutex
+	// held is what the ledger counts for a background command: its
+	// output at its limit while it runs, as kept once it ended, until
+	// its record is dropped.
+	held        *caller.Hold
+	streamLimit int64 // what one of its captured streams keeps at most
+	// release gives back its run slot; settled runs settle once.
+	release func()
+	settled sync.Once
 }
 
 // stdinFile is the write end of the command's stdin, nil once closed;
@@ -241,8 +253,8 @@ func newID() string {
 	return hex.EncodeToString(b)
 }
 
-// reserve takes a place for a new session of owner, or says why not.
-func (r *sessions) reserve(owner string) error {
+// reserve takes a place for a new session of account, or says why not.
+func (r *sessions) reserve(account string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
@@ -250,25 +262,25 @@ func (r *sessions) reserve(owner string) error {
 		return errStopping
 	case len(r.byID)+r.pending >= r.max:
 		return fmt.Errorf("%w: the service holds %d sessions, its maximum (--max-sessions)", errSessionCap, r.max)
-	case r.owned[owner] >= r.perCaller:
+	case r.owned[account] >= r.perCaller:
 		return fmt.Errorf("%w: this caller holds %d sessions, its maximum (--max-sessions-per-caller); delete one first", errSessionCap, r.perCaller)
 	}
 	r.pending++
-	r.owned[owner]++
+	r.owned[account]++
 	return nil
 }
 
 // unreserve gives back a place reserve took for a start that failed.
-func (r *sessions) unreserve(owner string) {
+func (r *sessions) unreserve(account string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.pending--
-	r.release(owner)
+	r.release(account)
 }
 
-func (r *sessions) release(owner string) {
-	if r.owned[owner]--; r.owned[owner] <= 0 {
-		delete(r.owned, owner)
+func (r *sessions) release(account string) {
+	if r.owned[account]--; r.owned[account] <= 0 {
+		delete(r.owned, account)
 	}
 }
 
@@ -276,15 +288,15 @@ var errStopping = errors.New("the service is stopping")
 
 // add records a started session in the place reserve took, with its
 // lease and idle time, and watches its box and its deadlines.
-func (r *sessions) add(owner string, box SessionBox, env []string, lease, idle time.Duration) *session {
+func (r *sessions) add(owner, account string, box SessionBox, env []string, lease, idle time.Duration) *session {
 	now := r.now()
-	s := &session{reg: r, id: newID(), owner: owner, box: box, env: env, created: now,
+	s := &session{reg: r, id: newID(), owner: owner, account: account, box: box, env: env, created: now,
 		lease: lease, idle: idle, expires: now.Add(lease), lastUsed: now,
 		procs: map[uint64]*sessionProc{}, contexts: map[string]*codeContext{}}
 	r.mu.Lock()
 	r.pending--
 	if r.closed {
-		r.release(owner)
+		r.release(account)
 		r.mu.Unlock()
 		box.Close()
 		return nil
@@ -434,7 +446,7 @@ func (r *sessions) end(s *session, _ error) {
 	r.mu.Lock()
 	if r.byID[s.id] == s {
 		delete(r.byID, s.id)
-		r.release(s.owner)
+		r.release(s.account)
 	}
 	r.ends.Add(1)
 	r.mu.Unlock()
@@ -449,6 +461,7 @@ func (r *sessions) end(s *session, _ error) {
 	}
 	for _, p := range procs {
 		p.closeStdin()
+		p.held.Release()
 	}
 }
 
@@ -492,13 +505,7 @@ func (s *session) addProc(sp *sessionProc) error {
 		return isolate.ErrSessionEnded
 	}
 	if len(s.procs) >= maxProcessRecords {
-		for i, id := range s.order {
-			if p := s.procs[id]; p != nil && p.ended() {
-				delete(s.procs, id)
-				s.order = append(s.order[:i:i], s.order[i+1:]...)
-				break
-			}
-		}
+		s.dropOldestEnded()
 	}
 	if len(s.procs) >= maxProcessRecords {
 		return fmt.Errorf("%w: %d commands run in this session already", errSessionCap, maxProcessRecords)
@@ -507,6 +514,38 @@ func (s *session) addProc(sp *sessionProc) error {
 	s.procs[id] = sp
 	s.order = append(s.order, id)
 	return nil
+}
+
+// dropOldestEnded forgets the oldest ended background command, and what
+// the ledger counts for it; false when none has ended (s.mu held).
+func (s *session) dropOldestEnded() bool {
+	for i, id := range s.order {
+		if p := s.procs[id]; p != nil && p.background && p.ended() {
+			delete(s.procs, id)
+			s.order = append(s.order[:i:i], s.order[i+1:]...)
+			p.held.Release()
+			return true
+		}
+	}
+	return false
+}
+
+// holdBackground takes what the ledger counts for a background command
+// of s: u, or less once older ended commands of s are forgotten to make
+// room (their reports are the oldest kept).
+func (s *session) holdBackground(l *caller.Ledger, u caller.Usage) (*caller.Hold, error) {
+	for {
+		h, err := l.Hold(s.account, u)
+		if err == nil {
+			return h, nil
+		}
+		s.mu.Lock()
+		dropped := s.dropOldestEnded()
+		s.mu.Unlock()
+		if !dropped {
+			return nil, err
+		}
+	}
 }
 
 // dropProc forgets a foreground command once its report is answered.

@@ -94,7 +94,7 @@ func (e *events) emitValue(v any) {
 	e.rc.SetWriteDeadline(time.Now().Add(e.timeout))
 	a, err := encodeAnswer(v)
 	if err == nil {
-		err = a.writeTo(e.w)
+		err = a.Write(e.w)
 	}
 	if err == nil {
 		err = e.rc.Flush()

@@ -29,8 +29,10 @@ type cliService struct {
 	*handover.Server
 	handovers *prometheus.CounterVec
 	listener  *net.UnixListener
-	// slot waits for one of the API's run slots (set before serve).
-	slot func(context.Context) (func(), error)
+	// slot waits for one of the API's run slots, ledger counts runs
+	// against the callers' quotas (set before serve).
+	slot   func(context.Context, caller.Caller) (func(), error)
+	ledger *caller.Ledger
 	// audit writes each handover's audit line (set before serve).
 	audit *server.Auditor
 }
@@ -97,12 +99,13 @@ func listenCLI(o *options, gid int, host *isolate.Host, policy *caller.Policy) (
 	return cs, nil
 }
 
-// serve takes handovers, whose capped runs wait for slot.
-func (cs *cliService) serve(slot func(context.Context) (func(), error)) {
+// serve takes handovers, whose capped runs count against their callers'
+// quotas in ledger and wait for slot.
+func (cs *cliService) serve(slot func(context.Context, caller.Caller) (func(), error), ledger *caller.Ledger) {
 	if cs == nil {
 		return
 	}
-	cs.slot = slot
+	cs.slot, cs.ledger = slot, ledger
 	go func() {
 		if err := cs.Serve(cs.listener); err != nil {
 			fmt.Fprintln(os.Stderr, "isolate serve: --cli-socket: "+err.Error())
@@ -121,9 +124,14 @@ func (cs *cliService) runHandedOver(host *isolate.Host, policy *caller.Policy) h
 			RequestID: audit.id, Settled: audit.settled,
 			Args: inv.Args, Env: inv.Env, Dir: callerDir(inv),
 			Stdin: inv.Stdin, Stdout: inv.Stdout, Stderr: inv.Stderr,
-			Caller:  &who,
-			Policy:  policy,
-			Admit:   cs.slot,
+			Caller: &who,
+			Policy: policy,
+			Admit: func(ctx context.Context) (func(), error) {
+				if err := cs.ledger.StartRuns(who, 1); err != nil {
+					return nil, err
+				}
+				return cs.slot(ctx, who)
+			},
 			Host:    host,
 			Signals: inv.Signals,
 			Via:     "service",

@@ -98,6 +98,12 @@ type options struct {
 	auditFile            string
 	monitorListen        string
 	monitorSocket        string
+	heldBytes            string
+	totalHeldBytes       string
+	maxBackground        int
+	subuidFile           string
+	quotas               quotaList
+	quotaWindow          time.Duration
 	// A service without root (rootless.go).
 	cgroupRoot      string
 	allowRlimitOnly bool
@@ -136,7 +142,7 @@ func (g groupList) gids(flag string) ([]int, error) {
 	return ids, nil
 }
 
-type capFlags struct{ time, wall, mem, pids, tmp, fsize, output string }
+type capFlags struct{ time, wall, mem, pids, tmp, fsize, output, cpus string }
 
 // newFlagSet is the service's flags, bound to o.
 func newFlagSet(o *options) *flag.FlagSet {
@@ -168,6 +174,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.caps.pids, "max-pids", "", "largest pids")
 	fs.StringVar(&o.caps.tmp, "max-tmp-size", "", "largest tmp_size_bytes (SIZE)")
 	fs.StringVar(&o.caps.fsize, "max-fsize", "", "largest file_size_bytes (SIZE)")
+	fs.StringVar(&o.caps.cpus, "max-cpus", "", "largest cpus, a run's or a session's CPU bandwidth (e.g. 1.5)")
 	fs.StringVar(&o.caps.output, "max-output", megs(server.DefaultMaxOutputBytes), "largest output_limit_bytes, and collected max_bytes (SIZE; at most 1G)")
 	fs.StringVar(&o.maxBody, "max-body", megs(server.DefaultMaxBodyBytes), "largest request body (SIZE; at most 1G)")
 	fs.DurationVar(&o.writeTimeout, "write-timeout", server.DefaultWriteTimeout, "how long a client may leave its answer unread before its run is cancelled")
@@ -175,6 +182,12 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.IntVar(&o.conns.PerPeer, "max-conns-per-uid", connlimit.DefaultPerPeer, "connections one uid (over TCP: one address) may hold on each socket")
 	fs.IntVar(&o.maxSessions, "max-sessions", server.DefaultMaxSessions, "sessions alive at once, in all; more get 429")
 	fs.IntVar(&o.maxSessionsPerCaller, "max-sessions-per-caller", server.DefaultMaxSessionsPerCaller, "sessions one caller (a uid; over TCP: the token) may hold at once")
+	fs.StringVar(&o.heldBytes, "max-held-bytes-per-caller", megs(caller.DefaultHeldBytes), "bytes the service keeps for one caller at once: the captured output of its sessions' background commands (SIZE; at most 1G)")
+	fs.StringVar(&o.totalHeldBytes, "max-held-bytes", megs(caller.DefaultTotalHeldBytes), "bytes the service keeps for all its callers at once (SIZE; at most 16G)")
+	fs.Var(&o.quotas, "quota", "WHO=RUNS,CPU: runs and CPU time one caller may use in each --quota-window (0: no bound); WHO is default, group:NAME (its members; the first that matches), tcp (the token) or queue (repeatable; none: no quotas)")
+	fs.DurationVar(&o.quotaWindow, "quota-window", time.Minute, "the window of --quota")
+	fs.StringVar(&o.subuidFile, "subuid-file", caller.SubUIDFile, "subordinate uid ranges (name:start:count): a uid in a user's range counts as that user for sessions and budgets")
+	fs.IntVar(&o.maxBackground, "max-background-per-caller", caller.DefaultBackground, "background commands one caller's sessions run at once")
 	fs.DurationVar(&o.sessionMaxTimeout, "session-max-timeout", server.DefaultSessionMaxTimeout, "longest lease a session may ask (timeout_ms)")
 	fs.StringVar(&o.auditFile, "audit-file", "", "also append the audit trail (a JSON line per request, always on standard error) to this `FILE` (mode 0600)")
 	fs.StringVar(&o.monitorListen, "monitor-listen", "", "serve /metrics and /v1/health only, without a token, on this TCP `ADDR`")
@@ -214,6 +227,9 @@ func parseFlags(args []string) (*options, error) {
 	if o.maxSessions < 1 || o.maxSessionsPerCaller < 1 {
 		return nil, errors.New("--max-sessions, --max-sessions-per-caller: must be 1 or more")
 	}
+	if o.maxBackground < 1 {
+		return nil, errors.New("--max-background-per-caller: must be 1 or more")
+	}
 	if o.sessionMaxTimeout < time.Second {
 		return nil, errors.New("--session-max-timeout: must be 1s or more")
 	}
@@ -221,6 +237,61 @@ func parseFlags(args []string) (*options, error) {
 		return nil, errors.New("--listen needs --token-file: TCP clients are known by their token only")
 	}
 	return o, nil
+}
+
+// quotaList is the repeatable --quota flag.
+type quotaList []string
+
+func (q *quotaList) String() string { return strings.Join(*q, " ") }
+
+func (q *quotaList) Set(v string) error { *q = append(*q, v); return nil }
+
+// parse reads each WHO=RUNS,CPU of --quota.
+func (q quotaList) parse(window time.Duration) (caller.Quotas, error) {
+	qs := caller.Quotas{}
+	if len(q) == 0 {
+		return qs, nil
+	}
+	if window <= 0 {
+		return qs, errors.New("--quota-window: must be above 0")
+	}
+	qs.Window = window
+	for _, v := range q {
+		bad := func(why string) error {
+			return fmt.Errorf("--quota %s: %s (WHO=RUNS,CPU, e.g. default=600,5m)", v, why)
+		}
+		who, limits, ok := strings.Cut(v, "=")
+		runs, cpu, ok2 := strings.Cut(limits, ",")
+		if !ok || !ok2 {
+			return qs, bad("expected WHO=RUNS,CPU")
+		}
+		var quota caller.Quota
+		n, err := strconv.ParseInt(runs, 10, 64)
+		if err != nil || n < 0 {
+			return qs, bad("RUNS: a number of runs, 0 for no bound")
+		}
+		quota.Runs = n
+		if quota.CPU, err = api.ParseDuration(cpu); err != nil || quota.CPU < 0 {
+			return qs, bad("CPU: a duration (30s, 5m), 0 for no bound")
+		}
+		switch {
+		case who == "default":
+			qs.Default = quota
+		case who == "tcp":
+			qs.TCP = &quota
+		case who == "queue":
+			qs.Queue = &quota
+		case strings.HasPrefix(who, "group:"):
+			gid, err := lookupGroup("--quota", strings.TrimPrefix(who, "group:"))
+			if err != nil || gid < 0 {
+				return qs, bad("no such group")
+			}
+			qs.Groups = append(qs.Groups, caller.GroupQuota{GID: gid, Quota: quota})
+		default:
+			return qs, bad("WHO: default, group:NAME, tcp or queue")
+		}
+	}
+	return qs, nil
 }
 
 // caps reads the --max-* flags.
@@ -248,7 +319,19 @@ func (c capFlags) parse() (caller.Caps, error) {
 		*n = max(x, 0) // unlimited: no cap
 		return nil
 	}
+	cpus := func() error {
+		if c.cpus == "" {
+			return nil
+		}
+		x, err := strconv.ParseFloat(c.cpus, 64)
+		if err != nil || x <= 0 || x > 4096 {
+			return fmt.Errorf("--max-cpus %s: a number of CPUs above 0 is needed (e.g. 1.5)", c.cpus)
+		}
+		caps.CPUs = x
+		return nil
+	}
 	return caps, errors.Join(
+		cpus(),
 		dur("--max-time", c.time, &caps.CPUTimeMs),
 		dur("--max-wall-time", c.wall, &caps.WallTimeMs),
 		size("--max-mem", c.mem, &caps.MemoryBytes, api.ParseSize),
@@ -324,6 +407,19 @@ func serve(args []string) error {
 	var maxBody int64
 	if err := bounded("--max-body", o.maxBody, &maxBody); err != nil {
 		return err
+	}
+	caller.SetSubUIDFile(o.subuidFile)
+	budget := caller.Budget{Bytes: caller.DefaultHeldBytes, TotalBytes: caller.DefaultTotalHeldBytes, Background: o.maxBackground}
+	if budget.Quotas, err = o.quotas.parse(o.quotaWindow); err != nil {
+		return err
+	}
+	if err := bounded("--max-held-bytes-per-caller", o.heldBytes, &budget.Bytes); err != nil {
+		return err
+	}
+	if x, err := api.ParseSize(o.totalHeldBytes); err != nil || x <= 0 || x > 16<<30 {
+		return fmt.Errorf("--max-held-bytes %s: a size from 1 to 16G is needed", o.totalHeldBytes)
+	} else {
+		budget.TotalBytes = x
 	}
 	quota, err := api.ParseSize(o.storeQuota)
 	if err != nil || quota <= 0 {
@@ -453,7 +549,8 @@ func serve(args []string) error {
 		MaxSessionsPerCaller: o.maxSessionsPerCaller,
 		SessionMaxTimeout:    o.sessionMaxTimeout,
 
-		Audit: auditor,
+		Audit:  auditor,
+		Ledger: caller.NewLedger(budget),
 	})
 	for _, l := range monitors {
 		go func() {
@@ -463,7 +560,7 @@ func serve(args []string) error {
 		}()
 		fmt.Fprintf(os.Stderr, "isolate serve: monitor (/metrics, /v1/health) on %s\n", l.Addr())
 	}
-	cli.serve(srv.Slot)
+	cli.serve(srv.SlotFor, srv.Ledger())
 	// MCP over streamable HTTP: each MCP session speaks as the caller
 	// that opened it, through the API's own handlers.
 	mcp.Version = version

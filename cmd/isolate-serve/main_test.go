@@ -269,6 +269,7 @@ func TestFlags(t *testing.T) {
 		{"--max-sessions", "0"},
 		{"--max-sessions-per-caller", "0"},
 		{"--session-max-timeout", "0s"},
+		{"--max-background-per-caller", "0"},
 	} {
 		if _, err := parseFlags(args); err == nil {
 			t.Errorf("%v accepted", args)
@@ -280,9 +281,22 @@ func TestFlags(t *testing.T) {
 			t.Errorf("%+v accepted", v)
 		}
 	}
-	caps, err := capFlags{mem: "256M", time: "2s", output: "8M"}.parse()
-	if err != nil || caps.MemoryBytes != 256<<20 || caps.CPUTimeMs != 2000 || caps.OutputLimitBytes != 8<<20 {
+	caps, err := capFlags{mem: "256M", time: "2s", output: "8M", cpus: "1.5"}.parse()
+	if err != nil || caps.MemoryBytes != 256<<20 || caps.CPUTimeMs != 2000 || caps.OutputLimitBytes != 8<<20 || caps.CPUs != 1.5 {
 		t.Fatalf("%+v %v", caps, err)
+	}
+	if _, err := (capFlags{cpus: "0"}).parse(); err == nil {
+		t.Error("--max-cpus 0 accepted")
+	}
+	for _, q := range []quotaList{{"nobody=1,1s"}, {"default=x,1s"}, {"default=1"}, {"group:no-such-group-here=1,1s"}, {"tcp=1,-1s"}, {"queue=-1,1s"}} {
+		if _, err := q.parse(time.Minute); err == nil {
+			t.Errorf("--quota %v accepted", q)
+		}
+	}
+	qs, err := quotaList{"default=600,5m", "group:0=0,0", "tcp=10,1m"}.parse(time.Minute)
+	if err != nil || qs.Window != time.Minute || qs.Default.Runs != 600 || qs.Default.CPU != 5*time.Minute ||
+		len(qs.Groups) != 1 || qs.Groups[0].GID != 0 || qs.TCP == nil || qs.TCP.Runs != 10 || qs.Queue != nil {
+		t.Errorf("--quota: %+v %v", qs, err)
 	}
 }
 

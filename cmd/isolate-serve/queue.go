@@ -89,7 +89,7 @@ func (q *queueOptions) worker(parallel int, srv **server.Server, ready *readines
 	return queue.New(queue.Config{
 		URL: url, Prefix: q.prefix, Group: q.group, Name: name, Version: version,
 		Capacity: capacity, ClaimIdle: q.claimIdle, MaxDeliveries: q.maxDeliveries, ResultTTL: q.resultTTL,
-		Answer: func(ctx context.Context, who caller.Caller, method, path string, body []byte) (int, []byte) {
+		Answer: func(ctx context.Context, who caller.Caller, method, path string, body string) (int, []byte) {
 			return (*srv).Answer(ctx, who, method, path, body)
 		},
 		Log: func(line string) { fmt.Fprintln(os.Stderr, "isolate serve: "+line) },

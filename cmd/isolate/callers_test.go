@@ -43,6 +43,8 @@ const (
 	boundaryBox   = 944 // root's persistent box
 	// optInGroup is a group memberUID is in and otherUID is not.
 	optInGroup = 64125
+	// memberSubUID is a subordinate uid of memberUID's, in the group.
+	memberSubUID = 300005
 )
 
 // boundaryCase is one capability asked one way. Outcomes: "ok", "403
@@ -94,6 +96,10 @@ var boundaryCases = []boundaryCase{
 	{row: "file store", custom: storeIsPerCaller},
 	{row: "caps and limits", body: `"memory_bytes": 1073741824`, cli: []string{"--mem", "1G"},
 		want: map[string]string{rootAPI: "400 memory_bytes", rootHandover: "ok", memberAPI: "400 memory_bytes", memberHandover: "refused --mem", tcpCaller: "400 memory_bytes"}},
+	{row: "caps and limits", body: `"cpu_time_ms": 1000, "extra_time_ms": 60000`, cli: []string{"--time", "1", "--extra-time", "60"},
+		want: map[string]string{rootAPI: "400 extra_time_ms", rootHandover: "ok", memberAPI: "400 extra_time_ms", memberHandover: "refused --extra-time", tcpCaller: "400 extra_time_ms"}},
+	{row: "caps and limits", body: `"cpus": 2`, cli: []string{"--cpus", "2"},
+		want: map[string]string{rootAPI: "400 cpus", rootHandover: "ok", memberAPI: "400 cpus", memberHandover: "refused --cpus", tcpCaller: "400 cpus"}},
 	{row: "caps and limits", body: `"output_limit_bytes": -1`,
 		want: map[string]string{rootAPI: "400 output_limit_bytes", memberAPI: "400 output_limit_bytes", tcpCaller: "400 output_limit_bytes"}},
 	{row: "parallel slots", custom: handoverTakesASlot},
@@ -101,6 +107,7 @@ var boundaryCases = []boundaryCase{
 	{row: "audit trail", custom: auditNamesEveryCaller},
 	{row: "every caller's sessions", custom: everyCallersSessions},
 	{row: "metrics and health", custom: monitorRunsNothing},
+	{row: "budget: sessions, background commands, held bytes", custom: budgetIsPerAccount},
 }
 
 // boundary is the test's service and its callers.
@@ -150,8 +157,14 @@ func newBoundary(t *testing.T) *boundary {
 	os.WriteFile(filepath.Join(b.shared, "own"), []byte("own\n"), 0o644)
 	os.WriteFile(filepath.Join(b.secret, "secret"), []byte("root only\n"), 0o600)
 	os.Chmod(b.shared, 0o777)
+	// memberUID owns a range of subordinate uids.
+	subuid := filepath.Join(b.secret, "subuid")
+	if err := os.WriteFile(subuid, []byte(fmt.Sprintf("%d:%d:65536\n", memberUID, memberSubUID-5)), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	b.svc = ownService(t, "--socket-group", strconv.Itoa(boundaryGroup), "--listen", "127.0.0.1:0", "--token-file", tokenFile,
-		"--max-mem", "256M", "--parallel", "1", "--store-caller-quota", "1K",
+		"--max-mem", "256M", "--max-cpus", "1", "--max-time", "2s", "--parallel", "1", "--store-caller-quota", "1K",
+		"--subuid-file", subuid, "--max-sessions-per-caller", "1", "--max-background-per-caller", "1", "--max-held-bytes-per-caller", "1M",
 		"--net-allow-group", strconv.Itoa(optInGroup)+"=127.0.0.1:9,10.0.0.0/8",
 		"--audit-file", filepath.Join(b.secret, "audit.log"), "--monitor-listen", "127.0.0.1:0")
 	m := regexp.MustCompile(` and (127\.0\.0\.1:[0-9]+) \(`).FindStringSubmatch(b.svc.log())
@@ -452,6 +465,72 @@ func sessionsArePerCaller(t *testing.T, b *boundary) {
 		if code, answer := b.api(t, owner.kind, owner.uid, "DELETE", path, ""); code != 204 {
 			t.Errorf("its own session deleted (%s): %d %s", owner.kind, code, answer)
 		}
+	}
+}
+
+// budgetIsPerAccount: one caller, one budget. A subordinate uid of a
+// member counts as the member (its sessions are the member's in
+// --max-sessions-per-caller, though it cannot reach them); the TCP token
+// is one caller from any address; a background command holds one of
+// the caller's --max-background-per-caller and its output at its limit
+// in --max-held-bytes-per-caller (429 beyond either).
+func budgetIsPerAccount(t *testing.T, b *boundary) {
+	session := func(kind string, uid int) (string, int, string) {
+		code, answer := b.api(t, kind, uid, "POST", "/v1/sessions", `{"output_limit_bytes": 65536}`)
+		var s struct{ ID string }
+		json.Unmarshal([]byte(answer), &s)
+		return s.ID, code, answer
+	}
+	id, code, answer := session(memberAPI, memberUID)
+	if code != 201 {
+		t.Fatalf("the member's session: %d %s", code, answer)
+	}
+	defer b.api(t, memberAPI, memberUID, "DELETE", "/v1/sessions/"+id, "")
+	if _, code, answer := session(memberAPI, memberSubUID); code != 429 || !strings.Contains(answer, "--max-sessions-per-caller") {
+		t.Errorf("a session of the member's subordinate uid beside the member's: %d %s, want 429", code, answer)
+	}
+	if code, _ := b.api(t, memberAPI, memberSubUID, "GET", "/v1/sessions/"+id, ""); code != 404 {
+		t.Errorf("the member's session asked by its subordinate uid: %d, want 404", code)
+	}
+	if oid, code, answer := session(memberAPI, otherUID); code != 201 {
+		t.Errorf("another member's session: %d %s", code, answer)
+	} else {
+		b.api(t, memberAPI, otherUID, "DELETE", "/v1/sessions/"+oid, "")
+	}
+	cmds := "/v1/sessions/" + id + "/commands"
+	if code, answer := b.api(t, memberAPI, memberUID, "POST", cmds, `{"args": ["/bin/sleep", "60"], "background": true, "output_limit_bytes": 1048576}`); code != 429 || !strings.Contains(answer, "--max-held-bytes-per-caller") {
+		t.Errorf("a background command keeping 2 MiB under a budget of 1: %d %s, want 429", code, answer)
+	}
+	code, answer = b.api(t, memberAPI, memberUID, "POST", cmds, `{"args": ["/bin/sleep", "60"], "background": true}`)
+	var p struct{ ID int }
+	if json.Unmarshal([]byte(answer), &p); code != 201 {
+		t.Fatalf("a background command: %d %s", code, answer)
+	}
+	if code, answer := b.api(t, memberAPI, memberUID, "POST", cmds, `{"args": ["/bin/true"], "background": true}`); code != 429 || !strings.Contains(answer, "--max-background-per-caller") {
+		t.Errorf("a second background command: %d %s, want 429", code, answer)
+	}
+	b.api(t, memberAPI, memberUID, "POST", fmt.Sprintf("%s/%d/signal", cmds, p.ID), `{"signal": "KILL"}`)
+	b.api(t, memberAPI, memberUID, "POST", fmt.Sprintf("%s/%d/wait", cmds, p.ID), ``)
+	// The token is one caller, whatever address it comes from.
+	tid, code, answer := session(tcpCaller, 0)
+	if code != 201 {
+		t.Fatalf("the token's session: %d %s", code, answer)
+	}
+	defer b.api(t, tcpCaller, 0, "DELETE", "/v1/sessions/"+tid, "")
+	alias := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+		return d.DialContext(ctx, network, addr)
+	}}}
+	req, _ := http.NewRequest("POST", "http://"+b.tcpAddr+"/v1/sessions", strings.NewReader(`{}`))
+	req.Header.Set("Authorization", "Bearer "+b.token)
+	resp, err := alias.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 429 || !strings.Contains(string(body), "--max-sessions-per-caller") {
+		t.Errorf("a second session of the token from 127.0.0.2: %d %s, want 429", resp.StatusCode, body)
 	}
 }
 

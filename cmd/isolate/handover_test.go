@@ -364,3 +364,49 @@ func TestHandoverOtherVersionSaysSo(t *testing.T) {
 		t.Errorf("the service's own isolate, by a member: exit %d, stdout %q, stderr %q", res.Code, res.Stdout, res.Stderr)
 	}
 }
+
+// A handed-over run's report, with --json and --report, costs the
+// service its kept output once, not a multiple: the report is written
+// out in pieces, never encoded whole in memory.
+func TestHandoverJSONLeavesTheServiceSmall(t *testing.T) {
+	needRoot(t)
+	svc := ownService(t)
+	const limit = 16 << 20
+	cmd := exec.Command(isolateBin, "run", "--json", "--report", filepath.Join(t.TempDir(), "report.json"), "--output-limit", "16M",
+		"--", "/bin/sh", "-c", "head -c 16777216 /dev/zero; head -c 16777216 /dev/zero >&2")
+	cmd.Env = handoverEnv(svc.cliSock)
+	var out countingWriter
+	cmd.Stdout = &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v: %s", err, svc.log())
+	}
+	// Two streams of 16 MiB, six bytes of JSON each: 192 MiB written.
+	if out.n < 12*limit {
+		t.Fatalf("%d bytes of JSON, want the two streams", out.n)
+	}
+	// The service, its two kept streams and slack (81 MiB measured).
+	// Encoded whole, the report took 964 MiB.
+	if peak := peakRSS(t, svc.cmd.Process.Pid); peak > 128<<20 {
+		t.Errorf("the service's peak resident set is %d MiB after one handed-over run keeping 2 x %d MiB", peak>>20, limit>>20)
+	}
+}
+
+type countingWriter struct{ n int64 }
+
+func (w *countingWriter) Write(p []byte) (int, error) { w.n += int64(len(p)); return len(p), nil }
+
+// peakRSS is process pid's peak resident set (VmHWM), in bytes.
+func peakRSS(t *testing.T, pid int) int64 {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmHWM")
+	return 0
+}

@@ -588,6 +588,14 @@ func TestMalformedNumbersAreUsageErrors(t *testing.T) {
 		{"--mem", "NaN"}, {"--output-limit", "NaN"}, {"--fsize", "NaN"}, {"--tmp-size", "NaN"}, {"--stack", "nan"},
 		{"--time", "NaN"}, {"--wall-time", "NaN"}, {"--extra-time", "NaN"}, {"--cpus", "inf"}, {"--cpus", "0.5x"},
 		{"--cpus", "NaN"}, {"--time", ""}, {"--mem", "1e3"}, {"--pids", "99999999999"}, {"--mem", "99999999999G"},
+		{"--mem", "4611686018427387905"},
+	}
+	// More open files than the hard limit the box inherits (the test's,
+	// which its service shares) cannot be set: a usage error before
+	// anything is built, not XX after.
+	var nofile syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &nofile); err == nil && nofile.Max < 1<<40 {
+		cases = append(cases, []string{"--open-files", strconv.FormatUint(nofile.Max+1, 10)})
 	}
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out")

@@ -1,19 +1,23 @@
 // Package connlimit bounds the connections a service holds, in all and
-// per peer (a uid on a unix socket, an address over TCP), and keeps an
-// accept loop alive when the process is out of descriptors: a flood of
-// idle connections then costs each peer its own share, never the
-// service's socket.
+// per peer (a uid on a unix socket, counted as the user who owns its
+// subordinate range; an address over TCP), and keeps an accept loop
+// alive when the process is out of descriptors: a flood of idle
+// connections then costs each peer its own share, never the service's
+// socket. A connection that waits between requests (Idle) is closed to
+// make room for a new one rather than the new one refused: a client's
+// keep-alive connections never lock it out.
 package connlimit
 
 import (
 	"errors"
 	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/isolate-sandbox/isolate/caller"
 )
 
 // Defaults of Limits.
@@ -49,6 +53,7 @@ type Listener struct {
 	mu    sync.Mutex
 	total int
 	peers map[string]int
+	idle  map[*Conn]bool // connections waiting between requests
 
 	// Refused counts connections closed for being beyond a limit;
 	// Starved counts accepts that failed for want of descriptors.
@@ -57,7 +62,7 @@ type Listener struct {
 
 // New limits l's connections.
 func New(l net.Listener, lim Limits) *Listener {
-	return &Listener{Listener: l, lim: lim.withDefaults(), peers: map[string]int{}}
+	return &Listener{Listener: l, lim: lim.withDefaults(), peers: map[string]int{}, idle: map[*Conn]bool{}}
 }
 
 // maxBackoff bounds the wait between accepts that failed for want of
@@ -81,12 +86,13 @@ func (l *Listener) Accept() (net.Conn, error) {
 		}
 		backoff = 0
 		key, cred := peerKey(c)
+		conn := &Conn{Conn: c, Cred: cred, l: l, key: key}
 		if !l.take(key) {
 			l.Refused.Add(1)
 			c.Close()
 			continue
 		}
-		return &Conn{Conn: c, Cred: cred, release: func() { l.give(key) }}, nil
+		return conn, nil
 	}
 }
 
@@ -106,23 +112,64 @@ func transient(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
+// take counts a new connection of key's in, closing an idle one (key's
+// own when key is at its limit, any when the listener is at its) to
+// make room; false when there is none to close.
 func (l *Listener) take(key string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.total >= l.lim.Total || l.peers[key] >= l.lim.PerPeer {
-		return false
+	for l.total >= l.lim.Total || l.peers[key] >= l.lim.PerPeer {
+		own := l.peers[key] >= l.lim.PerPeer
+		var victim *Conn
+		for c := range l.idle {
+			if !own || c.key == key {
+				victim = c
+				break
+			}
+		}
+		if victim == nil {
+			return false
+		}
+		l.dropLocked(victim)
+		// Closed outside the count: its Close gives nothing back twice.
+		go victim.Conn.Close()
 	}
 	l.total++
 	l.peers[key]++
 	return true
 }
 
-func (l *Listener) give(key string) {
+// dropLocked takes c out of the count (l.mu held), once.
+func (l *Listener) dropLocked(c *Conn) {
+	if c.gone {
+		return
+	}
+	c.gone = true
+	delete(l.idle, c)
+	l.total--
+	if l.peers[c.key]--; l.peers[c.key] <= 0 {
+		delete(l.peers, c.key)
+	}
+}
+
+// Idle marks c as waiting between requests (true) or serving one: an
+// idle connection is closed when a new one needs its place. An HTTP
+// server calls it from its ConnState hook.
+func Idle(c net.Conn, idle bool) {
+	lc, ok := c.(*Conn)
+	if !ok || lc.l == nil {
+		return
+	}
+	l := lc.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.total--
-	if l.peers[key]--; l.peers[key] <= 0 {
-		delete(l.peers, key)
+	if lc.gone {
+		return
+	}
+	if idle {
+		l.idle[lc] = true
+	} else {
+		delete(l.idle, lc)
 	}
 }
 
@@ -156,11 +203,11 @@ func peerKey(c net.Conn) (string, *unix.Ucred) {
 				cred, _ = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 			})
 		}
-		uid := -1
-		if cred != nil {
-			uid = int(cred.Uid)
+		if cred == nil {
+			return "uid -1", nil
 		}
-		return "uid " + strconv.Itoa(uid), cred
+		// A subordinate uid is its owner's: one share for both.
+		return caller.Caller{Via: caller.API, UID: int(cred.Uid)}.Account(), cred
 	case *net.TCPConn:
 		if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 			return "ip " + a.IP.String(), nil
@@ -175,9 +222,10 @@ type Conn struct {
 	// Cred is the peer's credentials on a unix socket as the kernel
 	// recorded them at connect (SO_PEERCRED), read once for the limits;
 	// nil over TCP, or when they could not be read.
-	Cred    *unix.Ucred
-	once    sync.Once
-	release func()
+	Cred *unix.Ucred
+	l    *Listener
+	key  string
+	gone bool // out of the count (l.mu)
 }
 
 // NetConn is the connection as accepted (a *net.UnixConn or
@@ -187,6 +235,8 @@ func (c *Conn) NetConn() net.Conn { return c.Conn }
 // Close closes the connection and gives its place back.
 func (c *Conn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(c.release)
+	c.l.mu.Lock()
+	c.l.dropLocked(c)
+	c.l.mu.Unlock()
 	return err
 }

@@ -1,4 +1,12 @@
-package server
+// Package jsonout writes a value as JSON the way encoding/json would,
+// holding no more in memory than the value and a few small pieces: its
+// large strings and byte slices (a run's captured output, a copied-out
+// file) are written out in pieces from the value itself. The service's
+// answers and the CLI's reports (--json, --report, also when the service
+// runs a handed-over command) go through it: encoding/json builds the
+// whole text in memory, each byte of output up to six times ("\u0000"),
+// twice over as its buffer grows.
+package jsonout
 
 import (
 	"bytes"
@@ -14,27 +22,30 @@ import (
 	"unicode/utf8"
 )
 
-// liftAbove is the size from which a string or []byte of an answer (a
-// stream, a copied-out file, a pipe's recording) is written on its own,
-// in pieces, rather than through encoding/json: encoding/json builds
-// the whole answer in memory, each byte of output up to six times
-// ("\u0000"), twice over as its buffer grows, and again in the copy that
-// gives the answer its length.
-const liftAbove = 32 << 10
+// LiftAbove is the size from which a string or []byte of a value is
+// written on its own, in pieces, rather than through encoding/json.
+const LiftAbove = 32 << 10
 
-// answer is an encoded answer: the small encoding of the answer with its
+// Options are encoding/json's Encoder settings.
+type Options struct {
+	EscapeHTML bool   // as json.Encoder.SetEscapeHTML
+	Indent     string // as json.Encoder.SetIndent("", Indent); "": one line
+}
+
+// Encoded is an encoded value: the small encoding of the value with its
 // large strings swapped for placeholders, and those strings, each
 // written out in pieces from the original.
-type answer struct {
+type Encoded struct {
 	head  []byte
 	items []lifted // in the order of their placeholders in head
 	pos   []int    // where each placeholder starts in head
+	esc   bool
 }
 
-// encodeAnswer encodes v as one line of JSON, as encoding/json does
-// (HTML left unescaped), holding in memory no more than v and a few
-// pieces.
-func encodeAnswer(v any) (*answer, error) {
+// Encode encodes v as json.Encoder.Encode would with o (a newline
+// after), holding in memory no more than v and a few pieces. v's large
+// strings are swapped for placeholders while it is encoded, and back.
+func Encode(v any, o Options) (*Encoded, error) {
 	var l lifter
 	rv := reflect.ValueOf(v)
 	if rv.Kind() == reflect.Pointer {
@@ -47,13 +58,16 @@ func encodeAnswer(v any) (*answer, error) {
 	}
 	var head bytes.Buffer
 	enc := json.NewEncoder(&head)
-	enc.SetEscapeHTML(false)
+	enc.SetEscapeHTML(o.EscapeHTML)
+	if o.Indent != "" {
+		enc.SetIndent("", o.Indent)
+	}
 	err := enc.Encode(v)
 	l.restore()
 	if err != nil {
 		return nil, err
 	}
-	a := &answer{head: head.Bytes()}
+	a := &Encoded{head: head.Bytes(), esc: o.EscapeHTML}
 	type at struct{ pos, item int }
 	var found []at
 	for i, it := range l.items {
@@ -69,22 +83,26 @@ func encodeAnswer(v any) (*answer, error) {
 	return a, nil
 }
 
-// size is the answer's length when it is known without writing it out
+// Size is the encoding's length when it is known without writing it out
 // (nothing was lifted), else -1.
-func (a *answer) size() int {
+func (a *Encoded) Size() int {
 	if len(a.items) > 0 {
 		return -1
 	}
 	return len(a.head)
 }
 
-func (a *answer) writeTo(w io.Writer) error {
+// Lifted is how many strings are written in pieces.
+func (a *Encoded) Lifted() int { return len(a.items) }
+
+// Write writes the encoding to w, the large strings a piece at a time.
+func (a *Encoded) Write(w io.Writer) error {
 	from := 0
 	for i, it := range a.items {
 		if _, err := w.Write(a.head[from:a.pos[i]]); err != nil {
 			return err
 		}
-		if err := it.write(w); err != nil {
+		if err := it.write(w, a.esc); err != nil {
 			return err
 		}
 		from = a.pos[i] + len(it.placeholder)
@@ -93,7 +111,7 @@ func (a *answer) writeTo(w io.Writer) error {
 	return err
 }
 
-// lifter swaps an answer's large strings for placeholders and back.
+// lifter swaps a value's large strings for placeholders and back.
 type lifter struct {
 	nonce []byte
 	items []lifted
@@ -119,7 +137,7 @@ func (l *lifter) walk(v reflect.Value) {
 		}
 	case reflect.Slice:
 		if v.Type().Elem().Kind() == reflect.Uint8 {
-			if v.Len() > liftAbove && v.CanSet() {
+			if v.Len() > LiftAbove && v.CanSet() {
 				l.swap(v, true)
 			}
 			return
@@ -128,7 +146,7 @@ func (l *lifter) walk(v reflect.Value) {
 			l.walk(v.Index(i))
 		}
 	case reflect.String:
-		if v.Len() > liftAbove && v.CanSet() {
+		if v.Len() > LiftAbove && v.CanSet() {
 			l.swap(v, false)
 		}
 	}
@@ -157,8 +175,8 @@ func liftable(t reflect.Type) []int {
 	return fields
 }
 
-// swap replaces one field by a placeholder no answer holds otherwise: it
-// names a random nonce of this answer's.
+// swap replaces one field by a placeholder no encoding holds otherwise: it
+// names a random nonce of this encoding's.
 func (l *lifter) swap(v reflect.Value, isBytes bool) {
 	if l.nonce == nil {
 		l.nonce = make([]byte, 12)
@@ -192,7 +210,7 @@ func (l *lifter) restore() {
 }
 
 // write writes the lifted value as encoding/json would, a piece at a time.
-func (it lifted) write(w io.Writer) error {
+func (it lifted) write(w io.Writer, escapeHTML bool) error {
 	if it.isBytes {
 		if _, err := io.WriteString(w, `"`); err != nil {
 			return err
@@ -207,17 +225,16 @@ func (it lifted) write(w io.Writer) error {
 		_, err := io.WriteString(w, `"`)
 		return err
 	}
-	return writeJSONString(w, it.str)
+	return writeJSONString(w, it.str, escapeHTML)
 }
 
-// writeJSONString writes s quoted and escaped as encoding/json (with
-// HTML left unescaped) would, in pieces cut before a byte that starts a
-// UTF-8 sequence, so that each piece escapes as it would within the
-// whole.
-func writeJSONString(w io.Writer, s string) error {
+// writeJSONString writes s quoted and escaped as encoding/json would, in
+// pieces cut before a byte that starts a UTF-8 sequence, so that each
+// piece escapes as it would within the whole.
+func writeJSONString(w io.Writer, s string, escapeHTML bool) error {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
+	enc.SetEscapeHTML(escapeHTML)
 	if _, err := io.WriteString(w, `"`); err != nil {
 		return err
 	}
