@@ -238,3 +238,17 @@ def test_not_root_without_service_or_binary_says_what_to_start(tmp_path: pathlib
     assert "no isolate service answers on" in first and "isolate binary was not found" in first
     assert "isolate serve" in first
     assert second.startswith("the isolate binary was not found")
+
+
+def test_spent_budget_or_quota_is_a_busy_service() -> None:
+    """The service's 'over quota' and 'over budget' lines through the CLI are 429s, as its
+    'busy' line is: the caller retries them within the call's bound."""
+    from isolate_sandbox.cli_transport import no_report_error
+    from isolate_sandbox.errors import ServiceError
+    for line in ("isolate: the service is busy: every run slot is taken",
+                 "isolate: over quota: this caller's runs in this window reached 10 (default); "
+                 "try again in 3s",
+                 "isolate: over budget: held bytes would be 2, beyond 1 (uid:1000); try again"):
+        err = no_report_error(2, "noise\n" + line)
+        assert isinstance(err, ServiceError) and err.status == 429, (line, err)
+    assert getattr(no_report_error(2, "isolate: something else"), "status", None) != 429

@@ -37,6 +37,8 @@ ISOLATE_ENV_NAMES = ("ISOLATE_CONFIG", "ISOLATE_CGROUP_ROOT", "ISOLATE_IMAGES_DI
 # What isolate says when the service it handed the run to has no room for it (every run slot
 # taken, its queue full).
 BUSY = "the service is busy"
+# What it says when the caller's budget or quota in the service is spent for now: a 429 too.
+BUSY_LINES = (BUSY, "over quota:", "over budget:")
 
 # What isolate says when the caller policy of the service it handed the run to refuses a flag
 # ("isolate: --net host: this service allows it to root only, ..."), or a host path the caller
@@ -255,7 +257,7 @@ def no_report_error(code: int, text: str) -> SandboxError:
     unable to run here without root as configured (SandboxUnavailableError), or isolate's
     own message."""
     last = text.splitlines()[-1] if text else ""
-    if code == 2 and last.startswith(SUMMARY_PREFIX + BUSY):
+    if code == 2 and any(last.startswith(SUMMARY_PREFIX + b) for b in BUSY_LINES):
         return ServiceError(f"isolate: {last[len(SUMMARY_PREFIX):]}", status=429)
     refused = REFUSED_LINE.match(last) if code == 2 else None
     if refused is not None and any(r in last for r in REFUSED_RULES):
