@@ -28,7 +28,10 @@ func ImagesDir() string {
 
 // Manifest describes a built image.
 type Manifest struct {
-	Name  string `json:"name"`
+	Name string `json:"name"`
+	// Kind is "template" for an image built from a template, empty for
+	// a language's.
+	Kind  string `json:"kind,omitempty"`
 	Suite string `json:"suite"`
 	// Packages are the packages asked for; Installed every package of the
 	// image with its version.
