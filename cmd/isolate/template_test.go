@@ -24,6 +24,17 @@ const tinyTemplate = `{
 }
 `
 
+// jqLang runs a jq program; its image is a template's.
+const jqLang = `{
+  "name": "jqlang",
+  "title": "jq",
+  "packages": ["jq"],
+  "version": ["jq", "--version"],
+  "source": "prog.jq",
+  "run": ["jq", "-f", "prog.jq"]
+}
+`
+
 func TestTemplateBuildRunExportImportRemove(t *testing.T) {
 	needRoot(t)
 	images, _ := withImagesDir(t)
@@ -57,6 +68,22 @@ func TestTemplateBuildRunExportImportRemove(t *testing.T) {
 		checkNoImageLeaks(t)
 	}
 	runOn("built")
+
+	// exec: a language's commands on the template's image (the
+	// language's own image is never built here).
+	defs := os.Getenv("ISOLATE_LANGS_DIR")
+	if err := os.WriteFile(filepath.Join(defs, "jqlang.json"), []byte(jqLang), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := shareDir(t)
+	src, in := filepath.Join(dir, "prog.jq"), filepath.Join(dir, "in.json")
+	os.WriteFile(src, []byte(".a + 1\n"), 0o644)
+	os.WriteFile(in, []byte(`{"a": 1}`), 0o644)
+	res = isolateCmd(t, "", "exec", "--lang", "jqlang", "--image", "tpl-jq", "--stdin", in, src)
+	if res.Code != 0 || res.Stdout != "2\n" {
+		t.Errorf("exec --lang jqlang --image tpl-jq: exit %d, stdout %q, stderr %q", res.Code, res.Stdout, res.Stderr)
+	}
+	checkNoImageLeaks(t)
 
 	res = isolateCmd(t, "", "image", "list")
 	table, _, _ := strings.Cut(res.Stdout, "\n\n")
