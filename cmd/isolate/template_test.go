@@ -5,6 +5,7 @@ package main
 // its kind, exported, removed and imported again.
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -68,6 +69,28 @@ func TestTemplateBuildRunExportImportRemove(t *testing.T) {
 		checkNoImageLeaks(t)
 	}
 	runOn("built")
+
+	// A caller of the service who is not root (a socket-group member)
+	// runs on the template by name: a run, and a session.
+	b := newBoundary(t)
+	code, answer := b.api(t, memberAPI, memberUID, "POST", "/v1/run",
+		`{"commands": [{"image": "tpl-jq", "args": ["/bin/sh", "-c", "echo '{\"a\": 1}' | jq .a+1"]}]}`)
+	if code != 200 || !strings.Contains(answer, `"stdout":"2\n"`) {
+		t.Errorf("a member's run on the template: %d %s", code, answer)
+	}
+	code, answer = b.api(t, memberAPI, memberUID, "POST", "/v1/sessions", `{"image": "tpl-jq"}`)
+	var sess struct{ ID string }
+	if json.Unmarshal([]byte(answer), &sess); code != 201 || sess.ID == "" {
+		t.Fatalf("a member's session on the template: %d %s", code, answer)
+	}
+	code, answer = b.api(t, memberAPI, memberUID, "POST", "/v1/sessions/"+sess.ID+"/commands",
+		`{"args": ["/bin/sh", "-c", "jq -r .greeting /usr/local/share/tpl/greeting.json"]}`)
+	if code != 200 || !strings.Contains(answer, `"stdout":"hello from a template\n"`) {
+		t.Errorf("a command in a member's session on the template: %d %s", code, answer)
+	}
+	if code, answer = b.api(t, memberAPI, memberUID, "DELETE", "/v1/sessions/"+sess.ID, ""); code != 204 {
+		t.Errorf("the session's end: %d %s", code, answer)
+	}
 
 	// exec: a language's commands on the template's image (the
 	// language's own image is never built here).
