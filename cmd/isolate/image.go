@@ -25,7 +25,7 @@ func imageCommand() *cli.Command {
 	usage := func(c *cli.Context, err error, _ bool) error { return usageErr(err) }
 	return &cli.Command{
 		Name:         "image",
-		Usage:        "build, list and remove per-language root file system images",
+		Usage:        "build, list and remove root file system images: the languages' and templates'",
 		OnUsageError: usage,
 		Subcommands: []*cli.Command{
 			{
@@ -65,7 +65,7 @@ func imageCommand() *cli.Command {
 			},
 			{
 				Name:         "rm",
-				Usage:        "remove the images of languages (waits for the runs that use them, and says so)",
+				Usage:        "remove the images of languages or templates (waits for the runs that use them, and says so)",
 				ArgsUsage:    "LANG|IMAGE...",
 				OnUsageError: usage,
 				Action:       imageRemove,
