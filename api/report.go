@@ -93,7 +93,10 @@ type SandboxInfo struct {
 	// Limits says, for a run without root, how each limit was enforced:
 	// "cgroup" (a delegated cgroup v2 subtree), "rlimit" (rlimits alone,
 	// which the caller allowed), "supervisor" (the wall clock), "none"
-	// (no limit asked). Root's limits are always the cgroup's: absent.
+	// (no limit asked). With a memory limit on rlimits alone,
+	// "memory_rlimit" says which: "address-space" (RLIMIT_AS), "data"
+	// (RLIMIT_DATA) or "none" (the language's rlimit_memory). Root's
+	// limits are always the cgroup's: absent.
 	Limits map[string]string `json:"limits,omitempty"`
 	// User says, for a run without root, who the box user is on the host:
 	// "caller" (the caller's own uid and gid) or "subordinate" (a

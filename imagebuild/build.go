@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -28,14 +29,21 @@ type BuildSpec struct {
 	Name     string
 	Suite    string
 	Packages []string
+	// Kind is what the image is for, recorded in its manifest: "" (a
+	// language) or "template".
+	Kind string
+	// Files maps absolute paths in the image to their content, written
+	// (mode 0644) after the packages are installed.
+	Files map[string]string
 	// Setup are shell commands run in the image (as root) after the
-	// packages are installed.
+	// packages are installed and the files written.
 	Setup []string
 	// Env is the environment of Setup and Version (on top of the
 	// build's): the one the language's programs get, so that what setup
 	// prepares (a warm build cache) matches what they look for.
 	Env []string
-	// Version is a command whose first line of output is recorded.
+	// Version is a command whose first line of output is recorded
+	// (none: nothing is).
 	Version []string
 	// Hash identifies the definition: an image built from the same hash
 	// is not built again unless Force.
@@ -191,13 +199,18 @@ func (b *builder) build() (*rootfs.Manifest, error) {
 	if err := b.chroot(root, "update the package lists", "apt-get update -qq"); err != nil {
 		return nil, err
 	}
-	pkgs := strings.Join(b.spec.Packages, " ")
-	var sim bytes.Buffer
-	if err := b.chrootOut(root, "resolve packages", "apt-get install -s "+pkgs, &sim); err != nil {
-		return nil, err
+	if len(b.spec.Packages) > 0 {
+		pkgs := strings.Join(b.spec.Packages, " ")
+		var sim bytes.Buffer
+		if err := b.chrootOut(root, "resolve packages", "apt-get install -s "+pkgs, &sim); err != nil {
+			return nil, err
+		}
+		b.progress("installing %s (%d packages with dependencies)", pkgs, strings.Count(sim.String(), "\nInst ")+boolInt(strings.HasPrefix(sim.String(), "Inst ")))
+		if err := b.chroot(root, "install "+pkgs, "apt-get install -y -q "+pkgs); err != nil {
+			return nil, err
+		}
 	}
-	b.progress("installing %s (%d packages with dependencies)", pkgs, strings.Count(sim.String(), "\nInst ")+boolInt(strings.HasPrefix(sim.String(), "Inst ")))
-	if err := b.chroot(root, "install "+pkgs, "apt-get install -y -q "+pkgs); err != nil {
+	if err := writeFiles(root, b.spec.Files); err != nil {
 		return nil, err
 	}
 	for _, s := range b.spec.Setup {
@@ -207,8 +220,10 @@ func (b *builder) build() (*rootfs.Manifest, error) {
 		}
 	}
 	var version, installed bytes.Buffer
-	if err := b.chrootOut(root, "run the version command", b.withEnv(shellQuote(b.spec.Version)+" 2>&1"), &version); err != nil {
-		return nil, err
+	if len(b.spec.Version) > 0 {
+		if err := b.chrootOut(root, "run the version command", b.withEnv(shellQuote(b.spec.Version)+" 2>&1"), &version); err != nil {
+			return nil, err
+		}
 	}
 	if err := b.chrootOut(root, "list the packages", `dpkg-query -W -f '${Package}\t${Version}\n'`, &installed); err != nil {
 		return nil, err
@@ -234,6 +249,7 @@ func (b *builder) build() (*rootfs.Manifest, error) {
 	}
 	m := &rootfs.Manifest{
 		Name:           b.spec.Name,
+		Kind:           b.spec.Kind,
 		Suite:          b.spec.Suite,
 		Packages:       b.spec.Packages,
 		Installed:      parseInstalled(installed.String()),
@@ -385,6 +401,37 @@ func (b *builder) run(step string, cmd *exec.Cmd) error {
 		b.log.Sync()
 		data, _ := os.ReadFile(b.log.Name())
 		return fmt.Errorf("%s: %v\n%s", step, err, tail(data, 15))
+	}
+	return nil
+}
+
+// writeFiles writes files into the tree: through an os.Root, so that no
+// link in the tree leads a write out of it.
+func writeFiles(root string, files map[string]string) error {
+	if len(files) == 0 {
+		return nil
+	}
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	paths := make([]string, 0, len(files))
+	for p := range files {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		rel := strings.TrimPrefix(p, "/")
+		if err := r.MkdirAll(filepath.Dir(rel), 0o755); err != nil {
+			return fmt.Errorf("write %s: %w", p, err)
+		}
+		if err := r.WriteFile(rel, []byte(files[p]), 0o644); err != nil {
+			return fmt.Errorf("write %s: %w", p, err)
+		}
+		if err := r.Chmod(rel, 0o644); err != nil {
+			return fmt.Errorf("write %s: %w", p, err)
+		}
 	}
 	return nil
 }

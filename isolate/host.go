@@ -257,6 +257,7 @@ func (h *Host) Resolve(a *api.Spec) (*Spec, error) {
 	env := BaseEnv
 	if lang != nil {
 		env = MergeEnv(env, lang.Env)
+		s.MemoryRlimit, s.MemoryRlimitFactor = lang.RlimitMemory, lang.RlimitMemoryFactor
 	}
 	if a.Network != nil {
 		env = MergeEnv(env, egress.Env())

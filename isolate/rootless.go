@@ -2,6 +2,7 @@ package isolate
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -258,13 +259,29 @@ func (h *Host) checkWithoutRoot(sp *Spec) error {
 //     user namespace and uid: the box's own tasks, PID 1 among them
 //     unless the box user is a subordinate id (PID 1 is then uid 0).
 //   - cpu: RLIMIT_CPU, of each process, in whole seconds, rounded up.
+//
+// A language whose runtime reserves far more address space than it uses
+// (Go, V8, the JVM) has its own rule (MemoryRlimit): RLIMIT_DATA, which
+// counts the private writable memory a process maps (heap, brk, stacks of
+// threads) and not reservations without access, or none at all; and a
+// factor (MemoryRlimitFactor) for memory mapped whole but little touched
+// (the JVM's thread stacks).
 func (s *supervisor) rlimitsForCgroup(rl func(res int, v int64)) {
 	sp := s.spec
 	if mem := sp.Memory; mem > 0 {
-		if sp.AddrSpace > 0 && sp.AddrSpace < mem {
-			mem = sp.AddrSpace
+		if f := sp.MemoryRlimitFactor; f > 1 && float64(mem)*f < math.MaxInt64/2 {
+			mem = int64(float64(mem) * f)
 		}
-		rl(unix.RLIMIT_AS, mem)
+		switch sp.MemoryRlimit {
+		case MemoryRlimitData:
+			rl(unix.RLIMIT_DATA, mem)
+		case MemoryRlimitNone:
+		default:
+			if sp.AddrSpace > 0 && sp.AddrSpace < mem {
+				mem = sp.AddrSpace
+			}
+			rl(unix.RLIMIT_AS, mem)
+		}
 	}
 	if sp.Pids > 0 {
 		n := sp.Pids + 1
@@ -277,6 +294,14 @@ func (s *supervisor) rlimitsForCgroup(rl func(res int, v int64)) {
 		rl(unix.RLIMIT_CPU, int64((sp.CPUTime+sp.ExtraTime+time.Second-1)/time.Second))
 	}
 }
+
+// How memory is bounded with rlimits alone (Spec.MemoryRlimit, a
+// language's rlimit_memory), in the report's sandbox.limits.memory_rlimit.
+const (
+	MemoryRlimitAS   = "address-space" // RLIMIT_AS: every mapping counts
+	MemoryRlimitData = "data"          // RLIMIT_DATA: private writable memory
+	MemoryRlimitNone = "none"          // not bounded
+)
 
 // Ways a limit is enforced, in the report's sandbox.limits.
 const (
@@ -302,13 +327,24 @@ func (h *Host) enforcement(sp *Spec) map[string]string {
 		}
 		return enforcedNone
 	}
-	return map[string]string{
+	limits := map[string]string{
 		"memory": how(sp.Memory > 0, by),
 		"pids":   how(sp.Pids > 0, by),
 		"cpu":    how(sp.CPUTime > 0, by),
 		"cpus":   how(sp.CPUs > 0, enforcedCgroup),
 		"wall":   enforcedSupervisor,
 	}
+	if h.rlimitsOnly() && sp.Memory > 0 {
+		rule := sp.MemoryRlimit
+		if rule == "" {
+			rule = MemoryRlimitAS
+		}
+		if rule == MemoryRlimitNone {
+			limits["memory"] = enforcedNone
+		}
+		limits["memory_rlimit"] = rule
+	}
+	return limits
 }
 
 // Who the box user is on the host, in the report's sandbox.user (runs

@@ -25,8 +25,12 @@ func TestRootlessEnforcement(t *testing.T) {
 		want map[string]string
 	}{
 		{"root", &Host{}, limited, nil},
-		{"rlimits", rlimits, &Spec{Memory: 1, Pids: 1}, map[string]string{"memory": "rlimit", "pids": "rlimit", "cpu": "none", "cpus": "none", "wall": "supervisor"}},
+		{"rlimits", rlimits, &Spec{Memory: 1, Pids: 1}, map[string]string{"memory": "rlimit", "memory_rlimit": "address-space", "pids": "rlimit", "cpu": "none", "cpus": "none", "wall": "supervisor"}},
+		{"rlimits, data", rlimits, &Spec{Memory: 1, MemoryRlimit: MemoryRlimitData, MemoryRlimitFactor: 4}, map[string]string{"memory": "rlimit", "memory_rlimit": "data", "pids": "none", "cpu": "none", "cpus": "none", "wall": "supervisor"}},
+		{"rlimits, none", rlimits, &Spec{Memory: 1, MemoryRlimit: MemoryRlimitNone}, map[string]string{"memory": "none", "memory_rlimit": "none", "pids": "none", "cpu": "none", "cpus": "none", "wall": "supervisor"}},
+		{"rlimits, no memory limit", rlimits, &Spec{MemoryRlimit: MemoryRlimitData}, map[string]string{"memory": "none", "pids": "none", "cpu": "none", "cpus": "none", "wall": "supervisor"}},
 		{"delegated", delegated, limited, map[string]string{"memory": "cgroup", "pids": "cgroup", "cpu": "cgroup", "cpus": "cgroup", "wall": "supervisor"}},
+		{"delegated, data", delegated, &Spec{Memory: 1, MemoryRlimit: MemoryRlimitData}, map[string]string{"memory": "cgroup", "pids": "none", "cpu": "none", "cpus": "none", "wall": "supervisor"}},
 	}
 	for _, c := range cases {
 		got := c.h.enforcement(c.sp)

@@ -42,6 +42,12 @@ type Spec struct {
 	OpenFiles int64   // RLIMIT_NOFILE
 	Stack     int64   // RLIMIT_STACK; StackAsHard: the hard limit init has
 	AddrSpace int64   // RLIMIT_AS (ioi's -m); 0: none
+	// MemoryRlimit is how Memory is bounded where rlimits alone enforce
+	// the limits (a language's rule): MemoryRlimitAS ("" too),
+	// MemoryRlimitData or MemoryRlimitNone.
+	MemoryRlimit string
+	// MemoryRlimitFactor multiplies Memory for that rlimit (0: 1).
+	MemoryRlimitFactor float64
 
 	OutputLimit int64 // bytes kept per captured stream
 

@@ -231,6 +231,7 @@ func (j *Job) compileSpec() (*isolate.Spec, error) {
 	s.BoxID, s.BoxMount = r.BoxID, r.BoxMount
 	s.Image, s.ImageDir, s.ImageFile, s.ImageMount, s.ImageTree = r.Image, r.ImageDir, r.ImageFile, r.ImageMount, r.ImageTree
 	s.Seccomp, s.HostNet = r.Seccomp, false
+	s.MemoryRlimit, s.MemoryRlimitFactor = r.MemoryRlimit, r.MemoryRlimitFactor
 	s.OutputLimit = 256 << 10
 	s.StderrToStdout = false
 	if err := applyLimits(&s, j.lang.CompileLimits, &api.Spec{}); err != nil {

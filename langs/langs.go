@@ -73,9 +73,19 @@ type Lang struct {
 	// SyntaxErrorExit, for languages without a compile step, is the exit
 	// status with which Run says the source does not compile (it checks
 	// before running anything): the outcome is then CE, not RE.
-	SyntaxErrorExit int    `json:"syntax_error_exit,omitempty"`
-	CompileLimits   Limits `json:"compile_limits,omitempty"`
-	RunLimits       Limits `json:"run_limits,omitempty"`
+	SyntaxErrorExit int `json:"syntax_error_exit,omitempty"`
+	// RlimitMemory is how the memory limit is enforced where rlimits
+	// alone enforce the limits (no cgroup: a user who is not root, with
+	// --allow-rlimit-only): "address-space" (RLIMIT_AS, the default),
+	// "data" (RLIMIT_DATA: for runtimes that reserve far more address
+	// space than they touch) or "none".
+	RlimitMemory string `json:"rlimit_memory,omitempty"`
+	// RlimitMemoryFactor multiplies the memory limit for that rlimit (0:
+	// 1): for a runtime whose threads' stacks, mapped whole, count as
+	// data though little of them is touched (the JVM's, -Xss).
+	RlimitMemoryFactor float64 `json:"rlimit_memory_factor,omitempty"`
+	CompileLimits      Limits  `json:"compile_limits,omitempty"`
+	RunLimits          Limits  `json:"run_limits,omitempty"`
 
 	// Origin is the file the definition came from.
 	Origin string `json:"-"`
@@ -188,6 +198,10 @@ func (l *Lang) check() error {
 		return errors.New("no run command")
 	case len(l.Version) == 0:
 		return errors.New("no version command")
+	case l.RlimitMemory != "" && l.RlimitMemory != "address-space" && l.RlimitMemory != "data" && l.RlimitMemory != "none":
+		return fmt.Errorf("rlimit_memory %q: address-space, data or none", l.RlimitMemory)
+	case l.RlimitMemoryFactor != 0 && (l.RlimitMemoryFactor < 1 || l.RlimitMemoryFactor > 64):
+		return fmt.Errorf("rlimit_memory_factor %g: from 1 to 64", l.RlimitMemoryFactor)
 	}
 	for _, p := range l.Packages {
 		if !regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]*$`).MatchString(p) {

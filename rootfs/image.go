@@ -28,7 +28,10 @@ func ImagesDir() string {
 
 // Manifest describes a built image.
 type Manifest struct {
-	Name  string `json:"name"`
+	Name string `json:"name"`
+	// Kind is "template" for an image built from a template, empty for
+	// a language's.
+	Kind  string `json:"kind,omitempty"`
 	Suite string `json:"suite"`
 	// Packages are the packages asked for; Installed every package of the
 	// image with its version.
@@ -67,7 +70,7 @@ func LookupImage(name string) (*Manifest, error) {
 	}
 	data, err := os.ReadFile(manifestPath(name))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("image %q is not built (isolate image build %s)", name, name)
+		return nil, fmt.Errorf("image %q is not built (isolate image build %s, or --template %s for a template)", name, name, name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read the manifest of image %q: %w", name, err)

@@ -58,7 +58,7 @@ func checkWithoutRoot() error {
 		line("ok", "limits", "cgroup v2 subtree delegated to you at "+d.Dir+": memory, pids, CPU time and --cpus as under root")
 	} else {
 		line("note", "limits", "no cgroup subtree delegated to you ("+d.Why+"): runs need --allow-rlimit-only, "+
-			"which enforces memory (RLIMIT_AS, per process), pids (RLIMIT_NPROC) and CPU time (RLIMIT_CPU, whole seconds, per process) "+
+			"which enforces memory (RLIMIT_AS, or RLIMIT_DATA for the languages whose definition says so, per process), pids (RLIMIT_NPROC) and CPU time (RLIMIT_CPU, whole seconds, per process) "+
 			"and refuses --cpus; on a cgroup v2 host, run under `"+cgroup.DelegateHint+"` for the cgroup's limits")
 	}
 

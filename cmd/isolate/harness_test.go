@@ -193,8 +193,12 @@ func (s *service) start() error {
 		"--cli-binary", isolateBin, "--store", filepath.Join(s.dir, "store"), "--grace", "20s"}, s.args...)...)
 	s.cmd.Stdout, s.cmd.Stderr = log, log
 	// The service takes its configuration from its own environment, as
-	// an installed one does: none of the suite's variables.
+	// an installed one does: none of the suite's variables, but the
+	// images directory of a test that has its own.
 	s.cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	if d := os.Getenv("ISOLATE_IMAGES_DIR"); d != "" {
+		s.cmd.Env = append(s.cmd.Env, "ISOLATE_IMAGES_DIR="+d)
+	}
 	if err := s.cmd.Start(); err != nil {
 		return err
 	}

@@ -19,20 +19,23 @@ import (
 	"github.com/isolate-sandbox/isolate/rootfs"
 )
 
-// imageCommand builds, lists and removes the per-language images.
+// imageCommand builds, lists and removes the images: the languages' and
+// the templates'.
 func imageCommand() *cli.Command {
 	usage := func(c *cli.Context, err error, _ bool) error { return usageErr(err) }
 	return &cli.Command{
 		Name:         "image",
-		Usage:        "build, list and remove per-language root file system images",
+		Usage:        "build, list and remove root file system images: the languages' and templates'",
 		OnUsageError: usage,
 		Subcommands: []*cli.Command{
 			{
 				Name:      "build",
-				Usage:     "build the images of languages (debootstrap + squashfs; only when their definition changed)",
-				ArgsUsage: "LANG... | --all",
+				Usage:     "build the images of languages or templates (debootstrap + squashfs; only when their definition changed)",
+				ArgsUsage: "LANG... | --all | --template NAME|FILE...",
 				Flags: []cli.Flag{
 					&cli.BoolFlag{Name: "all", Usage: "every language"},
+					&cli.StringSliceFlag{Name: "template", Usage: "build the image of a template: its `NAME` in " + langs.DefaultTemplatesDir +
+						" ($ISOLATE_TEMPLATES_DIR), or its FILE (repeatable)"},
 					&cli.StringFlag{Name: "mirror", Usage: "Debian archive `URL` (default: the one in this machine's apt configuration)"},
 					&cli.BoolFlag{Name: "force", Usage: "rebuild even when the definition did not change"},
 				},
@@ -62,7 +65,7 @@ func imageCommand() *cli.Command {
 			},
 			{
 				Name:         "rm",
-				Usage:        "remove the images of languages (waits for the runs that use them, and says so)",
+				Usage:        "remove the images of languages or templates (waits for the runs that use them, and says so)",
 				ArgsUsage:    "LANG|IMAGE...",
 				OnUsageError: usage,
 				Action:       imageRemove,
@@ -105,6 +108,27 @@ func buildSpec(l *langs.Lang) *imagebuild.BuildSpec {
 	}
 }
 
+// templateSpec is what rootfs needs to build a template's image. A
+// template never takes a language's image name: that image would change
+// under the language's runs.
+func templateSpec(name string) (*imagebuild.BuildSpec, error) {
+	t, err := langs.FindTemplate(name)
+	if err != nil {
+		return nil, fmt.Errorf("--template: %w", err)
+	}
+	if all, err := langs.Load(); err == nil {
+		for _, l := range all {
+			if l.Image == t.Name {
+				return nil, fmt.Errorf("--template: template %s (%s): %q is the image of language %s", t.Name, t.Origin, t.Name, l.Name)
+			}
+		}
+	}
+	return &imagebuild.BuildSpec{
+		Name: t.Name, Kind: "template", Suite: t.Suite, Packages: t.Packages, Files: t.Files, Setup: t.Setup,
+		Hash: t.ImageHash(imagebuild.BuilderVersion),
+	}, nil
+}
+
 // buildVars are the placeholder values at build time: the host's.
 func buildVars() langs.Vars {
 	return langs.Vars{MemMB: 1024, CPUs: isolate.NumCPU(), Pids: 256}
@@ -114,9 +138,26 @@ func imageBuild(c *cli.Context) error {
 	if err := requireRoot(); err != nil {
 		return err
 	}
-	ls, err := langsFromArgs(c, c.Bool("all"))
-	if err != nil {
-		return usageErr(err)
+	var specs []*imagebuild.BuildSpec
+	if tpls := c.StringSlice("template"); len(tpls) > 0 {
+		if c.Bool("all") || c.Args().Len() > 0 {
+			return usageErr(errors.New("give languages, --all or --template, not several"))
+		}
+		for _, name := range tpls {
+			spec, err := templateSpec(name)
+			if err != nil {
+				return usageErr(err)
+			}
+			specs = append(specs, spec)
+		}
+	} else {
+		ls, err := langsFromArgs(c, c.Bool("all"))
+		if err != nil {
+			return usageErr(err)
+		}
+		for _, l := range ls {
+			specs = append(specs, buildSpec(l))
+		}
 	}
 	mirror := c.String("mirror")
 	if mirror != "" && !strings.Contains(mirror, "://") {
@@ -129,19 +170,18 @@ func imageBuild(c *cli.Context) error {
 		progress = func(line string) { fmt.Fprintln(os.Stderr, line) }
 	}
 	done := map[string]bool{}
-	for _, l := range ls {
-		if done[l.Image] {
+	for _, spec := range specs {
+		if done[spec.Name] {
 			continue
 		}
-		done[l.Image] = true
-		spec := buildSpec(l)
+		done[spec.Name] = true
 		spec.Mirror, spec.Force, spec.Progress = mirror, c.Bool("force"), progress
 		m, built, err := imagebuild.BuildImage(spec)
 		if err != nil {
 			return failure(err.Error())
 		}
 		if progress != nil && !built {
-			progress(fmt.Sprintf("[%s] up to date (%s, %.1f MiB)", l.Image, m.Version, float64(m.Size)/(1<<20)))
+			progress(fmt.Sprintf("[%s] up to date (%s, %.1f MiB)", spec.Name, m.Version, float64(m.Size)/(1<<20)))
 		}
 	}
 	return nil
@@ -182,9 +222,13 @@ func imageList(c *cli.Context) error {
 		return nil
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "IMAGE\tSUITE\tSIZE\tBUILD\tPACKAGES\tVERSION\tBUILT")
+	fmt.Fprintln(w, "IMAGE\tKIND\tSUITE\tSIZE\tBUILD\tPACKAGES\tVERSION\tBUILT")
 	for _, m := range ms {
-		fmt.Fprintf(w, "%s\t%s\t%.1f MiB\t%.0f s\t%d\t%s\t%s\n", m.Name, m.Suite, float64(m.Size)/(1<<20), m.BuildTime,
+		kind := m.Kind
+		if kind == "" {
+			kind = "language"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%.1f MiB\t%.0f s\t%d\t%s\t%s\n", m.Name, kind, m.Suite, float64(m.Size)/(1<<20), m.BuildTime,
 			len(m.Installed), m.Version, m.BuiltAt.Format(time.DateTime))
 	}
 	if err := w.Flush(); err != nil {

@@ -192,7 +192,7 @@ func TestRootlessRlimitOnly(t *testing.T) {
 	if rep.Sandbox.Cgroup != "none" {
 		t.Errorf("sandbox.cgroup %q, want none", rep.Sandbox.Cgroup)
 	}
-	wantLimits := map[string]string{"memory": "rlimit", "pids": "rlimit", "cpu": "none", "cpus": "none", "wall": "supervisor"}
+	wantLimits := map[string]string{"memory": "rlimit", "memory_rlimit": "address-space", "pids": "rlimit", "cpu": "none", "cpus": "none", "wall": "supervisor"}
 	if !sameMap(rep.Sandbox.Limits, wantLimits) {
 		t.Errorf("sandbox.limits %v, want %v", rep.Sandbox.Limits, wantLimits)
 	}

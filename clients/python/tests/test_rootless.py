@@ -51,8 +51,8 @@ def refusal(call):
     return "ran"
 """
 
-RLIMITS_ONLY = {"memory": "rlimit", "pids": "rlimit", "cpu": "rlimit", "cpus": "none",
-                "wall": "supervisor"}
+RLIMITS_ONLY = {"memory": "rlimit", "memory_rlimit": "address-space", "pids": "rlimit",
+                "cpu": "rlimit", "cpus": "none", "wall": "supervisor"}
 
 
 @pytest.fixture(params=["nobody", "uid-not-gid"])

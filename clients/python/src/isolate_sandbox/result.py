@@ -19,10 +19,11 @@ class ResultMeta:
     know (a symlink left out of a project, collected files cut); ``report`` is isolate's full report
     (for ``exec``: ``{"status", "compile", "run"}``) with CPU time, peak memory, blocked syscalls;
     ``artifact`` the file the execution was stored in, if it was; ``enforcement`` how each
-    limit was enforced when the binary ran without root (``{"memory": "rlimit", "pids":
-    "rlimit", "cpu": "rlimit", "cpus": "none", "wall": "supervisor"}``: ``cgroup`` under a
-    delegated subtree, ``rlimit`` without one, ``none`` for a limit not asked), empty where
-    root's cgroups enforced them all.
+    limit was enforced when the binary ran without root (``{"memory": "rlimit",
+    "memory_rlimit": "address-space", "pids": "rlimit", "cpu": "rlimit", "cpus": "none", "wall":
+    "supervisor"}``: ``cgroup`` under a delegated subtree, ``rlimit`` without one, ``none`` for a
+    limit not asked; ``memory_rlimit`` the language's rule, ``address-space``, ``data`` or
+    ``none``), empty where root's cgroups enforced them all.
     """
 
     runtime: str
