@@ -99,6 +99,29 @@ def test_code_contexts_are_independent(sb: Session) -> None:
 
 
 @needs_service
+def test_code_in_javascript_and_bash(service: str) -> None:
+    with Session("javascript", socket_path=service, timeout=120) as sb:
+        assert sb.run_code("let n = 6").result is None
+        ex = sb.run_code("console.log('hi'); [n * 7, 'x']")
+        assert (ex.result, ex.stdout, ex.error, ex.execution_count) == ("[ 42, 'x' ]", "hi\n",
+                                                                        None, 2)
+        ex = sb.run_code("null.x")
+        assert ex.error is not None and ex.error.name == "TypeError"
+        ex = sb.run_code("for (;;) {}", timeout=0.5)
+        assert ex.error is not None and ex.error.name == "Interrupted"
+        assert sb.run_code("n").result == "6"
+        sb.run_code("V=1; cd /tmp", language="bash")
+        ex = sb.run_code("echo $V; pwd; false", language="bash")
+        assert ex.stdout == "1\n/tmp\n" and ex.error is not None and \
+            (ex.error.name, ex.error.value) == ("ExitStatus", "exit status 1")
+        ctx = sb.create_code_context("bash")
+        assert ctx.language == "bash" and ctx.run_code("echo ${V-none}").stdout == "none\n"
+        with pytest.raises(ServiceError) as e:
+            sb.create_code_context("cobol")
+        assert (e.value.status, e.value.field) == (400, "language")
+
+
+@needs_service
 def test_commands(sb: Session) -> None:
     r = sb.commands.run("echo $GREETING; pwd; echo err >&2; exit 3", env={"GREETING": "hi"},
                         cwd="/tmp")

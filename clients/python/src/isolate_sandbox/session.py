@@ -43,9 +43,11 @@ Signal = Union[str, int]
 @dataclasses.dataclass
 class Execution:
     """What one ``run_code`` call produced: ``result`` is the ``repr`` of the value of the
-    code's last expression statement (None when there is none, or it is None), ``error`` the
-    exception the code raised (``name``, ``value``, ``traceback``; ``ContextDied`` when the
-    interpreter died, and the next call runs in a fresh one, ``restarted``)."""
+    code's last expression statement (None when there is none, or it is None; in JavaScript
+    the completion value as ``util.inspect`` shows it, none in Bash), ``error`` the
+    exception the code raised (``name``, ``value``, ``traceback``; ``ExitStatus`` in Bash
+    for a non-zero status; ``ContextDied`` when the interpreter died, and the next call runs
+    in a fresh one, ``restarted``)."""
 
     result: Optional[str]
     stdout: str
@@ -325,8 +327,10 @@ class Session:
                  cwd: Optional[str] = None) -> Execution:
         """Execute ``code`` in an interpreter of the session that keeps its state between
         calls: ``context`` (from :meth:`create_code_context`), else the session's default one
-        of ``language`` (the session's language). ``on_stdout``/``on_stderr`` get output as it
-        arrives. ``timeout`` (seconds) interrupts the code (``KeyboardInterrupt``). ``env``
+        of ``language`` (the session's language; ``python``, ``javascript`` or ``bash``, each
+        language's default context its own). ``on_stdout``/``on_stderr`` get output as it
+        arrives. ``timeout`` (seconds) interrupts the code (``KeyboardInterrupt`` in Python,
+        ``Interrupted`` in JavaScript and Bash). ``env``
         (added to ``os.environ``) and ``cwd`` (absolute) hold for this call only."""
         body: Dict[str, Any] = {"code": code}
         if env:
@@ -361,7 +365,8 @@ class Session:
         raise SandboxError("isolate service: the answer ended before its execution")
 
     def create_code_context(self, language: str = "python") -> "CodeContext":
-        """A new interpreter, independent of the others (its own process and namespace)."""
+        """A new interpreter, independent of the others (its own process and namespace):
+        ``python``, ``javascript`` (Node; needs the javascript image) or ``bash``."""
         answer = self._json("POST", self._path("/contexts"), {"language": language})
         return CodeContext(self, str(answer["id"]), str(answer.get("language", language)))
 
