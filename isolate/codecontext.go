@@ -97,6 +97,14 @@ const maxCodeBytes = 16 << 20
 // driver; the rest is read and dropped.
 const maxTextBytes = 1 << 20
 
+// maxRichBytes bounds one rich result (its JSON, images in base64); one
+// over it is dropped.
+const maxRichBytes = 8 << 20
+
+// maxResultsBytes bounds a call's rich results together; those beyond it
+// are dropped.
+const maxResultsBytes = 64 << 20
+
 // startTimeout bounds how long NewCodeContext waits for the interpreter.
 const startTimeout = 60 * time.Second
 
@@ -106,7 +114,11 @@ type Execution struct {
 	// statement (as a notebook shows it), nil when there is none or it is
 	// None.
 	Result *string `json:"result"`
-	Stdout string  `json:"stdout"`
+	// Results are the call's rich results (Python): what display() showed
+	// and the last expression's value (IsMainResult), in every format the
+	// object offers, then the matplotlib figures left open, as PNG.
+	Results []Result `json:"results,omitempty"`
+	Stdout  string   `json:"stdout"`
 	Stderr string  `json:"stderr"`
 	// Error is the exception the code raised, or why the context died.
 	Error *ExecError `json:"error"`
@@ -114,6 +126,28 @@ type Execution struct {
 	ExecutionCount int `json:"execution_count"`
 	// Restarted: the context had died, and this call ran in a fresh one.
 	Restarted bool `json:"restarted"`
+}
+
+// Result is an object as a notebook shows it, in the formats it offers
+// (IPython's _repr_*_ methods): Text is its repr; PNG and JPEG are base64.
+type Result struct {
+	Text         string          `json:"text,omitempty"`
+	HTML         string          `json:"html,omitempty"`
+	Markdown     string          `json:"markdown,omitempty"`
+	SVG          string          `json:"svg,omitempty"`
+	PNG          string          `json:"png,omitempty"`
+	JPEG         string          `json:"jpeg,omitempty"`
+	LaTeX        string          `json:"latex,omitempty"`
+	JSON         json.RawMessage `json:"json,omitempty"`
+	IsMainResult bool            `json:"is_main_result,omitempty"`
+}
+
+type resultHandlerKey struct{}
+
+// WithResultHandler is ctx carrying on to the CodeContext.Run it is
+// given: on gets each rich result as it arrives.
+func WithResultHandler(ctx context.Context, on func(Result)) context.Context {
+	return context.WithValue(ctx, resultHandlerKey{}, on)
 }
 
 // ExecError is an exception raised by the code: its type's name, its
@@ -281,6 +315,9 @@ func (d *driver) readFrames(r *os.File) {
 		}
 		n := int64(binary.BigEndian.Uint32(head[1:]))
 		keep := min(n, maxTextBytes)
+		if head[0] == 'R' {
+			keep = min(n, maxRichBytes)
+		}
 		payload := make([]byte, keep)
 		if _, err := io.ReadFull(br, payload); err != nil {
 			return
@@ -435,6 +472,8 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 			on(text)
 		}
 	}
+	onResult, _ := ctx.Value(resultHandlerKey{}).(func(Result))
+	resultBytes := 0
 	var grace <-chan time.Time
 	var resend *time.Ticker
 	done := ctx.Done()
@@ -466,6 +505,16 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 					s = strings.ToValidUTF8(s, "") + "..."
 				}
 				ex.Result = &s
+			case 'R':
+				var r Result
+				if f.cut || json.Unmarshal(f.payload, &r) != nil || resultBytes+len(f.payload) > maxResultsBytes {
+					continue
+				}
+				resultBytes += len(f.payload)
+				ex.Results = append(ex.Results, r)
+				if onResult != nil {
+					onResult(r)
+				}
 			case 'x':
 				var e ExecError
 				if json.Unmarshal(f.payload, &e) != nil {

@@ -961,6 +961,14 @@ func (s *Server) handleCode(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, &api.FieldError{Field: "context", Msg: "no such context in this session"})
 		return
 	}
+	if ev != nil {
+		ctx = isolate.WithResultHandler(ctx, func(r isolate.Result) {
+			ev.emitValue(struct {
+				Type string `json:"type"`
+				isolate.Result
+			}{"result", r})
+		})
+	}
 	ex, err := cc.Run(isolate.WithCallOptions(ctx, opts), req.Code, onStdout, onStderr)
 	// Code running when its session ends answers as a command does
 	// then: the session has ended (its context with it).
