@@ -119,7 +119,7 @@ type Execution struct {
 	// object offers, then the matplotlib figures left open, as PNG.
 	Results []Result `json:"results,omitempty"`
 	Stdout  string   `json:"stdout"`
-	Stderr string  `json:"stderr"`
+	Stderr  string   `json:"stderr"`
 	// Error is the exception the code raised, or why the context died.
 	Error *ExecError `json:"error"`
 	// ExecutionCount numbers the calls of the context, from 1.
