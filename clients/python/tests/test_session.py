@@ -14,6 +14,7 @@ import pytest
 from conftest import open_fds
 from isolate_sandbox import (CallTimeoutError, CommandHandle, CommandResult, SandboxError,
                              SandboxUnavailableError, ServiceError, Session)
+from isolate_sandbox import ExceptionInfo, Result
 from isolate_sandbox.session import Execution
 from test_service import needs_service, running_service
 
@@ -119,6 +120,25 @@ def test_code_in_javascript_and_bash(service: str) -> None:
         with pytest.raises(ServiceError) as e:
             sb.create_code_context("cobol")
         assert (e.value.status, e.value.field) == (400, "language")
+
+
+@needs_service
+def test_code_rich_results(sb: Session) -> None:
+    sb.run_code("class Pic:\n"
+                "    def __repr__(self): return 'Pic()'\n"
+                "    def _repr_html_(self): return '<i>pic</i>'\n"
+                "    def _repr_png_(self): return b'\\x89PNG'\n")
+    got: List[Result] = []
+    errors: List[ExceptionInfo] = []
+    ex = sb.run_code("display('shown')\nPic()", on_result=got.append, on_error=errors.append)
+    assert ex.result == "Pic()" and got == ex.results and not errors
+    assert [(r.text, r.is_main_result) for r in ex.results] == [("'shown'", False), ("Pic()", True)]
+    main = ex.results[1]
+    assert (main.html, main.png) == ("<i>pic</i>", "iVBORw==")
+    assert main.formats() == ["text", "html", "png"]
+    assert sb.run_code("x = Pic()").results == []
+    ex = sb.run_code("1/0", on_error=errors.append)
+    assert [e.name for e in errors] == ["ZeroDivisionError"] and ex.error == errors[0]
 
 
 @needs_service
