@@ -42,7 +42,12 @@ var bashDriver string
 var CodeLanguages = []string{"python", "javascript", "bash"}
 
 // codeLanguageAliases are other names of CodeLanguages.
-var codeLanguageAliases = map[string]string{"js": "javascript", "node": "javascript", "nodejs": "javascript", "sh": "bash", "shell": "bash"}
+// (The python-data image's interpreter is Python's: its names name python.)
+var codeLanguageAliases = map[string]string{
+	"python3": "python", "py": "python", "python-data": "python", "pydata": "python",
+	"js": "javascript", "node": "javascript", "nodejs": "javascript",
+	"sh": "bash", "shell": "bash",
+}
 
 // CodeLanguage is the language of code contexts name stands for (one of
 // CodeLanguages or an alias of one), or a FieldError naming "language".

@@ -1,7 +1,9 @@
 package isolate_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"strings"
 	"testing"
@@ -132,7 +134,7 @@ func TestCodeContextBash(t *testing.T) {
 }
 
 func TestCodeLanguage(t *testing.T) {
-	for in, want := range map[string]string{"": "python", "python": "python", "js": "javascript", "node": "javascript", "javascript": "javascript", "bash": "bash", "sh": "bash"} {
+	for in, want := range map[string]string{"": "python", "python": "python", "js": "javascript", "node": "javascript", "javascript": "javascript", "bash": "bash", "sh": "bash", "python-data": "python"} {
 		if got, err := isolate.CodeLanguage(in); got != want || err != nil {
 			t.Errorf("%q: %q %v", in, got, err)
 		}
@@ -145,4 +147,32 @@ func TestCodeLanguage(t *testing.T) {
 func isFieldError(err error, field string) bool {
 	var fe *api.FieldError
 	return errors.As(err, &fe) && fe.Field == field
+}
+
+// In the python-data image, a chart drawn with Matplotlib comes back as a
+// PNG without plt.show(); a pandas DataFrame as HTML and text.
+func TestCodeContextFigure(t *testing.T) {
+	needRoot(t)
+	s, err := newHost(t).StartSession(context.Background(), &api.Spec{Lang: "python-data"})
+	if err != nil {
+		t.Fatalf("%v (build the images first: scripts/images.sh)", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	c := newContextOf(t, s, "python-data")
+	ex := runCode(t, c, "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('chart')\nprint('drawn')")
+	if ex.Error != nil || ex.Stdout != "drawn\n" || len(ex.Results) != 1 {
+		t.Fatalf("%+v %+v", ex, ex.Error)
+	}
+	png, err := base64.StdEncoding.DecodeString(ex.Results[0].PNG)
+	if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) || len(png) < 1000 || ex.Results[0].IsMainResult {
+		t.Fatalf("the figure: %d bytes, %v, %+v", len(png), err, ex.Results[0].Text)
+	}
+	// Shown once: the figure was closed.
+	if ex := runCode(t, c, "len(plt.get_fignums())"); resultOf(ex) != "0" || len(ex.Results) != 1 {
+		t.Errorf("the next call: %+v", ex)
+	}
+	ex = runCode(t, c, "import pandas as pd\npd.DataFrame({'a': [1, 2]})")
+	if len(ex.Results) != 1 || !strings.Contains(ex.Results[0].HTML, "<table") || !strings.Contains(ex.Results[0].Text, "a") {
+		t.Errorf("a DataFrame: %+v", ex.Results)
+	}
 }
