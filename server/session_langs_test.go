@@ -68,3 +68,26 @@ func TestSessionCodeLanguages(t *testing.T) {
 		}
 	}
 }
+
+// Rich results: in the answer, and streamed as result lines before the
+// execution.
+func TestSessionCodeResults(t *testing.T) {
+	s := startService(t, nil)
+	id := s.session(t, `{}`)
+	const code = `{"code": "class H:\n    def _repr_html_(self): return '<b>h</b>'\n    def __repr__(self): return 'H()'\ndisplay(H())\nH()"`
+	status, b := s.do(t, "POST", "/v1/sessions/"+id+"/code", code+`}`)
+	var a CodeAnswer
+	if json.Unmarshal(b, &a); status != 200 || len(a.Results) != 2 || a.Results[0].HTML != "<b>h</b>" || a.Results[0].IsMainResult || !a.Results[1].IsMainResult || a.Results[1].Text != "H()" {
+		t.Fatalf("%d %s", status, b)
+	}
+	status, b = s.do(t, "POST", "/v1/sessions/"+id+"/code", code+`, "stream": true}`)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if status != 200 || len(lines) != 3 || lines[0] != `{"type":"result","text":"H()","html":"<b>h</b>"}` ||
+		!strings.HasPrefix(lines[2], `{"type":"execution","result":"H()","results":[`) {
+		t.Fatalf("streamed: %d %s", status, b)
+	}
+	// None without a value to show.
+	if status, b := s.do(t, "POST", "/v1/sessions/"+id+"/code", `{"code": "x = 1"}`); status != 200 || strings.Contains(string(b), `"results"`) {
+		t.Errorf("no results: %d %s", status, b)
+	}
+}

@@ -2,6 +2,7 @@
 socket), and the client's side of the wire against a small HTTP server of the test's own (no root:
 the token, the streamed shapes, the answers the real service gives only in rare cases)."""
 
+import base64
 import http.server
 import json
 import socket
@@ -139,6 +140,18 @@ def test_code_rich_results(sb: Session) -> None:
     assert sb.run_code("x = Pic()").results == []
     ex = sb.run_code("1/0", on_error=errors.append)
     assert [e.name for e in errors] == ["ZeroDivisionError"] and ex.error == errors[0]
+
+
+@needs_service
+def test_code_chart_in_python_data(service: str) -> None:
+    got: List[Result] = []
+    with Session("python-data", socket_path=service, timeout=120) as sb:
+        ex = sb.run_code("import matplotlib.pyplot as plt\nplt.bar(['a', 'b'], [3, 5])",
+                         on_result=got.append)
+    assert ex.error is None and got == ex.results
+    charts = [r for r in ex.results if r.png]
+    assert len(charts) == 1 and not charts[0].is_main_result
+    assert base64.b64decode(charts[0].png).startswith(b"\x89PNG\r\n\x1a\n")
 
 
 @needs_service
