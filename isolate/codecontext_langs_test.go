@@ -122,6 +122,16 @@ func TestCodeContextBash(t *testing.T) {
 	if ex := runCode(t, c, "echo $X"); ex.Stdout != "5\n" || ex.Restarted {
 		t.Errorf("after the interrupt: %+v", ex)
 	}
+	// A loop of builtins, in a function of the code's own.
+	ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	ex, err = c.Run(ctx, "spin() { while :; do :; done; }\nspin\nspin\necho after", nil, nil)
+	if err != nil || ex.Error == nil || ex.Error.Name != "Interrupted" || ex.Restarted || strings.Contains(ex.Stdout, "after") {
+		t.Fatalf("a loop past its bound: %+v %v", ex, err)
+	}
+	if ex := runCode(t, c, "echo $X"); ex.Stdout != "5\n" || ex.Restarted {
+		t.Errorf("after the loop's interrupt: %+v", ex)
+	}
 	if _, err := c.Run(context.Background(), "echo \x00", nil, nil); !isFieldError(err, "code") {
 		t.Errorf("a NUL byte: %v", err)
 	}

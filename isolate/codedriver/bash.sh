@@ -37,8 +37,24 @@ _isolate_file_frame() { # kind file limit
 
 # The service interrupts the code at a call's timeout with SIGINT (to the
 # whole process group: the command running in the foreground gets it too)
-# and sends it again until told it was taken.
-trap '_isolate_interrupted=1; ((_isolate_running)) && _isolate_frame i ""' INT
+# and sends it again until told it was taken. While the code runs, the trap
+# returns from the function it runs in, and a DEBUG trap (functions
+# inheriting it: set -T) returns from every function the code is in before
+# its next command: the code stops, loops of builtins and functions of its
+# own included, up to _isolate_eval; then the driver says it took it.
+trap '_isolate_interrupted=1
+if ((_isolate_running)); then
+	set -T
+	trap '"'"'[[ ${FUNCNAME[0]-} ]] && return 130'"'"' DEBUG
+	return 130
+fi' INT
+
+_isolate_eval() {
+	eval "$_isolate_code"
+	local st=$?
+	_isolate_running=0
+	return $st
+}
 
 _isolate_read() { # reads one request into _isolate_*; false at the end of requests
 	local LC_ALL=C n st i line
@@ -81,9 +97,12 @@ while _isolate_read; do
 	else
 		[[ -d $_isolate_dir ]] || mkdir -p -- "$_isolate_dir"
 		_isolate_running=1
-		eval "$_isolate_code" </dev/null >"$_isolate_dir/o" 2>"$_isolate_dir/e"
+		_isolate_eval </dev/null >"$_isolate_dir/o" 2>"$_isolate_dir/e"
 		_isolate_status=$?
+		trap - DEBUG
+		set +T
 		_isolate_running=0
+		((_isolate_interrupted)) && _isolate_frame i ""
 	fi
 	for _isolate_kv in "${_isolate_saved[@]}"; do
 		if [[ $_isolate_kv == *=* ]]; then
