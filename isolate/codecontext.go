@@ -478,7 +478,17 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 		}
 	}
 	onResult, _ := ctx.Value(resultHandlerKey{}).(func(Result))
-	resultBytes := 0
+	resultBytes, haveMain := 0, false
+	addResult := func(r Result, n int) {
+		if resultBytes+n+len(r.Text) > maxResultsBytes {
+			return
+		}
+		resultBytes += n + len(r.Text)
+		ex.Results = append(ex.Results, r)
+		if onResult != nil {
+			onResult(r)
+		}
+	}
 	var grace <-chan time.Time
 	var resend *time.Ticker
 	done := ctx.Done()
@@ -510,16 +520,17 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 					s = strings.ToValidUTF8(s, "") + "..."
 				}
 				ex.Result = &s
+				if !haveMain {
+					// A value with only its text: the driver sent no R.
+					addResult(Result{Text: s, IsMainResult: true}, 0)
+				}
 			case 'R':
 				var r Result
-				if f.cut || json.Unmarshal(f.payload, &r) != nil || resultBytes+len(f.payload) > maxResultsBytes {
+				if f.cut || json.Unmarshal(f.payload, &r) != nil {
 					continue
 				}
-				resultBytes += len(f.payload)
-				ex.Results = append(ex.Results, r)
-				if onResult != nil {
-					onResult(r)
-				}
+				haveMain = haveMain || r.IsMainResult
+				addResult(r, len(f.payload))
 			case 'x':
 				var e ExecError
 				if json.Unmarshal(f.payload, &e) != nil {

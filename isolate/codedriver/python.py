@@ -10,7 +10,8 @@
 # text) on its fd 1, 2; r the repr of the last expression's value; R a rich
 # result as JSON {"text", "html", "markdown", "svg", "png", "jpeg", "latex",
 # "json", "is_main_result"} (what display() shows, the last expression's
-# value, a matplotlib figure left open; images in base64); x the error as
+# value when it offers more than its text, a matplotlib figure left open;
+# images in base64; the value's R comes just before its r); x the error as
 # JSON {name, value, traceback}; d done, JSON {"execution_count", "nonce"}. The service takes a call's frames from its b to the d that
 # names its nonce: frames an earlier call left (or forged) are never the
 # next call's.
@@ -153,6 +154,19 @@ REPR_METHODS = (("_repr_html_", "html"), ("_repr_markdown_", "markdown"),
                 ("_repr_latex_", "latex"), ("_repr_json_", "json"))
 
 
+format_types = {}  # type: whether its instances offer a format but text
+
+
+def offers_formats(t):
+    known = format_types.get(t)
+    if known is None:
+        known = not t.__module__.startswith("matplotlib.") and \
+            any(hasattr(t, m) for m, _ in REPR_METHODS)
+        if len(format_types) < 4096:
+            format_types[t] = known
+    return known
+
+
 def rich(obj, main=False):
     """The formats obj offers, as a result's fields."""
     fields = {"text": cut(repr(obj)).decode()}
@@ -265,10 +279,13 @@ def run_cell(body, tail):
     if value is None:
         return None
     namespace["_"] = value
-    # The figure itself is drawn with the others at the call's end.
-    if type(value).__module__.startswith("matplotlib."):
-        return cut(repr(value)), None
-    return cut(repr(value)), rich(value, main=True)
+    text = cut(repr(value))
+    # A value with no format but its text is the service's to make a
+    # result of (from r: one frame less); a figure is drawn with the others
+    # at the call's end.
+    if not offers_formats(type(value)):
+        return text, None
+    return text, rich(value, main=True)
 
 
 def run_with(request, cell):
@@ -351,9 +368,9 @@ while True:
         s.drain()
     if main is not None:
         send_rich(main)
-    figures()
     if result is not None:
         send(b"r", result)
+    figures()
     if error is not None:
         send(b"x", error)
     send(b"d", json.dumps({"execution_count": count, "nonce": nonce}).encode())
