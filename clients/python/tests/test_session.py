@@ -151,7 +151,7 @@ def test_code_chart_in_python_data(service: str) -> None:
     assert ex.error is None and got == ex.results
     charts = [r for r in ex.results if r.png]
     assert len(charts) == 1 and not charts[0].is_main_result
-    assert base64.b64decode(charts[0].png).startswith(b"\x89PNG\r\n\x1a\n")
+    assert base64.b64decode(charts[0].png or "").startswith(b"\x89PNG\r\n\x1a\n")
 
 
 @needs_service
