@@ -1,7 +1,8 @@
 package isolate
 
 // Code contexts: a persistent interpreter in a session, the way a notebook
-// kernel is one. Each context is a driver process (codedriver/python.py)
+// kernel is one. Each context is a driver process (codedriver/: python.py,
+// javascript.js, bash.sh)
 // that executes the code it is sent in one namespace that lives as long as
 // the process; a context that dies is started afresh on its next call.
 
@@ -17,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -29,8 +31,54 @@ import (
 //go:embed codedriver/python.py
 var pythonDriver string
 
-// CodeLanguages are the languages a code context runs.
-var CodeLanguages = []string{"python"}
+//go:embed codedriver/javascript.js
+var javascriptDriver string
+
+//go:embed codedriver/bash.sh
+var bashDriver string
+
+// CodeLanguages are the languages a code context runs: python (python3 in
+// the session's image), javascript (node) and bash.
+var CodeLanguages = []string{"python", "javascript", "bash"}
+
+// codeLanguageAliases are other names of CodeLanguages.
+// (The python-data image's interpreter is Python's: its names name python.)
+var codeLanguageAliases = map[string]string{
+	"python3": "python", "py": "python", "python-data": "python", "pydata": "python",
+	"js": "javascript", "node": "javascript", "nodejs": "javascript",
+	"sh": "bash", "shell": "bash",
+}
+
+// CodeLanguage is the language of code contexts name stands for (one of
+// CodeLanguages or an alias of one), or a FieldError naming "language".
+func CodeLanguage(name string) (string, error) {
+	if name == "" {
+		return "python", nil
+	}
+	if l, ok := codeLanguageAliases[name]; ok {
+		return l, nil
+	}
+	for _, l := range CodeLanguages {
+		if l == name {
+			return l, nil
+		}
+	}
+	return "", &api.FieldError{Field: "language", Msg: fmt.Sprintf("%q is not a language of code contexts (%s)", name, strings.Join(CodeLanguages, ", "))}
+}
+
+// driverArgs is the command line of a driver of language, and the program
+// it needs in the session's image.
+func driverArgs(language string) ([]string, string) {
+	switch language {
+	case "javascript":
+		// The frames on fd 3; what the driver's children write to fds 1
+		// and 2 goes to its stderr, never among the frames.
+		return []string{"sh", "-c", `exec node -e "$0" 3>&1 1>&2`, javascriptDriver}, "node"
+	case "bash":
+		return []string{"bash", "--noprofile", "--norc", "-c", bashDriver}, "bash"
+	}
+	return []string{"python3", "-c", pythonDriver}, "python3"
+}
 
 // ErrorContextDied is the Name of an Execution's error when the context's
 // process died during the call (a crash, os._exit, an OOM kill, a signal).
@@ -54,6 +102,14 @@ const maxCodeBytes = 16 << 20
 // driver; the rest is read and dropped.
 const maxTextBytes = 1 << 20
 
+// maxRichBytes bounds one rich result (its JSON, images in base64); one
+// over it is dropped.
+const maxRichBytes = 8 << 20
+
+// maxResultsBytes bounds a call's rich results together; those beyond it
+// are dropped.
+const maxResultsBytes = 64 << 20
+
 // startTimeout bounds how long NewCodeContext waits for the interpreter.
 const startTimeout = 60 * time.Second
 
@@ -63,14 +119,40 @@ type Execution struct {
 	// statement (as a notebook shows it), nil when there is none or it is
 	// None.
 	Result *string `json:"result"`
-	Stdout string  `json:"stdout"`
-	Stderr string  `json:"stderr"`
+	// Results are the call's rich results (Python): what display() showed
+	// and the last expression's value (IsMainResult), in every format the
+	// object offers, then the matplotlib figures left open, as PNG.
+	Results []Result `json:"results,omitempty"`
+	Stdout  string   `json:"stdout"`
+	Stderr  string   `json:"stderr"`
 	// Error is the exception the code raised, or why the context died.
 	Error *ExecError `json:"error"`
 	// ExecutionCount numbers the calls of the context, from 1.
 	ExecutionCount int `json:"execution_count"`
 	// Restarted: the context had died, and this call ran in a fresh one.
 	Restarted bool `json:"restarted"`
+}
+
+// Result is an object as a notebook shows it, in the formats it offers
+// (IPython's _repr_*_ methods): Text is its repr; PNG and JPEG are base64.
+type Result struct {
+	Text         string          `json:"text,omitempty"`
+	HTML         string          `json:"html,omitempty"`
+	Markdown     string          `json:"markdown,omitempty"`
+	SVG          string          `json:"svg,omitempty"`
+	PNG          string          `json:"png,omitempty"`
+	JPEG         string          `json:"jpeg,omitempty"`
+	LaTeX        string          `json:"latex,omitempty"`
+	JSON         json.RawMessage `json:"json,omitempty"`
+	IsMainResult bool            `json:"is_main_result,omitempty"`
+}
+
+type resultHandlerKey struct{}
+
+// WithResultHandler is ctx carrying on to the CodeContext.Run it is
+// given: on gets each rich result as it arrives.
+func WithResultHandler(ctx context.Context, on func(Result)) context.Context {
+	return context.WithValue(ctx, resultHandlerKey{}, on)
 }
 
 // ExecError is an exception raised by the code: its type's name, its
@@ -130,8 +212,9 @@ type frame struct {
 	cut     bool
 }
 
-// NewCodeContext starts an interpreter for language ("python") in the
-// session; it needs python3 in the session's image.
+// NewCodeContext starts an interpreter for language (one of CodeLanguages,
+// "" for python) in the session; it needs the language's program (python3,
+// node, bash) in the session's image.
 func (s *Session) NewCodeContext(language string) (*CodeContext, error) {
 	return newCodeContext(language, s.sessionOutputLimit(), s.Done(),
 		func(args []string, stdin, stdout *os.File) (codeProcess, error) {
@@ -145,11 +228,9 @@ func (s *Session) NewCodeContext(language string) (*CodeContext, error) {
 func (s *Session) sessionOutputLimit() int64 { return s.sv.spec.OutputLimit }
 
 func newCodeContext(language string, outputLimit int64, ended <-chan struct{}, start codeStarter) (*CodeContext, error) {
-	if language == "" {
-		language = "python"
-	}
-	if language != "python" {
-		return nil, &api.FieldError{Field: "language", Msg: fmt.Sprintf("%q is not a language of code contexts (%s)", language, strings.Join(CodeLanguages, ", "))}
+	language, err := CodeLanguage(language)
+	if err != nil {
+		return nil, err
 	}
 	if outputLimit <= 0 {
 		outputLimit = api.DefaultOutputLimitBytes
@@ -181,7 +262,8 @@ func (c *CodeContext) startDriver(ctx context.Context) error {
 		inW.Close()
 		return err
 	}
-	proc, err := c.start([]string{"python3", "-c", pythonDriver}, inR, outW)
+	args, program := driverArgs(c.language)
+	proc, err := c.start(args, inR, outW)
 	inR.Close()
 	outW.Close()
 	if err != nil {
@@ -214,10 +296,10 @@ func (c *CodeContext) startDriver(ctx context.Context) error {
 			return nil
 		}
 		d.kill()
-		return fmt.Errorf("python3 in the session did not start: %s", d.why())
+		return fmt.Errorf("%s in the session did not start: %s", program, d.why())
 	case <-ctx.Done():
 		d.kill()
-		return fmt.Errorf("python3 in the session did not start: %w", context.Cause(ctx))
+		return fmt.Errorf("%s in the session did not start: %w", program, context.Cause(ctx))
 	case <-c.ended:
 		d.kill()
 		return ErrSessionEnded
@@ -238,6 +320,9 @@ func (d *driver) readFrames(r *os.File) {
 		}
 		n := int64(binary.BigEndian.Uint32(head[1:]))
 		keep := min(n, maxTextBytes)
+		if head[0] == 'R' {
+			keep = min(n, maxRichBytes)
+		}
 		payload := make([]byte, keep)
 		if _, err := io.ReadFull(br, payload); err != nil {
 			return
@@ -310,7 +395,8 @@ func lastLine(s string) string {
 // Run executes code in the context. onStdout and onStderr (either may be
 // nil) get the code's output as it arrives; Stdout and Stderr keep it, up
 // to the session's output limit each. When ctx ends first the code is
-// interrupted (KeyboardInterrupt); code that does not stop within a
+// interrupted (SIGINT: Python's KeyboardInterrupt, "Interrupted" in
+// JavaScript and Bash); code that does not stop within a
 // second is killed with its context, and the call answers ContextDied.
 // What the code leaves writing between calls (a thread, a child process)
 // comes with the next call's output.
@@ -367,9 +453,15 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 		return nil, err
 	}
 	msg := binary.BigEndian.AppendUint32(nil, uint32(len(req)))
+	msg = append(msg, req...)
+	if c.language == "bash" {
+		if msg, err = bashRequest(req); err != nil {
+			return nil, err
+		}
+	}
 	// A driver that died before reading it fails the write (its pipe is
 	// closed once the process has ended); its end of frames says why.
-	if err := d.send(append(msg, req...)); err != nil {
+	if err := d.send(msg); err != nil {
 		return c.answerDied(ex, d)
 	}
 	var stdout, stderr strings.Builder
@@ -383,6 +475,18 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 		b.WriteString(text)
 		if on != nil {
 			on(text)
+		}
+	}
+	onResult, _ := ctx.Value(resultHandlerKey{}).(func(Result))
+	resultBytes, haveMain := 0, false
+	addResult := func(r Result, n int) {
+		if resultBytes+n+len(r.Text) > maxResultsBytes {
+			return
+		}
+		resultBytes += n + len(r.Text)
+		ex.Results = append(ex.Results, r)
+		if onResult != nil {
+			onResult(r)
 		}
 	}
 	var grace <-chan time.Time
@@ -416,6 +520,17 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 					s = strings.ToValidUTF8(s, "") + "..."
 				}
 				ex.Result = &s
+				if !haveMain {
+					// A value with only its text: the driver sent no R.
+					addResult(Result{Text: s, IsMainResult: true}, 0)
+				}
+			case 'R':
+				var r Result
+				if f.cut || json.Unmarshal(f.payload, &r) != nil {
+					continue
+				}
+				haveMain = haveMain || r.IsMainResult
+				addResult(r, len(f.payload))
 			case 'x':
 				var e ExecError
 				if json.Unmarshal(f.payload, &e) != nil {
@@ -507,6 +622,43 @@ func (c *CodeContext) Close() error {
 	}
 	d.kill()
 	return nil
+}
+
+// bashRequest is the request req (JSON) as the Bash driver reads it
+// (codedriver/bash.sh): lengths on lines, then the bytes. Bash's variables
+// hold no NUL byte: code, cwd or env with one is refused.
+func bashRequest(req []byte) ([]byte, error) {
+	var r struct {
+		Code  string            `json:"code"`
+		Limit int64             `json:"limit"`
+		Nonce string            `json:"nonce"`
+		Env   map[string]string `json:"env"`
+		Cwd   string            `json:"cwd"`
+	}
+	if err := json.Unmarshal(req, &r); err != nil {
+		return nil, err
+	}
+	if strings.IndexByte(r.Code, 0) >= 0 {
+		return nil, &api.FieldError{Field: "code", Msg: "a NUL byte, which bash code cannot hold"}
+	}
+	if strings.IndexByte(r.Cwd, 0) >= 0 {
+		return nil, &api.FieldError{Field: "cwd", Msg: "a NUL byte"}
+	}
+	var b []byte
+	b = fmt.Appendf(b, "%s %d %d %d %d\n%s%s", r.Nonce, r.Limit, len(r.Code), len(r.Cwd), len(r.Env), r.Code, r.Cwd)
+	names := make([]string, 0, len(r.Env))
+	for k := range r.Env {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		kv := k + "=" + r.Env[k]
+		if strings.IndexByte(kv, 0) >= 0 {
+			return nil, &api.FieldError{Field: "env", Msg: fmt.Sprintf("%s: a NUL byte", k)}
+		}
+		b = fmt.Appendf(b, "%d\n%s", len(kv), kv)
+	}
+	return b, nil
 }
 
 // tick is t's channel, nil (never ready) for no ticker.

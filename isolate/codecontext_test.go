@@ -182,3 +182,45 @@ func BenchmarkCodeContextRun(b *testing.B) {
 	sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
 	b.ReportMetric(float64(took[len(took)/2].Microseconds()), "median-us")
 }
+
+// display() and the last expression's value come back in every format the
+// object offers; figures need matplotlib, and are tested where it is.
+func TestCodeContextRichResults(t *testing.T) {
+	needRoot(t)
+	s := startSession(t, newHost(t), &api.Spec{})
+	c := newCodeContext(t, s)
+	runCode(t, c, `class Pic:
+    def __repr__(self): return "Pic()"
+    def _repr_html_(self): return "<b>pic</b>"
+    def _repr_png_(self): return b"\x89PNG fake"
+    def _repr_json_(self): return {"a": [1, 2]}
+    def _repr_latex_(self): return ("$x$", {})
+class Broken:
+    def _repr_html_(self): raise ValueError("no")
+    def __repr__(self): return "Broken()"`)
+	var streamed []isolate.Result
+	ctx := isolate.WithResultHandler(context.Background(), func(r isolate.Result) { streamed = append(streamed, r) })
+	ex, err := c.Run(ctx, "print('before')\ndisplay(Broken(), 'text')\nPic()", nil, nil)
+	if err != nil || ex.Error != nil || resultOf(ex) != "Pic()" || ex.Stdout != "before\n" || len(ex.Results) != 3 {
+		t.Fatalf("%+v %v", ex, err)
+	}
+	if r := ex.Results[0]; r.Text != "Broken()" || r.HTML != "" || r.IsMainResult {
+		t.Errorf("a display whose html raises: %+v", r)
+	}
+	if r := ex.Results[1]; r.Text != "'text'" || r.IsMainResult {
+		t.Errorf("a displayed string: %+v", r)
+	}
+	r := ex.Results[2]
+	if r.Text != "Pic()" || r.HTML != "<b>pic</b>" || r.PNG != "iVBORyBmYWtl" || string(r.JSON) != `{"a": [1, 2]}` || r.LaTeX != "$x$" || !r.IsMainResult {
+		t.Errorf("the value: %+v (json %s)", r, r.JSON)
+	}
+	if len(streamed) != 3 || streamed[2].HTML != r.HTML {
+		t.Errorf("streamed: %+v", streamed)
+	}
+	if ex := runCode(t, c, "x = Pic()"); len(ex.Results) != 0 {
+		t.Errorf("no expression: %+v", ex.Results)
+	}
+	if ex := runCode(t, c, "Pic"); len(ex.Results) != 1 || ex.Results[0].HTML != "" {
+		t.Errorf("the class, not an instance: %+v", ex.Results)
+	}
+}

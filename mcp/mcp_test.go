@@ -300,6 +300,11 @@ func TestSessionTools(t *testing.T) {
 			if !r.isError || e["name"] != "NameError" {
 				t.Errorf("an exception in a session: %+v", r)
 			}
+			// Bash, in an interpreter of its own: x is Python's.
+			callTool(t, cs, "session_run_code", map[string]any{"session_id": id, "code": "x=sh", "language": "bash"})
+			if r := callTool(t, cs, "session_run_code", map[string]any{"session_id": id, "code": "echo $x", "language": "bash"}); r.isError || r.str("stdout") != "sh\n" {
+				t.Errorf("bash in a session: %+v", r)
+			}
 			if r := callTool(t, cs, "session_write_file", map[string]any{"session_id": id, "path": "dir/in.txt", "content": "hello"}); r.isError {
 				t.Fatalf("session_write_file: %+v", r)
 			}
@@ -378,7 +383,7 @@ func TestNotRootCaller(t *testing.T) {
 	if d := callTool(t, nobody, "describe_sandbox", nil); d.isError || !strings.Contains(d.text, "cpu_time_ms: 2000") {
 		t.Errorf("nobody's limits: %+v", d)
 	}
-	if d := callTool(t, root, "describe_sandbox", nil); d.isError || !strings.Contains(d.text, "python") || d.out["version"] == "" {
+	if d := callTool(t, root, "describe_sandbox", nil); d.isError || !strings.Contains(d.text, "python") || !strings.Contains(d.text, "session code languages: python, javascript, bash") || d.out["version"] == "" {
 		t.Errorf("languages and version: %+v", d)
 	}
 	id := callTool(t, root, "create_session", nil).str("session_id")

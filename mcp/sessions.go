@@ -74,7 +74,8 @@ func sessionField(err error) error {
 // SessionCodeInput is session_run_code's arguments.
 type SessionCodeInput struct {
 	SessionID      string  `json:"session_id"`
-	Code           string  `json:"code" jsonschema:"Python code; the value of its last expression is returned as result"`
+	Code           string  `json:"code" jsonschema:"the code; the value of its last expression is returned as result (Python, JavaScript)"`
+	Language       string  `json:"language,omitempty" jsonschema:"python (default), javascript or bash: each has its own interpreter in the session"`
 	TimeoutSeconds float64 `json:"timeout_seconds,omitempty" jsonschema:"wall time of this call (default 60)"`
 }
 
@@ -102,7 +103,7 @@ func (c *conn) sessionRunCode(ctx context.Context, _ *sdk.CallToolRequest, in Se
 		Data string `json:"data"`
 		server.CodeAnswer
 	}
-	err = stream(ctx, c.api, sessionPath(in.SessionID, "code"), &server.CodeRequest{Code: in.Code, TimeoutMs: ms, Stream: true}, func(l *line) error {
+	err = stream(ctx, c.api, sessionPath(in.SessionID, "code"), &server.CodeRequest{Code: in.Code, Language: in.Language, TimeoutMs: ms, Stream: true}, func(l *line) error {
 		switch l.Type {
 		case "stdout", "stderr":
 			out.add(l.Type, l.Data)
@@ -342,9 +343,10 @@ func (c *conn) closeSession(ctx context.Context, _ *sdk.CallToolRequest, in Sess
 
 // Description is what describe_sandbox returns.
 type Description struct {
-	Languages []string         `json:"languages" jsonschema:"languages whose images are built here: run_code, run_command's language and sessions use them"`
-	Limits    map[string]int64 `json:"limits" jsonschema:"the largest limits this caller may ask, by the API's field names (absent: no cap)"`
-	Version   string           `json:"version"`
+	Languages     []string         `json:"languages" jsonschema:"languages whose images are built here: run_code, run_command's language and sessions use them"`
+	CodeLanguages []string         `json:"code_languages" jsonschema:"languages of session_run_code's interpreters (each needs its program in the session's image)"`
+	Limits        map[string]int64 `json:"limits" jsonschema:"the largest limits this caller may ask, by the API's field names (absent: no cap)"`
+	Version       string           `json:"version"`
 }
 
 func (c *conn) describe(ctx context.Context, _ *sdk.CallToolRequest, _ struct{}) (*sdk.CallToolResult, *Description, error) {
@@ -355,9 +357,12 @@ func (c *conn) describe(ctx context.Context, _ *sdk.CallToolRequest, _ struct{})
 			return nil, nil, toolError(err)
 		}
 	}
-	d := &Description{Languages: h.Images, Limits: map[string]int64{}}
+	d := &Description{Languages: h.Images, CodeLanguages: h.CodeLanguages, Limits: map[string]int64{}}
 	if d.Languages == nil {
 		d.Languages = []string{}
+	}
+	if d.CodeLanguages == nil {
+		d.CodeLanguages = []string{}
 	}
 	var v struct {
 		Version string `json:"version"`
@@ -370,6 +375,7 @@ func (c *conn) describe(ctx context.Context, _ *sdk.CallToolRequest, _ struct{})
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "languages: %s\n", strings.Join(d.Languages, ", "))
+	fmt.Fprintf(&b, "session code languages: %s\n", strings.Join(d.CodeLanguages, ", "))
 	for _, k := range sortedKeys(d.Limits) {
 		fmt.Fprintf(&b, "%s: %v\n", k, d.Limits[k])
 	}

@@ -93,7 +93,7 @@ processes and its interpreter state. Returns session_id for the session_* tools.
 when this MCP connection closes (unless keep is true), or when its lifetime (default 300 s) or 10 minutes
 without use run out. Memory (default 512 MiB) bounds the whole session.`},
 		c.createSession)
-	sdk.AddTool(s, &sdk.Tool{Name: "session_run_code", Annotations: closed, Description: `Run code in a session's interpreter (Python), keeping variables, imports and definitions from one call
+	sdk.AddTool(s, &sdk.Tool{Name: "session_run_code", Annotations: closed, Description: `Run code in a session's interpreter (Python; or JavaScript, Bash with language), keeping variables, imports and definitions from one call
 to the next, like a notebook cell. Returns the value of the last expression (result), the output, and the
 exception (name, value, traceback) with isError if the code raised one. Default timeout 60 s.`},
 		c.sessionRunCode)

@@ -47,10 +47,13 @@ type Health struct {
 	Cgroup  string   `json:"cgroup"`            // v1, v2 or hybrid
 	Images  []string `json:"images"`            // built language images
 	Langs   []string `json:"langs"`             // languages whose image is built (what /v1/exec can run)
-	Pool    int      `json:"pool"`              // boxes ready
-	Running int      `json:"running"`           // commands running
-	Waiting int      `json:"waiting"`           // requests queued
-	Drain   bool     `json:"draining"`
+	// CodeLanguages are what a session's code context speaks (its
+	// program must be in the session's image).
+	CodeLanguages []string `json:"code_languages"`
+	Pool          int      `json:"pool"`    // boxes ready
+	Running       int      `json:"running"` // commands running
+	Waiting       int      `json:"waiting"` // requests queued
+	Drain         bool     `json:"draining"`
 }
 
 // Config is a service's settings.
@@ -473,6 +476,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		h = s.cfg.Health()
 	}
 	h.Pool = s.runner.Ready()
+	h.CodeLanguages = isolate.CodeLanguages
 	h.Running, h.Waiting = s.queue.lengths()
 	h.Drain = s.draining.Load()
 	if h.Drain {

@@ -110,7 +110,7 @@ type ContextState struct {
 type CodeRequest struct {
 	Code      string `json:"code"`
 	Context   string `json:"context,omitempty"`  // a context's id; "": the session's default one
-	Language  string `json:"language,omitempty"` // of the default context (python)
+	Language  string `json:"language,omitempty"` // of the default context (python, javascript, bash)
 	TimeoutMs int64  `json:"timeout_ms,omitempty"`
 	Stream    bool   `json:"stream,omitempty"`
 	// Env (NAME=VALUE) and Cwd hold for this call only (isolate.CallOptions).
@@ -900,22 +900,20 @@ func contextErr(w http.ResponseWriter, err error) {
 }
 
 // newContext starts an interpreter context of language (default
-// python); asDefault makes it the session's default context (the one
-// /code uses without "context").
+// python); asDefault makes it the session's default context of its
+// language (the one /code uses without "context").
 func (s *session) newContext(language string, asDefault bool) (*codeContext, error) {
-	if language == "" {
-		language = "python"
-	}
-	if language != "python" {
-		return nil, &api.FieldError{Field: "language", Msg: fmt.Sprintf("%q: expected python", language)}
+	language, err := isolate.CodeLanguage(language)
+	if err != nil {
+		return nil, err
 	}
 	cb, ok := s.box.(CodeBox)
 	if !ok {
 		return nil, errNoCode
 	}
 	s.mu.Lock()
-	if asDefault && s.defaultCtx != "" {
-		c := s.contexts[s.defaultCtx]
+	if asDefault && s.defaultCtx[language] != "" {
+		c := s.contexts[s.defaultCtx[language]]
 		s.mu.Unlock()
 		if c != nil {
 			return c, nil
@@ -934,15 +932,18 @@ func (s *session) newContext(language string, asDefault bool) (*codeContext, err
 	defer c.mu.Unlock()
 	s.contexts[id] = c
 	if asDefault {
-		s.defaultCtx = id
+		if s.defaultCtx == nil {
+			s.defaultCtx = map[string]string{}
+		}
+		s.defaultCtx[language] = id
 	}
 	s.mu.Unlock()
 	cc, err := cb.NewCodeContext(language)
 	if err != nil {
 		s.mu.Lock()
 		delete(s.contexts, id)
-		if s.defaultCtx == id {
-			s.defaultCtx = ""
+		if s.defaultCtx[language] == id {
+			delete(s.defaultCtx, language)
 		}
 		s.mu.Unlock()
 		return nil, err
@@ -976,8 +977,8 @@ func (s *Server) handleContextDelete(w http.ResponseWriter, r *http.Request) {
 	sess.mu.Lock()
 	c := sess.contexts[id]
 	delete(sess.contexts, id)
-	if sess.defaultCtx == id {
-		sess.defaultCtx = ""
+	if c != nil && sess.defaultCtx[c.language] == id {
+		delete(sess.defaultCtx, c.language)
 	}
 	sess.mu.Unlock()
 	if c == nil {
@@ -1056,6 +1057,14 @@ func (s *Server) handleCode(w http.ResponseWriter, r *http.Request) {
 		c.mu.Unlock()
 		writeError(w, http.StatusNotFound, &api.FieldError{Field: "context", Msg: "no such context in this session"})
 		return
+	}
+	if ev != nil {
+		ctx = isolate.WithResultHandler(ctx, func(r isolate.Result) {
+			ev.emitValue(struct {
+				Type string `json:"type"`
+				isolate.Result
+			}{"result", r})
+		})
 	}
 	ex, err := cc.Run(isolate.WithCallOptions(ctx, opts), req.Code, onStdout, onStderr)
 	// Code running when its session ends answers as a command does

@@ -199,8 +199,8 @@ type session struct {
 	order       []uint64 // procs in the order they started
 	contexts    map[string]*codeContext
 	nextContext int
-	defaultCtx  string
-	metadata    Metadata // the caller's, set at its creation
+	defaultCtx  map[string]string // a language's default context: its id
+	metadata    Metadata          // the caller's, set at its creation
 }
 
 // sessionProc is a command of a session the service keeps track of.

@@ -66,6 +66,14 @@ var langCases = []langCase{
 		loop: "while True:\n    pass\n",
 	},
 	{
+		// Python with Debian's NumPy, pandas and Matplotlib.
+		lang: "python-data", file: "sum.py",
+		sum:  "import numpy as np\nprint(int(np.array(input().split(), dtype=np.int64).sum()))\n",
+		re:   "import pandas\nraise ValueError('boom')\n",
+		reIs: "ValueError: boom", ce: "print('a'\n", ceIs: "SyntaxError",
+		loop: "while True:\n    pass\n",
+	},
+	{
 		lang: "javascript", file: "sum.js",
 		sum:  "const [a, b] = require('fs').readFileSync(0, 'utf8').trim().split(/\\s+/).map(BigInt);\nconsole.log((a + b).toString());\n",
 		re:   "throw new Error('boom');\n",
@@ -186,7 +194,7 @@ func TestExecSumOfTwoNumbers(t *testing.T) {
 					t.Errorf("compile report: %+v", rep.Compile)
 				}
 			}
-			if want := c.lang != "python" && c.lang != "javascript"; compiled != want {
+			if want := c.lang != "python" && c.lang != "python-data" && c.lang != "javascript"; compiled != want {
 				t.Errorf("compile phase ran: %v, want %v", compiled, want)
 			}
 		})

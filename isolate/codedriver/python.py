@@ -7,9 +7,12 @@
 # duplicate of the original fd 1, as frames: one type byte, a 4-byte
 # big-endian length, the payload. Types: k ready; b a call begins, the
 # request's nonce; i an interrupt taken; o, e output of the code (UTF-8
-# text) on its fd 1, 2; r the repr of the last expression's value; x the
-# error as JSON {name, value, traceback}; d done, JSON {"execution_count",
-# "nonce"}. The service takes a call's frames from its b to the d that
+# text) on its fd 1, 2; r the repr of the last expression's value; R a rich
+# result as JSON {"text", "html", "markdown", "svg", "png", "jpeg", "latex",
+# "json", "is_main_result"} (what display() shows, the last expression's
+# value when it offers more than its text, a matplotlib figure left open;
+# images in base64; the value's R comes just before its r); x the error as
+# JSON {name, value, traceback}; d done, JSON {"execution_count", "nonce"}. The service takes a call's frames from its b to the d that
 # names its nonce: frames an earlier call left (or forged) are never the
 # next call's.
 #
@@ -17,6 +20,7 @@
 # there is the code's output too.
 
 import ast
+import base64
 import codecs
 import io
 import json
@@ -30,6 +34,10 @@ import threading
 import traceback
 
 MAX_TEXT = 1 << 20  # bytes of a result's repr or an error's text kept
+MAX_RICH = 8 << 20  # bytes of a rich result's JSON (the service's bound)
+
+# Figures are drawn off screen, whatever the image's matplotlib would pick.
+os.environ.setdefault("MPLBACKEND", "Agg")
 
 chan = os.fdopen(os.dup(1), "wb", buffering=0)
 chan_lock = threading.Lock()
@@ -139,7 +147,97 @@ def on_sigint(signum, frame):
 
 signal.signal(signal.SIGINT, on_sigint)
 
-namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+# IPython's display protocol: the formats an object offers, by method, and
+# the result's field each fills (binary images in base64).
+REPR_METHODS = (("_repr_html_", "html"), ("_repr_markdown_", "markdown"),
+                ("_repr_svg_", "svg"), ("_repr_png_", "png"), ("_repr_jpeg_", "jpeg"),
+                ("_repr_latex_", "latex"), ("_repr_json_", "json"))
+
+
+format_types = {}  # type: whether its instances offer a format but text
+
+
+def offers_formats(t):
+    known = format_types.get(t)
+    if known is None:
+        known = not t.__module__.startswith("matplotlib.") and \
+            any(hasattr(t, m) for m, _ in REPR_METHODS)
+        if len(format_types) < 4096:
+            format_types[t] = known
+    return known
+
+
+def rich(obj, main=False):
+    """The formats obj offers, as a result's fields."""
+    fields = {"text": cut(repr(obj)).decode()}
+    for method, field in REPR_METHODS:
+        fn = getattr(obj, method, None)
+        if not callable(fn) or isinstance(obj, type):
+            continue
+        try:
+            value = fn()
+        except Exception:
+            continue
+        if isinstance(value, tuple):  # (data, metadata)
+            value = value[0] if value else None
+        if value is None:
+            continue
+        if field in ("png", "jpeg"):
+            if isinstance(value, str):
+                value = value.encode("latin-1", "replace")
+            value = base64.b64encode(bytes(value)).decode()
+        elif field == "json":
+            try:
+                json.dumps(value)
+            except (TypeError, ValueError):
+                continue
+        elif isinstance(value, bytes):
+            value = value.decode("utf-8", "replace")
+        else:
+            value = str(value)
+        fields[field] = value
+    if main:
+        fields["is_main_result"] = True
+    return fields
+
+
+def send_rich(fields):
+    data = json.dumps(fields).encode()
+    # Over the bound: the largest formats are left out, the text kept.
+    while len(data) > MAX_RICH and len(fields) > 1:
+        big = max((k for k in fields if k not in ("text", "is_main_result")),
+                  key=lambda k: len(json.dumps(fields[k])), default=None)
+        if big is None:
+            break
+        del fields[big]
+        data = json.dumps(fields).encode()
+    send(b"R", data[:MAX_RICH])
+
+
+def display(*objs, **_):
+    """Shows each object in the call's results, in every format it offers."""
+    for obj in objs:
+        send_rich(rich(obj))
+
+
+def figures():
+    """The matplotlib figures left open, as PNG results, then closed: only
+    when the code imported matplotlib's pyplot."""
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return
+    try:
+        for num in plt.get_fignums():
+            fig = plt.figure(num)
+            buf = io.BytesIO()
+            fig.savefig(buf, format="png")
+            send_rich({"text": repr(fig), "png": base64.b64encode(buf.getvalue()).decode()})
+        plt.close("all")
+    except Exception as e:
+        send(b"e", ("the figures could not be drawn: %r\n" % (e,)).encode())
+
+
+namespace = {"__name__": "__main__", "__builtins__": __builtins__, "display": display}
 count = 0
 driver_file = sys._getframe().f_code.co_filename
 
@@ -181,7 +279,13 @@ def run_cell(body, tail):
     if value is None:
         return None
     namespace["_"] = value
-    return cut(repr(value))
+    text = cut(repr(value))
+    # A value with no format but its text is the service's to make a
+    # result of (from r: one frame less); a figure is drawn with the others
+    # at the call's end.
+    if not offers_formats(type(value)):
+        return text, None
+    return text, rich(value, main=True)
 
 
 def run_with(request, cell):
@@ -235,7 +339,7 @@ while True:
     count += 1
     for s in streams:
         s.reset(int(request.get("limit", 1 << 20)))
-    result = error = None
+    result = error = main = None
     try:
         cell = compile_cell(request["code"], "<cell %d>" % count)
     except BaseException as e:
@@ -245,6 +349,8 @@ while True:
     else:
         try:
             result = run_with(request, cell)
+            if result is not None:
+                result, main = result
         except BaseException as e:
             error = error_frame(e, e.__traceback__)
         finally:
@@ -260,8 +366,11 @@ while True:
             pass
     for s in streams:
         s.drain()
+    if main is not None:
+        send_rich(main)
     if result is not None:
         send(b"r", result)
+    figures()
     if error is not None:
         send(b"x", error)
     send(b"d", json.dumps({"execution_count": count, "nonce": nonce}).encode())

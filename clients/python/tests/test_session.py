@@ -2,6 +2,7 @@
 socket), and the client's side of the wire against a small HTTP server of the test's own (no root:
 the token, the streamed shapes, the answers the real service gives only in rare cases)."""
 
+import base64
 import http.server
 import json
 import socket
@@ -14,6 +15,7 @@ import pytest
 from conftest import open_fds
 from isolate_sandbox import (CallTimeoutError, CommandHandle, CommandResult, SandboxError,
                              SandboxUnavailableError, ServiceError, Session)
+from isolate_sandbox import ExceptionInfo, Result
 from isolate_sandbox.session import Execution
 from test_service import needs_service, running_service
 
@@ -96,6 +98,60 @@ def test_code_contexts_are_independent(sb: Session) -> None:
     with pytest.raises(ServiceError) as e:
         a.run_code("v")
     assert e.value.status == 404
+
+
+@needs_service
+def test_code_in_javascript_and_bash(service: str) -> None:
+    with Session("javascript", socket_path=service, timeout=120) as sb:
+        assert sb.run_code("let n = 6").result is None
+        ex = sb.run_code("console.log('hi'); [n * 7, 'x']")
+        assert (ex.result, ex.stdout, ex.error, ex.execution_count) == ("[ 42, 'x' ]", "hi\n",
+                                                                        None, 2)
+        ex = sb.run_code("null.x")
+        assert ex.error is not None and ex.error.name == "TypeError"
+        ex = sb.run_code("for (;;) {}", timeout=0.5)
+        assert ex.error is not None and ex.error.name == "Interrupted"
+        assert sb.run_code("n").result == "6"
+        sb.run_code("V=1; cd /tmp", language="bash")
+        ex = sb.run_code("echo $V; pwd; false", language="bash")
+        assert ex.stdout == "1\n/tmp\n" and ex.error is not None and \
+            (ex.error.name, ex.error.value) == ("ExitStatus", "exit status 1")
+        ctx = sb.create_code_context("bash")
+        assert ctx.language == "bash" and ctx.run_code("echo ${V-none}").stdout == "none\n"
+        with pytest.raises(ServiceError) as e:
+            sb.create_code_context("cobol")
+        assert (e.value.status, e.value.field) == (400, "language")
+
+
+@needs_service
+def test_code_rich_results(sb: Session) -> None:
+    sb.run_code("class Pic:\n"
+                "    def __repr__(self): return 'Pic()'\n"
+                "    def _repr_html_(self): return '<i>pic</i>'\n"
+                "    def _repr_png_(self): return b'\\x89PNG'\n")
+    got: List[Result] = []
+    errors: List[ExceptionInfo] = []
+    ex = sb.run_code("display('shown')\nPic()", on_result=got.append, on_error=errors.append)
+    assert ex.result == "Pic()" and got == ex.results and not errors
+    assert [(r.text, r.is_main_result) for r in ex.results] == [("'shown'", False), ("Pic()", True)]
+    main = ex.results[1]
+    assert (main.html, main.png) == ("<i>pic</i>", "iVBORw==")
+    assert main.formats() == ["text", "html", "png"]
+    assert sb.run_code("x = Pic()").results == []
+    ex = sb.run_code("1/0", on_error=errors.append)
+    assert [e.name for e in errors] == ["ZeroDivisionError"] and ex.error == errors[0]
+
+
+@needs_service
+def test_code_chart_in_python_data(service: str) -> None:
+    got: List[Result] = []
+    with Session("python-data", socket_path=service, timeout=120) as sb:
+        ex = sb.run_code("import matplotlib.pyplot as plt\nplt.bar(['a', 'b'], [3, 5])",
+                         on_result=got.append)
+    assert ex.error is None and got == ex.results
+    charts = [r for r in ex.results if r.png]
+    assert len(charts) == 1 and not charts[0].is_main_result
+    assert base64.b64decode(charts[0].png or "").startswith(b"\x89PNG\r\n\x1a\n")
 
 
 @needs_service

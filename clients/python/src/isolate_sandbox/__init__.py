@@ -28,7 +28,7 @@ from .transport import Mount
 from .security import SecurityReport, analyze_code
 from .queue_transport import JobDeadError, QueueClient, ResultTimeoutError
 from .session import (CodeContext, CommandHandle, CommandResult, Execution, FileEntry,
-                      Session, SessionInfo)
+                      Result, Session, SessionInfo)
 
 __all__ = [
     "DEFAULT_BLOCKED_IMPORTS", "ExecutionResult", "ResultMeta", "Sandbox", "SandboxConfig",
@@ -37,6 +37,6 @@ __all__ = [
     "get_sandbox", "run_python_code", "store_execution", "run_code", "Mount", "CollectLimits",
     "CallTimeoutError", "RefusedError", "ExceptionInfo", "QueueClient", "JobDeadError",
     "ResultTimeoutError", "Session", "Execution", "CommandResult", "CommandHandle",
-    "CodeContext", "FileEntry", "SessionInfo",
+    "CodeContext", "FileEntry", "SessionInfo", "Result",
 ]
 __version__ = "0.1.0"

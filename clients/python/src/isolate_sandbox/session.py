@@ -41,11 +41,49 @@ Signal = Union[str, int]
 
 
 @dataclasses.dataclass
+class Result:
+    """An object as a notebook shows it (E2B's ``Result``), in the formats it offers through
+    IPython's ``_repr_*_`` methods: ``text`` (its repr), ``html``, ``markdown``, ``svg``,
+    ``png`` and ``jpeg`` (base64), ``latex``, ``json`` (the value); ``is_main_result`` for the
+    value of the code's last expression (else what ``display()`` showed, or a matplotlib
+    figure)."""
+
+    text: Optional[str] = None
+    html: Optional[str] = None
+    markdown: Optional[str] = None
+    svg: Optional[str] = None
+    png: Optional[str] = None
+    jpeg: Optional[str] = None
+    latex: Optional[str] = None
+    json: Any = None
+    is_main_result: bool = False
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> "Result":
+        """The service's result object."""
+        return cls(text=doc.get("text"), html=doc.get("html"), markdown=doc.get("markdown"),
+                   svg=doc.get("svg"), png=doc.get("png"), jpeg=doc.get("jpeg"),
+                   latex=doc.get("latex"), json=doc.get("json"),
+                   is_main_result=bool(doc.get("is_main_result")))
+
+    def formats(self) -> List[str]:
+        """The formats it has, as E2B names them."""
+        return [f for f in ("text", "html", "markdown", "svg", "png", "jpeg", "latex", "json")
+                if getattr(self, f) is not None]
+
+
+ResultCallback = Callable[[Result], None]
+ErrorCallback = Callable[[ExceptionInfo], None]
+
+
+@dataclasses.dataclass
 class Execution:
     """What one ``run_code`` call produced: ``result`` is the ``repr`` of the value of the
-    code's last expression statement (None when there is none, or it is None), ``error`` the
-    exception the code raised (``name``, ``value``, ``traceback``; ``ContextDied`` when the
-    interpreter died, and the next call runs in a fresh one, ``restarted``)."""
+    code's last expression statement (None when there is none, or it is None; in JavaScript
+    the completion value as ``util.inspect`` shows it, none in Bash), ``error`` the
+    exception the code raised (``name``, ``value``, ``traceback``; ``ExitStatus`` in Bash
+    for a non-zero status; ``ContextDied`` when the interpreter died, and the next call runs
+    in a fresh one, ``restarted``)."""
 
     result: Optional[str]
     stdout: str
@@ -55,6 +93,7 @@ class Execution:
     context: Optional[str] = None
     restarted: bool = False
     wall_time: float = 0.0
+    results: List[Result] = dataclasses.field(default_factory=list)
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> "Execution":
@@ -68,7 +107,8 @@ class Execution:
                    if err else None,
                    execution_count=int(doc.get("execution_count") or 0),
                    context=doc.get("context"), restarted=bool(doc.get("restarted")),
-                   wall_time=float(doc.get("wall_time") or 0.0))
+                   wall_time=float(doc.get("wall_time") or 0.0),
+                   results=[Result.from_json(r) for r in doc.get("results") or []])
 
     @property
     def text(self) -> Optional[str]:
@@ -322,12 +362,28 @@ class Session:
                  on_stdout: Optional[OutputCallback] = None,
                  on_stderr: Optional[OutputCallback] = None,
                  timeout: Optional[float] = None, env: Optional[Mapping[str, str]] = None,
-                 cwd: Optional[str] = None) -> Execution:
+                 cwd: Optional[str] = None, on_result: Optional[ResultCallback] = None,
+                 on_error: Optional[ErrorCallback] = None) -> Execution:
         """Execute ``code`` in an interpreter of the session that keeps its state between
         calls: ``context`` (from :meth:`create_code_context`), else the session's default one
-        of ``language`` (the session's language). ``on_stdout``/``on_stderr`` get output as it
-        arrives. ``timeout`` (seconds) interrupts the code (``KeyboardInterrupt``). ``env``
-        (added to ``os.environ``) and ``cwd`` (absolute) hold for this call only."""
+        of ``language`` (the session's language; ``python``, ``javascript`` or ``bash``, each
+        language's default context its own). ``on_stdout``/``on_stderr`` get output as it
+        arrives. ``timeout`` (seconds) interrupts the code (``KeyboardInterrupt`` in Python,
+        ``Interrupted`` in JavaScript and Bash). ``env``
+        (added to ``os.environ``) and ``cwd`` (absolute) hold for this call only.
+        ``on_result`` gets each rich result as it comes, ``on_error`` the code's error once
+        the call ends."""
+        ex = self._run_code(code, language, context, on_stdout, on_stderr, on_result, timeout,
+                            env, cwd)
+        if ex.error is not None and on_error is not None:
+            on_error(ex.error)
+        return ex
+
+    def _run_code(self, code: str, language: Optional[str],
+                  context: Optional[Union[str, "CodeContext"]],
+                  on_stdout: Optional[OutputCallback], on_stderr: Optional[OutputCallback],
+                  on_result: Optional[ResultCallback], timeout: Optional[float],
+                  env: Optional[Mapping[str, str]], cwd: Optional[str]) -> Execution:
         body: Dict[str, Any] = {"code": code}
         if env:
             body["env"] = env_list(env)
@@ -342,7 +398,7 @@ class Session:
         if timeout is not None:
             body["timeout_ms"] = _ms(timeout, "timeout")
         bound = None if timeout is None else timeout + CALL_MARGIN
-        if on_stdout is None and on_stderr is None:
+        if on_stdout is None and on_stderr is None and on_result is None:
             return Execution.from_json(self._json("POST", self._path("/code"), body, bound))
         body["stream"] = True
         for event in self._stream(self._path("/code"), body, bound):
@@ -353,6 +409,9 @@ class Session:
             elif kind == "stderr":
                 if on_stderr is not None and event.get("data"):
                     on_stderr(event["data"])
+            elif kind == "result":
+                if on_result is not None:
+                    on_result(Result.from_json(event))
             elif kind == "execution":
                 doc = event.get("execution", event)
                 return Execution.from_json(doc)
@@ -361,7 +420,8 @@ class Session:
         raise SandboxError("isolate service: the answer ended before its execution")
 
     def create_code_context(self, language: str = "python") -> "CodeContext":
-        """A new interpreter, independent of the others (its own process and namespace)."""
+        """A new interpreter, independent of the others (its own process and namespace):
+        ``python``, ``javascript`` (Node; needs the javascript image) or ``bash``."""
         answer = self._json("POST", self._path("/contexts"), {"language": language})
         return CodeContext(self, str(answer["id"]), str(answer.get("language", language)))
 
@@ -466,10 +526,12 @@ class CodeContext:
     def run_code(self, code: str, on_stdout: Optional[OutputCallback] = None,
                  on_stderr: Optional[OutputCallback] = None,
                  timeout: Optional[float] = None, env: Optional[Mapping[str, str]] = None,
-                 cwd: Optional[str] = None) -> Execution:
+                 cwd: Optional[str] = None, on_result: Optional[ResultCallback] = None,
+                 on_error: Optional[ErrorCallback] = None) -> Execution:
         """:meth:`Session.run_code` in this context."""
         return self.session.run_code(code, context=self.id, on_stdout=on_stdout,
-                                     on_stderr=on_stderr, timeout=timeout, env=env, cwd=cwd)
+                                     on_stderr=on_stderr, timeout=timeout, env=env, cwd=cwd,
+                                     on_result=on_result, on_error=on_error)
 
     def remove(self) -> None:
         """End this interpreter."""
