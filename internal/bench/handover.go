@@ -432,7 +432,7 @@ func PrintHandover(w io.Writer, res *HandoverResult, markdown bool) {
 		if markdown {
 			fmt.Fprintln(w, "| "+strings.Join(cells, " | ")+" |")
 		} else {
-			fmt.Fprintf(w, "  %-48s", cells[0])
+			fmt.Fprintf(w, "  %-62s", cells[0])
 			for _, c := range cells[1:] {
 				fmt.Fprintf(w, " %10s", c)
 			}

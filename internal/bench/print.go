@@ -121,7 +121,11 @@ func ratioText(r float64) string {
 // docs/PERFORMANCE.md.
 func PrintMarkdown(w io.Writer, res *Result) {
 	m := res.Machine
-	fmt.Fprintf(w, "Measured %s with `isolate bench --precision` (isolate %s, %s).\n\n", m.Date, m.Isolate, m.Go)
+	cmd := "isolate bench"
+	if res.Precision != nil {
+		cmd += " --precision"
+	}
+	fmt.Fprintf(w, "Measured %s with `%s --seed %d` (isolate %s, %s).\n\n", m.Date, cmd, m.Seed, m.Isolate, m.Go)
 	fmt.Fprintln(w, "| machine | |")
 	fmt.Fprintln(w, "|---|---|")
 	fmt.Fprintf(w, "| CPUs (nproc) | %d |\n| CPU model | %s |\n| kernel | %s |\n| cgroup mode | %s |\n| load average at start | %s |\n| CPUs other work used meanwhile | %.2f |\n\n", m.CPUs, m.CPUModel, m.Kernel, m.Cgroup, m.Load, m.OtherCPUs)
