@@ -127,6 +127,17 @@ finish() {
 		apt-get purge -y -qq isolate python3-isolate-sandbox >/dev/null 2>&1 || dpkg --purge isolate python3-isolate-sandbox || true
 	fi
 	"$bin/isolate" cleanup --box-id 7 > /dev/null 2>&1 || true
+	# After a failure: the boxes' cgroups that the processes killed above
+	# left, all in this test's own subtree (their processes die with
+	# their init, within moments).
+	local try d
+	for try in 1 2 3 4 5 6 7 8 9 10; do
+		for d in $(find /sys/fs/cgroup/"$cgroot" /sys/fs/cgroup/*/"$cgroot" -mindepth 1 -depth -type d 2>/dev/null); do
+			rmdir "$d" 2>/dev/null || true
+		done
+		[ -z "$(find /sys/fs/cgroup/"$cgroot" /sys/fs/cgroup/*/"$cgroot" -mindepth 1 -type d 2>/dev/null)" ] && break
+		sleep 0.2
+	done
 	deploy/cgroup-subtree.sh remove "$cgroot" > /dev/null 2>&1 || true
 	for dir in /run/isolate /var/lib/isolate /var/local; do umount "$dir" 2>/dev/null || true; done
 	for dir in "${made_dirs[@]}"; do rmdir "$dir" 2>/dev/null || true; done
