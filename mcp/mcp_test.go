@@ -422,3 +422,37 @@ func TestStdioStartsItsOwnService(t *testing.T) {
 		t.Errorf("left behind: %v", left)
 	}
 }
+
+// Rich results of a session's code come back as their text forms in the
+// structured result and their images as image content.
+func TestSessionRichResultsAsImages(t *testing.T) {
+	s := startService(t)
+	cs := s.stdio(t, nil)
+	id := callTool(t, cs, "create_session", nil).str("session_id")
+	code := `import base64
+class Dot:
+    def _repr_png_(self):
+        return base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
+    def _repr_html_(self):
+        return "<b>dot</b>"
+Dot()`
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "session_run_code", Arguments: map[string]any{"session_id": id, "code": code}})
+	if err != nil || res.IsError {
+		t.Fatalf("session_run_code: %v %+v", err, res)
+	}
+	var png []byte
+	for _, c := range res.Content {
+		if img, ok := c.(*sdk.ImageContent); ok && img.MIMEType == "image/png" {
+			png = img.Data
+		}
+	}
+	if !strings.HasPrefix(string(png), "\x89PNG") {
+		t.Errorf("no PNG image content: %+v", res.Content)
+	}
+	b, _ := json.Marshal(res.StructuredContent)
+	if !strings.Contains(string(b), `"html":"\u003cb\u003edot\u003c/b\u003e"`) && !strings.Contains(string(b), `"html":"<b>dot</b>"`) {
+		t.Errorf("structured results: %s", b)
+	}
+}

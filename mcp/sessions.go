@@ -89,6 +89,20 @@ type CodeResult struct {
 	Error           *ErrorInfo `json:"error,omitempty" jsonschema:"the exception the code raised (ContextDied: the interpreter itself died and the next call starts a fresh one)"`
 	ExecutionCount  int        `json:"execution_count"`
 	Restarted       bool       `json:"restarted,omitempty" jsonschema:"the interpreter had died and this call ran in a fresh one: earlier state is gone"`
+	// Results are what display() showed and the last value's rich forms
+	// (images come as image content beside the text).
+	Results []RichResult `json:"results,omitempty" jsonschema:"rich results: what display() showed and the last value's forms; images (PNG, JPEG) come as image content"`
+}
+
+// RichResult is one rich result's text forms, and which images it had.
+type RichResult struct {
+	Text     string   `json:"text,omitempty"`
+	HTML     string   `json:"html,omitempty"`
+	Markdown string   `json:"markdown,omitempty"`
+	LaTeX    string   `json:"latex,omitempty"`
+	SVG      string   `json:"svg,omitempty"`
+	JSON     any      `json:"json,omitempty"`
+	Images   []string `json:"images,omitempty" jsonschema:"MIME types of its images, in the tool result's image content"`
 }
 
 func (c *conn) sessionRunCode(ctx context.Context, _ *sdk.CallToolRequest, in SessionCodeInput) (*sdk.CallToolResult, *CodeResult, error) {
@@ -138,7 +152,21 @@ func (c *conn) sessionRunCode(ctx context.Context, _ *sdk.CallToolRequest, in Se
 	if e := res.Error; e != nil {
 		section(&b, "error", orWord(e.Traceback, e.Name+": "+e.Value))
 	}
-	return &sdk.CallToolResult{IsError: res.Error != nil, Content: []sdk.Content{&sdk.TextContent{Text: b.String()}}}, res, nil
+	content := []sdk.Content{&sdk.TextContent{Text: b.String()}}
+	for _, r := range exe.Results {
+		rr := RichResult{Text: r.Text, HTML: r.HTML, Markdown: r.Markdown, LaTeX: r.LaTeX, SVG: r.SVG}
+		if len(r.JSON) > 0 {
+			rr.JSON = r.JSON
+		}
+		for _, img := range []struct{ data, mime string }{{r.PNG, "image/png"}, {r.JPEG, "image/jpeg"}} {
+			if raw, err := decodeBase64(img.data); img.data != "" && err == nil {
+				content = append(content, &sdk.ImageContent{Data: raw, MIMEType: img.mime})
+				rr.Images = append(rr.Images, img.mime)
+			}
+		}
+		res.Results = append(res.Results, rr)
+	}
+	return &sdk.CallToolResult{IsError: res.Error != nil, Content: content}, res, nil
 }
 
 // SessionCommandInput is session_run_command's arguments.
