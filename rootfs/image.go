@@ -70,7 +70,7 @@ func LookupImage(name string) (*Manifest, error) {
 	}
 	data, err := os.ReadFile(manifestPath(name))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("image %q is not built (isolate image build %s, or --template %s for a template)", name, name, name)
+		return nil, fmt.Errorf("image %q is not built (isolate image build %s builds a language's; a template's is built from its definition)", name, name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read the manifest of image %q: %w", name, err)

@@ -18,7 +18,7 @@ import (
 // runtimes that reserve far more address space than they touch are
 // bounded by RLIMIT_DATA.
 var rlimitRules = map[string]string{
-	"c": "address-space", "cpp": "address-space", "python": "address-space", "rust": "address-space",
+	"c": "address-space", "cpp": "address-space", "python": "address-space", "python-data": "address-space", "rust": "address-space",
 	"go": "data", "javascript": "data", "java": "data",
 }
 
