@@ -86,12 +86,15 @@ for arch in amd64 arm64; do
 	for cmd in $(commands <<<"$top"); do
 		# serve execs isolate-serve, checked below (qemu-user cannot
 		# exec a foreign binary from inside a foreign one).
-		case $cmd in help | serve) ;; *) check_help "$cmd" ;; esac
+		# serve and mcp are isolate-serve's: their flags below.
+		case $cmd in help | serve | mcp) ;; *) check_help "$cmd" ;; esac
 	done
 	[ "$checked" -ge 10 ] || fail "only $checked commands found in isolate --help"
 	# The service's flags: Go's flag package answers --help with exit 2.
 	serve=$("${run[@]}" "$dir/isolate-serve" --help 2>&1) || true
 	grep -q -- '-socket-group' <<<"$serve" || fail "isolate-serve --help: $serve"
+	mcp=$("${run[@]}" "$dir/isolate-serve" mcp --help 2>&1) || fail "isolate-serve mcp --help: exit $?: $mcp"
+	grep -q -- '-allow-rlimit-only' <<<"$mcp" || fail "isolate-serve mcp --help: $mcp"
 	if [ "$arch" = amd64 ]; then
 		serve=$("$dir/isolate" serve --help 2>&1) || true
 		grep -q -- '-socket-group' <<<"$serve" || fail "isolate serve --help: $serve"

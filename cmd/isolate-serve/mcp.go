@@ -31,6 +31,9 @@ func mcpStdio(args []string) error {
 	socket := fs.String("socket", "", "the API socket of the service to use (default: root's, else the user's own, else one started for this connection)")
 	allowRlimitOnly := fs.Bool("allow-rlimit-only", false, "a service started for this connection by a user who is not root may enforce limits with rlimits alone where no cgroup is delegated")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil // the usage is printed: asked for, not a mistake
+		}
 		return err
 	}
 	if fs.NArg() > 0 {
