@@ -140,7 +140,7 @@ hello() {
 	go) printf 'package main\n\nimport "fmt"\n\nfunc main() { fmt.Println("hello") }\n' ;;
 	java) printf 'public class Main { public static void main(String[] a) { System.out.println("hello"); } }\n' ;;
 	javascript) printf 'console.log("hello");\n' ;;
-	python) printf 'print("hello")\n' ;;
+	python | python-data) printf 'print("hello")\n' ;;
 	rust) printf 'fn main() { println!("hello"); }\n' ;;
 	*) return 1 ;;
 	esac
