@@ -10,7 +10,6 @@ package main
 // flags or a service it cannot reach.
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -52,10 +51,7 @@ func drain(args []string) error {
 	if err := unix.Kill(pid, syscall.SIGUSR1); err != nil {
 		return fmt.Errorf("signal the service (pid %d): %v", pid, err)
 	}
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", *socket)
-		}}}
+	client := socketClient(*socket, 5*time.Second)
 	var deadline <-chan time.Time
 	if *timeout > 0 {
 		deadline = time.After(*timeout)

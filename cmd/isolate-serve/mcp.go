@@ -12,7 +12,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -78,11 +77,7 @@ func runningService() string {
 // answers tells whether a service's health answers on socket (ready or
 // not: a service that cannot run boxes says why in each answer).
 func answers(socket string) bool {
-	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
-		}}}
-	resp, err := c.Get("http://isolate/v1/health")
+	resp, err := socketClient(socket, 2*time.Second).Get("http://isolate/v1/health")
 	if err != nil {
 		return false
 	}

@@ -36,11 +36,7 @@ func probe(args []string) error {
 		}
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	client := &http.Client{Timeout: *timeout, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", *socket)
-		}}}
-	resp, err := client.Do(req)
+	resp, err := socketClient(*socket, *timeout).Do(req)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "isolate serve probe: "+err.Error())
 		os.Exit(1)
@@ -52,4 +48,14 @@ func probe(args []string) error {
 		os.Exit(1)
 	}
 	return nil
+}
+
+// socketClient is an HTTP client of the service's unix socket, one
+// connection per request, each request bounded by timeout: the
+// service's own subcommands (probe, drain, mcp) ask it this way.
+func socketClient(socket string, timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+		}}}
 }
