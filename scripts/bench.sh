@@ -30,7 +30,8 @@ if [ "$mode" = profile ]; then
 	command -v perf >/dev/null || { echo "bench.sh: --profile needs perf (apt-get install linux-perf)" >&2; exit 2; }
 	if [ -z "${ISOLATE_BIN:-}" ]; then
 		# As `make build` builds it, but with symbols for perf.
-		export PATH="$(./scripts/deps.sh):$PATH"
+		godir=$(./scripts/deps.sh) # (a failure stops here)
+		export PATH="$godir:$PATH"
 		. scripts/cgo-env.sh
 		./scripts/build-init.sh
 		go build -tags urfave_cli_no_docs,netgo,osusergo,initbin -trimpath -o "$tmp/isolate" ./cmd/isolate

@@ -27,7 +27,8 @@ fail() { echo "container-test: FAIL: $*" >&2; exit 1; }
 # runc: crun (podman's first choice) refuses cgroup hybrid hosts whose v2
 # hierarchy holds a controller, such as this one ("cgroups in hybrid
 # mode not supported"); deploy/run.sh picks runc there.
-export PATH="$(./scripts/deps.sh podman runc debootstrap curl):$PATH"
+godir=$(./scripts/deps.sh podman runc debootstrap curl) # (a failure stops here)
+export PATH="$godir:$PATH"
 make build
 
 codename=$(. /etc/os-release && echo "$VERSION_CODENAME")

@@ -41,7 +41,8 @@ log() { echo "kube-test: [${SECONDS}s] $*"; }
 fail() { echo "kube-test: FAIL: $*" >&2; exit 1; }
 
 # catatonit: podman builds its pods' pause image from it.
-export PATH="$(./scripts/deps.sh podman runc catatonit debootstrap curl redis-server):$PATH"
+godir=$(./scripts/deps.sh podman runc catatonit debootstrap curl redis-server) # (a failure stops here)
+export PATH="$godir:$PATH"
 make build
 
 codename=$(. /etc/os-release && echo "$VERSION_CODENAME")

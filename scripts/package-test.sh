@@ -75,7 +75,8 @@ if [ "$phase" = build ]; then
 			fail "the $pkg package is installed on this host: this test would replace and purge it"
 		fi
 	done
-	export PATH="$(./scripts/deps.sh dpkg-dev debhelper dh-python lintian systemd man-db curl squashfs-tools):$PATH"
+	godir=$(./scripts/deps.sh dpkg-dev debhelper dh-python lintian systemd man-db curl squashfs-tools) # (a failure stops here)
+	export PATH="$godir:$PATH"
 	# The build reads modules from the module cache only (debian/README.source).
 	go mod download
 	tmp=$(mktemp -d /tmp/isolate-package.XXXXXX)

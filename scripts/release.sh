@@ -53,7 +53,8 @@ fi
 if [ -n "${GODIR:-}" ]; then
 	export PATH="$GODIR:$PATH"
 else
-	export PATH="$(./scripts/deps.sh "${cross[@]}"):$PATH"
+	godir=$(./scripts/deps.sh "${cross[@]}") # (a failure stops here)
+	export PATH="$godir:$PATH"
 fi
 
 version=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
