@@ -603,38 +603,20 @@ def project_files(copy_in: Any) -> Iterator[Tuple[str, str, int]]:
 
 
 def inline_files(copy_in: Any) -> List[Dict[str, Any]]:
-    """Host files and directory trees as inline entries, bounded. Symlinks are not followed
-    (the caller makes those it keeps in the box); a FIFO, socket or device is an error naming
-    it, found without opening it for reading (a FIFO would block)."""
+    """Host files and directory trees as inline entries, bounded (project_files says which
+    files, and which are refused)."""
     entries: List[Dict[str, Any]] = []
     total = 0
-    for host, box in copy_in:
-        pairs = [(host, box)]
-        if os.path.isdir(host):
-            pairs = []
-            for root, dirs, names in os.walk(host):
-                for name in sorted(names):
-                    full = os.path.join(root, name)
-                    pairs.append((full, os.path.join(box, os.path.relpath(full, host))))
-        for src, dst in pairs:
-            try:
-                fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            except OSError as e:
-                if os.path.islink(src):
-                    continue
-                raise SandboxError(f"cannot copy {src} into the box: {e}") from None
-            with os.fdopen(fd, "rb") as f:
-                st = os.fstat(f.fileno())
-                if not stat.S_ISREG(st.st_mode):
-                    raise SandboxError(f"cannot copy {src} into the box: "
-                                       f"{file_kind(st.st_mode)}, not a regular file")
-                data = f.read(MAX_COPY_IN_BYTES + 1)
-            total += len(data)
-            if total > MAX_COPY_IN_BYTES or len(entries) >= MAX_COPY_IN_FILES:
-                raise SandboxError(f"the files to copy in exceed {MAX_COPY_IN_BYTES} bytes "
-                                   f"or {MAX_COPY_IN_FILES} files")
-            entries.append({"path": dst, "base64": base64.b64encode(data).decode(),
-                            "mode": stat.S_IMODE(st.st_mode) & 0o777})
+    for src, dst, fd in project_files(copy_in):
+        with os.fdopen(fd, "rb") as f:
+            mode = os.fstat(f.fileno()).st_mode
+            data = f.read(MAX_COPY_IN_BYTES + 1)
+        total += len(data)
+        if total > MAX_COPY_IN_BYTES or len(entries) >= MAX_COPY_IN_FILES:
+            raise SandboxError(f"the files to copy in exceed {MAX_COPY_IN_BYTES} bytes "
+                               f"or {MAX_COPY_IN_FILES} files")
+        entries.append({"path": dst, "base64": base64.b64encode(data).decode(),
+                        "mode": stat.S_IMODE(mode) & 0o777})
     return entries
 
 
