@@ -137,6 +137,17 @@ func (s *service) stdio(t *testing.T, cred *syscall.Credential) *sdk.ClientSessi
 	return connect(t, &sdk.CommandTransport{Command: cmd})
 }
 
+// transports are both ways to connect a client as root: stdio and HTTP.
+func (s *service) transports() []struct {
+	name string
+	cs   func(*testing.T) *sdk.ClientSession
+} {
+	return []struct {
+		name string
+		cs   func(*testing.T) *sdk.ClientSession
+	}{{"stdio", func(t *testing.T) *sdk.ClientSession { return s.stdio(t, nil) }}, {"http", s.http}}
+}
+
 // http connects an MCP client to the service's /mcp.
 func (s *service) http(t *testing.T) *sdk.ClientSession {
 	return connect(t, &sdk.StreamableClientTransport{Endpoint: "http://isolate/mcp", HTTPClient: s.apiClient(), MaxRetries: -1})
@@ -210,10 +221,7 @@ func TestToolsList(t *testing.T) {
 
 func TestRunTools(t *testing.T) {
 	s := startService(t)
-	for _, tr := range []struct {
-		name string
-		cs   func(*testing.T) *sdk.ClientSession
-	}{{"stdio", func(t *testing.T) *sdk.ClientSession { return s.stdio(t, nil) }}, {"http", s.http}} {
+	for _, tr := range s.transports() {
 		t.Run(tr.name, func(t *testing.T) {
 			cs := tr.cs(t)
 			r := callTool(t, cs, "run_code", map[string]any{"language": "python", "code": "print(input()[::-1])", "stdin": "abc\n"})
@@ -277,10 +285,7 @@ func TestBadArguments(t *testing.T) {
 
 func TestSessionTools(t *testing.T) {
 	s := startService(t)
-	for _, tr := range []struct {
-		name string
-		cs   func(*testing.T) *sdk.ClientSession
-	}{{"stdio", func(t *testing.T) *sdk.ClientSession { return s.stdio(t, nil) }}, {"http", s.http}} {
+	for _, tr := range s.transports() {
 		t.Run(tr.name, func(t *testing.T) {
 			cs := tr.cs(t)
 			r := callTool(t, cs, "create_session", map[string]any{"lifetime_seconds": 120})
@@ -338,10 +343,7 @@ func TestSessionTools(t *testing.T) {
 // does, unless it was kept.
 func TestSessionsEndWithTheConnection(t *testing.T) {
 	s := startService(t)
-	for _, tr := range []struct {
-		name string
-		cs   func(*testing.T) *sdk.ClientSession
-	}{{"stdio", func(t *testing.T) *sdk.ClientSession { return s.stdio(t, nil) }}, {"http", s.http}} {
+	for _, tr := range s.transports() {
 		t.Run(tr.name, func(t *testing.T) {
 			cs := tr.cs(t)
 			gone := callTool(t, cs, "create_session", nil).str("session_id")
