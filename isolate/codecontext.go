@@ -19,11 +19,11 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"github.com/isolate-sandbox/isolate/api"
 )
@@ -125,6 +125,9 @@ type Execution struct {
 	Results []Result `json:"results,omitempty"`
 	Stdout  string   `json:"stdout"`
 	Stderr  string   `json:"stderr"`
+	// Truncated: more output came than the output limit; Stdout or Stderr
+	// keeps its first and its last half, the cut marked (CutMarker).
+	Truncated bool `json:"truncated"`
 	// Error is the exception the code raised, or why the context died.
 	Error *ExecError `json:"error"`
 	// ExecutionCount numbers the calls of the context, from 1.
@@ -204,6 +207,7 @@ type driver struct {
 	quitOnce sync.Once
 	done     chan struct{} // closed once the process has ended
 	report   *api.Report   // once done
+	outBytes int64         // bound of an output frame (Bash sends a call's output in one or two)
 }
 
 type frame struct {
@@ -271,7 +275,8 @@ func (c *CodeContext) startDriver(ctx context.Context) error {
 		outR.Close()
 		return err
 	}
-	d := &driver{proc: proc, stdin: inW, frames: make(chan frame), quit: make(chan struct{}), done: make(chan struct{})}
+	d := &driver{proc: proc, stdin: inW, frames: make(chan frame), quit: make(chan struct{}), done: make(chan struct{}),
+		outBytes: max(maxTextBytes, c.outputLimit)}
 	go func() {
 		d.report = proc.Wait()
 		close(d.done)
@@ -307,8 +312,8 @@ func (c *CodeContext) startDriver(ctx context.Context) error {
 }
 
 // readFrames reads the driver's frames until its output ends. A payload
-// over maxTextBytes is cut (the rest read and dropped), output frames are
-// small (the driver reads its pipes 64 KiB at a time).
+// over maxTextBytes (an output frame: over the output limit) is cut (the
+// rest read and dropped).
 func (d *driver) readFrames(r *os.File) {
 	defer close(d.frames)
 	defer r.Close()
@@ -320,8 +325,11 @@ func (d *driver) readFrames(r *os.File) {
 		}
 		n := int64(binary.BigEndian.Uint32(head[1:]))
 		keep := min(n, maxTextBytes)
-		if head[0] == 'R' {
+		switch head[0] {
+		case 'R':
 			keep = min(n, maxRichBytes)
+		case 'o', 'e':
+			keep = min(n, d.outBytes)
 		}
 		payload := make([]byte, keep)
 		if _, err := io.ReadFull(br, payload); err != nil {
@@ -464,18 +472,20 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 	if err := d.send(msg); err != nil {
 		return c.answerDied(ex, d)
 	}
-	var stdout, stderr strings.Builder
-	keep := func(b *strings.Builder, text string, on func(string)) {
-		if room := int(c.outputLimit) - b.Len(); room < len(text) {
-			text = cutUTF8(text, max(room, 0))
-		}
-		if text == "" {
-			return
-		}
-		b.WriteString(text)
+	// The code's output comes whole to the callbacks; the answer keeps
+	// its head and its tail, as a session command's report does.
+	stdout := capture{limit: c.outputLimit, headTail: true}
+	stderr := capture{limit: c.outputLimit, headTail: true}
+	keep := func(kept *capture, text []byte, on func(string)) {
+		kept.keep(text)
 		if on != nil {
-			on(text)
+			on(string(text))
 		}
+	}
+	answer := func() {
+		out, outCut := stdout.kept()
+		errs, errCut := stderr.kept()
+		ex.Stdout, ex.Stderr, ex.Truncated = out, errs, outCut || errCut
 	}
 	onResult, _ := ctx.Value(resultHandlerKey{}).(func(Result))
 	resultBytes, haveMain := 0, false
@@ -497,7 +507,7 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 		select {
 		case f, ok := <-d.frames:
 			if !ok {
-				ex.Stdout, ex.Stderr = stdout.String(), stderr.String()
+				answer()
 				return c.answerDied(ex, d)
 			}
 			if !begun {
@@ -511,9 +521,20 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 					resend = nil
 				}
 			case 'o':
-				keep(&stdout, string(f.payload), onStdout)
+				keep(&stdout, f.payload, onStdout)
 			case 'e':
-				keep(&stderr, string(f.payload), onStderr)
+				keep(&stderr, f.payload, onStderr)
+			case 's':
+				// Bytes the driver skipped between a stream's head and
+				// its tail (Bash: "o N").
+				if n, err := strconv.ParseInt(string(f.payload[min(2, len(f.payload)):]), 10, 64); err == nil && n > 0 {
+					switch f.payload[0] {
+					case 'o':
+						stdout.skip(n)
+					case 'e':
+						stderr.skip(n)
+					}
+				}
 			case 'r':
 				s := string(f.payload)
 				if f.cut {
@@ -546,7 +567,7 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 					continue // not this call's end
 				}
 				ex.ExecutionCount = end.ExecutionCount
-				ex.Stdout, ex.Stderr = stdout.String(), stderr.String()
+				answer()
 				return ex, nil
 			}
 		case <-done:
@@ -562,7 +583,7 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 			_ = d.proc.Signal(syscall.SIGINT)
 		case <-grace:
 			d.kill()
-			ex.Stdout, ex.Stderr = stdout.String(), stderr.String()
+			answer()
 			c.forget(d)
 			ex.Error = &ExecError{Name: ErrorContextDied, Value: fmt.Sprintf("the code did not stop within %v of the interrupt at the call's end (%v); the context was killed", interruptGrace, context.Cause(ctx))}
 			return ex, nil
@@ -676,15 +697,4 @@ func isDone(ch <-chan struct{}) bool {
 	default:
 		return false
 	}
-}
-
-// cutUTF8 is s's first n bytes at most, not splitting a character.
-func cutUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -232,17 +233,61 @@ func TestCodeContextInterruptedAtTheCallsEnd(t *testing.T) {
 func TestCodeContextBoundsOutputAndResult(t *testing.T) {
 	c := newPlainContext(t, 1000)
 	ex := runCode(t, c, "import sys\nprint('é' * 3000)\nsys.stderr.write('e' * 5000)\n'r' * (3 << 20)")
-	if len(ex.Stdout) > 1000 || len(ex.Stdout) < 990 || !strings.HasPrefix(ex.Stdout, "éé") || len(ex.Stderr) != 1000 {
-		t.Errorf("kept %d and %d bytes of output, want 1000 at most each", len(ex.Stdout), len(ex.Stderr))
+	// The head and the tail of each stream, not splitting a character,
+	// the bytes cut between them counted.
+	if want := strings.Repeat("é", 250) + CutMarker(6001-500-499) + strings.Repeat("é", 249) + "\n"; ex.Stdout != want {
+		t.Errorf("stdout kept %d bytes: %q", len(ex.Stdout), ex.Stdout)
+	}
+	if want := strings.Repeat("e", 500) + CutMarker(4000) + strings.Repeat("e", 500); ex.Stderr != want || !ex.Truncated {
+		t.Errorf("stderr kept %d bytes (truncated %v)", len(ex.Stderr), ex.Truncated)
 	}
 	r := resultOf(ex)
 	if len(r) > maxTextBytes+8 || !strings.HasPrefix(r, "'rrr") || !strings.HasSuffix(r, "...") {
 		t.Errorf("a result of %d bytes kept (%.10q)", len(r), r)
 	}
 	// The bound is per call.
-	if ex = runCode(t, c, "print('next')"); ex.Stdout != "next\n" {
+	if ex = runCode(t, c, "print('next')"); ex.Stdout != "next\n" || ex.Truncated {
 		t.Errorf("%+v", ex)
 	}
+}
+
+// Each language's context keeps the head and the tail of a long output,
+// the cut marked, and gives the callbacks all of it.
+func TestCodeContextOutputHeadAndTail(t *testing.T) {
+	codes := map[string]string{
+		"python":     "for i in range(3000): print(i)",
+		"javascript": "for (let i = 0; i < 3000; i++) console.log(i)",
+		"bash":       "for ((i = 0; i < 3000; i++)); do echo $i; done",
+	}
+	var all strings.Builder
+	for i := range 3000 {
+		fmt.Fprintf(&all, "%d\n", i)
+	}
+	want := all.String()[:500] + CutMarker(int64(all.Len()-1000)) + all.String()[all.Len()-500:]
+	for lang, code := range codes {
+		if _, err := exec.LookPath(driverArgsProgram(lang)); err != nil {
+			t.Logf("%s: no %s here", lang, driverArgsProgram(lang))
+			continue
+		}
+		c, err := newCodeContext(lang, 1000, nil, execStarter(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var streamed strings.Builder
+		ex, err := c.Run(context.Background(), code, func(s string) { streamed.WriteString(s) }, nil)
+		c.Close()
+		if err != nil || ex.Stdout != want || !ex.Truncated || ex.Error != nil {
+			t.Errorf("%s: %v truncated %v error %+v, stdout %q", lang, err, ex.Truncated, ex.Error, ex.Stdout)
+		}
+		if lang != "bash" && streamed.String() != all.String() {
+			t.Errorf("%s: the callback got %d bytes, want all %d", lang, streamed.Len(), all.Len())
+		}
+	}
+}
+
+func driverArgsProgram(lang string) string {
+	_, program := driverArgs(lang)
+	return program
 }
 
 func TestCodeContextsAreIndependent(t *testing.T) {

@@ -38,8 +38,9 @@ type SessionCommand struct {
 	CPUTime time.Duration
 	// StderrToStdout sends its standard error to its standard output.
 	StderrToStdout bool
-	// OutputLimit bounds the bytes kept per captured stream; 0: the
-	// session's output limit.
+	// OutputLimit bounds the bytes kept per captured stream, its first
+	// and its last half with the cut marked between; 0: the session's
+	// output limit.
 	OutputLimit int64
 }
 

@@ -195,6 +195,8 @@ func (s *Session) start(cmd SessionCommand, stdio IO) (*Process, error) {
 	}
 	spec.Chdir = cmd.Cwd
 	spec.StderrToStdout = cmd.StderrToStdout
+	// An agent reading a long test run needs its summary at the end.
+	spec.OutputHeadTail = true
 	if cmd.OutputLimit > 0 {
 		spec.OutputLimit = cmd.OutputLimit
 	}

@@ -50,6 +50,9 @@ type Spec struct {
 	MemoryRlimitFactor float64
 
 	OutputLimit int64 // bytes kept per captured stream
+	// OutputHeadTail keeps the first and the last half of OutputLimit,
+	// the cut marked (CutMarker), rather than the first bytes.
+	OutputHeadTail bool
 
 	Binds   []Bind
 	CopyIn  []Copy

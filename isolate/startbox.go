@@ -617,7 +617,7 @@ func (s *supervisor) stdio() (stdin, stdout, stderr *os.File, err error) {
 			return nil, nil, err
 		}
 		s.closers = append(s.closers, w)
-		return w, startCapture(r, s.spec.OutputLimit, out), nil
+		return w, startCapture(r, s.spec.OutputLimit, s.spec.OutputHeadTail, out), nil
 	}
 	if stdout, s.stdout, err = output(s.io.Stdout); err != nil {
 		return nil, nil, nil, fmt.Errorf("stdout pipe: %w", err)

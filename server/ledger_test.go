@@ -18,6 +18,7 @@ import (
 
 	"github.com/isolate-sandbox/isolate/caller"
 	"github.com/isolate-sandbox/isolate/internal/connlimit"
+	"github.com/isolate-sandbox/isolate/isolate"
 )
 
 // A session's background commands hold their captured output in the
@@ -40,8 +41,8 @@ func TestSessionBackgroundBudgetFake(t *testing.T) {
 			t.Fatalf("background sleep %d: %d %s", i, code, b)
 		}
 	}
-	if u := ledger.Usage(alice.Account()); u.Bytes != 2*4096 || u.Background != 2 {
-		t.Fatalf("two running commands of 2 KiB a stream hold %+v, want 8192 bytes, 2 background", u)
+	if u := ledger.Usage(alice.Account()); u.Bytes != 4*(2048+isolate.MaxCutMarkerBytes) || u.Background != 2 {
+		t.Fatalf("two running commands of 2 KiB a stream hold %+v, want 4 streams' limit and cut marker, 2 background", u)
 	}
 	if running, _ := f.queue.lengths(); running != 2 {
 		t.Errorf("%d run slots taken, want 2 (one a background command)", running)
@@ -63,7 +64,7 @@ func TestSessionBackgroundBudgetFake(t *testing.T) {
 	// Ended, a command keeps what it kept.
 	f.do(t, alice, "POST", cmds+"/1/signal", `{"signal": "KILL"}`)
 	f.do(t, alice, "POST", cmds+"/1/wait", ``)
-	if u := ledger.Usage(alice.Account()); u.Bytes != 4096 || u.Background != 1 {
+	if u := ledger.Usage(alice.Account()); u.Bytes != 2*(2048+isolate.MaxCutMarkerBytes) || u.Background != 1 {
 		t.Fatalf("after one ended with nothing kept: %+v", u)
 	}
 	// Many commands that keep output, one after the other: the oldest

@@ -658,12 +658,14 @@ func (s *Server) streamLimit(sess *session, cmd isolate.SessionCommand) int64 {
 }
 
 // outputHeld is the most captured output a command of sess may make the
-// service keep: its output limit for each stream it captures.
+// service keep: its output limit for each stream it captures, and the
+// marker where its head and tail meet.
 func (s *Server) outputHeld(sess *session, cmd isolate.SessionCommand) int64 {
+	stream := s.streamLimit(sess, cmd) + isolate.MaxCutMarkerBytes
 	if cmd.StderrToStdout {
-		return s.streamLimit(sess, cmd)
+		return stream
 	}
-	return 2 * s.streamLimit(sess, cmd)
+	return 2 * stream
 }
 
 // keptCost is the memory a kept stream of n bytes holds: its capture's

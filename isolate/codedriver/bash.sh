@@ -8,8 +8,10 @@
 # bytes of NAME=VALUE (the service refuses NUL bytes in them). Frames leave
 # on stdout as the other drivers' do (python.py): one type byte, a 4-byte
 # big-endian length, the payload. The code's fds 1 and 2 are files that
-# come back, up to LIMIT bytes each, when it ends; a non-zero status of its
-# last command is the error {"name": "ExitStatus"}.
+# come back when it ends: whole up to LIMIT bytes, else the first and the
+# last half of LIMIT with an s frame "o N" (or "e N") of the N bytes
+# between them skipped; a non-zero status of its last command is the error
+# {"name": "ExitStatus"}.
 
 exec {_isolate_chan}>&1
 _isolate_dir=$(mktemp -d) || exit 1
@@ -24,15 +26,27 @@ _isolate_frame() { # kind payload
 	printf "$1$head%s" "$2" >&"$_isolate_chan"
 }
 
-_isolate_file_frame() { # kind file limit
-	local LC_ALL=C head n
+_isolate_file_frame() { # kind file limit: the file whole, or its head, an s frame "KIND N" of the bytes skipped, its tail
+	local LC_ALL=C n
 	[[ -s $2 ]] || return 0
 	n=$(wc -c <"$2")
-	((n > $3)) && n=$3
+	if ((n <= $3)); then
+		_isolate_bytes_frame "$1" "$n" head -c "$n" "$2"
+	else
+		_isolate_bytes_frame "$1" $(($3 - $3 / 2)) head -c $(($3 - $3 / 2)) "$2"
+		_isolate_frame s "$1 $((n - $3))"
+		(($3 / 2 > 0)) && _isolate_bytes_frame "$1" $(($3 / 2)) tail -c $(($3 / 2)) "$2"
+	fi
+	return 0
+}
+
+_isolate_bytes_frame() { # kind length command...: a frame of the command's output, of that length
+	local LC_ALL=C head n=$2 kind=$1
 	((n > 0)) || return 0
+	shift 2
 	printf -v head '\\%03o\\%03o\\%03o\\%03o' $((n >> 24 & 255)) $((n >> 16 & 255)) $((n >> 8 & 255)) $((n & 255))
-	printf "$1$head" >&"$_isolate_chan"
-	head -c "$n" "$2" >&"$_isolate_chan"
+	printf "$kind$head" >&"$_isolate_chan"
+	"$@" >&"$_isolate_chan"
 }
 
 # The service interrupts the code at a call's timeout with SIGINT (to the

@@ -7,7 +7,7 @@
 //
 // Requests and frames are those of the Python driver (python.py): a request
 // is a 4-byte big-endian length, then JSON {"code", "limit", "nonce", "env",
-// "cwd"}; a frame is one type byte, a 4-byte big-endian length, the payload.
+// "cwd"} (the limit is Bash's); a frame is one type byte, a 4-byte big-endian length, the payload.
 // What the code writes through process.stdout and process.stderr (console
 // included) is its output; the completion value of the script, when it is
 // not undefined, is the result as util.inspect shows it (a promise is
@@ -46,18 +46,12 @@
     return Buffer.concat([Buffer.from(data.subarray(0, limit).toString('utf8').replace(/\uFFFD$/, ''), 'utf8'), Buffer.from('...')]);
   }
 
-  // The code's output: up to the call's limit per stream, the rest dropped.
-  let limit = 0;
-  const sent = { o: 0, e: 0 };
+  // The code's output, all of it: the service keeps its head and its tail.
   function output(kind, chunk, encoding) {
-    let data = Buffer.isBuffer(chunk) || chunk instanceof Uint8Array
+    const data = Buffer.isBuffer(chunk) || chunk instanceof Uint8Array
       ? Buffer.from(chunk)
       : Buffer.from(String(chunk), typeof encoding === 'string' ? encoding : 'utf8');
-    const room = limit - sent[kind];
-    if (room <= 0 || data.length === 0) return;
-    if (data.length > room) data = data.subarray(0, room);
-    sent[kind] += data.length;
-    send(kind, data);
+    if (data.length > 0) send(kind, data);
   }
   for (const [stream, kind] of [[process.stdout, 'o'], [process.stderr, 'e']]) {
     stream.write = function (chunk, encoding, cb) {
@@ -167,8 +161,6 @@
         const nonce = String(request.nonce || '');
         send('b', nonce);
         count++;
-        limit = Number(request.limit) || 1 << 20;
-        sent.o = sent.e = 0;
         const { result, error } = await runCell(request);
         if (result !== null) send('r', result);
         if (error !== null) send('x', error);

@@ -3,7 +3,7 @@
 # lives as long as the process.
 #
 # Requests arrive on stdin: a 4-byte big-endian length, then that many bytes
-# of JSON {"code": str, "limit": int, "nonce": str}. Answers leave on a
+# of JSON {"code": str, "nonce": str}. Answers leave on a
 # duplicate of the original fd 1, as frames: one type byte, a 4-byte
 # big-endian length, the payload. Types: k ready; b a call begins, the
 # request's nonce; i an interrupt taken; o, e output of the code (UTF-8
@@ -65,24 +65,21 @@ def cut(text, limit=MAX_TEXT):
 
 class Stream:
     """One of the code's output fds: a pipe whose reader forwards what
-    arrives, up to the call's limit (the rest is read and dropped)."""
+    arrives, all of it (the service keeps the head and the tail)."""
 
     def __init__(self, fd, kind):
         self.kind = kind
         self.lock = threading.Lock()
-        self.limit = 0
-        self.sent = 0
         r, w = os.pipe()
         os.dup2(w, fd)
         os.close(w)
         os.set_blocking(r, False)
         self.r = r
-        self.reset(0)
+        self.reset()
         name = "stdout-pump" if fd == 1 else "stderr-pump"
         threading.Thread(target=self.pump, name=name, daemon=True).start()
 
-    def reset(self, limit):
-        self.limit, self.sent = limit, 0
+    def reset(self):
         self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
 
     def pump(self):
@@ -107,12 +104,7 @@ class Stream:
             self.forward(data)
 
     def forward(self, data, final=False):
-        room = self.limit - self.sent
-        if room <= 0:
-            return
-        data = data[:room]
-        self.sent += len(data)
-        text = self.decoder.decode(data, final or self.sent >= self.limit)
+        text = self.decoder.decode(data, final)
         if text:
             send(self.kind, text.encode("utf-8", "surrogatepass"))
 
@@ -120,7 +112,7 @@ class Stream:
         with self.lock:
             self.read_available()
             text = self.decoder.decode(b"", True)
-            if text and self.sent <= self.limit:
+            if text:
                 send(self.kind, text.encode("utf-8", "surrogatepass"))
 
 
@@ -338,7 +330,7 @@ while True:
     send(b"b", nonce.encode())
     count += 1
     for s in streams:
-        s.reset(int(request.get("limit", 1 << 20)))
+        s.reset()
     result = error = main = None
     try:
         cell = compile_cell(request["code"], "<cell %d>" % count)

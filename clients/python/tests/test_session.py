@@ -200,6 +200,32 @@ def test_background_commands(sb: Session) -> None:
 
 
 @needs_service
+def test_long_output_keeps_head_and_tail(service: str) -> None:
+    """Output past the session's limit keeps its first and last half, the cut marked, in code
+    of each language and in commands, foreground and background."""
+    lines = "".join(f"{i}\n" for i in range(3000))
+    want = lines[:500] + f"\n[... {len(lines) - 1000} bytes cut ...]\n" + lines[-500:]
+    with Session(socket_path=service, timeout=120, output_limit_bytes=1000) as sb:
+        streamed: List[str] = []
+        ex = sb.run_code("for i in range(3000): print(i)", on_stdout=streamed.append)
+        assert (ex.stdout, ex.truncated, ex.error) == (want, True, None)
+        assert "".join(streamed) == lines
+        ex = sb.run_code("seq 0 2999", language="bash")
+        assert (ex.stdout, ex.truncated, ex.error) == (want, True, None)
+        assert sb.run_code("print('short')").truncated is False
+        r = sb.commands.run("seq 0 2999; seq 0 2999 >&2")
+        assert (r.stdout, r.stderr, r.truncated, r.ok) == (want, want, True, True)
+        h = sb.commands.run("seq 0 2999", background=True)
+        assert isinstance(h, CommandHandle)
+        r = h.wait(timeout=30)
+        assert (r.stdout, r.truncated) == (want, True)
+        assert sb.commands.run("echo short").truncated is False
+    with Session("javascript", socket_path=service, timeout=120, output_limit_bytes=1000) as sb:
+        ex = sb.run_code("for (let i = 0; i < 3000; i++) console.log(i)")
+        assert (ex.stdout, ex.truncated, ex.error) == (want, True, None)
+
+
+@needs_service
 def test_files(sb: Session) -> None:
     assert sb.files.write("a.txt", "hi") == {"path": "a.txt", "size": 2}
     assert sb.files.read("a.txt") == "hi" == sb.files.read("/box/a.txt")

@@ -83,7 +83,9 @@ class Execution:
     the completion value as ``util.inspect`` shows it, none in Bash), ``error`` the
     exception the code raised (``name``, ``value``, ``traceback``; ``ExitStatus`` in Bash
     for a non-zero status; ``ContextDied`` when the interpreter died, and the next call runs
-    in a fresh one, ``restarted``)."""
+    in a fresh one, ``restarted``). ``truncated``: more output came than the session's
+    ``output_limit_bytes``; ``stdout``/``stderr`` keep its first and last half, with
+    ``[... N bytes cut ...]`` between (the callbacks got all of it)."""
 
     result: Optional[str]
     stdout: str
@@ -94,6 +96,7 @@ class Execution:
     restarted: bool = False
     wall_time: float = 0.0
     results: List[Result] = dataclasses.field(default_factory=list)
+    truncated: bool = False
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> "Execution":
@@ -108,7 +111,8 @@ class Execution:
                    execution_count=int(doc.get("execution_count") or 0),
                    context=doc.get("context"), restarted=bool(doc.get("restarted")),
                    wall_time=float(doc.get("wall_time") or 0.0),
-                   results=[Result.from_json(r) for r in doc.get("results") or []])
+                   results=[Result.from_json(r) for r in doc.get("results") or []],
+                   truncated=bool(doc.get("truncated")))
 
     @property
     def text(self) -> Optional[str]:
@@ -119,7 +123,9 @@ class Execution:
 @dataclasses.dataclass
 class CommandResult:
     """A command's outcome: ``status`` is the report's (OK RE SG TO ML XX), ``exit_code`` its
-    exit code (None when a signal ended it), ``report`` the whole report the service sent."""
+    exit code (None when a signal ended it), ``report`` the whole report the service sent.
+    ``truncated``: a stream was longer than the command's output limit; it keeps its first and
+    last half, with ``[... N bytes cut ...]`` between."""
 
     stdout: str
     stderr: str
@@ -130,6 +136,7 @@ class CommandResult:
     cpu_time: float = 0.0
     memory_peak: int = 0
     report: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    truncated: bool = False
 
     @classmethod
     def from_report(cls, report: Mapping[str, Any]) -> "CommandResult":
@@ -140,7 +147,9 @@ class CommandResult:
                    status=str(report.get("status", "")), signal=sig,
                    wall_time=float(report.get("wall_time") or 0.0),
                    cpu_time=float(report.get("cpu_time") or 0.0),
-                   memory_peak=int(report.get("memory_peak") or 0), report=dict(report))
+                   memory_peak=int(report.get("memory_peak") or 0), report=dict(report),
+                   truncated=bool(report.get("stdout_truncated")
+                                  or report.get("stderr_truncated")))
 
     @property
     def ok(self) -> bool:
