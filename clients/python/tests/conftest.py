@@ -1,5 +1,6 @@
 """Fixtures: the real isolate binary (as root), and clean SANDBOX_* variables for every test."""
 
+import contextlib
 import os
 import pathlib
 import shutil
@@ -103,8 +104,8 @@ def _remove_split_user() -> None:
                 subprocess.run([cmd, name], check=True, capture_output=True)
 
 
-@pytest.fixture
-def split_user() -> Iterator[User]:
+@contextlib.contextmanager
+def made_split_user() -> Iterator[User]:
     """A user made with groupadd and useradd (uid 23002, primary gid 23502), as a host's
     administrator makes users, and removed afterwards (with the subordinate range useradd gave
     it). One left by a test that was killed is removed first."""
@@ -120,3 +121,10 @@ def split_user() -> Iterator[User]:
         yield User(SPLIT_UID, SPLIT_GID)
     finally:
         _remove_split_user()
+
+
+@pytest.fixture
+def split_user() -> Iterator[User]:
+    """The user made_split_user makes, for one test."""
+    with made_split_user() as user:
+        yield user

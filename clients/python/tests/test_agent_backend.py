@@ -296,3 +296,11 @@ def test_syntax_error_as_an_exception(cli: Sandbox) -> None:
     assert r.exception is not None and r.exception.name == "SyntaxError", r
     assert "never closed" in r.exception.value and "line 2" in r.exception.traceback
     assert syntax_error_of("error: expected ';'\n") is None
+    # An image with no compile step (the host's): the error comes as the program runs.
+    r = cli.execute_code("x = 1\nprint(1+", image="host")
+    assert r.status == "RE" and r.exception is not None, r
+    assert (r.exception.name, r.error) == ("SyntaxError", "SyntaxError: " + r.exception.value)
+    # A program that only prints the words is no syntax error of its own.
+    r = cli.execute_code("import sys\nprint('SyntaxError: no', file=sys.stderr)\nsys.exit(2)",
+                         image="host")
+    assert (r.status, r.exception) == ("RE", None)

@@ -5,6 +5,7 @@ ids), created by the test and removed after it. Their processes start from this 
 which is not delegated to them: isolate has no cgroup subtree of theirs to use on any host, so
 it either refuses or (allowed) enforces the limits with rlimits alone."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -207,12 +208,10 @@ print(json.dumps(facts(s.execute_code("print(2)", image="host"))))
     assert_nothing_left(home, user)
 
 
-def test_a_service_of_the_users_own(user: User, home: str) -> None:
-    """The user runs a service for itself: with no ISOLATE_SOCKET, get_sandbox and Session find
-    it in the user's own directory (root's default socket answering nothing), its runs enforce the
-    limits as the user's own runs do, and it leaves nothing when it stops."""
-    if service_answers(DEFAULT_SOCKET):
-        pytest.skip("root's service answers at the default socket: it takes the user's calls first")
+@contextlib.contextmanager
+def users_own_service(user: User, home: str) -> Iterator[str]:
+    """isolate-serve run by ``user`` for itself (rlimits alone; ``home`` its TMPDIR, where its
+    socket is): the socket's path once it answers. Stopped at the end, it leaves no socket."""
     env = {"PATH": "/usr/bin:/bin", "TMPDIR": home, "HOME": "/nonexistent"}
     log = tempfile.TemporaryFile()
     svc = subprocess.Popen([SERVE, "--allow-rlimit-only", "--cli-binary", isolate_binary(),
@@ -228,6 +227,22 @@ def test_a_service_of_the_users_own(user: User, home: str) -> None:
         if not service_answers(sock):
             log.seek(0)
             pytest.fail(f"the user's isolate-serve did not come up: {log.read().decode()}")
+        yield sock
+    finally:
+        svc.terminate()
+        assert svc.wait(timeout=30) == 0
+        log.close()
+    assert not os.path.exists(sock)
+
+
+def test_a_service_of_the_users_own(user: User, home: str) -> None:
+    """The user runs a service for itself: with no ISOLATE_SOCKET, get_sandbox and Session find
+    it in the user's own directory (root's default socket answering nothing), its runs enforce the
+    limits as the user's own runs do, and it leaves nothing when it stops."""
+    if service_answers(DEFAULT_SOCKET):
+        pytest.skip("root's service answers at the default socket: it takes the user's calls first")
+    env = {"PATH": "/usr/bin:/bin", "TMPDIR": home, "HOME": "/nonexistent"}
+    with users_own_service(user, home):
         script = PRELUDE + """
 box = s.get_sandbox(allow_rlimit_only=True)
 r = box.execute_code("print(6 * 7)", image="host")
@@ -245,9 +260,4 @@ print(json.dumps([box.runtime, facts(r), said]))
         assert runtime == "service" and said == "in a session\n", done.stdout
         assert (facts["status"], facts["stdout"], facts["enforcement"]) == \
             ("OK", "42\n", RLIMITS_ONLY), facts
-    finally:
-        svc.terminate()
-        assert svc.wait(timeout=30) == 0
-        log.close()
-    assert not os.path.exists(sock)
     assert_nothing_left(home, user)

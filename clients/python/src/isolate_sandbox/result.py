@@ -118,6 +118,10 @@ def from_report(report: Dict[str, Any], runtime: str, limits: Limits,
     exception = exception_of(stderr) if status == "RE" else None
     if compile_failed:
         exception = syntax_error_of(stderr)
+    elif status == "RE" and exception is None and exit_code == 1 and \
+            SYNTAX_ERROR_LINE.match(stderr.rstrip("\n").rsplit("\n", 1)[-1]):
+        # An image with no compile step (host): Python reports the syntax error as it runs.
+        exception = syntax_error_of(stderr)
     error = error_message(status, phase, stderr, limits.timeout, limits.memory_mb,
                           limits.disk_mb)
     if status == "RE" and exception is not None and not disk_full(phase, stderr):
