@@ -15,7 +15,7 @@ import pytest
 from conftest import open_fds
 from isolate_sandbox import (CallTimeoutError, CommandHandle, CommandResult, SandboxError,
                              SandboxUnavailableError, ServiceError, Session)
-from isolate_sandbox import ExceptionInfo, Result
+from isolate_sandbox import ExceptionInfo, FilesystemEvent, Result
 from isolate_sandbox.session import Execution
 from test_service import needs_service, running_service
 
@@ -249,6 +249,37 @@ def test_files(sb: Session) -> None:
         sb.files.read("a.txt", format="json")
     with pytest.raises(ValueError, match="path"):
         sb.files.read("")
+
+
+@needs_service
+def test_watch_dir(sb: Session) -> None:
+    """Files created, written, given another mode and removed, by the session's commands and
+    through the API, each an event once; a subdirectory's only when recursive."""
+    sb.files.write("w/old.txt", "old")
+    sb.files.write("w/gone.txt", "bye")
+    watch = sb.files.watch_dir("w")
+    deep = sb.files.watch_dir("/box/w", recursive=True)
+    assert watch.get_new_events() == []
+    sb.commands.run("cd w && echo new > new.txt && echo more >> old.txt && rm gone.txt && "
+                    "mkdir sub && echo x > sub/inner.txt")
+    sb.files.write("w/api.txt", "through the API")
+    want = [FilesystemEvent("api.txt", "create"), FilesystemEvent("new.txt", "create"),
+            FilesystemEvent("old.txt", "write"), FilesystemEvent("sub", "create"),
+            FilesystemEvent("gone.txt", "remove")]
+    assert watch.get_new_events() == want
+    assert watch.get_new_events() == []
+    inner = FilesystemEvent("sub/inner.txt", "create")
+    assert deep.get_new_events() == want[:4] + [inner, want[4]]
+    sb.commands.run("chmod 600 w/new.txt; rm -r w/sub")
+    assert deep.get_new_events() == [FilesystemEvent("new.txt", "chmod"),
+                                     FilesystemEvent("sub", "remove"),
+                                     FilesystemEvent("sub/inner.txt", "remove")]
+    watch.stop()
+    with pytest.raises(SandboxError, match="stopped"):
+        watch.get_new_events()
+    with pytest.raises(ServiceError) as e:
+        sb.files.watch_dir("/box/no-such-dir")
+    assert e.value.status == 404
 
 
 @needs_service

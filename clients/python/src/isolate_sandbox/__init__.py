@@ -28,7 +28,7 @@ from .transport import Mount
 from .security import SecurityReport, analyze_code
 from .queue_transport import JobDeadError, QueueClient, ResultTimeoutError
 from .session import (CodeContext, CommandHandle, CommandResult, Execution, FileEntry,
-                      Result, Session, SessionInfo)
+                      FilesystemEvent, Result, Session, SessionInfo, WatchHandle)
 
 __all__ = [
     "DEFAULT_BLOCKED_IMPORTS", "ExecutionResult", "ResultMeta", "Sandbox", "SandboxConfig",
@@ -37,6 +37,6 @@ __all__ = [
     "get_sandbox", "run_python_code", "store_execution", "run_code", "Mount", "CollectLimits",
     "CallTimeoutError", "RefusedError", "ExceptionInfo", "QueueClient", "JobDeadError",
     "ResultTimeoutError", "Session", "Execution", "CommandResult", "CommandHandle",
-    "CodeContext", "FileEntry", "SessionInfo", "Result",
+    "CodeContext", "FileEntry", "SessionInfo", "Result", "FilesystemEvent", "WatchHandle",
 ]
 __version__ = "0.1.0"

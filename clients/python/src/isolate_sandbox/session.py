@@ -774,6 +774,79 @@ class Files:
         _, doc = self.session._answer("POST", self._path(old), {"op": "rename", "to": new})
         return FileEntry.from_json(doc)
 
+    def watch_dir(self, path: str = "/box", recursive: bool = False) -> "WatchHandle":
+        """Watch directory ``path`` (and its subdirectories, ``recursive``) for files created,
+        written, removed or given another mode: ``handle.get_new_events()`` lists what changed
+        since the handle was made or last asked (E2B's sync ``watch_dir``). It polls: each call
+        lists the directories and compares names, sizes, modification times and modes, so a file
+        created and removed between two calls gives no event, and one created then written
+        gives ``create`` alone."""
+        handle = WatchHandle(self, path, recursive)
+        handle.get_new_events()  # the first listing: what is there already is no event
+        return handle
+
+
+@dataclasses.dataclass(frozen=True)
+class FilesystemEvent:
+    """A change in a watched directory: ``name`` relative to it, ``type`` one of ``create``,
+    ``write``, ``remove``, ``chmod`` (E2B's ``FilesystemEventType``, lower case)."""
+
+    name: str
+    type: str
+
+
+class WatchHandle:
+    """What :meth:`Files.watch_dir` gives: :meth:`get_new_events` until :meth:`stop`."""
+
+    def __init__(self, files: Files, path: str, recursive: bool) -> None:
+        self.files, self.path, self.recursive = files, path.rstrip("/") or "/", recursive
+        self.seen: Optional[Dict[str, Tuple[bool, int, str, int]]] = None
+        self.stopped = False
+
+    def _snapshot(self) -> Dict[str, Tuple[bool, int, str, int]]:
+        """Each entry under the directory: (is_dir, size, mod_time, mode) by relative name."""
+        found: Dict[str, Tuple[bool, int, str, int]] = {}
+        pending = [""]
+        while pending:
+            rel = pending.pop()
+            where = self.path + "/" + rel if rel else self.path
+            try:
+                entries = self.files.list(where)
+            except ServiceError as e:
+                if e.status == 404 and rel:
+                    continue  # a subdirectory removed while it was walked
+                raise
+            for entry in entries:
+                name = rel + "/" + entry.name if rel else entry.name
+                found[name] = (entry.is_dir, entry.size, entry.mod_time, entry.mode)
+                if entry.is_dir and self.recursive:
+                    pending.append(name)
+        return found
+
+    def get_new_events(self) -> List[FilesystemEvent]:
+        """The changes since the last call (creates and writes, then removes, each by name)."""
+        if self.stopped:
+            raise SandboxError("the watch was stopped")
+        now, before = self._snapshot(), self.seen
+        self.seen = now
+        if before is None:
+            return []
+        events = []
+        for name in sorted(now):
+            old = before.get(name)
+            if old is None or old[0] != now[name][0]:
+                events.append(FilesystemEvent(name, "create"))
+            elif old[1:3] != now[name][1:3] and not now[name][0]:
+                events.append(FilesystemEvent(name, "write"))
+            elif old[3] != now[name][3]:
+                events.append(FilesystemEvent(name, "chmod"))
+        events += [FilesystemEvent(name, "remove") for name in sorted(before) if name not in now]
+        return events
+
+    def stop(self) -> None:
+        """No more events."""
+        self.stopped = True
+
 
 # Bounds of a session's metadata (the service's too).
 MAX_METADATA_KEYS = 16
