@@ -73,7 +73,7 @@ func driverArgs(language string) ([]string, string) {
 	case "javascript":
 		// The frames on fd 3; what the driver's children write to fds 1
 		// and 2 goes to its stderr, never among the frames.
-		return []string{"sh", "-c", `exec node -e "$0" 3>&1 1>&2`, javascriptDriver}, "node"
+		return []string{"sh", "-c", `exec node --expose-internals -e "$0" 3>&1 1>&2`, javascriptDriver}, "node"
 	case "bash":
 		return []string{"bash", "--noprofile", "--norc", "-c", bashDriver}, "bash"
 	}

@@ -51,6 +51,25 @@ func TestCodeContextJavaScript(t *testing.T) {
 	if ex := runCode(t, c, "new Promise(r => setTimeout(() => r(x + 1), 10))"); resultOf(ex) != "21" {
 		t.Errorf("a promise: %+v %+v", ex, ex.Error)
 	}
+	// Top-level await, its declarations global as Node's REPL keeps them.
+	if ex := runCode(t, c, "const wait = (v) => new Promise(r => setTimeout(() => r(v), 10));\nlet got = await wait(x * 2);\nconst {a, b} = await wait({a: 1, b: 2});\nconsole.log('awaited', got);\ngot + a + b"); resultOf(ex) != "43" || ex.Stdout != "awaited 40\n" || ex.Error != nil {
+		t.Errorf("top-level await: %+v %+v", ex, ex.Error)
+	}
+	if ex := runCode(t, c, "[got, a, b, await wait('later')]"); resultOf(ex) != "[ 40, 1, 2, 'later' ]" {
+		t.Errorf("after top-level await: %+v %+v", ex, ex.Error)
+	}
+	if ex := runCode(t, c, "await Promise.reject(new RangeError('no'))"); ex.Error == nil || ex.Error.Name != "RangeError" || ex.Error.Value != "no" {
+		t.Errorf("a rejection awaited at the top level: %+v %+v", ex, ex.Error)
+	}
+	if ex := runCode(t, c, "await ("); ex.Error == nil || ex.Error.Name != "SyntaxError" {
+		t.Errorf("await that does not parse: %+v %+v", ex, ex.Error)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ex, err = c.Run(ctx, "await new Promise(() => {})", nil, nil)
+	cancel()
+	if err != nil || ex.Error == nil || ex.Error.Name != "Interrupted" || ex.Restarted {
+		t.Errorf("an await past the call's bound: %+v %v", ex, err)
+	}
 	if ex := runCode(t, c, "require('fs').writeFileSync('/box/made', 'by js'); require('child_process').execSync('cat /box/made').toString()"); resultOf(ex) != "'by js'" {
 		t.Errorf("require: %+v %+v", ex, ex.Error)
 	}
@@ -60,13 +79,13 @@ func TestCodeContextJavaScript(t *testing.T) {
 		t.Errorf("a child's inherited output: %+v %+v", ex, ex.Error)
 	}
 	ex = runCode(t, c, "function g() { throw new TypeError('bad ' + x) }\ng()")
-	if ex.Error == nil || ex.Error.Name != "TypeError" || ex.Error.Value != "bad 20" || !strings.Contains(ex.Error.Traceback, "<cell 7>") || strings.Contains(ex.Error.Traceback, "[eval]") {
+	if ex.Error == nil || ex.Error.Name != "TypeError" || ex.Error.Value != "bad 20" || !strings.Contains(ex.Error.Traceback, "<cell 12>") || strings.Contains(ex.Error.Traceback, "[eval]") {
 		t.Errorf("an exception: %+v %+v", ex, ex.Error)
 	}
 	if ex := runCode(t, c, "throw 42"); ex.Error == nil || ex.Error.Value != "42" {
 		t.Errorf("a thrown value: %+v %+v", ex, ex.Error)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	ex, err = c.Run(ctx, "for (;;) {}", nil, nil)
 	if err != nil || ex.Error == nil || ex.Error.Name != "Interrupted" || ex.Restarted {

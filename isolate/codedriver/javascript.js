@@ -1,5 +1,6 @@
 // The driver of a JavaScript code context (isolate/codecontext.go), run as
-// `node -e SOURCE` with the frames' pipe on fd 3 and its fds 1 and 2 on
+// `node --expose-internals -e SOURCE` (for the REPL's rewriting of
+// top-level await) with the frames' pipe on fd 3 and its fds 1 and 2 on
 // the driver's own stderr. It evaluates each request's code as a script in
 // the process's one global context, as Node's REPL does: globals, `var`,
 // `let`, `const`, functions and required modules live as long as the
@@ -7,11 +8,13 @@
 //
 // Requests and frames are those of the Python driver (python.py): a request
 // is a 4-byte big-endian length, then JSON {"code", "limit", "nonce", "env",
-// "cwd"} (the limit is Bash's); a frame is one type byte, a 4-byte big-endian length, the payload.
+// "cwd"} (the limit is Bash's); a frame is one type byte, a 4-byte
+// big-endian length, the payload.
 // What the code writes through process.stdout and process.stderr (console
 // included) is its output; the completion value of the script, when it is
 // not undefined, is the result as util.inspect shows it (a promise is
-// awaited first); an exception is the error {name, value, traceback}.
+// awaited first; `await` may stand at the top level); an exception is the
+// error {name, value, traceback}.
 (() => {
   'use strict';
   const fs = require('fs');
@@ -103,6 +106,25 @@
 
   let count = 0;
 
+  // Node's own rewriting of top-level await (its REPL's), reached with
+  // --expose-internals; none in a Node without it.
+  let topLevelAwait = null;
+  try {
+    topLevelAwait = require('internal/repl/await').processTopLevelAwait;
+  } catch (e) {
+    // No top-level await: a promise as the last value is still awaited.
+  }
+
+  // settle awaits a promise (the call's bound abandons it), and is any
+  // other value as it is.
+  async function settle(value) {
+    if (!value || typeof value.then !== 'function') return value;
+    return new Promise((resolve, reject) => {
+      interrupt = () => reject(new Interrupted('interrupted at the call\'s end'));
+      Promise.resolve(value).then(resolve, reject);
+    });
+  }
+
   async function runCell(request) {
     const env = request.env || {};
     const saved = {};
@@ -114,13 +136,21 @@
       Object.assign(process.env, env);
       if (request.cwd) process.chdir(request.cwd);
       running = true;
-      let value = vm.runInThisContext(request.code, { filename: `<cell ${count}>`, breakOnSigint: true });
-      if (value && typeof value.then === 'function') {
-        value = await new Promise((resolve, reject) => {
-          interrupt = () => reject(new Interrupted('interrupted at the call\'s end'));
-          Promise.resolve(value).then(resolve, reject);
-        });
+      // Top-level await as Node's REPL has it: the code rewritten into
+      // an async function whose declarations stay global. Code that does
+      // not parse runs as it is, for vm to name its error.
+      let code = request.code;
+      let wrapped = false;
+      if (topLevelAwait && code.includes('await')) {
+        try {
+          const rewritten = topLevelAwait(code);
+          if (rewritten !== null) [code, wrapped] = [rewritten, true];
+        } catch (e) {
+          // Not JavaScript: vm says why below.
+        }
       }
+      let value = await settle(vm.runInThisContext(code, { filename: `<cell ${count}>`, breakOnSigint: true }));
+      if (wrapped) value = await settle(value === undefined ? undefined : value.value);
       if (value !== undefined) {
         globalThis._ = value;
         result = cut(util.inspect(value));

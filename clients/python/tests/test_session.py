@@ -107,6 +107,9 @@ def test_code_in_javascript_and_bash(service: str) -> None:
         ex = sb.run_code("console.log('hi'); [n * 7, 'x']")
         assert (ex.result, ex.stdout, ex.error, ex.execution_count) == ("[ 42, 'x' ]", "hi\n",
                                                                         None, 2)
+        ex = sb.run_code("const page = await new Promise(r => setTimeout(() => r('ok'), 5)); page")
+        assert (ex.result, ex.error) == ("'ok'", None)
+        assert sb.run_code("page.length").result == "2"
         ex = sb.run_code("null.x")
         assert ex.error is not None and ex.error.name == "TypeError"
         ex = sb.run_code("for (;;) {}", timeout=0.5)
