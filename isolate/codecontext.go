@@ -449,11 +449,14 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 	var nb [12]byte
 	rand.Read(nb[:])
 	nonce := hex.EncodeToString(nb[:])
+	// Stream: someone reads the output as it comes (Bash's driver sends
+	// it at the end otherwise).
 	req, err := json.Marshal(struct {
-		Code  string `json:"code"`
-		Limit int64  `json:"limit"`
-		Nonce string `json:"nonce"`
-	}{code, c.outputLimit, nonce})
+		Code   string `json:"code"`
+		Limit  int64  `json:"limit"`
+		Nonce  string `json:"nonce"`
+		Stream bool   `json:"stream"`
+	}{code, c.outputLimit, nonce, onStdout != nil || onStderr != nil})
 	if err != nil {
 		return nil, err
 	}
@@ -650,11 +653,12 @@ func (c *CodeContext) Close() error {
 // hold no NUL byte: code, cwd or env with one is refused.
 func bashRequest(req []byte) ([]byte, error) {
 	var r struct {
-		Code  string            `json:"code"`
-		Limit int64             `json:"limit"`
-		Nonce string            `json:"nonce"`
-		Env   map[string]string `json:"env"`
-		Cwd   string            `json:"cwd"`
+		Code   string            `json:"code"`
+		Limit  int64             `json:"limit"`
+		Nonce  string            `json:"nonce"`
+		Env    map[string]string `json:"env"`
+		Cwd    string            `json:"cwd"`
+		Stream bool              `json:"stream"`
 	}
 	if err := json.Unmarshal(req, &r); err != nil {
 		return nil, err
@@ -666,7 +670,11 @@ func bashRequest(req []byte) ([]byte, error) {
 		return nil, &api.FieldError{Field: "cwd", Msg: "a NUL byte"}
 	}
 	var b []byte
-	b = fmt.Appendf(b, "%s %d %d %d %d\n%s%s", r.Nonce, r.Limit, len(r.Code), len(r.Cwd), len(r.Env), r.Code, r.Cwd)
+	stream := 0
+	if r.Stream {
+		stream = 1
+	}
+	b = fmt.Appendf(b, "%s %d %d %d %d %d\n%s%s", r.Nonce, r.Limit, len(r.Code), len(r.Cwd), len(r.Env), stream, r.Code, r.Cwd)
 	names := make([]string, 0, len(r.Env))
 	for k := range r.Env {
 		names = append(names, k)

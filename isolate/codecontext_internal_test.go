@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -275,13 +276,51 @@ func TestCodeContextOutputHeadAndTail(t *testing.T) {
 		}
 		var streamed strings.Builder
 		ex, err := c.Run(context.Background(), code, func(s string) { streamed.WriteString(s) }, nil)
-		c.Close()
 		if err != nil || ex.Stdout != want || !ex.Truncated || ex.Error != nil {
 			t.Errorf("%s: %v truncated %v error %+v, stdout %q", lang, err, ex.Truncated, ex.Error, ex.Stdout)
 		}
-		if lang != "bash" && streamed.String() != all.String() {
+		if streamed.String() != all.String() {
 			t.Errorf("%s: the callback got %d bytes, want all %d", lang, streamed.Len(), all.Len())
 		}
+		// Not streamed (Bash: sent at the end, its middle left out).
+		if ex, err := c.Run(context.Background(), code, nil, nil); err != nil || ex.Stdout != want || !ex.Truncated {
+			t.Errorf("%s, not streamed: %v truncated %v, stdout %q", lang, err, ex.Truncated, ex.Stdout)
+		}
+		c.Close()
+	}
+}
+
+// A Bash context's output comes to the callbacks as the code writes it:
+// the code goes on only once the test has seen its first line.
+func TestCodeContextBashStreams(t *testing.T) {
+	c, err := newCodeContext("bash", 0, nil, execStarter(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	seen := filepath.Join(t.TempDir(), "seen")
+	code := "echo first; echo warn >&2\nfor ((i = 0; i < 600; i++)); do [[ -e " + seen + " ]] && break; sleep 0.1; done\necho second"
+	var mu sync.Mutex
+	var out, errs []string
+	ex, err := c.Run(context.Background(), code, func(s string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if out = append(out, s); s == "first\n" {
+			os.WriteFile(seen, nil, 0o644)
+		}
+	}, func(s string) { mu.Lock(); errs = append(errs, s); mu.Unlock() })
+	if err != nil || ex.Stdout != "first\nsecond\n" || ex.Stderr != "warn\n" || ex.Error != nil {
+		t.Fatalf("%+v %v", ex, err)
+	}
+	if strings.Join(out, "|") != "first\n|second\n" || strings.Join(errs, "") != "warn\n" {
+		t.Errorf("streamed %q and %q, want the first line alone first", out, errs)
+	}
+	// The state and an error status, streamed or not.
+	if ex, err := c.Run(context.Background(), "X=7; false", func(string) {}, nil); err != nil || ex.Error == nil || ex.Error.Name != "ExitStatus" {
+		t.Errorf("%+v %v", ex, err)
+	}
+	if ex := runCode(t, c, "echo $X"); ex.Stdout != "7\n" {
+		t.Errorf("%+v", ex)
 	}
 }
 

@@ -3,15 +3,17 @@
 # this one shell: variables, functions, aliases and the working directory
 # live as long as the process.
 #
-# A request, on stdin, is a line "NONCE LIMIT CODE_BYTES CWD_BYTES N_ENV",
+# A request, on stdin, is a line "NONCE LIMIT CODE_BYTES CWD_BYTES N_ENV
+# STREAM",
 # the code, the cwd, then N_ENV times a line with a length and that many
 # bytes of NAME=VALUE (the service refuses NUL bytes in them). Frames leave
 # on stdout as the other drivers' do (python.py): one type byte, a 4-byte
-# big-endian length, the payload. The code's fds 1 and 2 are files that
-# come back when it ends: whole up to LIMIT bytes, else the first and the
-# last half of LIMIT with an s frame "o N" (or "e N") of the N bytes
-# between them skipped; a non-zero status of its last command is the error
-# {"name": "ExitStatus"}.
+# big-endian length, the payload. The code's fds 1 and 2 are files: with
+# STREAM 1 what they gain comes as it is written (_isolate_stream), else
+# they come back when the code ends, whole up to LIMIT bytes or the first
+# and the last half of LIMIT with an s frame "o N" (or "e N") of the N
+# bytes between them skipped. A non-zero status of the code's last command
+# is the error {"name": "ExitStatus"}.
 
 exec {_isolate_chan}>&1
 _isolate_dir=$(mktemp -d) || exit 1
@@ -49,6 +51,40 @@ _isolate_bytes_frame() { # kind length command...: a frame of the command's outp
 	"$@" >&"$_isolate_chan"
 }
 
+# While the code of a streamed call runs: what its files o and e gained, as
+# frames, every tenth of a second and a last time once the file stop
+# exists; then a line on the fifo done. It is no job of the shell's (the
+# code's own `wait` never waits for it), the one writer of frames while the
+# code runs, and deaf to the interrupts the code gets.
+_isolate_stream() {
+	trap '' INT
+	local LC_ALL=C sent_o=0 sent_e=0 last=0 tick
+	exec {tick}<>"$_isolate_dir/tick"
+	while :; do
+		[[ -e $_isolate_dir/stop ]] && last=1
+		_isolate_stream_file o sent_o
+		_isolate_stream_file e sent_e
+		((last)) && break
+		read -r -t 0.1 -u "$tick" # a sleep with no process started
+	done
+	echo >"$_isolate_dir/done"
+}
+
+_isolate_stream_file() { # kind name-of-its-count-sent: the file's bytes past the count, as frames
+	local -n sent=$2
+	local n k f=$_isolate_dir/$1
+	n=$(wc -c <"$f") || return 0
+	while ((n > sent)); do
+		# A frame of at most 1 MiB, of what was copied: the file may grow on.
+		k=$((n - sent > 1048576 ? 1048576 : n - sent))
+		tail -c +$((sent + 1)) "$f" | head -c "$k" >"$f.chunk"
+		k=$(wc -c <"$f.chunk")
+		((k > 0)) || return 0
+		_isolate_bytes_frame "$1" "$k" cat "$f.chunk"
+		((sent += k))
+	done
+}
+
 # The service interrupts the code at a call's timeout with SIGINT (to the
 # whole process group: the command running in the foreground gets it too)
 # and sends it again until told it was taken. While the code runs, the trap
@@ -73,7 +109,7 @@ _isolate_eval() {
 _isolate_read() { # reads one request into _isolate_*; false at the end of requests
 	local LC_ALL=C n st i line
 	while :; do
-		IFS=' ' read -r _isolate_nonce _isolate_limit _isolate_clen _isolate_cwdlen _isolate_nenv && break
+		IFS=' ' read -r _isolate_nonce _isolate_limit _isolate_clen _isolate_cwdlen _isolate_nenv _isolate_streamed && break
 		st=$?
 		((st > 128)) || return 1 # the end of requests, not a signal
 	done
@@ -110,12 +146,21 @@ while _isolate_read; do
 		_isolate_status=1
 	else
 		[[ -d $_isolate_dir ]] || mkdir -p -- "$_isolate_dir"
+		if ((_isolate_streamed)); then
+			rm -f -- "$_isolate_dir/stop" "$_isolate_dir/done" "$_isolate_dir/tick"
+			mkfifo -- "$_isolate_dir/done" "$_isolate_dir/tick" && : >"$_isolate_dir/o" && : >"$_isolate_dir/e" || _isolate_streamed=0
+		fi
+		((_isolate_streamed)) && (_isolate_stream &)
 		_isolate_running=1
 		_isolate_eval </dev/null >"$_isolate_dir/o" 2>"$_isolate_dir/e"
 		_isolate_status=$?
 		trap - DEBUG
 		set +T
 		_isolate_running=0
+		if ((_isolate_streamed)); then
+			: >"$_isolate_dir/stop"
+			read -r -t 10 <>"$_isolate_dir/done"
+		fi
 		((_isolate_interrupted)) && _isolate_frame i ""
 	fi
 	for _isolate_kv in "${_isolate_saved[@]}"; do
@@ -126,8 +171,10 @@ while _isolate_read; do
 		fi
 	done
 	[[ -n $_isolate_cwd ]] && cd -- "$_isolate_before" 2>/dev/null
-	_isolate_file_frame o "$_isolate_dir/o" "$_isolate_limit"
-	_isolate_file_frame e "$_isolate_dir/e" "$_isolate_limit"
+	if ! ((_isolate_streamed)); then
+		_isolate_file_frame o "$_isolate_dir/o" "$_isolate_limit"
+		_isolate_file_frame e "$_isolate_dir/e" "$_isolate_limit"
+	fi
 	: >"$_isolate_dir/o"
 	: >"$_isolate_dir/e"
 	if ((_isolate_interrupted)); then

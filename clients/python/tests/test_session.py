@@ -119,6 +119,13 @@ def test_code_in_javascript_and_bash(service: str) -> None:
         ex = sb.run_code("echo $V; pwd; false", language="bash")
         assert ex.stdout == "1\n/tmp\n" and ex.error is not None and \
             (ex.error.name, ex.error.value) == ("ExitStatus", "exit status 1")
+        # Streamed as the code writes it, interrupted at the call's bound all the same.
+        seen: List[str] = []
+        ex = sb.run_code("echo one; echo two >&2; sleep 30; echo never", language="bash",
+                         on_stdout=seen.append, on_stderr=seen.append, timeout=1)
+        assert (ex.stdout, ex.stderr, sorted(seen)) == ("one\n", "two\n", ["one\n", "two\n"])
+        assert ex.error is not None and ex.error.name == "Interrupted"
+        assert sb.run_code("echo $V", language="bash", on_stdout=seen.append).stdout == "1\n"
         ctx = sb.create_code_context("bash")
         assert ctx.language == "bash" and ctx.run_code("echo ${V-none}").stdout == "none\n"
         with pytest.raises(ServiceError) as e:
