@@ -40,7 +40,9 @@ const maxAhead = 32
 // runs: a box built ahead holds no run's lock (a run of the id that was
 // not handed to the service takes it as if no box waited) and has no
 // cgroup (named after the id, made when a run claims the box). It only
-// keeps two boxes from being built ahead for one id.
+// keeps two boxes from being built ahead for one id. The id's boxes built
+// ahead one after another pass it on (aheadBox.lock): held while the run
+// that claimed one runs, it is not made and removed again for each run.
 func (s *supervisor) lockAhead() error {
 	l, ok, err := tryLock("ahead-" + strconv.Itoa(s.spec.BoxID))
 	if err == nil && !ok {
@@ -67,6 +69,9 @@ type aheadBox struct {
 	// policy is the syscall policy its box was prepared with.
 	policy *seccomp.Program
 	built  time.Time
+	// lock is the id's ahead lock, passed on by the run that claimed the
+	// box before, until the build takes it (nil: the build takes it anew).
+	lock *lock
 }
 
 // aheadable says whether a run of spec gets a box built ahead for its
@@ -116,6 +121,9 @@ func (a *aheadBox) close() {
 	if a.dir != nil {
 		a.dir.Close()
 	}
+	if a.lock != nil {
+		a.lock.release()
+	}
 }
 
 // claimAhead takes the box built ahead for the run's box id, waiting for
@@ -142,7 +150,8 @@ func (p *pool) claimAhead(s *supervisor) *builtBox {
 			b := a.b
 			a.b = nil
 			a.close()
-			b.s.lock.release()
+			// The ahead lock stays with the run, for the id's next box.
+			s.aheadLock = b.s.lock.lock
 			b.s.lock = l
 			return b
 		}
@@ -153,19 +162,28 @@ func (p *pool) claimAhead(s *supervisor) *builtBox {
 
 // aheadFor prepares the next box of the run s's box id, or nil for a run
 // that gets none (no pool, not a persistent box, a run that failed): it
-// holds the run's box directory. Start it with startAhead.
+// holds the run's box directory, and the id's ahead lock the run kept
+// (which the run lets go of when it gets none). Start it with startAhead.
 // Nil-safe.
 func (p *pool) aheadFor(s *supervisor) *aheadBox {
+	held := s.aheadLock
+	s.aheadLock = nil
 	if p == nil || !aheadable(s.spec) || s.report.Status == "" || s.report.Status == StatusXX {
+		if held != nil {
+			held.release()
+		}
 		return nil
 	}
 	dir, err := os.OpenFile(s.spec.BoxDir, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
+		if held != nil {
+			held.release()
+		}
 		return nil
 	}
 	spec := *s.spec
 	spec.Command, spec.CopyIn, spec.CopyOut, spec.Env = nil, nil, nil, nil
-	return &aheadBox{ready: make(chan struct{}), wanted: make(chan struct{}), spec: spec, dir: dir, policy: s.policy}
+	return &aheadBox{ready: make(chan struct{}), wanted: make(chan struct{}), spec: spec, dir: dir, policy: s.policy, lock: held}
 }
 
 // startAhead builds a in the background once after (see EndAfter) is
@@ -210,7 +228,9 @@ func (p *pool) startAhead(a *aheadBox, end func() error, after <-chan struct{}) 
 			a.err = errBoxGone
 			return
 		}
-		a.b, a.binds, a.err = p.buildFor(&a.spec, a.policy)
+		held := a.lock
+		a.lock = nil // the build's now: its teardown lets go of it
+		a.b, a.binds, a.err = p.buildFor(&a.spec, a.policy, held)
 		a.built = time.Now()
 		if a.err != nil && a.boxThere() {
 			fmt.Fprintf(os.Stderr, "isolate: pool: build box %d ahead: %v\n", a.spec.BoxID, a.err)

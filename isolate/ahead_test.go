@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/isolate"
@@ -151,5 +152,70 @@ func TestPoolBuildsNothingAheadForACleanedUpBox(t *testing.T) {
 	w.Close()
 	if out := <-logged; strings.Contains(out, "ahead") {
 		t.Errorf("the pool logged, for a box cleaned up before its next box was built:\n%s", out)
+	}
+}
+
+// A run that claims the box built ahead for its box id keeps the id's
+// ahead lock while it runs, for the id's next box, which takes it over:
+// the lock file is not removed and made again for each run. Once the pool
+// stops, the lock is gone with the last box.
+func TestPoolKeepsTheAheadLockThroughAClaimedRun(t *testing.T) {
+	checkNothingLeft(t)
+	cfg := &isolate.Config{BoxRoot: filepath.Join(t.TempDir(), "boxes"), NumBoxes: isolate.DefaultNumBoxes}
+	h, err := isolate.NewHost(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.StartPool(isolate.PoolConfig{Max: 1}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.StopPool)
+	const id = 735
+	dir, err := isolate.InitBox(cfg, id, isolate.Caller(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { isolate.CleanupBox(cfg, id, false) })
+	box := filepath.Join(dir, "box")
+	aheadLock := filepath.Join(isolate.LockDir, "ahead-735")
+	boxID := id
+	run := func(args ...string) *api.Report {
+		t.Helper()
+		rep, err := h.Run(context.Background(), &api.Spec{BoxID: &boxID, Args: args}, isolate.IO{})
+		if err != nil || rep.Status != api.StatusOK {
+			t.Fatalf("run of box %d: %v %+v", id, err, rep)
+		}
+		return rep
+	}
+	run("/bin/true") // the id's first run: the pool builds its next box
+	// The next run claims it and, while its program runs (until the test
+	// creates box/go), the ahead lock's file is there.
+	done := make(chan *api.Report, 1)
+	go func() {
+		done <- run("/bin/sh", "-c", "touch /box/started; while [ ! -e /box/go ]; do sleep 0.01; done")
+	}()
+	for {
+		if _, err := os.Stat(filepath.Join(box, "started")); err == nil {
+			break
+		}
+		select {
+		case rep := <-done:
+			t.Fatalf("the run ended before it started: %+v", rep)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	_, statErr := os.Stat(aheadLock)
+	if err := os.WriteFile(filepath.Join(box, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if rep := <-done; !claimed(rep) {
+		t.Fatalf("the run after the first did not claim the box built ahead: stages %v", rep.Sandbox.Stages)
+	}
+	if statErr != nil {
+		t.Errorf("while a run of box %d that claimed its box built ahead ran: %v", id, statErr)
+	}
+	h.StopPool()
+	if _, err := os.Stat(aheadLock); !os.IsNotExist(err) {
+		t.Errorf("after the pool stopped, %s: %v (want it gone)", aheadLock, err)
 	}
 }

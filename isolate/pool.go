@@ -371,19 +371,24 @@ func (p *pool) buildBox(sl *poolSlot) (*builtBox, error) {
 		return nil, err
 	}
 	spec.ImageDir, spec.TmpSize, spec.HostNet = sl.key.imageDir, sl.key.tmpSize, sl.key.hostNet
-	b, _, err := p.buildFor(&spec, policy)
+	b, _, err := p.buildFor(&spec, policy, nil)
 	return b, err
 }
 
 // buildFor builds a box of spec's box part, with the syscall policy
 // given, up to init's "ready", and returns its bind sources (opened with
-// spec.Caller's rights) for the caller to close.
-func (p *pool) buildFor(spec *Spec, policy *seccomp.Program) (*builtBox, []*bindSource, error) {
+// spec.Caller's rights) for the caller to close. held, if not nil, is the
+// box id's ahead lock, already held (ahead.go): the box takes it, and
+// lets go of it as it would of its own.
+func (p *pool) buildFor(spec *Spec, policy *seccomp.Program, held *lock) (*builtBox, []*bindSource, error) {
 	s := &supervisor{initLink: initLink{ctx: context.Background()}, host: p.h, spec: spec, policy: policy,
 		timer: newStageTimer(), ahead: true, report: &Report{BoxID: -1, BlockedSyscalls: []seccomp.Blocked{}}}
+	if held != nil {
+		s.lock = &boxLock{id: spec.BoxID, lock: held}
+	}
 	var box *pendingBox
 	err := s.openBinds()
-	if err == nil {
+	if err == nil && s.lock == nil {
 		if spec.BoxID >= 0 {
 			err = s.lockAhead()
 		} else {

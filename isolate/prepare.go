@@ -132,6 +132,20 @@ type cgroupResult struct {
 func (s *supervisor) createCgroup() {
 	done := make(chan cgroupResult, 1)
 	s.cgroupDone = done
+	create := s.cgroupCreator()
+	go func() { done <- create() }()
+}
+
+// createCgroupNow is createCgroup and awaitCgroup for a run with nothing
+// to do meanwhile (one claiming a box built ahead for its box id): in
+// this goroutine, with no other to start and wake.
+func (s *supervisor) createCgroupNow() error {
+	return s.takeCgroup(s.cgroupCreator()())
+}
+
+// cgroupCreator is what creates the box's cgroup (it reads nothing of
+// s's when called).
+func (s *supervisor) cgroupCreator() func() cgroupResult {
 	id, host := s.lock.id, s.host
 	limits := s.limits()
 	if s.ahead {
@@ -143,30 +157,30 @@ func (s *supervisor) createCgroup() {
 	// would then find busy. A run that picks a free id sweeps, and so
 	// does a service, whatever it runs.
 	sweeps := s.spec.BoxID < 0 || host.pool.Load() != nil
-	go func() {
+	return func() (r cgroupResult) {
 		start := time.Now()
-		r := cgroupResult{}
-		defer func() { r.took = time.Since(start); done <- r }()
+		defer func() { r.took = time.Since(start) }()
 		mgr, err := host.Cgroups()
 		if err != nil {
 			r.err = fmt.Errorf("cgroups: %w", err)
-			return
+			return r
 		}
 		if mgr == nil { // rlimits alone (rootless.go)
 			r.mode = "none"
-			return
+			return r
 		}
 		r.mode = mgr.Mode()
 		if sweeps && host.sweepDue(start) {
 			sweepStale(mgr, host.lockDir(), id)
 		}
 		if r.box, r.err = mgr.Create(cgroupName(id), limits); r.err != nil {
-			return
+			return r
 		}
 		if r.placement, err = r.box.PlacementFiles(); err != nil {
 			r.err = fmt.Errorf("open cgroup placement files: %w", err)
 		}
-	}()
+		return r
+	}
 }
 
 // limits are the run's cgroup limits.
@@ -182,6 +196,11 @@ func (s *supervisor) awaitCgroup() error {
 	}
 	r := <-s.cgroupDone
 	s.cgroupDone = nil
+	return s.takeCgroup(r)
+}
+
+// takeCgroup takes the cgroup r made into the run.
+func (s *supervisor) takeCgroup(r cgroupResult) error {
 	s.timer.mark("cgroup-wait")
 	s.timer.stages["cgroup"] = r.took.Seconds()
 	s.report.Sandbox.Cgroup = string(r.mode)

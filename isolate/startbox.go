@@ -57,8 +57,7 @@ func (s *supervisor) startClaimed(b *builtBox) error {
 	if s.cg == nil {
 		// Built ahead for this box id (ahead.go): its cgroup is made
 		// now, with the run's limits.
-		s.createCgroup()
-		if err := s.awaitCgroup(); err != nil {
+		if err := s.createCgroupNow(); err != nil {
 			return err
 		}
 	} else if err := s.cg.SetLimits(s.limits()); err != nil {

@@ -41,8 +41,11 @@ type supervisor struct {
 	report *Report
 	timer  stageTimer
 	lock   *boxLock
-	cg     *cgroup.Box
-	policy *seccomp.Program
+	// aheadLock is the id's ahead lock of the box built ahead that the
+	// run claimed, kept for the id's next box (ahead.go).
+	aheadLock *lock
+	cg        *cgroup.Box
+	policy    *seccomp.Program
 	initLink
 	stdout *capture
 	stderr *capture
