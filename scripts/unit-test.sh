@@ -40,7 +40,9 @@ cleanup() {
 trap cleanup EXIT
 
 log "systemd-analyze verify, security (offline)"
-cp "$unit" "$tmp/isolate.service"
+# (verify wants ExecStart's binary where it says.)
+sed "s,/usr/local/bin/,$bin/,g" "$unit" > "$tmp/isolate.service"
+systemd-analyze verify "$tmp/isolate.service" || fail "systemd-analyze verify $unit"
 systemd-analyze security --offline=true --threshold="$max_exposure" "$tmp/isolate.service" > "$tmp/security.log" 2>&1 ||
 	{ cat "$tmp/security.log"; fail "systemd-analyze security: $unit is exposed more than $((max_exposure / 10)).$((max_exposure % 10))"; }
 tail -1 "$tmp/security.log"
