@@ -170,7 +170,7 @@ func New(cfg Config) (*Worker, error) {
 	w := &Worker{cfg: cfg, keys: KeysOf(cfg.Prefix), rdb: redis.NewClient(opts),
 		slots: make(chan struct{}, cfg.Capacity), stopped: make(chan struct{}), held: map[string]bool{}}
 	w.jobCtx, w.cancelJob = context.WithCancel(context.Background())
-	w.claims = prometheus.NewCounter(prometheus.CounterOpts{Name: "isolate_queue_claims_total", Help: "Jobs this worker claimed from a dead worker (idle past --queue-claim-idle, its worker without a live announcement)."})
+	w.claims = prometheus.NewCounter(prometheus.CounterOpts{Name: "isolate_queue_claims_total", Help: "Jobs this worker claimed from a dead worker (idle past --queue-claim-idle, its worker without a live announcement), or took again when the answer of its own delivery was lost."})
 	w.deadLetters = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "isolate_queue_dead_letters_total", Help: "Jobs this worker sent to the dead-letter stream, by reason: refused (the API answered 4xx), malformed (no usable id or fields), poison (delivered too often), unrunnable (no live worker has an image it needs, or handed back too often)."}, []string{"reason"})
 	w.outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "isolate_queue_jobs_total", Help: "Jobs this worker finished, by outcome: answered, dead (a dead letter), duplicate (its result existed: acknowledged without running), handed_back (back to the stream for another worker: an image this one lacks, its own machinery failed, or it was stopping)."}, []string{"outcome"})
 	gauge := func(name, help string) prometheus.Gauge {
@@ -383,6 +383,13 @@ func (w *Worker) hold(id string, held bool) {
 	}
 }
 
+// holds tells whether entry id is this worker's, running or finishing.
+func (w *Worker) holds(id string) bool {
+	w.heldMu.Lock()
+	defer w.heldMu.Unlock()
+	return w.held[id]
+}
+
 func (w *Worker) heldIDs() []string {
 	w.heldMu.Lock()
 	defer w.heldMu.Unlock()
@@ -398,7 +405,9 @@ const claimScanCount = 100
 
 // claimDead claims, for this worker, up to n pending entries idle past
 // ClaimIdle whose worker has no live announcement (a dead worker's: a
-// live one renews its own and announces itself every heartbeatEvery), from
+// live one renews its own and announces itself every heartbeatEvery), or
+// that are pending for this worker but not held by it (delivered with
+// an answer that never arrived), from
 // the scan's position from; next is where the next scan starts ("-": a
 // whole scan is done). The claim counts a delivery, as XAUTOCLAIM's.
 func (w *Worker) claimDead(ctx context.Context, from string, n int) (msgs []redis.XMessage, next string, err error) {
@@ -419,7 +428,14 @@ func (w *Worker) claimDead(ctx context.Context, from string, n int) (msgs []redi
 			break
 		}
 		if e.Consumer == w.cfg.Name {
-			continue // this worker's own: renewed, not claimed
+			if !w.holds(e.ID) {
+				// Delivered here but never seen: Redis ran the read or
+				// claim and the answer was lost with the connection (an
+				// outage beginning). No other worker claims it while
+				// this one is announced: it takes it again.
+				ids = append(ids, e.ID)
+			}
+			continue // one it runs: renewed, not claimed
 		}
 		live, seen := alive[e.Consumer]
 		if !seen {
@@ -629,9 +645,15 @@ func handBackPause(handedBack int) time.Duration {
 
 // handBackScript adds the job again at the end of the stream, and
 // acknowledges and deletes the entry delivered here: at once, so the job
-// is in the stream exactly once.
+// is in the stream exactly once. Only while the entry is still pending
+// for this consumer: run again after its answer was lost (an outage), or
+// after another worker claimed the entry, it adds nothing.
 var handBackScript = redis.NewScript(`
-redis.call('XADD', KEYS[1], '*', unpack(ARGV, 3))
+local ok, p = pcall(redis.call, 'XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
+if not ok or #p ~= 1 or p[1][2] ~= ARGV[3] then
+  return 0
+end
+redis.call('XADD', KEYS[1], '*', unpack(ARGV, 4))
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
 return 1
@@ -676,10 +698,13 @@ func (w *Worker) handBack(ctx context.Context, msgID string, job Job, deliveries
 	if !slices.Contains(next.Lacking, w.cfg.Name) {
 		next.Lacking = append(slices.Clone(job.Lacking), w.cfg.Name)
 	}
-	args := append([]any{w.cfg.Group, msgID}, next.Fields()...)
+	args := append([]any{w.cfg.Group, msgID, w.cfg.Name}, next.Fields()...)
+	var handed int64
 	if err := w.retry(ctx, func() error {
-		return handBackScript.Run(ctx, w.rdb, []string{w.keys.Jobs}, args...).Err()
-	}); err != nil {
+		var err error
+		handed, err = handBackScript.Run(ctx, w.rdb, []string{w.keys.Jobs}, args...).Int64()
+		return err
+	}); err != nil || handed == 0 {
 		return
 	}
 	w.outcomes.WithLabelValues("handed_back").Inc()

@@ -10,8 +10,9 @@ cd "$(dirname "$0")/.."
 # their own; python3-redis: the Python client's queue transport. uidmap:
 # newuidmap and newgidmap, which map a subordinate id as the box user of a
 # run without root (TestRootlessSubordinateIDs). python3-pip: pip in a box
-# downloads from a package index through a network allowlist.
-godir=$(./scripts/deps.sh bubblewrap redis-server python3-redis python3-pip uidmap) # (a failure stops here)
+# downloads from a package index through a network allowlist. systemd
+# (systemd-analyze) and squashfs-tools: scripts/unit-test.sh.
+godir=$(./scripts/deps.sh bubblewrap redis-server python3-redis python3-pip uidmap systemd squashfs-tools) # (a failure stops here)
 export PATH="$godir:$PATH"
 # The MCP clients the MCP server is tested with (npm registry).
 mcp_clients=$(./scripts/mcp-clients.sh) # (a failure stops here)
@@ -71,6 +72,9 @@ echo "== the CLI suite again, every run handed to a service (isolate-serve --cli
 # checks that each run went the way it expects (the report's sandbox.via).
 ISOLATE_BIN="$work/isolate" ISOLATE_COVERDIR="$work/cover" ISOLATE_TEST_VIA=service \
 	go test -tags "$TAGS" -count=1 -timeout 20m ./cmd/isolate
+
+echo "== the system unit: its exposure (systemd-analyze, offline), the service under its confinement"
+ISOLATE_BIN="$work/isolate" ./scripts/unit-test.sh
 
 echo "== Python client (clients/python), against the same binary"
 ISOLATE_BIN="$work/isolate" GOCOVERDIR="$work/cover" ./scripts/test-python.sh
