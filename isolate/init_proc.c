@@ -344,10 +344,13 @@ static void start_command(int pipe_fd, const struct start_fds *f, int loaded, in
 		if (!prog.has_rlimit[res])
 			continue;
 		struct rlimit rl = {prog.rlimits[res], prog.rlimits[res]};
-		/* Without root, RLIMIT_CPU may be the CPU limit itself (no
-		 * cgroup): SIGXCPU at it tells the supervisor so, SIGKILL a second
-		 * later ends a program that ignores it. */
-		if (init_rootless && res == RLIMIT_CPU)
+		/* RLIMIT_CPU is a CPU limit itself (a session command's, or one
+		 * without a cgroup): SIGXCPU at it tells the supervisor so,
+		 * SIGKILL a second later ends a program that ignores it. The
+		 * kernel counts it in scheduler ticks, which may run ahead of
+		 * the exact CPU time the report gives: the signal, not the
+		 * time, says which limit ended the program. */
+		if (res == RLIMIT_CPU)
 			rl.rlim_max++;
 		if (syscall(SYS_prlimit64, 0, res, &rl, NULL) < 0)
 			child_fail(pipe_fd, CS_RLIMIT, errno);

@@ -32,8 +32,8 @@ type SessionCommand struct {
 	// the session ends).
 	WallTime time.Duration
 	// CPUTime bounds the CPU time of each of its processes (RLIMIT_CPU,
-	// in whole seconds, rounded up); a command killed past it is TO
-	// (limit cpu). 0: none. The session's processes share one cgroup, so
+	// in whole seconds, rounded up: SIGXCPU there, SIGKILL a second
+	// later); a command ended by it is TO (limit cpu). 0: none. The session's processes share one cgroup, so
 	// this is the command's own bound, not the session's.
 	CPUTime time.Duration
 	// StderrToStdout sends its standard error to its standard output.

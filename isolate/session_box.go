@@ -326,10 +326,12 @@ func (p *proc) supervise(cs *supervisor, first initMessage, oomBefore int64, sta
 		return
 	}
 	killedFor := p.killedFor
-	// RLIMIT_CPU ends a process with SIGKILL at its hard limit (the
-	// kernel's tick: the rusage may read a few ms below it).
-	if sig := ws.Signal(); killedFor == "" && p.cpuLimit > 0 && ws.Signaled() && (sig == syscall.SIGXCPU || sig == syscall.SIGKILL) &&
-		time.Duration(m.UserNs+m.SysNs) >= p.cpuLimit-50*time.Millisecond {
+	// RLIMIT_CPU sends SIGXCPU at the bound and SIGKILL a second later
+	// (a program that ignores the first). The kernel counts it in ticks,
+	// which run ahead of the exact CPU time under load: SIGXCPU is the
+	// evidence; a SIGKILL is the bound's only when the CPU time passed it.
+	if sig := ws.Signal(); killedFor == "" && p.cpuLimit > 0 && ws.Signaled() &&
+		(sig == syscall.SIGXCPU || sig == syscall.SIGKILL && time.Duration(m.UserNs+m.SysNs) >= p.cpuLimit) {
 		killedFor = LimitCPU
 	}
 	commandVerdict(r, cs.spec, &m, killedFor, uerr == nil && after.OOMKills > oomBefore)
