@@ -37,11 +37,11 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	if !s.startRuns(w, who, 1) {
 		return
 	}
-	ctx, done, ok := s.admit(w, r, 1)
+	ctx, slots, ok := s.admit(w, r, 1)
 	if !ok {
 		return
 	}
-	defer done()
+	defer slots.done()
 
 	var stdio isolate.IO
 	switch in := req.Stdin; {
@@ -60,11 +60,15 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		stdio.Stdin = f
 	}
 	ctx, ev, end := s.stream(ctx, w, r)
-	defer end(nil)
+	defer end()
 	if ev != nil {
 		stdio.Stdout, stdio.Stderr = ev.writer(0, "stdout"), ev.writer(0, "stderr")
 	}
 	rep, err := s.cfg.Exec.Exec(ctx, &req, stdio)
+	// Ran: the answer is all the request still holds.
+	slots.ran()
+	req.Source, req.Stdin = "", nil
+	leave()
 	if err == nil {
 		for _, phase := range []*api.Report{rep.Compile, rep.Run} {
 			if phase != nil {

@@ -39,15 +39,19 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	if !s.startRuns(w, who, len(req.Commands)) {
 		return
 	}
-	ctx, done, ok := s.admit(w, r, len(req.Commands))
+	ctx, slots, ok := s.admit(w, r, len(req.Commands))
 	if !ok {
 		return
 	}
-	defer done()
+	defer slots.done()
 
 	ctx, ev, end := s.stream(ctx, w, r)
-	defer end(nil)
+	defer end()
 	resp, err := s.run(ctx, &req, who, ev)
+	// Ran: the answer is all the request still holds.
+	slots.ran()
+	req.dropInputs()
+	leave()
 	if err != nil {
 		if ev != nil && ev.started() {
 			ev.fail(err)

@@ -331,13 +331,14 @@ func (s *Server) handleSessionCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Building the box takes a run slot, as a run's does.
-	ctx, done, ok := s.admit(w, r, 1)
+	ctx, slots, ok := s.admit(w, r, 1)
 	if !ok {
 		s.sessions.unreserve(account)
 		return
 	}
-	defer done()
+	defer slots.done()
 	box, err := s.sessions.host.StartSession(ctx, spec)
+	slots.ran()
 	if err != nil {
 		s.sessions.unreserve(account)
 		writeError(w, statusOf(err), err)
@@ -529,13 +530,13 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A command in the foreground takes a run slot while it runs.
-	ctx, adone, ok := s.admit(w, r, 1)
+	ctx, slots, ok := s.admit(w, r, 1)
 	if !ok {
 		return
 	}
-	defer adone()
-	ctx, ev, end := s.streamIf(ctx, w, req.Stream || wantsStream(r))
-	defer end(nil)
+	defer slots.done()
+	ctx, ev, end := s.streamIf(ctx, w, r, req.Stream || wantsStream(r))
+	defer end()
 	var stdio isolate.IO
 	if req.Stdin != nil {
 		stdio.Stdin = strings.NewReader(*req.Stdin)
@@ -560,6 +561,10 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 		p.Signal(syscall.SIGKILL)
 	}
 	rep := p.Wait()
+	// Ran: the answer is all the request still holds.
+	slots.ran()
+	req.Stdin = nil
+	leave()
 	s.ledger.ChargeCPU(who, cpuOf(rep))
 	rep.Sandbox.Via = "service"
 	rep.RequestID = requestID(r.Context())
@@ -1036,19 +1041,23 @@ func (s *Server) handleCode(w http.ResponseWriter, r *http.Request) {
 	if !s.startRuns(w, callerOf(r), 1) {
 		return
 	}
-	ctx, adone, ok := s.admit(w, r, 1)
+	ctx, slots, ok := s.admit(w, r, 1)
 	if !ok {
 		return
 	}
-	defer adone()
-	ctx, ev, end := s.streamIf(ctx, w, req.Stream || wantsStream(r))
-	defer end(nil)
+	defer slots.done()
+	ctx, ev, end := s.streamIf(ctx, w, r, req.Stream || wantsStream(r))
+	defer end()
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	var onStdout, onStderr func(string)
 	if ev != nil {
-		onStdout = func(s string) { ev.emitValue(TypedEvent{Type: "stdout", Data: s}) }
-		onStderr = func(s string) { ev.emitValue(TypedEvent{Type: "stderr", Data: s}) }
+		onStdout = func(s string) {
+			ev.live("stdout", TypedEvent{Type: "stdout", Data: s}, len(s), TypedEvent{Type: "stdout", Cut: true})
+		}
+		onStderr = func(s string) {
+			ev.live("stderr", TypedEvent{Type: "stderr", Data: s}, len(s), TypedEvent{Type: "stderr", Cut: true})
+		}
 	}
 	start := time.Now()
 	c.mu.Lock()
@@ -1067,6 +1076,10 @@ func (s *Server) handleCode(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	ex, err := cc.Run(isolate.WithCallOptions(ctx, opts), req.Code, onStdout, onStderr)
+	// Ran: the answer is all the request still holds.
+	slots.ran()
+	req.Code = ""
+	leave()
 	// Code running when its session ends answers as a command does
 	// then: the session has ended (its context with it).
 	// (Its context may be closed with it before the call sees the end.)

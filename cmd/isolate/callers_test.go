@@ -108,6 +108,7 @@ var boundaryCases = []boundaryCase{
 	{row: "every caller's sessions", custom: everyCallersSessions},
 	{row: "metrics and health", custom: monitorRunsNothing},
 	{row: "budget: sessions, background commands, held bytes", custom: budgetIsPerAccount},
+	{row: "answers not read", custom: unreadAnswersHoldNoSlot},
 }
 
 // boundary is the test's service and its callers.
@@ -166,11 +167,17 @@ func newBoundary(t *testing.T) *boundary {
 		"--max-mem", "256M", "--max-cpus", "1", "--max-time", "2s", "--parallel", "1", "--store-caller-quota", "1K",
 		"--subuid-file", subuid, "--max-sessions-per-caller", "1", "--max-background-per-caller", "1", "--max-held-bytes-per-caller", "1M",
 		"--net-allow-group", strconv.Itoa(optInGroup)+"=127.0.0.1:9,10.0.0.0/8",
-		"--audit-file", filepath.Join(b.secret, "audit.log"), "--monitor-listen", "127.0.0.1:0")
-	m := regexp.MustCompile(` and (127\.0\.0\.1:[0-9]+) \(`).FindStringSubmatch(b.svc.log())
-	if m == nil {
-		t.Fatalf("no TCP address in the service's log:\n%s", b.svc.log())
-	}
+		"--audit-file", filepath.Join(b.secret, "audit.log"), "--monitor-listen", "127.0.0.1:0",
+		// A client that reads nothing holds its answer's connection this
+		// long: no case waits for it.
+		"--write-timeout", "10m")
+	// The CLI's socket answers first; the API's listeners after the
+	// service's self-test.
+	var m []string
+	waitFor(t, "the TCP address in the service's log", func() bool {
+		m = regexp.MustCompile(` and (127\.0\.0\.1:[0-9]+) \(`).FindStringSubmatch(b.svc.log())
+		return m != nil
+	})
 	b.tcpAddr = m[1]
 	machineBox(t, boundaryBox)
 	return b
@@ -531,6 +538,33 @@ func budgetIsPerAccount(t *testing.T, b *boundary) {
 	resp.Body.Close()
 	if resp.StatusCode != 429 || !strings.Contains(string(body), "--max-sessions-per-caller") {
 		t.Errorf("a second session of the token from 127.0.0.2: %d %s, want 429", resp.StatusCode, body)
+	}
+}
+
+// unreadAnswersHoldNoSlot: a TCP caller's streamed run whose answer is
+// never read gives back its slot (--parallel 1) and its place once it
+// ended, its output waiting within the token's held bytes (past them its
+// live copy is cut): a member's run is answered next, long before the
+// write timeout.
+func unreadAnswersHoldNoSlot(t *testing.T, b *boundary) {
+	conn, err := net.Dial("tcp", b.tcpAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// (The sleep leaves the run in its slot long enough to be seen there.)
+	body := `{"commands": [{"args": ["/bin/sh", "-c", "head -c 8M /dev/zero; sleep 1"], "output_limit_bytes": 1048576}]}`
+	fmt.Fprintf(conn, "POST /v1/run HTTP/1.1\r\nHost: isolate\r\nAuthorization: Bearer %s\r\nAccept: application/x-ndjson\r\nContent-Length: %d\r\n\r\n%s", b.token, len(body), body)
+	running := func() int {
+		_, answer := b.api(t, rootAPI, 0, "GET", "/v1/health", "")
+		var h struct{ Running int }
+		json.Unmarshal([]byte(answer), &h)
+		return h.Running
+	}
+	waitFor(t, "the TCP caller's run to hold the slot", func() bool { return running() == 1 })
+	waitFor(t, "the slot of the run whose answer is not read to be given back once it ended", func() bool { return running() == 0 })
+	if got := b.apiRun(t, memberAPI, ""); got != "ok" {
+		t.Errorf("a member's run beside the TCP caller's unread answer: %s", got)
 	}
 }
 
