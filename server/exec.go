@@ -9,6 +9,7 @@ import (
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/caller"
 	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/judge"
 )
 
 // POST /v1/exec: compile and run one source file; the answer is `isolate
@@ -34,6 +35,12 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	if who.Capped() {
 		req.Caps = &s.cfg.Policy.Caps
 	}
+	runLimit := req.Spec.WithDefaults().OutputLimitBytes
+	held, ok := s.holdOutput(w, who, 2*runLimit+2*judge.CompileOutputLimit)
+	if !ok {
+		return
+	}
+	defer held.Release() // once the answer is written
 	if !s.startRuns(w, who, 1) {
 		return
 	}
@@ -69,6 +76,9 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	slots.ran()
 	req.Source, req.Stdin = "", nil
 	leave()
+	if rep != nil {
+		held.Shrink(reportKept(rep.Compile, judge.CompileOutputLimit) + reportKept(rep.Run, runLimit))
+	}
 	if err == nil {
 		for _, phase := range []*api.Report{rep.Compile, rep.Run} {
 			if phase != nil {

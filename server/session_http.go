@@ -529,7 +529,13 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 		s.startBackground(w, r, who, sess, cmd, req.Stdin)
 		return
 	}
-	// A command in the foreground takes a run slot while it runs.
+	// A command in the foreground takes a run slot while it runs, and
+	// its captured output is held for its caller until it is answered.
+	held, ok := s.holdOutput(w, who, s.outputHeld(sess, cmd))
+	if !ok {
+		return
+	}
+	defer held.Release()
 	ctx, slots, ok := s.admit(w, r, 1)
 	if !ok {
 		return
@@ -563,6 +569,7 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 	rep := p.Wait()
 	// Ran: the answer is all the request still holds.
 	slots.ran()
+	held.Shrink(reportKept(rep, s.streamLimit(sess, cmd)))
 	req.Stdin = nil
 	leave()
 	s.ledger.ChargeCPU(who, cpuOf(rep))
@@ -1038,6 +1045,14 @@ func (s *Server) handleCode(w http.ResponseWriter, r *http.Request) {
 		contextErr(w, err)
 		return
 	}
+	// The call's captured output is held for its caller until it is
+	// answered; its rich results too, once they came.
+	limit := s.streamLimit(sess, isolate.SessionCommand{})
+	held, ok := s.holdOutput(w, callerOf(r), 2*limit)
+	if !ok {
+		return
+	}
+	defer held.Release()
 	if !s.startRuns(w, callerOf(r), 1) {
 		return
 	}
@@ -1076,10 +1091,17 @@ func (s *Server) handleCode(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	ex, err := cc.Run(isolate.WithCallOptions(ctx, opts), req.Code, onStdout, onStderr)
-	// Ran: the answer is all the request still holds.
+	// Ran: the answer is all the request still holds. Rich results past
+	// the caller's budget keep the request's place while they are
+	// written: the places bound them then.
 	slots.ran()
 	req.Code = ""
-	leave()
+	if ex != nil {
+		held.Shrink(keptCost(len(ex.Stdout), limit) + keptCost(len(ex.Stderr), limit))
+		if held.Grow(resultsKept(ex.Results)) == nil {
+			leave()
+		}
+	}
 	// Code running when its session ends answers as a command does
 	// then: the session has ended (its context with it).
 	// (Its context may be closed with it before the call sees the end.)

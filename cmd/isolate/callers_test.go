@@ -165,7 +165,7 @@ func newBoundary(t *testing.T) *boundary {
 	}
 	b.svc = ownService(t, "--socket-group", strconv.Itoa(boundaryGroup), "--listen", "127.0.0.1:0", "--token-file", tokenFile,
 		"--max-mem", "256M", "--max-cpus", "1", "--max-time", "2s", "--parallel", "1", "--store-caller-quota", "1K",
-		"--subuid-file", subuid, "--max-sessions-per-caller", "1", "--max-background-per-caller", "1", "--max-held-bytes-per-caller", "1M",
+		"--subuid-file", subuid, "--max-sessions-per-caller", "1", "--max-background-per-caller", "1", "--max-held-bytes-per-caller", "4M",
 		"--net-allow-group", strconv.Itoa(optInGroup)+"=127.0.0.1:9,10.0.0.0/8",
 		"--audit-file", filepath.Join(b.secret, "audit.log"), "--monitor-listen", "127.0.0.1:0",
 		// A client that reads nothing holds its answer's connection this
@@ -505,8 +505,14 @@ func budgetIsPerAccount(t *testing.T, b *boundary) {
 		b.api(t, memberAPI, otherUID, "DELETE", "/v1/sessions/"+oid, "")
 	}
 	cmds := "/v1/sessions/" + id + "/commands"
-	if code, answer := b.api(t, memberAPI, memberUID, "POST", cmds, `{"args": ["/bin/sleep", "60"], "background": true, "output_limit_bytes": 1048576}`); code != 429 || !strings.Contains(answer, "--max-held-bytes-per-caller") {
-		t.Errorf("a background command keeping 2 MiB under a budget of 1: %d %s, want 429", code, answer)
+	if code, answer := b.api(t, memberAPI, memberUID, "POST", cmds, `{"args": ["/bin/sleep", "60"], "background": true, "output_limit_bytes": 4194304}`); code != 429 || !strings.Contains(answer, "--max-held-bytes-per-caller") {
+		t.Errorf("a background command keeping 8 MiB under a budget of 4: %d %s, want 429", code, answer)
+	}
+	// A foreground request's output is held alike, from its admission.
+	for _, kind := range []string{memberAPI, tcpCaller} {
+		if got := b.apiRun(t, kind, `"output_limit_bytes": 4194304`); !strings.HasPrefix(got, "429") || !strings.Contains(got, "--max-held-bytes-per-caller") {
+			t.Errorf("%s: a run keeping 8 MiB under a budget of 4: %s, want 429", kind, got)
+		}
 	}
 	code, answer = b.api(t, memberAPI, memberUID, "POST", cmds, `{"args": ["/bin/sleep", "60"], "background": true}`)
 	var p struct{ ID int }
