@@ -19,6 +19,7 @@ import (
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/caller"
 	"github.com/isolate-sandbox/isolate/internal/connlimit"
+	"github.com/isolate-sandbox/isolate/internal/fdtest"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
@@ -376,5 +377,88 @@ func TestForegroundOutputIsHeldFake(t *testing.T) {
 	}
 	if total, _ := ledger.Total(); total.Bytes != 0 {
 		t.Errorf("with every answer written the ledger holds %d bytes", total.Bytes)
+	}
+}
+
+// tcpFake serves scriptRunner on loopback TCP with token, under lim.
+func tcpFake(t *testing.T, token string, lim connlimit.Limits) (addr string) {
+	t.Helper()
+	srv := New(Config{Runner: scriptRunner{}, Version: "test", Parallel: 2, Queue: 8, Token: token, Conns: lim})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(l) }()
+	t.Cleanup(func() {
+		srv.Shutdown(time.Second)
+		<-done
+	})
+	return l.Addr().String()
+}
+
+// dialFrom connects to addr from the loopback address 127.0.0.last.
+func dialFrom(t *testing.T, addr string, last byte) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, last)}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// busy sends the headers of a request with the token whose body never
+// comes: its connection is the token's, and busy.
+func busy(c net.Conn, token string) {
+	fmt.Fprintf(c, "POST /v1/run HTTP/1.1\r\nHost: isolate\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n", token)
+}
+
+// version asks GET /v1/version on c with token and says the status (0:
+// the connection was closed).
+func version(c net.Conn, token string) int {
+	fmt.Fprintf(c, "GET /v1/version HTTP/1.1\r\nHost: isolate\r\nAuthorization: Bearer %s\r\n\r\n", token)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// Over TCP a connection counts as its token's once a request proved it,
+// whatever its address: aliases of loopback (127.0.0.x) do not multiply
+// what the token holds at once (--max-conns-per-uid).
+func TestTCPConnectionsCountAsTheTokensFake(t *testing.T) {
+	const token = "conn-token-0123456789"
+	addr := tcpFake(t, token, connlimit.Limits{PerPeer: 2, Total: 64})
+	busy(dialFrom(t, addr, 1), token)
+	busy(dialFrom(t, addr, 2), token)
+	// (The two may not be the token's yet: ask again until they are.)
+	fdtest.WaitFor(t, "a third busy connection of the token, from 127.0.0.3, to be refused", func() bool {
+		return version(dialFrom(t, addr, 3), token) == http.StatusTooManyRequests
+	})
+}
+
+// Connections without the token, from the token holder's own address,
+// never lock it out: beyond the address's share the oldest of them is
+// closed to make room.
+func TestTokenlessConnectionsNeverLockOutTheTokenFake(t *testing.T) {
+	const token = "conn-token-0123456789"
+	addr := tcpFake(t, token, connlimit.Limits{PerPeer: 4, Total: 64})
+	for range 16 {
+		dialFrom(t, addr, 1) // says nothing
+	}
+	if code := version(dialFrom(t, addr, 1), token); code != http.StatusOK {
+		t.Fatalf("the token holder beside 16 silent connections of its address: %d, want 200", code)
+	}
+	// Nor do they at the service's total.
+	addr = tcpFake(t, token, connlimit.Limits{PerPeer: 64, Total: 8})
+	for i := range 16 {
+		dialFrom(t, addr, byte(10+i))
+	}
+	if code := version(dialFrom(t, addr, 1), token); code != http.StatusOK {
+		t.Fatalf("the token holder beside 16 silent connections at a total of 8: %d, want 200", code)
 	}
 }

@@ -78,7 +78,7 @@ type Config struct {
 	// (0: the default).
 	MaxBodyBytes int64            // a request's body (DefaultMaxBodyBytes)
 	WriteTimeout time.Duration    // how long an answer, or a streamed event, waits for its client to read (DefaultWriteTimeout)
-	Conns        connlimit.Limits // connections held at once, in all and per uid (TCP: per address)
+	Conns        connlimit.Limits // connections held at once, in all and per uid (TCP: per token, per address until a request carried it)
 
 	// Sessions starts the boxes of /v1/sessions (nil: those endpoints
 	// answer 501), at most MaxSessions at once in all and

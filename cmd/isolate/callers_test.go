@@ -109,6 +109,7 @@ var boundaryCases = []boundaryCase{
 	{row: "metrics and health", custom: monitorRunsNothing},
 	{row: "budget: sessions, background commands, held bytes", custom: budgetIsPerAccount},
 	{row: "answers not read", custom: unreadAnswersHoldNoSlot},
+	{row: "connections", custom: tokenlessConnectionsLockNoOneOut},
 }
 
 // boundary is the test's service and its callers.
@@ -544,6 +545,33 @@ func budgetIsPerAccount(t *testing.T, b *boundary) {
 	resp.Body.Close()
 	if resp.StatusCode != 429 || !strings.Contains(string(body), "--max-sessions-per-caller") {
 		t.Errorf("a second session of the token from 127.0.0.2: %d %s, want 429", resp.StatusCode, body)
+	}
+}
+
+// tokenlessConnectionsLockNoOneOut: over TCP, connections without the
+// token from the token holder's own address, more than
+// --max-conns-per-uid of them, do not keep it out: a connection is the
+// token's once its request proved it, its address's only until then,
+// and the oldest of those make room for a new one.
+func tokenlessConnectionsLockNoOneOut(t *testing.T, b *boundary) {
+	for range 200 {
+		c, err := net.Dial("tcp", b.tcpAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close() // says nothing
+	}
+	// A connection of its own, new.
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	req, _ := http.NewRequest("GET", "http://"+b.tcpAddr+"/v1/version", nil)
+	req.Header.Set("Authorization", "Bearer "+b.token)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("the token holder beside 200 silent connections of its address: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("the token holder beside 200 silent connections of its address: %d", resp.StatusCode)
 	}
 }
 
