@@ -524,7 +524,7 @@ func serve(args []string) error {
 	defer func() { stopReady(); <-readyDone }()
 	cli.auditTo(auditor)
 	var srv *server.Server
-	worker, err := o.q.worker(o.parallel, &srv, ready)
+	worker, err := o.q.worker(o.parallel, maxBody, &srv, ready)
 	if err != nil {
 		return err
 	}

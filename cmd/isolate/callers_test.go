@@ -110,6 +110,7 @@ var boundaryCases = []boundaryCase{
 	{row: "budget: sessions, background commands, held bytes", custom: budgetIsPerAccount},
 	{row: "answers not read", custom: unreadAnswersHoldNoSlot},
 	{row: "connections", custom: tokenlessConnectionsLockNoOneOut},
+	{row: "request bodies", custom: bodiesPastMaxBody},
 }
 
 // boundary is the test's service and its callers.
@@ -545,6 +546,33 @@ func budgetIsPerAccount(t *testing.T, b *boundary) {
 	resp.Body.Close()
 	if resp.StatusCode != 429 || !strings.Contains(string(body), "--max-sessions-per-caller") {
 		t.Errorf("a second session of the token from 127.0.0.2: %d %s, want 429", resp.StatusCode, body)
+	}
+}
+
+// bodiesPastMaxBody: a body past --max-body (4 MiB by default) is a 413
+// for every caller of the API.
+func bodiesPastMaxBody(t *testing.T, b *boundary) {
+	body := `{"commands": [{"args": ["/bin/true", "` + strings.Repeat("x", 5<<20) + `"]}]}`
+	for _, kind := range []string{rootAPI, tcpCaller} {
+		if code, answer := b.api(t, kind, 0, "POST", "/v1/run", body); code != 413 || !strings.Contains(answer, "4194304") {
+			t.Errorf("%s: a body of 5 MiB: %d %.200s, want 413", kind, code, answer)
+		}
+	}
+	// The member announces 5 MiB and sends none of it: the answer comes
+	// before the body is read.
+	const announce = `
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(b"POST /v1/run HTTP/1.1\r\nHost: isolate\r\nAuthorization: Bearer " + sys.argv[2].encode() + b"\r\nContent-Length: 5242880\r\n\r\n")
+sys.stdout.buffer.write(s.recv(65536))
+`
+	cmd := exec.Command("/usr/bin/python3", "-c", announce, filepath.Join(b.svc.dir, "api.sock"), b.token)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: member(memberUID)}
+	cmd.Dir = "/"
+	out, err := cmd.Output()
+	if err != nil || !strings.HasPrefix(string(out), "HTTP/1.1 413") || !strings.Contains(string(out), "4194304") {
+		t.Errorf("%s: a body of 5 MiB announced: %v %.300s, want 413", memberAPI, err, out)
 	}
 }
 
