@@ -88,6 +88,7 @@ var boundaryCases = []boundaryCase{
 		want: map[string]string{rootHandover: "ok", memberHandover: "refused --stdin"}},
 	{row: "host paths read", custom: stdinSaysNoMore},
 	{row: "host paths read", custom: bindsReadAsTheCaller},
+	{row: "host paths read", custom: bindsReadWithoutSupplementaryGroups},
 	{row: "host paths read", custom: streamsAreChecked},
 	{row: "host paths written", cli: []string{"--stdout", "%[2]s/out"},
 		want: map[string]string{rootHandover: "ok", memberHandover: "refused"}},
