@@ -388,12 +388,7 @@ func tcpFake(t *testing.T, token string, lim connlimit.Limits) (addr string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(l) }()
-	t.Cleanup(func() {
-		srv.Shutdown(time.Second)
-		<-done
-	})
+	serveUntilCleanup(t, srv, l)
 	return l.Addr().String()
 }
 
