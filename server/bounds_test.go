@@ -215,6 +215,41 @@ func TestStreamPastTheCallersBudgetIsCutNotBlocked(t *testing.T) {
 	}
 }
 
+// A client that reads its stream gets all of it, however far the
+// program's output passes its caller's budget: the program waits for
+// the client rather than its live copy being cut.
+func TestStreamReadOnIsNeverCut(t *testing.T) {
+	s := startService(t, func(c *Config) { c.Ledger = caller.NewLedger(caller.Budget{Bytes: 4 << 20, TotalBytes: 64 << 20}) })
+	body := mustJSON(RunRequest{Commands: []Command{{Spec: api.Spec{Args: []string{"/usr/bin/head", "-c", "32M", "/dev/zero"}, OutputLimitBytes: 1 << 20}}}})
+	req, err := http.NewRequest("POST", "http://isolate/v1/run", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", ndjson)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	streamed := 0
+	for {
+		var ev Event
+		if err := dec.Decode(&ev); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Cut {
+			t.Fatalf("the stream was cut after %d bytes though its client read on", streamed)
+		}
+		streamed += len(ev.Data)
+	}
+	if streamed != 32<<20 {
+		t.Errorf("%d bytes streamed, want 32 MiB", streamed)
+	}
+}
+
 // One uid's idle connections past its share are closed as they come,
 // and the service still answers others.
 func TestOneUIDsIdleConnectionsAreBounded(t *testing.T) {

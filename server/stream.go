@@ -48,14 +48,16 @@ type Event struct {
 }
 
 // events writes a streamed answer. Lines are spooled and written by a
-// writer of their own, each within the write timeout: a run never waits
-// for its client, so a client that reads slowly or not at all holds no
-// run slot once its run is done. Output chunks in the spool are held in
-// the ledger for the caller's account (--max-held-bytes-per-caller);
-// beyond it the live copy of that stream is cut ({"cut": true} says so)
-// and the output is only in the result, as captured. Results and the
-// last line are always spooled: what they hold is the run's own output,
-// already held for the caller while the answer is sent.
+// writer of their own, each within the write timeout: a client that
+// reads slowly or not at all holds no run slot once its run is done.
+// Output chunks in the spool are held in the ledger for the caller's
+// account (--max-held-bytes-per-caller); beyond it the program waits for
+// its client while the client reads on, and once the client has read
+// nothing for liveStall the live copy of that stream is cut ({"cut":
+// true} says so), the output then only in the result, as captured: a
+// stalled client never keeps a run waiting. Results and the last line
+// are always spooled: what they hold is the run's own output, already
+// held for the caller while the answer is sent.
 type events struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
@@ -72,7 +74,16 @@ type events struct {
 	spool   []spooled
 	cut     map[string]bool // live copies cut, by "cmd stream"
 	err     error           // the client went away: stop writing
+	// progressed is closed when the writer wrote a line while a live
+	// chunk waited for room (waiting > 0), and replaced.
+	progressed chan struct{}
+	waiting    int
 }
+
+// liveStall is how long a live chunk waits for room in its caller's
+// budget, the client reading nothing meanwhile, before its stream's live
+// copy is cut.
+const liveStall = time.Second
 
 // spooled is a line waiting for the writer, and what it holds.
 type spooled struct {
@@ -104,7 +115,7 @@ func (s *Server) streamIf(ctx context.Context, w http.ResponseWriter, r *http.Re
 // are killed and its slots freed, rather than its output waiting for
 // the client).
 func newEvents(w http.ResponseWriter, timeout time.Duration, stop context.CancelCauseFunc) *events {
-	e := &events{w: w, rc: http.NewResponseController(w), timeout: timeout, stop: stop}
+	e := &events{w: w, rc: http.NewResponseController(w), timeout: timeout, stop: stop, progressed: make(chan struct{})}
 	e.idle.L = &e.mu
 	return e
 }
@@ -118,6 +129,11 @@ func (e *events) emitValue(v any) { e.spoolLine(v, 0) }
 // in the ledger first, and refused (false) beyond the caller's budget.
 func (e *events) spoolLine(v any, live int) bool {
 	a, err := encodeAnswer(v)
+	return e.spoolEncoded(a, err, live)
+}
+
+// spoolEncoded is spoolLine for a line encoded (err: it could not be).
+func (e *events) spoolEncoded(a *jsonout.Encoded, err error, live int) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.err != nil {
@@ -175,6 +191,12 @@ func (e *events) write() {
 			err = e.rc.Flush()
 		}
 		l.hold.Release()
+		e.mu.Lock()
+		if e.waiting > 0 {
+			close(e.progressed)
+			e.progressed = make(chan struct{})
+		}
+		e.mu.Unlock()
 		if err != nil {
 			e.mu.Lock()
 			e.err = err
@@ -209,8 +231,35 @@ func (e *events) live(key string, v any, size int, cutNotice any) bool {
 	if cut {
 		return false
 	}
-	if e.spoolLine(v, size) {
-		return true
+	a, err := encodeAnswer(v)
+	for {
+		e.mu.Lock()
+		progressed := e.progressed
+		e.waiting++
+		e.mu.Unlock()
+		ok := e.spoolEncoded(a, err, size)
+		if !ok {
+			select {
+			case <-progressed: // the client read a line: room again?
+			case <-time.After(liveStall):
+			}
+		}
+		e.mu.Lock()
+		e.waiting--
+		gone := e.err != nil
+		e.mu.Unlock()
+		if ok {
+			return true
+		}
+		if gone {
+			return false
+		}
+		select {
+		case <-progressed:
+			continue
+		default:
+		}
+		break
 	}
 	e.mu.Lock()
 	if e.cut == nil {
