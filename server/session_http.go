@@ -1068,10 +1068,10 @@ func (s *Server) handleCode(w http.ResponseWriter, r *http.Request) {
 	var onStdout, onStderr func(string)
 	if ev != nil {
 		onStdout = func(s string) {
-			ev.live("stdout", TypedEvent{Type: "stdout", Data: s}, len(s), TypedEvent{Type: "stdout", Cut: true})
+			ev.live("stdout", TypedEvent{Type: "stdout", Data: s}, TypedEvent{Type: "stdout", Cut: true})
 		}
 		onStderr = func(s string) {
-			ev.live("stderr", TypedEvent{Type: "stderr", Data: s}, len(s), TypedEvent{Type: "stderr", Cut: true})
+			ev.live("stderr", TypedEvent{Type: "stderr", Data: s}, TypedEvent{Type: "stderr", Cut: true})
 		}
 	}
 	start := time.Now()

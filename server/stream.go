@@ -123,17 +123,18 @@ func newEvents(w http.ResponseWriter, timeout time.Duration, stop context.Cancel
 func (e *events) emit(ev Event) { e.emitValue(ev) }
 
 // emitValue spools v as the answer's next line.
-func (e *events) emitValue(v any) { e.spoolLine(v, 0) }
+func (e *events) emitValue(v any) { e.spoolLine(v, false) }
 
-// spoolLine spools v; a live output chunk (live > 0, its bytes) is held
-// in the ledger first, and refused (false) beyond the caller's budget.
-func (e *events) spoolLine(v any, live int) bool {
+// spoolLine spools v; a live output chunk (live) is held in the ledger
+// first, at what its line holds, and refused (false) beyond the caller's
+// budget.
+func (e *events) spoolLine(v any, live bool) bool {
 	a, err := encodeAnswer(v)
 	return e.spoolEncoded(a, err, live)
 }
 
 // spoolEncoded is spoolLine for a line encoded (err: it could not be).
-func (e *events) spoolEncoded(a *jsonout.Encoded, err error, live int) bool {
+func (e *events) spoolEncoded(a *jsonout.Encoded, err error, live bool) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.err != nil {
@@ -145,8 +146,9 @@ func (e *events) spoolEncoded(a *jsonout.Encoded, err error, live int) bool {
 		return false
 	}
 	var hold *caller.Hold
-	if live > 0 {
-		if hold, err = e.ledger.Hold(e.account, caller.Usage{Bytes: int64(live)}); err != nil {
+	if live {
+		// (A chunk of NUL bytes is six times its size as JSON.)
+		if hold, err = e.ledger.Hold(e.account, caller.Usage{Bytes: a.Held()}); err != nil {
 			return false
 		}
 	}
@@ -224,7 +226,7 @@ func (e *events) started() bool {
 
 // live spools an output chunk of a stream (key names it for the cut
 // notice): false when its live copy is cut, then or before.
-func (e *events) live(key string, v any, size int, cutNotice any) bool {
+func (e *events) live(key string, v any, cutNotice any) bool {
 	e.mu.Lock()
 	cut := e.cut[key]
 	e.mu.Unlock()
@@ -237,7 +239,7 @@ func (e *events) live(key string, v any, size int, cutNotice any) bool {
 		progressed := e.progressed
 		e.waiting++
 		e.mu.Unlock()
-		ok := e.spoolEncoded(a, err, size)
+		ok := e.spoolEncoded(a, err, true)
 		if !ok {
 			select {
 			case <-progressed: // the client read a line: room again?
@@ -299,7 +301,7 @@ type streamWriter struct {
 // copier stops the live copy and goes on capturing.
 func (w *streamWriter) Write(p []byte) (int, error) {
 	cmd := w.cmd
-	if !w.e.live(w.key, Event{Cmd: &cmd, Stream: w.stream, Data: string(p)}, len(p), Event{Cmd: &cmd, Stream: w.stream, Cut: true}) {
+	if !w.e.live(w.key, Event{Cmd: &cmd, Stream: w.stream, Data: string(p)}, Event{Cmd: &cmd, Stream: w.stream, Cut: true}) {
 		return 0, errLiveCut
 	}
 	return len(p), nil
@@ -325,7 +327,7 @@ type typedWriter struct {
 }
 
 func (w typedWriter) Write(p []byte) (int, error) {
-	if !w.e.live(w.typ, TypedEvent{Type: w.typ, Data: string(p)}, len(p), TypedEvent{Type: w.typ, Cut: true}) {
+	if !w.e.live(w.typ, TypedEvent{Type: w.typ, Data: string(p)}, TypedEvent{Type: w.typ, Cut: true}) {
 		return 0, errLiveCut
 	}
 	return len(p), nil
