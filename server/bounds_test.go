@@ -171,12 +171,12 @@ func TestClientsThatNeverReadHoldNoSlotOnceTheirRunEnded(t *testing.T) {
 	}
 }
 
-// A streamed answer's live copy is cut where the client falls behind by
-// more than its caller's budget: a {"cut": true} line says so, the run
-// goes on, and its result has the output as captured.
-func TestStreamPastTheCallersBudgetIsCutNotBlocked(t *testing.T) {
-	s := startService(t, func(c *Config) { c.Ledger = caller.NewLedger(caller.Budget{Bytes: 4 << 20, TotalBytes: 64 << 20}) })
-	body := mustJSON(RunRequest{Commands: []Command{{Spec: api.Spec{Args: []string{"/usr/bin/head", "-c", "64M", "/dev/zero"}, OutputLimitBytes: 1 << 20}}}})
+// streamZeros posts a streamed run of `head -c size /dev/zero` (output
+// limit 1 MiB) to a service whose callers' budget is 4 MiB; each reads
+// its events, calling on with each.
+func streamZeros(t *testing.T, size string) (s *service, each func(on func(Event))) {
+	s = startService(t, func(c *Config) { c.Ledger = caller.NewLedger(caller.Budget{Bytes: 4 << 20, TotalBytes: 64 << 20}) })
+	body := mustJSON(RunRequest{Commands: []Command{{Spec: api.Spec{Args: []string{"/usr/bin/head", "-c", size, "/dev/zero"}, OutputLimitBytes: 1 << 20}}}})
 	req, err := http.NewRequest("POST", "http://isolate/v1/run", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -186,24 +186,36 @@ func TestStreamPastTheCallersBudgetIsCutNotBlocked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	t.Cleanup(func() { resp.Body.Close() })
+	return s, func(on func(Event)) {
+		dec := json.NewDecoder(resp.Body)
+		for {
+			var ev Event
+			if err := dec.Decode(&ev); err == io.EOF {
+				return
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			on(ev)
+		}
+	}
+}
+
+// A streamed answer's live copy is cut where the client falls behind by
+// more than its caller's budget and reads nothing: a {"cut": true} line
+// says so, the run goes on, and its result has the output as captured.
+func TestStreamPastTheCallersBudgetIsCutNotBlocked(t *testing.T) {
+	s, each := streamZeros(t, "64M")
 	// Read nothing until the run ended: its slot is free then.
 	fdtest.WaitFor(t, "the run to end while its client reads nothing", func() bool { return s.running() == 0 })
-	dec := json.NewDecoder(resp.Body)
 	var cut bool
 	var result *Result
-	for {
-		var ev Event
-		if err := dec.Decode(&ev); err == io.EOF {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
+	each(func(ev Event) {
 		cut = cut || ev.Cut && ev.Stream == "stdout"
 		if ev.Result != nil {
 			result = ev.Result
 		}
-	}
+	})
 	if !cut {
 		t.Error("no {\"cut\": true} line for stdout")
 	}
@@ -219,34 +231,16 @@ func TestStreamPastTheCallersBudgetIsCutNotBlocked(t *testing.T) {
 // program's output passes its caller's budget: the program waits for
 // the client rather than its live copy being cut.
 func TestStreamReadOnIsNeverCut(t *testing.T) {
-	s := startService(t, func(c *Config) { c.Ledger = caller.NewLedger(caller.Budget{Bytes: 4 << 20, TotalBytes: 64 << 20}) })
-	body := mustJSON(RunRequest{Commands: []Command{{Spec: api.Spec{Args: []string{"/usr/bin/head", "-c", "32M", "/dev/zero"}, OutputLimitBytes: 1 << 20}}}})
-	req, err := http.NewRequest("POST", "http://isolate/v1/run", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Accept", ndjson)
-	resp, err := s.client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	dec := json.NewDecoder(resp.Body)
-	streamed := 0
-	for {
-		var ev Event
-		if err := dec.Decode(&ev); err == io.EOF {
-			break
-		} else if err != nil {
-			t.Fatal(err)
+	_, each := streamZeros(t, "32M")
+	streamed, cut := 0, false
+	each(func(ev Event) {
+		cut = cut || ev.Cut
+		if !cut {
+			streamed += len(ev.Data)
 		}
-		if ev.Cut {
-			t.Fatalf("the stream was cut after %d bytes though its client read on", streamed)
-		}
-		streamed += len(ev.Data)
-	}
-	if streamed != 32<<20 {
-		t.Errorf("%d bytes streamed, want 32 MiB", streamed)
+	})
+	if cut || streamed != 32<<20 {
+		t.Errorf("%d bytes streamed, cut %v: want 32 MiB, never cut though the client read on", streamed, cut)
 	}
 }
 
