@@ -96,21 +96,47 @@ func (l *Ledger) Hold(account string, u Usage) (*Hold, error) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	have := l.held[account]
-	switch b := l.budget; {
-	case u.Bytes > 0 && b.Bytes > 0 && have.Bytes+u.Bytes > b.Bytes:
-		l.refused++
-		return nil, &OverBudget{What: "the bytes the service holds for this caller", Asked: u.Bytes, Held: have.Bytes, Limit: b.Bytes, Flag: "--max-held-bytes-per-caller"}
-	case u.Bytes > 0 && b.TotalBytes > 0 && l.total.Bytes+u.Bytes > b.TotalBytes:
-		l.refused++
-		return nil, &OverBudget{What: "the bytes the service holds for all its callers", Asked: u.Bytes, Held: l.total.Bytes, Limit: b.TotalBytes, Flag: "--max-held-bytes"}
-	case u.Background > 0 && b.Background > 0 && have.Background+u.Background > b.Background:
-		l.refused++
-		return nil, &OverBudget{What: "this caller's background commands", Asked: int64(u.Background), Held: int64(have.Background), Limit: int64(b.Background), Flag: "--max-background-per-caller"}
+	if err := l.checkLocked(account, u); err != nil {
+		return nil, err
 	}
 	l.add(account, u, 1)
 	h.u = u
 	return h, nil
+}
+
+// checkLocked refuses u for account beyond the budget (l.mu held).
+func (l *Ledger) checkLocked(account string, u Usage) error {
+	have := l.held[account]
+	switch b := l.budget; {
+	case u.Bytes > 0 && b.Bytes > 0 && have.Bytes+u.Bytes > b.Bytes:
+		l.refused++
+		return &OverBudget{What: "the bytes the service holds for this caller", Asked: u.Bytes, Held: have.Bytes, Limit: b.Bytes, Flag: "--max-held-bytes-per-caller"}
+	case u.Bytes > 0 && b.TotalBytes > 0 && l.total.Bytes+u.Bytes > b.TotalBytes:
+		l.refused++
+		return &OverBudget{What: "the bytes the service holds for all its callers", Asked: u.Bytes, Held: l.total.Bytes, Limit: b.TotalBytes, Flag: "--max-held-bytes"}
+	case u.Background > 0 && b.Background > 0 && have.Background+u.Background > b.Background:
+		l.refused++
+		return &OverBudget{What: "this caller's background commands", Asked: int64(u.Background), Held: int64(have.Background), Limit: int64(b.Background), Flag: "--max-background-per-caller"}
+	}
+	return nil
+}
+
+// Grow adds bytes to what h holds, or refuses them (*OverBudget) as Hold
+// does, h unchanged: what a request takes as it goes (a copied-out file
+// put inline in its answer).
+func (h *Hold) Grow(bytes int64) error {
+	if h == nil || h.l == nil || bytes <= 0 {
+		return nil
+	}
+	h.l.mu.Lock()
+	defer h.l.mu.Unlock()
+	u := Usage{Bytes: bytes}
+	if err := h.l.checkLocked(h.account, u); err != nil {
+		return err
+	}
+	h.l.add(h.account, u, 1)
+	h.u.Bytes += bytes
+	return nil
 }
 
 // add counts u (sign 1) or takes it off (-1) (l.mu held).

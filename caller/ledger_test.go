@@ -39,6 +39,30 @@ func TestLedgerHolds(t *testing.T) {
 	}
 }
 
+// A hold grows within the budget; past it the growth is refused and the
+// hold keeps what it had.
+func TestLedgerHoldGrows(t *testing.T) {
+	l := NewLedger(Budget{Bytes: 100, TotalBytes: 150})
+	h, err := l.Hold("uid:1", Usage{Bytes: 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Grow(50); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Grow(20); !errors.Is(err, ErrOverBudget) {
+		t.Fatalf("past the account's bytes: %v", err)
+	}
+	if u := l.Usage("uid:1"); u.Bytes != 90 || h.Held().Bytes != 90 {
+		t.Errorf("after a refused growth: %+v, the hold %+v", u, h.Held())
+	}
+	h.Shrink(30)
+	h.Release()
+	if total, _ := l.Total(); total != (Usage{}) {
+		t.Errorf("released: %+v", total)
+	}
+}
+
 // Quotas: runs and CPU time per account and window, by kind of caller
 // and group; root has none; a new window starts afresh.
 func TestLedgerQuotas(t *testing.T) {

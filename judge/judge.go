@@ -223,6 +223,10 @@ func copySource(caller *hostfs.Cred, src string, dir *os.File, name string, uid,
 	return out.Close()
 }
 
+// CompileOutputLimit is what the compile phase keeps of each of its
+// streams (the compiler's diagnostics).
+const CompileOutputLimit = 256 << 10
+
 // compileSpec is the compile phase: the run's box and image, the
 // language's compile limits, no input, output captured.
 func (j *Job) compileSpec() (*isolate.Spec, error) {
@@ -232,7 +236,7 @@ func (j *Job) compileSpec() (*isolate.Spec, error) {
 	s.Image, s.ImageDir, s.ImageFile, s.ImageMount, s.ImageTree = r.Image, r.ImageDir, r.ImageFile, r.ImageMount, r.ImageTree
 	s.Seccomp, s.HostNet = r.Seccomp, false
 	s.MemoryRlimit, s.MemoryRlimitFactor = r.MemoryRlimit, r.MemoryRlimitFactor
-	s.OutputLimit = 256 << 10
+	s.OutputLimit = CompileOutputLimit
 	s.StderrToStdout = false
 	if err := applyLimits(&s, j.lang.CompileLimits, &api.Spec{}); err != nil {
 		return nil, fmt.Errorf("language %s: compile limits: %v", j.lang.Name, err)

@@ -82,7 +82,17 @@ var queueCases = []queueCase{
 	{row: "metrics and health", endpoint: "metrics", body: `{}`, want: malformedEndpoint},
 	// The queue's budget: no session, so no background command either.
 	{row: "budget: sessions, background commands, held bytes", endpoint: "sessions", body: `{}`, want: malformedEndpoint},
+	// Output comes back in the result, however large: no client reads
+	// it late, or over a connection of the service's.
+	{row: "answers not read", body: `{"commands":[{"args":["/bin/sh","-c","head -c 100000 /dev/zero"]}]}`, want: "ok"},
+	{row: "connections", body: `{"commands":[{"args":["/bin/true"]}]}`, want: "ok"},
+	// A body past --max-body (64K here) is never read: a dead letter.
+	{row: "request bodies", body: `{"commands":[{"args":["/bin/true","` + strings.Repeat("x", 70000) + `"]}]}`, want: pastMaxBody},
 }
+
+// pastMaxBody: the job is not even read: dead-lettered for its body's
+// length, with no answer of the service.
+const pastMaxBody = "past --max-body"
 
 // auditedJob is the request id of the audit trail's case.
 var auditedJob string
@@ -152,7 +162,7 @@ func TestQueueCallerTable(t *testing.T) {
 	ctx := context.Background()
 	startRedis(t, g.r)
 	// Two slots, and one job at a time.
-	w := g.start(t, "c0", "--parallel", "2", "--queue-capacity", "1", "--max-mem", "256M")
+	w := g.start(t, "c0", "--parallel", "2", "--queue-capacity", "1", "--max-mem", "256M", "--max-body", "64K")
 	waitFor(t, "c0 answers", func() bool { r, _ := g.health(t, w); return r == 0 })
 	resp, err := g.api(w).Post("http://isolate/v1/files", "application/octet-stream", strings.NewReader("root's file\n"))
 	if err != nil {
@@ -193,6 +203,12 @@ func TestQueueCallerTable(t *testing.T) {
 		if c.want == malformedEndpoint {
 			if res["status"] != "" || !strings.Contains(dead[ids[i]], "endpoint") || res["dead_letter"] != dead[ids[i]] {
 				t.Errorf("%s: endpoint %s: result %v, dead letter %q", c.row, c.endpoint, res, dead[ids[i]])
+			}
+			continue
+		}
+		if c.want == pastMaxBody {
+			if res["status"] != "" || !strings.Contains(dead[ids[i]], "--max-body") || res["dead_letter"] != dead[ids[i]] {
+				t.Errorf("%s: result %v, dead letter %q", c.row, res, dead[ids[i]])
 			}
 			continue
 		}

@@ -69,7 +69,16 @@ type Config struct {
 	MaxHandBacks int
 	// Log prints one line about the queue (Redis lost and back).
 	Log func(string)
+	// MaxBodyBytes bounds a job's fields, its body among them (the
+	// service's --max-body; DefaultMaxBodyBytes when 0): a job with a
+	// longer one is a dead letter, its fields' lengths read inside Redis
+	// (readScript), never the field itself.
+	MaxBodyBytes int64
 }
+
+// DefaultMaxBodyBytes bounds a job's fields when Config says nothing (as
+// the service's --max-body does its bodies by default).
+const DefaultMaxBodyBytes = 4 << 20
 
 // defaults fills what c leaves unset.
 func (c *Config) defaults() {
@@ -99,6 +108,9 @@ func (c *Config) defaults() {
 	}
 	if c.Log == nil {
 		c.Log = func(string) {}
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 }
 
@@ -318,7 +330,7 @@ func (w *Worker) loop(ctx context.Context) {
 		// Read under the jobs' context, not ctx: a read cut short by the
 		// drain could leave a job delivered to this worker and unseen.
 		// The block is short, so the drain is not kept waiting.
-		var msgs []redis.XMessage
+		var msgs []delivery
 		var err error
 		claimed := false
 		// (A worker whose loop waited for slots through an outage its
@@ -336,21 +348,22 @@ func (w *Worker) loop(ctx context.Context) {
 			}
 		}
 		if err == nil && len(msgs) == 0 {
-			var streams []redis.XStream
-			streams, err = w.rdb.XReadGroup(w.jobCtx, &redis.XReadGroupArgs{Group: w.cfg.Group, Consumer: w.cfg.Name,
-				Streams: []string{w.keys.Jobs, ">"}, Count: int64(free), Block: time.Second}).Result()
-			if errors.Is(err, redis.Nil) {
-				err = nil
-			}
-			for _, s := range streams {
-				msgs = append(msgs, s.Messages...)
-			}
+			msgs, err = w.read(w.jobCtx, free)
 		}
 		for range free - len(msgs) {
 			<-w.slots
 		}
+		if err == nil && len(msgs) == 0 {
+			// Nothing waits: ask again soon (pollEvery).
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(pollEvery):
+			}
+			continue
+		}
 		if err != nil {
-			if strings.HasPrefix(err.Error(), "NOGROUP") {
+			if strings.Contains(err.Error(), "NOGROUP") { // (in a script's error too)
 				groupMade = false // Redis lost the stream (restarted without it)
 			}
 			w.failed(ctx, err, backoff)
@@ -410,7 +423,7 @@ const claimScanCount = 100
 // an answer that never arrived), from
 // the scan's position from; next is where the next scan starts ("-": a
 // whole scan is done). The claim counts a delivery, as XAUTOCLAIM's.
-func (w *Worker) claimDead(ctx context.Context, from string, n int) (msgs []redis.XMessage, next string, err error) {
+func (w *Worker) claimDead(ctx context.Context, from string, n int) (msgs []delivery, next string, err error) {
 	p, err := w.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: w.keys.Jobs, Group: w.cfg.Group,
 		Idle: w.cfg.ClaimIdle, Start: from, End: "+", Count: claimScanCount}).Result()
 	if err != nil {
@@ -454,26 +467,31 @@ func (w *Worker) claimDead(ctx context.Context, from string, n int) (msgs []redi
 		return nil, next, nil
 	}
 	// MinIdle again: an entry its worker renewed since the scan stays its.
-	got, err := w.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: w.keys.Jobs, Group: w.cfg.Group,
-		Consumer: w.cfg.Name, MinIdle: w.cfg.ClaimIdle, Messages: ids}).Result()
+	args := []any{w.cfg.Group, w.cfg.Name, w.cfg.MaxBodyBytes, w.cfg.ClaimIdle.Milliseconds()}
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	got, err := claimScript.Run(ctx, w.rdb, []string{w.keys.Jobs}, args...).Result()
 	if err != nil {
 		return nil, from, err
 	}
-	for _, m := range got {
-		if m.ID != "" && m.Values != nil {
-			msgs = append(msgs, m)
-		}
-	}
-	return msgs, next, nil
+	msgs, err = deliveries(got)
+	return msgs, next, err
 }
 
 // handle runs one delivered message to its end: answered, dead-lettered,
 // handed back for another worker (an image this one lacks, its own
 // machinery failing, the service stopping), or left pending for another
 // delivery (Redis lost past the drain, the drain's grace ended).
-func (w *Worker) handle(m redis.XMessage, claimed bool) {
+func (w *Worker) handle(m delivery, claimed bool) {
 	ctx := w.jobCtx
 	job, err := DecodeJob(m.Values)
+	if m.over != "" {
+		// Never read: its fields are what Redis said of their lengths.
+		w.deadLetters.WithLabelValues("malformed").Inc()
+		w.finish(ctx, m.ID, Job{ID: job.ID, Endpoint: job.Endpoint}, finishing{dead: m.over, validID: checkID(job.ID) == nil})
+		return
+	}
 	if err != nil {
 		w.deadLetters.WithLabelValues("malformed").Inc()
 		w.finish(ctx, m.ID, job, finishing{dead: err.Error(), validID: checkID(job.ID) == nil})
@@ -894,17 +912,27 @@ func (w *Worker) heartbeat(ctx context.Context) {
 // (XADD *), read against Redis's clock now, so the workers' clocks do
 // not matter.
 func (w *Worker) oldestAge(ctx context.Context) (time.Duration, error) {
-	pipe := w.rdb.Pipeline()
-	first := pipe.XRangeN(ctx, w.keys.Jobs, "-", "+", 1)
-	now := pipe.Time(ctx)
-	if _, err := pipe.Exec(ctx); err != nil {
+	got, err := oldestScript.Run(ctx, w.rdb, []string{w.keys.Jobs}).StringSlice()
+	if err != nil || len(got) != 3 || got[0] == "" {
 		return 0, err
 	}
-	if len(first.Val()) == 0 {
-		return 0, nil
+	sec, err1 := strconv.ParseInt(got[1], 10, 64)
+	usec, err2 := strconv.ParseInt(got[2], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("redis TIME: %q", got[1:])
 	}
-	return AgeOf(first.Val()[0].ID, now.Val()), nil
+	return AgeOf(got[0], time.Unix(sec, usec*1000)), nil
 }
+
+// oldestScript answers the id of the jobs stream's first entry ("" when
+// empty) and Redis's clock (TIME): the entry's fields stay in Redis.
+var oldestScript = redis.NewScript(`
+local r = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
+local t = redis.call('TIME')
+local id = ''
+if r[1] then id = r[1][1] end
+return {id, t[1], t[2]}
+`)
 
 // AgeOf is the age at now of the stream entry id (MS-SEQ, MS Redis's
 // clock when it was added): 0 for an id that is not such, or from the

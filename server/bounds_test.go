@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/isolate-sandbox/isolate/api"
+	"github.com/isolate-sandbox/isolate/caller"
 	"github.com/isolate-sandbox/isolate/internal/connlimit"
 	"github.com/isolate-sandbox/isolate/internal/fdtest"
 	"github.com/isolate-sandbox/isolate/internal/jsonout"
@@ -138,6 +139,108 @@ func TestClientsThatNeverReadFreeTheirSlots(t *testing.T) {
 	fdtest.WaitFor(t, "the slots of the clients that never read to be freed", func() bool { return s.running() == 0 })
 	if r := s.run(t, `{"commands":[{"args":["/bin/true"]}]}`).Results[0]; r.Status != api.StatusOK {
 		t.Fatalf("the next run: %s", r.Status)
+	}
+}
+
+// A client that never reads its answer holds no run slot once its run
+// ended, streamed or not: its answer waits in the service (a streamed
+// one's chunks held in its caller's budget), and with --parallel 1
+// --queue 0 the next request runs at once instead of getting 429 until
+// the write timeout.
+func TestClientsThatNeverReadHoldNoSlotOnceTheirRunEnded(t *testing.T) {
+	s := startService(t, func(c *Config) { c.Parallel, c.Queue, c.WriteTimeout = 1, 0, 10*time.Minute })
+	// (The sleep leaves the run in its slot long enough to be seen there.)
+	run := func(size string) string {
+		return mustJSON(RunRequest{Commands: []Command{{Spec: api.Spec{Args: []string{"/bin/sh", "-c", "head -c " + size + " /dev/zero; sleep 1"}, OutputLimitBytes: 1 << 20}}}})
+	}
+	for _, stalled := range []struct{ name, accept, body string }{
+		{"a streamed answer", ndjson, run("4M")},
+		{"a whole answer", "application/json", run("8M")},
+	} {
+		c, err := net.Dial("unix", s.sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "POST /v1/run HTTP/1.1\r\nHost: isolate\r\nAccept: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", stalled.accept, len(stalled.body), stalled.body)
+		fdtest.WaitFor(t, stalled.name+": its run to take the slot", func() bool { return s.running() == 1 })
+		fdtest.WaitFor(t, stalled.name+": its slot to be given back once its run ended", func() bool { return s.running() == 0 })
+		if r := s.run(t, `{"commands":[{"args":["/bin/true"]}]}`).Results[0]; r.Status != api.StatusOK {
+			t.Fatalf("%s: the next run: %s", stalled.name, r.Status)
+		}
+	}
+}
+
+// streamZeros posts a streamed run of `head -c size /dev/zero` (output
+// limit 1 MiB) to a service whose callers' budget is 4 MiB; each reads
+// its events, calling on with each.
+func streamZeros(t *testing.T, size string) (s *service, each func(on func(Event))) {
+	s = startService(t, func(c *Config) { c.Ledger = caller.NewLedger(caller.Budget{Bytes: 4 << 20, TotalBytes: 64 << 20}) })
+	body := mustJSON(RunRequest{Commands: []Command{{Spec: api.Spec{Args: []string{"/usr/bin/head", "-c", size, "/dev/zero"}, OutputLimitBytes: 1 << 20}}}})
+	req, err := http.NewRequest("POST", "http://isolate/v1/run", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", ndjson)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return s, func(on func(Event)) {
+		dec := json.NewDecoder(resp.Body)
+		for {
+			var ev Event
+			if err := dec.Decode(&ev); err == io.EOF {
+				return
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			on(ev)
+		}
+	}
+}
+
+// A streamed answer's live copy is cut where the client falls behind by
+// more than its caller's budget and reads nothing: a {"cut": true} line
+// says so, the run goes on, and its result has the output as captured.
+func TestStreamPastTheCallersBudgetIsCutNotBlocked(t *testing.T) {
+	s, each := streamZeros(t, "64M")
+	// Read nothing until the run ended: its slot is free then.
+	fdtest.WaitFor(t, "the run to end while its client reads nothing", func() bool { return s.running() == 0 })
+	var cut bool
+	var result *Result
+	each(func(ev Event) {
+		cut = cut || ev.Cut && ev.Stream == "stdout"
+		if ev.Result != nil {
+			result = ev.Result
+		}
+	})
+	if !cut {
+		t.Error("no {\"cut\": true} line for stdout")
+	}
+	if result == nil || result.Status != api.StatusOK || len(result.Stdout) != 1<<20 {
+		t.Fatalf("the result: %+v", result)
+	}
+	if u := s.Ledger().Usage("uid:0"); u.Bytes != 0 {
+		t.Errorf("the ledger holds %d bytes for the caller after its answer", u.Bytes)
+	}
+}
+
+// A client that reads its stream gets all of it, however far the
+// program's output passes its caller's budget: the program waits for
+// the client rather than its live copy being cut.
+func TestStreamReadOnIsNeverCut(t *testing.T) {
+	_, each := streamZeros(t, "32M")
+	streamed, cut := 0, false
+	each(func(ev Event) {
+		cut = cut || ev.Cut
+		if !cut {
+			streamed += len(ev.Data)
+		}
+	})
+	if cut || streamed != 32<<20 {
+		t.Errorf("%d bytes streamed, cut %v: want 32 MiB, never cut though the client read on", streamed, cut)
 	}
 }
 

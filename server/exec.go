@@ -9,6 +9,7 @@ import (
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/caller"
 	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/judge"
 )
 
 // POST /v1/exec: compile and run one source file; the answer is `isolate
@@ -34,14 +35,20 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	if who.Capped() {
 		req.Caps = &s.cfg.Policy.Caps
 	}
-	if !s.startRuns(w, who, 1) {
-		return
-	}
-	ctx, done, ok := s.admit(w, r, 1)
+	runLimit := req.Spec.WithDefaults().OutputLimitBytes
+	held, ok := s.holdOutput(w, who, 2*runLimit+2*judge.CompileOutputLimit)
 	if !ok {
 		return
 	}
-	defer done()
+	defer held.Release() // once the answer is written
+	if !s.startRuns(w, who, 1) {
+		return
+	}
+	ctx, slots, ok := s.admit(w, r, 1)
+	if !ok {
+		return
+	}
+	defer slots.done()
 
 	var stdio isolate.IO
 	switch in := req.Stdin; {
@@ -60,11 +67,18 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		stdio.Stdin = f
 	}
 	ctx, ev, end := s.stream(ctx, w, r)
-	defer end(nil)
+	defer end()
 	if ev != nil {
 		stdio.Stdout, stdio.Stderr = ev.writer(0, "stdout"), ev.writer(0, "stderr")
 	}
 	rep, err := s.cfg.Exec.Exec(ctx, &req, stdio)
+	// Ran: the answer is all the request still holds.
+	slots.ran()
+	req.Source, req.Stdin = "", nil
+	leave()
+	if rep != nil {
+		held.Shrink(reportKept(rep.Compile, judge.CompileOutputLimit) + reportKept(rep.Run, runLimit))
+	}
 	if err == nil {
 		for _, phase := range []*api.Report{rep.Compile, rep.Run} {
 			if phase != nil {

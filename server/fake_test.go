@@ -139,13 +139,18 @@ func fakeService(t *testing.T) (*http.Client, *Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	serveUntilCleanup(t, srv, l)
+	return unixClient(sock), srv
+}
+
+// serveUntilCleanup serves srv on l until the test ends.
+func serveUntilCleanup(t *testing.T, srv *Server, l net.Listener) {
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(l) }()
 	t.Cleanup(func() {
 		srv.Shutdown(time.Second)
 		<-done
 	})
-	return unixClient(sock), srv
 }
 
 func postRun(t *testing.T, c *http.Client, body string) (int, RunResponse, string) {

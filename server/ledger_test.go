@@ -16,8 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/caller"
 	"github.com/isolate-sandbox/isolate/internal/connlimit"
+	"github.com/isolate-sandbox/isolate/internal/fdtest"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
@@ -312,5 +314,146 @@ func TestSessionCommandsWithinTheCapsFake(t *testing.T) {
 	box.mu.Unlock()
 	if cmd.WallTime != 5*time.Second || cmd.CPUTime != time.Second {
 		t.Errorf("the background command's wall time %v, CPU time %v: want the caps, 5s and 1s", cmd.WallTime, cmd.CPUTime)
+	}
+}
+
+// usageRunner is scriptRunner that notes what its caller's account holds
+// in the ledger while a command runs.
+type usageRunner struct {
+	scriptRunner
+	ledger  *caller.Ledger
+	account string
+	seen    *caller.Usage
+}
+
+func (r usageRunner) Run(ctx context.Context, spec *api.Spec, stdio isolate.IO) (*api.Report, error) {
+	*r.seen = r.ledger.Usage(r.account)
+	return r.scriptRunner.Run(ctx, spec, stdio)
+}
+
+// A foreground request's captured output is held in its caller's budget:
+// at its limits while it runs (a request beyond the caller's budget, or
+// the service's, gets 429 and runs nothing), as kept once it ended, and
+// given back once the answer is written. A session's foreground command
+// is held as a run is.
+func TestForegroundOutputIsHeldFake(t *testing.T) {
+	ledger := caller.NewLedger(caller.Budget{Bytes: 5 << 20, TotalBytes: 8 << 20})
+	var seen caller.Usage
+	f := newSessionFake(t, func(c *Config) {
+		c.Ledger = ledger
+		c.Runner = usageRunner{ledger: ledger, account: alice.Account(), seen: &seen}
+	})
+	run := func(who caller.Caller, limit int) (int, string) {
+		code, b := f.do(t, who, "POST", "/v1/run", fmt.Sprintf(`{"commands": [{"args": ["echo", "hi"], "output_limit_bytes": %d}]}`, limit))
+		return code, string(b)
+	}
+	if code, b := run(alice, 2<<20); code != 200 {
+		t.Fatalf("a run holding 4 MiB of a budget of 5: %d %s", code, b)
+	}
+	if seen.Bytes != 4<<20 {
+		t.Errorf("while it ran its caller held %d bytes, want its two streams at 2 MiB", seen.Bytes)
+	}
+	if u := ledger.Usage(alice.Account()); u.Bytes != 0 {
+		t.Errorf("after its answer its caller holds %d bytes", u.Bytes)
+	}
+	if code, b := run(alice, 3<<20); code != 429 || !strings.Contains(b, "--max-held-bytes-per-caller") {
+		t.Fatalf("a run holding 6 MiB of a budget of 5: %d %s, want 429", code, b)
+	}
+	// What alice holds leaves bob less of the service's total.
+	id := f.create(t, alice, `{"output_limit_bytes": 2097152}`)
+	cmds := "/v1/sessions/" + id + "/commands"
+	if code, b := f.do(t, alice, "POST", cmds, `{"args": ["sleep"], "background": true}`); code != 201 {
+		t.Fatalf("alice's background command: %d %s", code, b)
+	}
+	if code, b := run(bob, 5<<19); code != 429 || !strings.Contains(b, "--max-held-bytes)") {
+		t.Fatalf("bob's run of 5 MiB beside alice's 4 in a total of 8: %d %s, want 429", code, b)
+	}
+	if code, b := f.do(t, alice, "POST", cmds, `{"args": ["echo", "hi"]}`); code != 429 || !strings.Contains(string(b), "--max-held-bytes-per-caller") {
+		t.Fatalf("a foreground command holding 4 MiB beside the background one's 4: %d %s, want 429", code, b)
+	}
+	f.do(t, alice, "DELETE", "/v1/sessions/"+id, "")
+	if code, b := f.do(t, alice, "POST", "/v1/sessions/"+f.create(t, alice, `{}`)+"/commands", `{"args": ["echo", "hi"]}`); code != 200 {
+		t.Fatalf("a foreground command within the budget: %d %s", code, b)
+	}
+	if total, _ := ledger.Total(); total.Bytes != 0 {
+		t.Errorf("with every answer written the ledger holds %d bytes", total.Bytes)
+	}
+}
+
+// tcpFake serves scriptRunner on loopback TCP with token, under lim.
+func tcpFake(t *testing.T, token string, lim connlimit.Limits) (addr string) {
+	t.Helper()
+	srv := New(Config{Runner: scriptRunner{}, Version: "test", Parallel: 2, Queue: 8, Token: token, Conns: lim})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveUntilCleanup(t, srv, l)
+	return l.Addr().String()
+}
+
+// dialFrom connects to addr from the loopback address 127.0.0.last.
+func dialFrom(t *testing.T, addr string, last byte) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, last)}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// busy sends the headers of a request with the token whose body never
+// comes: its connection is the token's, and busy.
+func busy(c net.Conn, token string) {
+	fmt.Fprintf(c, "POST /v1/run HTTP/1.1\r\nHost: isolate\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n", token)
+}
+
+// version asks GET /v1/version on c with token and says the status (0:
+// the connection was closed).
+func version(c net.Conn, token string) int {
+	fmt.Fprintf(c, "GET /v1/version HTTP/1.1\r\nHost: isolate\r\nAuthorization: Bearer %s\r\n\r\n", token)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// Over TCP a connection counts as its token's once a request proved it,
+// whatever its address: aliases of loopback (127.0.0.x) do not multiply
+// what the token holds at once (--max-conns-per-uid).
+func TestTCPConnectionsCountAsTheTokensFake(t *testing.T) {
+	const token = "conn-token-0123456789"
+	addr := tcpFake(t, token, connlimit.Limits{PerPeer: 2, Total: 64})
+	busy(dialFrom(t, addr, 1), token)
+	busy(dialFrom(t, addr, 2), token)
+	// (The two may not be the token's yet: ask again until they are.)
+	fdtest.WaitFor(t, "a third busy connection of the token, from 127.0.0.3, to be refused", func() bool {
+		return version(dialFrom(t, addr, 3), token) == http.StatusTooManyRequests
+	})
+}
+
+// Connections without the token, from the token holder's own address,
+// never lock it out: beyond the address's share the oldest of them is
+// closed to make room.
+func TestTokenlessConnectionsNeverLockOutTheTokenFake(t *testing.T) {
+	const token = "conn-token-0123456789"
+	addr := tcpFake(t, token, connlimit.Limits{PerPeer: 4, Total: 64})
+	for range 16 {
+		dialFrom(t, addr, 1) // says nothing
+	}
+	if code := version(dialFrom(t, addr, 1), token); code != http.StatusOK {
+		t.Fatalf("the token holder beside 16 silent connections of its address: %d, want 200", code)
+	}
+	// Nor do they at the service's total.
+	addr = tcpFake(t, token, connlimit.Limits{PerPeer: 64, Total: 8})
+	for i := range 16 {
+		dialFrom(t, addr, byte(10+i))
+	}
+	if code := version(dialFrom(t, addr, 1), token); code != http.StatusOK {
+		t.Fatalf("the token holder beside 16 silent connections at a total of 8: %d, want 200", code)
 	}
 }

@@ -86,6 +86,7 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 	who := caller.Unknown
 	var cred *unix.Ucred
 	if lc, ok := c.(*connlimit.Conn); ok {
+		ctx = context.WithValue(ctx, connKey{}, lc)
 		c, cred = lc.NetConn(), lc.Cred // as accepted, under the connection limits
 	}
 	if uc, ok := c.(*net.UnixConn); ok {
@@ -99,6 +100,9 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 	}
 	return context.WithValue(ctx, callerKey{}, who)
 }
+
+// connKey is a request's connection in its context (*connlimit.Conn).
+type connKey struct{}
 
 func callerOf(r *http.Request) caller.Caller {
 	if c, ok := r.Context().Value(callerKey{}).(caller.Caller); ok {
@@ -114,8 +118,18 @@ func requireToken(token string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := []byte(r.Header.Get("Authorization"))
 		if subtle.ConstantTimeCompare(got, want) != 1 {
+			// Its connection stays nobody's, and goes.
+			w.Header().Set("Connection", "close")
 			w.Header().Set("WWW-Authenticate", `Bearer realm="isolate"`)
 			writeError(w, http.StatusUnauthorized, errors.New("a bearer token is required (Authorization: Bearer TOKEN)"))
+			return
+		}
+		// The connection is the token's from now on: counted against the
+		// token's share, not its address's (connlimit).
+		if lc, ok := r.Context().Value(connKey{}).(*connlimit.Conn); ok && !lc.Authenticate(callerOf(r).Account()) {
+			w.Header().Set("Connection", "close")
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusTooManyRequests, errors.New("this token holds its --max-conns-per-uid connections, all busy"))
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -13,6 +13,14 @@ type RunRequest struct {
 	Pipes    []Pipe    `json:"pipes,omitempty"`
 }
 
+// dropInputs lets go of the request's inline inputs once its commands
+// ran: a client slow to read its answer does not keep them in memory.
+func (r *RunRequest) dropInputs() {
+	for i := range r.Commands {
+		r.Commands[i].Stdin, r.Commands[i].CopyIn = nil, nil
+	}
+}
+
 // Command is one command of a request: a run spec (api.Spec, every field
 // of the CLI's run with its default) plus where its standard streams come
 // from and go, and the files copied in and out. The service names no host

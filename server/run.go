@@ -36,18 +36,30 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), err)
 		return
 	}
-	if !s.startRuns(w, who, len(req.Commands)) {
-		return
-	}
-	ctx, done, ok := s.admit(w, r, len(req.Commands))
+	held, ok := s.holdOutput(w, who, s.runOutputHeld(&req))
 	if !ok {
 		return
 	}
-	defer done()
+	defer held.Release() // once the answer is written
+	if !s.startRuns(w, who, len(req.Commands)) {
+		return
+	}
+	ctx, slots, ok := s.admit(w, r, len(req.Commands))
+	if !ok {
+		return
+	}
+	defer slots.done()
 
 	ctx, ev, end := s.stream(ctx, w, r)
-	defer end(nil)
-	resp, err := s.run(ctx, &req, who, ev)
+	defer end()
+	resp, err := s.run(ctx, &req, who, ev, held)
+	// Ran: the answer is all the request still holds.
+	slots.ran()
+	if resp != nil {
+		held.Shrink(answerKept(&req, resp))
+	}
+	req.dropInputs()
+	leave()
 	if err != nil {
 		if ev != nil && ev.started() {
 			ev.fail(err)
@@ -71,6 +83,7 @@ type task struct {
 	req  *RunRequest
 	who  caller.Caller // whose files of the store it may read, and whose it makes
 	ev   *events
+	held *caller.Hold // what the service keeps for the request's answer
 	io   []isolate.IO
 	outs [][]CopyOutResult // per command: its copied-out files
 	own  [][]*os.File      // per command: files to close when its run ends
@@ -91,8 +104,8 @@ func (t *task) takeInline(n int64) int64 {
 
 // run runs every command of req together, as one group, and returns
 // their results.
-func (s *Server) run(ctx context.Context, req *RunRequest, who caller.Caller, ev *events) (*RunResponse, error) {
-	t := &task{s: s, req: req, who: who, ev: ev, io: make([]isolate.IO, len(req.Commands)), outs: make([][]CopyOutResult, len(req.Commands)), own: make([][]*os.File, len(req.Commands)), inline: maxInlineBytes}
+func (s *Server) run(ctx context.Context, req *RunRequest, who caller.Caller, ev *events, held *caller.Hold) (*RunResponse, error) {
+	t := &task{s: s, req: req, who: who, ev: ev, held: held, io: make([]isolate.IO, len(req.Commands)), outs: make([][]CopyOutResult, len(req.Commands)), own: make([][]*os.File, len(req.Commands)), inline: maxInlineBytes}
 	defer t.cleanup()
 	if err := t.prepare(); err != nil {
 		return nil, err
@@ -285,8 +298,13 @@ func (t *task) takeOut(f *os.File, size int64, co CopyOut) CopyOutResult {
 		limit = api.DefaultOutputLimitBytes
 	}
 	// What the answer holds inline is bounded in all, whatever each
-	// copy-out asks.
-	data := make([]byte, t.takeInline(min(limit, res.Size)))
+	// copy-out asks, and held for the caller.
+	inline := t.takeInline(min(limit, res.Size))
+	if err := t.held.Grow(inline); err != nil {
+		res.Error = "not copied out inline: " + err.Error()
+		return res
+	}
+	data := make([]byte, inline)
 	n, err := io.ReadFull(f, data)
 	if err == io.ErrUnexpectedEOF {
 		err = nil // the file shrank meanwhile

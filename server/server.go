@@ -78,7 +78,7 @@ type Config struct {
 	// (0: the default).
 	MaxBodyBytes int64            // a request's body (DefaultMaxBodyBytes)
 	WriteTimeout time.Duration    // how long an answer, or a streamed event, waits for its client to read (DefaultWriteTimeout)
-	Conns        connlimit.Limits // connections held at once, in all and per uid (TCP: per address)
+	Conns        connlimit.Limits // connections held at once, in all and per uid (TCP: per token, per address until a request carried it)
 
 	// Sessions starts the boxes of /v1/sessions (nil: those endpoints
 	// answer 501), at most MaxSessions at once in all and
@@ -295,7 +295,8 @@ func (s *Server) Shutdown(grace time.Duration) {
 // read takes a place in the service for a request (429 when there is
 // none) and decodes its body into v within the service's bounds (413
 // past the body's, 400 for the rest). It answers the client itself when
-// it fails; leave gives the place back.
+// it fails; leave gives the place back (once: a request whose commands
+// ended leaves before its answer is written, see admit).
 func read[T any](s *Server, w http.ResponseWriter, r *http.Request, v *T) (leave func(), ok bool) {
 	if r.ContentLength > s.cfg.MaxBodyBytes {
 		writeError(w, http.StatusRequestEntityTooLarge, errBodyTooLarge{s.cfg.MaxBodyBytes})
@@ -319,7 +320,8 @@ func read[T any](s *Server, w http.ResponseWriter, r *http.Request, v *T) (leave
 		writeError(w, http.StatusTooManyRequests, fmt.Errorf("%w: the service holds %d requests already", errQueueFull, cap(s.places)))
 		return nil, false
 	}
-	leave = func() { <-s.places; s.givePlace(account) }
+	var left sync.Once
+	leave = func() { left.Do(func() { <-s.places; s.givePlace(account) }) }
 	rc := http.NewResponseController(w)
 	rc.SetReadDeadline(time.Now().Add(readTimeout))
 	err := decode(r.Body, v, s.cfg.MaxBodyBytes, s.maxCommands())
@@ -384,8 +386,11 @@ func (s *Server) answer(w http.ResponseWriter, code int, v any) {
 
 // admit lets a request that runs n commands in: not while draining (503),
 // not beyond the queue (429); else it waits for its slots. It answers
-// the client itself when it refuses; done ends the request.
-func (s *Server) admit(w http.ResponseWriter, r *http.Request, n int) (ctx context.Context, done func(), ok bool) {
+// the client itself when it refuses. The request gives its slots back
+// with a.ran once its commands ended, before its answer is written: a
+// client that reads its answer slowly, or not at all, holds no run slot
+// of the service's. a.done ends the request.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, n int) (ctx context.Context, a *admitted, ok bool) {
 	s.inflight.Add(1)
 	if s.draining.Load() {
 		s.inflight.Done()
@@ -411,17 +416,31 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, n int) (ctx conte
 	// The request's boxes end once its answer is sent (isolate.EndAfter):
 	// done sends what the answer still buffers first.
 	answered := make(chan struct{})
-	end := func() {
+	a = &admitted{release: func() { s.queue.releaseFor(account, n) }}
+	a.end = func() {
 		if f, ok := w.(http.Flusher); ok {
 			f.Flush()
 		}
 		close(answered)
-		s.queue.releaseFor(account, n)
+		a.ran()
 		cancel()
 		s.inflight.Done()
 	}
-	return isolate.EndAfter(ctx, answered), end, true
+	return isolate.EndAfter(ctx, answered), a, true
 }
+
+// admitted is a request let in: its slots, then the request itself.
+type admitted struct {
+	once    sync.Once
+	release func()
+	end     func()
+}
+
+// ran gives the request's slots back (once): its commands ended.
+func (a *admitted) ran() { a.once.Do(a.release) }
+
+// done ends the request (its slots too, if ran did not).
+func (a *admitted) done() { a.end() }
 
 // Slot waits for one of the service's run slots, as a request of one
 // command does (--parallel, then --queue), for a front end outside HTTP

@@ -331,13 +331,14 @@ func (s *Server) handleSessionCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Building the box takes a run slot, as a run's does.
-	ctx, done, ok := s.admit(w, r, 1)
+	ctx, slots, ok := s.admit(w, r, 1)
 	if !ok {
 		s.sessions.unreserve(account)
 		return
 	}
-	defer done()
+	defer slots.done()
 	box, err := s.sessions.host.StartSession(ctx, spec)
+	slots.ran()
 	if err != nil {
 		s.sessions.unreserve(account)
 		writeError(w, statusOf(err), err)
@@ -528,14 +529,20 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 		s.startBackground(w, r, who, sess, cmd, req.Stdin)
 		return
 	}
-	// A command in the foreground takes a run slot while it runs.
-	ctx, adone, ok := s.admit(w, r, 1)
+	// A command in the foreground takes a run slot while it runs, and
+	// its captured output is held for its caller until it is answered.
+	held, ok := s.holdOutput(w, who, s.outputHeld(sess, cmd))
 	if !ok {
 		return
 	}
-	defer adone()
-	ctx, ev, end := s.streamIf(ctx, w, req.Stream || wantsStream(r))
-	defer end(nil)
+	defer held.Release()
+	ctx, slots, ok := s.admit(w, r, 1)
+	if !ok {
+		return
+	}
+	defer slots.done()
+	ctx, ev, end := s.streamIf(ctx, w, r, req.Stream || wantsStream(r))
+	defer end()
 	var stdio isolate.IO
 	if req.Stdin != nil {
 		stdio.Stdin = strings.NewReader(*req.Stdin)
@@ -560,6 +567,11 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 		p.Signal(syscall.SIGKILL)
 	}
 	rep := p.Wait()
+	// Ran: the answer is all the request still holds.
+	slots.ran()
+	held.Shrink(reportKept(rep, s.streamLimit(sess, cmd)))
+	req.Stdin = nil
+	leave()
 	s.ledger.ChargeCPU(who, cpuOf(rep))
 	rep.Sandbox.Via = "service"
 	rep.RequestID = requestID(r.Context())
@@ -1035,22 +1047,34 @@ func (s *Server) handleCode(w http.ResponseWriter, r *http.Request) {
 		contextErr(w, err)
 		return
 	}
-	if !s.startRuns(w, callerOf(r), 1) {
-		return
-	}
-	ctx, adone, ok := s.admit(w, r, 1)
+	// The call's captured output is held for its caller until it is
+	// answered; its rich results too, once they came.
+	limit := s.streamLimit(sess, isolate.SessionCommand{})
+	held, ok := s.holdOutput(w, callerOf(r), 2*limit)
 	if !ok {
 		return
 	}
-	defer adone()
-	ctx, ev, end := s.streamIf(ctx, w, req.Stream || wantsStream(r))
-	defer end(nil)
+	defer held.Release()
+	if !s.startRuns(w, callerOf(r), 1) {
+		return
+	}
+	ctx, slots, ok := s.admit(w, r, 1)
+	if !ok {
+		return
+	}
+	defer slots.done()
+	ctx, ev, end := s.streamIf(ctx, w, r, req.Stream || wantsStream(r))
+	defer end()
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	var onStdout, onStderr func(string)
 	if ev != nil {
-		onStdout = func(s string) { ev.emitValue(TypedEvent{Type: "stdout", Data: s}) }
-		onStderr = func(s string) { ev.emitValue(TypedEvent{Type: "stderr", Data: s}) }
+		onStdout = func(s string) {
+			ev.live("stdout", TypedEvent{Type: "stdout", Data: s}, TypedEvent{Type: "stdout", Cut: true})
+		}
+		onStderr = func(s string) {
+			ev.live("stderr", TypedEvent{Type: "stderr", Data: s}, TypedEvent{Type: "stderr", Cut: true})
+		}
 	}
 	start := time.Now()
 	c.mu.Lock()
@@ -1069,6 +1093,17 @@ func (s *Server) handleCode(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	ex, err := cc.Run(isolate.WithCallOptions(ctx, opts), req.Code, onStdout, onStderr)
+	// Ran: the answer is all the request still holds. Rich results past
+	// the caller's budget keep the request's place while they are
+	// written: the places bound them then.
+	slots.ran()
+	req.Code = ""
+	if ex != nil {
+		held.Shrink(keptCost(len(ex.Stdout), limit) + keptCost(len(ex.Stderr), limit))
+		if held.Grow(resultsKept(ex.Results)) == nil {
+			leave()
+		}
+	}
 	// Code running when its session ends answers as a command does
 	// then: the session has ended (its context with it).
 	// (Its context may be closed with it before the call sees the end.)

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/isolate-sandbox/isolate/api"
+	"github.com/isolate-sandbox/isolate/caller"
 	"github.com/isolate-sandbox/isolate/cgroup"
 )
 
@@ -613,4 +614,26 @@ func TestSessionCode(t *testing.T) {
 		t.Errorf("code running at the lease's end: %d %s", got.status, got.body)
 	}
 	waitFor(t, "the session to end", func() bool { return s.sessions.count() == 0 })
+}
+
+// A code call's captured output is held in its caller's budget as a
+// run's is: beyond it the call gets 429 and runs nothing; within it the
+// call runs, and once answered its caller holds nothing.
+func TestSessionCodeOutputIsHeld(t *testing.T) {
+	ledger := caller.NewLedger(caller.Budget{Bytes: 3 << 20, TotalBytes: 64 << 20})
+	s := startService(t, func(c *Config) { c.Ledger = ledger })
+	big := s.session(t, `{"output_limit_bytes": 2097152}`)
+	status, b := s.do(t, "POST", "/v1/sessions/"+big+"/code", `{"code": "print('ran')"}`)
+	if status != 429 || !strings.Contains(string(b), "--max-held-bytes-per-caller") {
+		t.Fatalf("a code call holding 4 MiB of a budget of 3: %d %s, want 429", status, b)
+	}
+	small := s.session(t, `{"output_limit_bytes": 1048576}`)
+	status, b = s.do(t, "POST", "/v1/sessions/"+small+"/code", `{"code": "print('x' * 1000000)"}`)
+	var a CodeAnswer
+	if json.Unmarshal(b, &a); status != 200 || len(a.Stdout) != 1000001 {
+		t.Fatalf("a code call within the budget: %d, %d bytes of stdout", status, len(a.Stdout))
+	}
+	if total, _ := ledger.Total(); total.Bytes != 0 {
+		t.Errorf("once answered, the ledger holds %d bytes", total.Bytes)
+	}
 }

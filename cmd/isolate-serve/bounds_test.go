@@ -5,6 +5,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,6 +17,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/isolate-sandbox/isolate/internal/fdtest"
 )
 
 // service is a service process started for a test or a benchmark; it
@@ -160,6 +165,31 @@ func BenchmarkServicePeakRSS(b *testing.B) {
 			b.ReportMetric(float64((&service{c}).peakRSS(b))/(1<<20), "peak-MiB")
 		})
 	}
+	// A code context's calls, one after the other, each printing its
+	// output limit on stdout and on stderr.
+	b.Run("code-output=64x2x16MiB", func(b *testing.B) {
+		s := startService(b)
+		for range b.N {
+			s.codeOutput(b, 64, 16<<20)
+		}
+		b.ReportMetric(float64(s.peakRSS(b))/(1<<20), "peak-MiB")
+	})
+	// Queue jobs past --max-body (with redis-server): never read.
+	if redisServer, err := exec.LookPath("redis-server"); err == nil {
+		b.Run("queue-body=64MiB", func(b *testing.B) {
+			dir := b.TempDir()
+			rdb := startRedis(b, redisServer, dir)
+			c := startChild(b, dir, "--cli-socket", "none", "--parallel", "2", "--queue-url", "unix://"+filepath.Join(dir, "redis.sock"))
+			b.Cleanup(func() {
+				c.cmd.Process.Signal(syscall.SIGTERM)
+				c.cmd.Wait()
+			})
+			for i := range b.N {
+				queueJobs(b, rdb, i, 64<<20)
+			}
+			b.ReportMetric(float64((&service{c}).peakRSS(b))/(1<<20), "peak-MiB")
+		})
+	}
 	for _, shape := range shapes {
 		b.Run(shape.name, func(b *testing.B) {
 			s := startService(b)
@@ -190,16 +220,24 @@ func (s *service) request(tb testing.TB, method, path, body string, v any) int {
 	return resp.StatusCode
 }
 
-// backgroundOutput runs n background commands in a session, one after
-// the other, each keeping limit bytes of output, and waits for each.
-func (s *service) backgroundOutput(tb testing.TB, n int, limit int64) {
+// session makes a session whose output limit is limit; the caller
+// deletes it.
+func (s *service) session(tb testing.TB, limit int64) string {
 	tb.Helper()
 	var sess struct{ ID string }
 	if code := s.request(tb, "POST", "/v1/sessions", fmt.Sprintf(`{"output_limit_bytes": %d}`, limit), &sess); code != 201 {
 		tb.Fatalf("session: %d", code)
 	}
-	defer s.request(tb, "DELETE", "/v1/sessions/"+sess.ID, "", nil)
-	cmds := "/v1/sessions/" + sess.ID + "/commands"
+	return sess.ID
+}
+
+// backgroundOutput runs n background commands in a session, one after
+// the other, each keeping limit bytes of output, and waits for each.
+func (s *service) backgroundOutput(tb testing.TB, n int, limit int64) {
+	tb.Helper()
+	id := s.session(tb, limit)
+	defer s.request(tb, "DELETE", "/v1/sessions/"+id, "", nil)
+	cmds := "/v1/sessions/" + id + "/commands"
 	for i := range n {
 		var p struct{ ID int }
 		body := fmt.Sprintf(`{"args": ["/bin/sh", "-c", "head -c %d /dev/zero"], "background": true}`, limit)
@@ -228,5 +266,55 @@ func TestSessionBackgroundOutputLeavesTheServiceSmall(t *testing.T) {
 	// session ended: 520 MiB.
 	if peak := s.peakRSS(t); peak > 240<<20 {
 		t.Errorf("the service's peak resident set is %d MiB after 24 background commands keeping 16 MiB each", peak>>20)
+	}
+}
+
+// codeOutput makes n code calls in a session, one after the other, each
+// writing limit bytes on stdout and on stderr, kept whole.
+func (s *service) codeOutput(tb testing.TB, n int, limit int64) {
+	tb.Helper()
+	id := s.session(tb, limit)
+	defer s.request(tb, "DELETE", "/v1/sessions/"+id, "", nil)
+	body := fmt.Sprintf(`{"code": "import sys\nsys.stdout.write('x' * %d)\nsys.stderr.write('y' * %d)"}`, limit, limit)
+	for i := range n {
+		var a struct{ Stdout, Stderr string }
+		if code := s.request(tb, "POST", "/v1/sessions/"+id+"/code", body, &a); code != 200 || int64(len(a.Stdout)) != limit || int64(len(a.Stderr)) != limit {
+			tb.Fatalf("code call %d: %d, %d and %d bytes of output", i, code, len(a.Stdout), len(a.Stderr))
+		}
+	}
+}
+
+// startRedis starts redis-server on dir/redis.sock, without persistence,
+// and a client of it; both stop when the test ends.
+func startRedis(tb testing.TB, bin, dir string) *redis.Client {
+	tb.Helper()
+	sock := filepath.Join(dir, "redis.sock")
+	cmd := exec.Command(bin, "--port", "0", "--unixsocket", sock, "--unixsocketperm", "600", "--dir", dir, "--save", "", "--appendonly", "no")
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	})
+	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: sock})
+	tb.Cleanup(func() { rdb.Close() })
+	fdtest.WaitFor(tb, "redis-server answers", func() bool { return rdb.Ping(context.Background()).Err() == nil })
+	return rdb
+}
+
+// queueJobs adds a job whose body is size bytes and a small one after
+// it, and waits for both to have results: the first a dead letter.
+func queueJobs(tb testing.TB, rdb *redis.Client, round int, size int) {
+	tb.Helper()
+	ctx := context.Background()
+	big, small := fmt.Sprintf("big-%d", round), fmt.Sprintf("small-%d", round)
+	rdb.XAdd(ctx, &redis.XAddArgs{Stream: "isolate:jobs", Values: []string{"id", big, "body", `{"commands":[{"args":["/bin/true","` + strings.Repeat("x", size) + `"]}]}`}})
+	rdb.XAdd(ctx, &redis.XAddArgs{Stream: "isolate:jobs", Values: []string{"id", small, "body", `{"commands":[{"args":["/bin/true"]}]}`}})
+	fdtest.WaitFor(tb, "both jobs to have results", func() bool {
+		return rdb.Exists(ctx, "isolate:result:"+big, "isolate:result:"+small).Val() == 2
+	})
+	if dead := rdb.HGet(ctx, "isolate:result:"+big, "dead_letter").Val(); !strings.Contains(dead, "--max-body") {
+		tb.Fatalf("the big job's result: %q", dead)
 	}
 }

@@ -179,7 +179,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.maxBody, "max-body", megs(server.DefaultMaxBodyBytes), "largest request body (SIZE; at most 1G)")
 	fs.DurationVar(&o.writeTimeout, "write-timeout", server.DefaultWriteTimeout, "how long a client may leave its answer unread before its run is cancelled")
 	fs.IntVar(&o.conns.Total, "max-conns", connlimit.DefaultTotal, "connections held at once on each socket; more are closed as they come")
-	fs.IntVar(&o.conns.PerPeer, "max-conns-per-uid", connlimit.DefaultPerPeer, "connections one uid (over TCP: one address) may hold on each socket")
+	fs.IntVar(&o.conns.PerPeer, "max-conns-per-uid", connlimit.DefaultPerPeer, "connections one uid (over TCP: the token; one address until a request carried it) may hold on each socket")
 	fs.IntVar(&o.maxSessions, "max-sessions", server.DefaultMaxSessions, "sessions alive at once, in all; more get 429")
 	fs.IntVar(&o.maxSessionsPerCaller, "max-sessions-per-caller", server.DefaultMaxSessionsPerCaller, "sessions one caller (a uid; over TCP: the token) may hold at once")
 	fs.StringVar(&o.heldBytes, "max-held-bytes-per-caller", megs(caller.DefaultHeldBytes), "bytes the service keeps for one caller at once: the captured output of its sessions' background commands (SIZE; at most 1G)")
@@ -524,7 +524,7 @@ func serve(args []string) error {
 	defer func() { stopReady(); <-readyDone }()
 	cli.auditTo(auditor)
 	var srv *server.Server
-	worker, err := o.q.worker(o.parallel, &srv, ready)
+	worker, err := o.q.worker(o.parallel, maxBody, &srv, ready)
 	if err != nil {
 		return err
 	}

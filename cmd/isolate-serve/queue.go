@@ -72,8 +72,9 @@ func (q *queueOptions) readURL() error {
 }
 
 // worker makes the queue's worker (nil without --queue-url), answering
-// through srv once it is set (readURL first).
-func (q *queueOptions) worker(parallel int, srv **server.Server, ready *readiness) (*queue.Worker, error) {
+// through srv once it is set (readURL first); a job's body is bounded
+// by maxBody (--max-body), as a request's.
+func (q *queueOptions) worker(parallel int, maxBody int64, srv **server.Server, ready *readiness) (*queue.Worker, error) {
 	url := q.url
 	if url == "" {
 		return nil, nil
@@ -89,6 +90,7 @@ func (q *queueOptions) worker(parallel int, srv **server.Server, ready *readines
 	return queue.New(queue.Config{
 		URL: url, Prefix: q.prefix, Group: q.group, Name: name, Version: version,
 		Capacity: capacity, ClaimIdle: q.claimIdle, MaxDeliveries: q.maxDeliveries, ResultTTL: q.resultTTL,
+		MaxBodyBytes: maxBody,
 		Answer: func(ctx context.Context, who caller.Caller, method, path string, body string) (int, []byte) {
 			return (*srv).Answer(ctx, who, method, path, body)
 		},

@@ -88,6 +88,7 @@ var boundaryCases = []boundaryCase{
 		want: map[string]string{rootHandover: "ok", memberHandover: "refused --stdin"}},
 	{row: "host paths read", custom: stdinSaysNoMore},
 	{row: "host paths read", custom: bindsReadAsTheCaller},
+	{row: "host paths read", custom: bindsReadWithoutSupplementaryGroups},
 	{row: "host paths read", custom: streamsAreChecked},
 	{row: "host paths written", cli: []string{"--stdout", "%[2]s/out"},
 		want: map[string]string{rootHandover: "ok", memberHandover: "refused"}},
@@ -108,6 +109,9 @@ var boundaryCases = []boundaryCase{
 	{row: "every caller's sessions", custom: everyCallersSessions},
 	{row: "metrics and health", custom: monitorRunsNothing},
 	{row: "budget: sessions, background commands, held bytes", custom: budgetIsPerAccount},
+	{row: "answers not read", custom: unreadAnswersHoldNoSlot},
+	{row: "connections", custom: tokenlessConnectionsLockNoOneOut},
+	{row: "request bodies", custom: bodiesPastMaxBody},
 }
 
 // boundary is the test's service and its callers.
@@ -164,13 +168,19 @@ func newBoundary(t *testing.T) *boundary {
 	}
 	b.svc = ownService(t, "--socket-group", strconv.Itoa(boundaryGroup), "--listen", "127.0.0.1:0", "--token-file", tokenFile,
 		"--max-mem", "256M", "--max-cpus", "1", "--max-time", "2s", "--parallel", "1", "--store-caller-quota", "1K",
-		"--subuid-file", subuid, "--max-sessions-per-caller", "1", "--max-background-per-caller", "1", "--max-held-bytes-per-caller", "1M",
+		"--subuid-file", subuid, "--max-sessions-per-caller", "1", "--max-background-per-caller", "1", "--max-held-bytes-per-caller", "4M",
 		"--net-allow-group", strconv.Itoa(optInGroup)+"=127.0.0.1:9,10.0.0.0/8",
-		"--audit-file", filepath.Join(b.secret, "audit.log"), "--monitor-listen", "127.0.0.1:0")
-	m := regexp.MustCompile(` and (127\.0\.0\.1:[0-9]+) \(`).FindStringSubmatch(b.svc.log())
-	if m == nil {
-		t.Fatalf("no TCP address in the service's log:\n%s", b.svc.log())
-	}
+		"--audit-file", filepath.Join(b.secret, "audit.log"), "--monitor-listen", "127.0.0.1:0",
+		// A client that reads nothing holds its answer's connection this
+		// long: no case waits for it.
+		"--write-timeout", "10m")
+	// The CLI's socket answers first; the API's listeners after the
+	// service's self-test.
+	var m []string
+	waitFor(t, "the TCP address in the service's log", func() bool {
+		m = regexp.MustCompile(` and (127\.0\.0\.1:[0-9]+) \(`).FindStringSubmatch(b.svc.log())
+		return m != nil
+	})
 	b.tcpAddr = m[1]
 	machineBox(t, boundaryBox)
 	return b
@@ -498,8 +508,14 @@ func budgetIsPerAccount(t *testing.T, b *boundary) {
 		b.api(t, memberAPI, otherUID, "DELETE", "/v1/sessions/"+oid, "")
 	}
 	cmds := "/v1/sessions/" + id + "/commands"
-	if code, answer := b.api(t, memberAPI, memberUID, "POST", cmds, `{"args": ["/bin/sleep", "60"], "background": true, "output_limit_bytes": 1048576}`); code != 429 || !strings.Contains(answer, "--max-held-bytes-per-caller") {
-		t.Errorf("a background command keeping 2 MiB under a budget of 1: %d %s, want 429", code, answer)
+	if code, answer := b.api(t, memberAPI, memberUID, "POST", cmds, `{"args": ["/bin/sleep", "60"], "background": true, "output_limit_bytes": 4194304}`); code != 429 || !strings.Contains(answer, "--max-held-bytes-per-caller") {
+		t.Errorf("a background command keeping 8 MiB under a budget of 4: %d %s, want 429", code, answer)
+	}
+	// A foreground request's output is held alike, from its admission.
+	for _, kind := range []string{memberAPI, tcpCaller} {
+		if got := b.apiRun(t, kind, `"output_limit_bytes": 4194304`); !strings.HasPrefix(got, "429") || !strings.Contains(got, "--max-held-bytes-per-caller") {
+			t.Errorf("%s: a run keeping 8 MiB under a budget of 4: %s, want 429", kind, got)
+		}
 	}
 	code, answer = b.api(t, memberAPI, memberUID, "POST", cmds, `{"args": ["/bin/sleep", "60"], "background": true}`)
 	var p struct{ ID int }
@@ -531,6 +547,87 @@ func budgetIsPerAccount(t *testing.T, b *boundary) {
 	resp.Body.Close()
 	if resp.StatusCode != 429 || !strings.Contains(string(body), "--max-sessions-per-caller") {
 		t.Errorf("a second session of the token from 127.0.0.2: %d %s, want 429", resp.StatusCode, body)
+	}
+}
+
+// bodiesPastMaxBody: a body past --max-body (4 MiB by default) is a 413
+// for every caller of the API.
+func bodiesPastMaxBody(t *testing.T, b *boundary) {
+	body := `{"commands": [{"args": ["/bin/true", "` + strings.Repeat("x", 5<<20) + `"]}]}`
+	for _, kind := range []string{rootAPI, tcpCaller} {
+		if code, answer := b.api(t, kind, 0, "POST", "/v1/run", body); code != 413 || !strings.Contains(answer, "4194304") {
+			t.Errorf("%s: a body of 5 MiB: %d %.200s, want 413", kind, code, answer)
+		}
+	}
+	// The member announces 5 MiB and sends none of it: the answer comes
+	// before the body is read.
+	const announce = `
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(b"POST /v1/run HTTP/1.1\r\nHost: isolate\r\nAuthorization: Bearer " + sys.argv[2].encode() + b"\r\nContent-Length: 5242880\r\n\r\n")
+sys.stdout.buffer.write(s.recv(65536))
+`
+	cmd := exec.Command("/usr/bin/python3", "-c", announce, filepath.Join(b.svc.dir, "api.sock"), b.token)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: member(memberUID)}
+	cmd.Dir = "/"
+	out, err := cmd.Output()
+	if err != nil || !strings.HasPrefix(string(out), "HTTP/1.1 413") || !strings.Contains(string(out), "4194304") {
+		t.Errorf("%s: a body of 5 MiB announced: %v %.300s, want 413", memberAPI, err, out)
+	}
+}
+
+// tokenlessConnectionsLockNoOneOut: over TCP, connections without the
+// token from the token holder's own address, more than
+// --max-conns-per-uid of them, do not keep it out: a connection is the
+// token's once its request proved it, its address's only until then,
+// and the oldest of those make room for a new one.
+func tokenlessConnectionsLockNoOneOut(t *testing.T, b *boundary) {
+	for range 200 {
+		c, err := net.Dial("tcp", b.tcpAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close() // says nothing
+	}
+	// A connection of its own, new.
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	req, _ := http.NewRequest("GET", "http://"+b.tcpAddr+"/v1/version", nil)
+	req.Header.Set("Authorization", "Bearer "+b.token)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("the token holder beside 200 silent connections of its address: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("the token holder beside 200 silent connections of its address: %d", resp.StatusCode)
+	}
+}
+
+// unreadAnswersHoldNoSlot: a TCP caller's streamed run whose answer is
+// never read gives back its slot (--parallel 1) and its place once it
+// ended, its output waiting within the token's held bytes (past them its
+// live copy is cut): a member's run is answered next, long before the
+// write timeout.
+func unreadAnswersHoldNoSlot(t *testing.T, b *boundary) {
+	conn, err := net.Dial("tcp", b.tcpAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// (The sleep leaves the run in its slot long enough to be seen there.)
+	body := `{"commands": [{"args": ["/bin/sh", "-c", "head -c 8M /dev/zero; sleep 1"], "output_limit_bytes": 1048576}]}`
+	fmt.Fprintf(conn, "POST /v1/run HTTP/1.1\r\nHost: isolate\r\nAuthorization: Bearer %s\r\nAccept: application/x-ndjson\r\nContent-Length: %d\r\n\r\n%s", b.token, len(body), body)
+	running := func() int {
+		_, answer := b.api(t, rootAPI, 0, "GET", "/v1/health", "")
+		var h struct{ Running int }
+		json.Unmarshal([]byte(answer), &h)
+		return h.Running
+	}
+	waitFor(t, "the TCP caller's run to hold the slot", func() bool { return running() == 1 })
+	waitFor(t, "the slot of the run whose answer is not read to be given back once it ended", func() bool { return running() == 0 })
+	if got := b.apiRun(t, memberAPI, ""); got != "ok" {
+		t.Errorf("a member's run beside the TCP caller's unread answer: %s", got)
 	}
 }
 

@@ -1,11 +1,17 @@
 // Package connlimit bounds the connections a service holds, in all and
 // per peer (a uid on a unix socket, counted as the user who owns its
-// subordinate range; an address over TCP), and keeps an accept loop
-// alive when the process is out of descriptors: a flood of idle
-// connections then costs each peer its own share, never the service's
-// socket. A connection that waits between requests (Idle) is closed to
-// make room for a new one rather than the new one refused: a client's
-// keep-alive connections never lock it out.
+// subordinate range; over TCP the token a connection's requests carry,
+// Authenticate), and keeps an accept loop alive when the process is out
+// of descriptors: a flood of idle connections then costs each peer its
+// own share, never the service's socket. A connection that waits between
+// requests (Idle) is closed to make room for a new one rather than the
+// new one refused: a client's keep-alive connections never lock it out.
+// A TCP connection is nobody's until a request of it proved whose it is:
+// until then it is counted by its address, at most PerPeer of them, the
+// oldest closed to make room for a new one (of that address, or at the
+// total of anyone's): connections without a token never lock out one
+// that has it, from any address, and aliases of an address (127.0.0.x)
+// do not multiply what a token may hold.
 package connlimit
 
 import (
@@ -54,6 +60,9 @@ type Listener struct {
 	total int
 	peers map[string]int
 	idle  map[*Conn]bool // connections waiting between requests
+	// anonymous are the TCP connections no request has proved whose
+	// they are yet, oldest first; their peers' counts are by address.
+	anonymous []*Conn
 
 	// Refused counts connections closed for being beyond a limit;
 	// Starved counts accepts that failed for want of descriptors.
@@ -86,8 +95,9 @@ func (l *Listener) Accept() (net.Conn, error) {
 		}
 		backoff = 0
 		key, cred := peerKey(c)
-		conn := &Conn{Conn: c, Cred: cred, l: l, key: key}
-		if !l.take(key) {
+		_, anonymous := c.(*net.TCPConn)
+		conn := &Conn{Conn: c, Cred: cred, l: l, key: key, anonymous: anonymous}
+		if !l.take(conn) {
 			l.Refused.Add(1)
 			c.Close()
 			continue
@@ -112,19 +122,43 @@ func transient(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// take counts a new connection of key's in, closing an idle one (key's
-// own when key is at its limit, any when the listener is at its) to
-// make room; false when there is none to close.
-func (l *Listener) take(key string) bool {
+// take counts a new connection in, closing one to make room: an idle one
+// (its peer's own when the peer is at its limit, any when the listener
+// is at its), else an anonymous one (the oldest of its address's when
+// the new one is anonymous, the oldest of all at the total); false when
+// there is none to close.
+func (l *Listener) take(nc *Conn) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for l.total >= l.lim.Total || l.peers[key] >= l.lim.PerPeer {
+	if !l.makeRoomLocked(nc.key, nc.anonymous, true) {
+		return false
+	}
+	l.total++
+	l.peers[nc.key]++
+	if nc.anonymous {
+		l.anonymous = append(l.anonymous, nc)
+	}
+	return true
+}
+
+// makeRoomLocked closes connections until key may hold one more (and,
+// with total, the listener too), as take says (l.mu held).
+func (l *Listener) makeRoomLocked(key string, anonymous, total bool) bool {
+	for total && l.total >= l.lim.Total || l.peers[key] >= l.lim.PerPeer {
 		own := l.peers[key] >= l.lim.PerPeer
 		var victim *Conn
 		for c := range l.idle {
 			if !own || c.key == key {
 				victim = c
 				break
+			}
+		}
+		if victim == nil && (anonymous || !own) {
+			for _, c := range l.anonymous {
+				if !own || c.key == key {
+					victim = c
+					break
+				}
 			}
 		}
 		if victim == nil {
@@ -134,9 +168,45 @@ func (l *Listener) take(key string) bool {
 		// Closed outside the count: its Close gives nothing back twice.
 		go victim.Conn.Close()
 	}
-	l.total++
+	return true
+}
+
+// Authenticate counts c as key's from now on (over TCP, the token its
+// request carried; a unix socket's connections are their uid's from the
+// start, and stay so): it leaves its address's count for key's, closing
+// an idle connection of key's when key is at its limit. False when key
+// holds its limit of busy connections: the caller refuses the request
+// and closes c.
+func (c *Conn) Authenticate(key string) bool {
+	l := c.l
+	if l == nil {
+		return true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c.gone || !c.anonymous {
+		return true
+	}
+	if !l.makeRoomLocked(key, false, false) {
+		return false
+	}
+	l.forgetAnonymousLocked(c)
+	if l.peers[c.key]--; l.peers[c.key] <= 0 {
+		delete(l.peers, c.key)
+	}
+	c.key, c.anonymous = key, false
 	l.peers[key]++
 	return true
+}
+
+// forgetAnonymousLocked takes c off the anonymous connections (l.mu held).
+func (l *Listener) forgetAnonymousLocked(c *Conn) {
+	for i, a := range l.anonymous {
+		if a == c {
+			l.anonymous = append(l.anonymous[:i], l.anonymous[i+1:]...)
+			return
+		}
+	}
 }
 
 // dropLocked takes c out of the count (l.mu held), once.
@@ -146,6 +216,9 @@ func (l *Listener) dropLocked(c *Conn) {
 	}
 	c.gone = true
 	delete(l.idle, c)
+	if c.anonymous {
+		l.forgetAnonymousLocked(c)
+	}
 	l.total--
 	if l.peers[c.key]--; l.peers[c.key] <= 0 {
 		delete(l.peers, c.key)
@@ -226,6 +299,9 @@ type Conn struct {
 	l    *Listener
 	key  string
 	gone bool // out of the count (l.mu)
+	// anonymous: a TCP connection no request has proved whose it is
+	// yet, counted by its address (l.mu).
+	anonymous bool
 }
 
 // NetConn is the connection as accepted (a *net.UnixConn or

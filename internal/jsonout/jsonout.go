@@ -92,6 +92,17 @@ func (a *Encoded) Size() int {
 	return len(a.head)
 }
 
+// Held is about the memory the encoding holds: its small encoding and
+// the strings it writes out in pieces (a line waiting to be written is
+// this much, whatever the bytes of its value).
+func (a *Encoded) Held() int64 {
+	n := int64(cap(a.head))
+	for _, it := range a.items {
+		n += int64(len(it.str) + len(it.raw))
+	}
+	return n
+}
+
 // Lifted is how many strings are written in pieces.
 func (a *Encoded) Lifted() int { return len(a.items) }
 

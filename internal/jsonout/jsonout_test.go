@@ -54,3 +54,23 @@ func TestEncodeIsEncodingJSONs(t *testing.T) {
 		}
 	}
 }
+
+// Held counts what an encoding keeps: a large string once (written out
+// from the value), a small one as its JSON (NUL bytes six times over).
+func TestHeld(t *testing.T) {
+	big := strings.Repeat("\x00", 100<<10)
+	a, err := Encode(struct{ S string }{big}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := a.Held(); h < 100<<10 || h > 101<<10 {
+		t.Errorf("a lifted 100 KiB string: %d held", h)
+	}
+	small := strings.Repeat("\x00", 1<<10)
+	if a, err = Encode(struct{ S string }{small}, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if h := a.Held(); h < 6<<10 {
+		t.Errorf("a 1 KiB string of NUL bytes: %d held, want its 6 KiB of JSON", h)
+	}
+}
