@@ -7,7 +7,7 @@ TAGS := urfave_cli_no_docs,netgo,osusergo,initbin
 # netgo/osusergo keep the C library's name services out of it,
 # urfave_cli_no_docs keeps the man-page generator (and its start-up cost)
 # out; libseccomp links in from libseccomp-dev's archive.
-LDFLAGS := -s -w -X main.version=$(VERSION) -X github.com/isolate-sandbox/isolate/cmdline.Version=$(VERSION)
+LDFLAGS := -s -w -X main.version=$(VERSION) -X github.com/isolate-sandbox/isolate/cli.Version=$(VERSION)
 # The Go toolchain's directory: scripts/deps.sh installs what is missing
 # and prints it. A package build (debian/rules) names its own and
 # installs nothing.

@@ -1,6 +1,6 @@
 package api
 
-import "github.com/isolate-sandbox/isolate/egress"
+import "github.com/isolate-sandbox/isolate/isolate/egress"
 
 // Status is the outcome of a run.
 type Status string

@@ -6,7 +6,7 @@ import (
 	"path"
 	"strings"
 
-	"github.com/isolate-sandbox/isolate/egress"
+	"github.com/isolate-sandbox/isolate/isolate/egress"
 )
 
 // Unlimited, in a limit of a Spec, turns the limit off. Zero (or an

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/isolate-sandbox/isolate/hostfs"
+	"github.com/isolate-sandbox/isolate/isolate/hostfs"
 )
 
 // What FindDelegated says where no subtree is delegated: on a host whose

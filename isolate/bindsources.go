@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/isolate-sandbox/isolate/hostfs"
+	"github.com/isolate-sandbox/isolate/isolate/hostfs"
 )
 
 // bindSource is one bind's source (nil for a file system mount and for

@@ -1,6 +1,6 @@
 package isolate
 
-import "github.com/isolate-sandbox/isolate/hostfs"
+import "github.com/isolate-sandbox/isolate/isolate/hostfs"
 
 // Cred are the file-system credentials of whoever a run's host files
 // are opened for (see hostfs.Cred).

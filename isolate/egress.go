@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/isolate-sandbox/isolate/egress/proxy"
+	"github.com/isolate-sandbox/isolate/isolate/egress/proxy"
 )
 
 // startEgress serves the box's allowlist on its loopback before the

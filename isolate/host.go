@@ -14,7 +14,7 @@ import (
 
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/cgroup"
-	"github.com/isolate-sandbox/isolate/egress"
+	"github.com/isolate-sandbox/isolate/isolate/egress"
 	"github.com/isolate-sandbox/isolate/langs"
 	"github.com/isolate-sandbox/isolate/rootfs"
 	"github.com/isolate-sandbox/isolate/seccomp"

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/isolate-sandbox/isolate/cgroup"
-	"github.com/isolate-sandbox/isolate/hostfs"
+	"github.com/isolate-sandbox/isolate/isolate/hostfs"
 	"github.com/isolate-sandbox/isolate/seccomp"
 )
 

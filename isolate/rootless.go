@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolate-sandbox/isolate/cgroup"
-	"github.com/isolate-sandbox/isolate/hostfs"
+	"github.com/isolate-sandbox/isolate/isolate/hostfs"
 	"github.com/isolate-sandbox/isolate/rootfs"
 )
 

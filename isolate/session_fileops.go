@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolate-sandbox/isolate/api"
-	"github.com/isolate-sandbox/isolate/hostfs"
+	"github.com/isolate-sandbox/isolate/isolate/hostfs"
 )
 
 // MakeDir makes the directory path and what is missing above it.

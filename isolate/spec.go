@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/isolate-sandbox/isolate/api"
-	"github.com/isolate-sandbox/isolate/egress"
+	"github.com/isolate-sandbox/isolate/isolate/egress"
 
 	"github.com/isolate-sandbox/isolate/rootfs"
 )

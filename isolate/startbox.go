@@ -12,8 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/isolate-sandbox/isolate/egress"
-	"github.com/isolate-sandbox/isolate/hostfs"
+	"github.com/isolate-sandbox/isolate/isolate/egress"
+	"github.com/isolate-sandbox/isolate/isolate/hostfs"
 	"github.com/isolate-sandbox/isolate/rootfs"
 	"github.com/isolate-sandbox/isolate/seccomp"
 )

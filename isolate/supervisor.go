@@ -8,8 +8,8 @@ import (
 
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/cgroup"
-	"github.com/isolate-sandbox/isolate/egress/proxy"
-	"github.com/isolate-sandbox/isolate/hostfs"
+	"github.com/isolate-sandbox/isolate/isolate/egress/proxy"
+	"github.com/isolate-sandbox/isolate/isolate/hostfs"
 	"github.com/isolate-sandbox/isolate/seccomp"
 )
 

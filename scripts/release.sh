@@ -59,7 +59,7 @@ fi
 
 version=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
 tags=urfave_cli_no_docs,netgo,osusergo,initbin
-ldflags="-s -w -X main.version=$version -X github.com/isolate-sandbox/isolate/cmdline.Version=$version"
+ldflags="-s -w -X main.version=$version -X github.com/isolate-sandbox/isolate/cli.Version=$version"
 rm -rf dist
 mkdir -p dist
 

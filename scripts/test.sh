@@ -21,7 +21,7 @@ export ISOLATE_MCP_CLIENTS="$mcp_clients"
 # initbin: every box of a long-running process (the service, the pool and
 # server tests) starts the small init (isolate/initbin), built first.
 TAGS=urfave_cli_no_docs,netgo,osusergo,initbin
-RUNTIME_PKGS=github.com/isolate-sandbox/isolate/isolate,github.com/isolate-sandbox/isolate/hostfs,github.com/isolate-sandbox/isolate/cgroup,github.com/isolate-sandbox/isolate/seccomp,github.com/isolate-sandbox/isolate/rootfs
+RUNTIME_PKGS=github.com/isolate-sandbox/isolate/isolate,github.com/isolate-sandbox/isolate/isolate/hostfs,github.com/isolate-sandbox/isolate/cgroup,github.com/isolate-sandbox/isolate/seccomp,github.com/isolate-sandbox/isolate/rootfs
 MIN_COVERAGE=80
 
 [ "$(id -u)" = 0 ] || { echo "test: run as root (the tests use namespaces, cgroups, mounts)" >&2; exit 2; }

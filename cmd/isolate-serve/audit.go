@@ -15,10 +15,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolate-sandbox/isolate/api"
-	"github.com/isolate-sandbox/isolate/caller"
-	"github.com/isolate-sandbox/isolate/cmdline"
-	"github.com/isolate-sandbox/isolate/handover"
-	"github.com/isolate-sandbox/isolate/server"
+	cmdline "github.com/isolate-sandbox/isolate/cli"
+	"github.com/isolate-sandbox/isolate/service/caller"
+	"github.com/isolate-sandbox/isolate/service/handover"
+	"github.com/isolate-sandbox/isolate/service/server"
 )
 
 // openAuditor writes audit lines to standard error and, with

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/isolate-sandbox/isolate/server"
+	"github.com/isolate-sandbox/isolate/service/server"
 )
 
 // --audit-file: created or appended to, mode 0600 whatever it had; never

@@ -17,11 +17,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
-	"github.com/isolate-sandbox/isolate/caller"
-	"github.com/isolate-sandbox/isolate/cmdline"
-	"github.com/isolate-sandbox/isolate/handover"
+	cmdline "github.com/isolate-sandbox/isolate/cli"
 	"github.com/isolate-sandbox/isolate/isolate"
-	"github.com/isolate-sandbox/isolate/server"
+	"github.com/isolate-sandbox/isolate/service/caller"
+	"github.com/isolate-sandbox/isolate/service/handover"
+	"github.com/isolate-sandbox/isolate/service/server"
 )
 
 // cliService is the handover server and its metric.

@@ -30,14 +30,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolate-sandbox/isolate/api"
-	"github.com/isolate-sandbox/isolate/caller"
 	"github.com/isolate-sandbox/isolate/cgroup"
-	"github.com/isolate-sandbox/isolate/filestore"
-	"github.com/isolate-sandbox/isolate/handover"
 	"github.com/isolate-sandbox/isolate/internal/connlimit"
 	"github.com/isolate-sandbox/isolate/isolate"
-	"github.com/isolate-sandbox/isolate/mcp"
-	"github.com/isolate-sandbox/isolate/server"
+	"github.com/isolate-sandbox/isolate/service/caller"
+	"github.com/isolate-sandbox/isolate/service/filestore"
+	"github.com/isolate-sandbox/isolate/service/handover"
+	"github.com/isolate-sandbox/isolate/service/mcp"
+	"github.com/isolate-sandbox/isolate/service/server"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".

@@ -21,8 +21,8 @@ import (
 	"time"
 
 	"github.com/isolate-sandbox/isolate/isolate"
-	"github.com/isolate-sandbox/isolate/mcp"
-	"github.com/isolate-sandbox/isolate/server"
+	"github.com/isolate-sandbox/isolate/service/mcp"
+	"github.com/isolate-sandbox/isolate/service/server"
 )
 
 func mcpStdio(args []string) error {

@@ -16,7 +16,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/isolate-sandbox/isolate/server"
+	"github.com/isolate-sandbox/isolate/service/server"
 )
 
 func probe(args []string) error {

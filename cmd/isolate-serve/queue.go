@@ -16,9 +16,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/isolate-sandbox/isolate/caller"
-	"github.com/isolate-sandbox/isolate/queue"
-	"github.com/isolate-sandbox/isolate/server"
+	"github.com/isolate-sandbox/isolate/service/caller"
+	"github.com/isolate-sandbox/isolate/service/queue"
+	"github.com/isolate-sandbox/isolate/service/server"
 )
 
 // queueOptions are the queue front end's flags.

@@ -20,7 +20,7 @@ import (
 	"github.com/isolate-sandbox/isolate/isolate"
 	"github.com/isolate-sandbox/isolate/langs"
 	"github.com/isolate-sandbox/isolate/rootfs"
-	"github.com/isolate-sandbox/isolate/server"
+	"github.com/isolate-sandbox/isolate/service/server"
 )
 
 // selfTestRetry is how often a failing self-test is tried again.

@@ -17,7 +17,7 @@ import (
 	"github.com/isolate-sandbox/isolate/cgroup"
 	"github.com/isolate-sandbox/isolate/internal/fdtest"
 	"github.com/isolate-sandbox/isolate/rootfs"
-	"github.com/isolate-sandbox/isolate/server"
+	"github.com/isolate-sandbox/isolate/service/server"
 )
 
 func (c *child) health(t *testing.T) (int, server.Health) {

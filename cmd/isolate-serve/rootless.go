@@ -14,10 +14,10 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/isolate-sandbox/isolate/caller"
-	"github.com/isolate-sandbox/isolate/handover"
 	"github.com/isolate-sandbox/isolate/isolate"
-	"github.com/isolate-sandbox/isolate/server"
+	"github.com/isolate-sandbox/isolate/service/caller"
+	"github.com/isolate-sandbox/isolate/service/handover"
+	"github.com/isolate-sandbox/isolate/service/server"
 )
 
 // ownPaths puts the sockets, work directories and file store of a service

@@ -10,7 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/isolate-sandbox/isolate/cmdline"
+	cmdline "github.com/isolate-sandbox/isolate/cli"
 	"github.com/isolate-sandbox/isolate/internal/bench"
 )
 

@@ -6,7 +6,7 @@ package main
 // library starts too (-e isolateentry); elsewhere from an ELF
 // constructor. This file links it in, and reads why a service declined.
 
-// #cgo CFLAGS: -O2 -Wall -Wno-unused-result -fno-stack-protector -I${SRCDIR}/../../handover -I${SRCDIR}/../../isolate
+// #cgo CFLAGS: -O2 -Wall -Wno-unused-result -fno-stack-protector -I${SRCDIR}/../../service/handover -I${SRCDIR}/../../isolate
 // #cgo amd64 LDFLAGS: -Wl,-e,isolateentry
 // const char *isolate_declined_reason(void);
 // const char *isolate_declined_socket(void);
@@ -16,7 +16,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/isolate-sandbox/isolate/cmdline"
+	cmdline "github.com/isolate-sandbox/isolate/cli"
 )
 
 // otherBuild begins the reason a service gives for declining a run of

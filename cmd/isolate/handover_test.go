@@ -337,7 +337,7 @@ func TestHandoverOtherVersionSaysSo(t *testing.T) {
 	os.Chmod(dir, 0o755) // its caller is nobody
 	upgraded := filepath.Join(dir, "isolate")
 	const version = "9.9-upgraded"
-	if err := testbin.Build(upgraded, ".", "-ldflags", "-X github.com/isolate-sandbox/isolate/cmdline.Version="+version); err != nil {
+	if err := testbin.Build(upgraded, ".", "-ldflags", "-X github.com/isolate-sandbox/isolate/cli.Version="+version); err != nil {
 		t.Fatal(err)
 	}
 	asMember := func(bin string, args ...string) result {

@@ -13,10 +13,10 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/isolate-sandbox/isolate/imagebuild"
 	"github.com/isolate-sandbox/isolate/isolate"
 	"github.com/isolate-sandbox/isolate/langs"
 	"github.com/isolate-sandbox/isolate/rootfs"
+	"github.com/isolate-sandbox/isolate/rootfs/imagebuild"
 )
 
 // imageCommand builds, lists and removes the images: the languages' and

@@ -9,9 +9,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/isolate-sandbox/isolate/imagebuild"
 	"github.com/isolate-sandbox/isolate/langs"
 	"github.com/isolate-sandbox/isolate/rootfs"
+	"github.com/isolate-sandbox/isolate/rootfs/imagebuild"
 )
 
 // langInfo is one line of `isolate langs`.

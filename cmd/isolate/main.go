@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/isolate-sandbox/isolate/cmdline"
+	cmdline "github.com/isolate-sandbox/isolate/cli"
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/isolate-sandbox/isolate/cmdline"
+	cmdline "github.com/isolate-sandbox/isolate/cli"
 )
 
 // helpOptions are the option names (--long and -s) that `isolate CMD

@@ -23,7 +23,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/isolate-sandbox/isolate/caller"
+	"github.com/isolate-sandbox/isolate/service/caller"
 )
 
 // Defaults of Limits.
