@@ -23,7 +23,7 @@ all: build
 # The service is a binary of its own (`isolate serve` execs it from
 # beside isolate), so that the one-shot isolate links none of its
 # dependencies. Both embed the box's init as a small executable of its
-# own (tag initbin, isolate/initbin), built first.
+# own (tag initbin, isolate/boxinit/initbin), built first.
 build:
 	@$(WITH_GO) ./scripts/build-init.sh
 	@$(WITH_GO) go build -tags $(TAGS) -trimpath -ldflags '$(LDFLAGS)' -o bin/isolate ./cmd/isolate

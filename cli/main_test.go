@@ -20,6 +20,7 @@ import (
 	"testing"
 
 	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 	"github.com/isolate-sandbox/isolate/service/caller"
 )
 
@@ -28,7 +29,7 @@ var isolateBin string
 
 func TestMain(m *testing.M) {
 	// The runtime starts each box's init by re-executing this binary.
-	isolate.MaybeInit()
+	boxinit.MaybeInit()
 	if os.Geteuid() != 0 {
 		os.Exit(m.Run())
 	}

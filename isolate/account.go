@@ -4,11 +4,13 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 )
 
 // account fills the report from the kernel's figures: the cgroup for CPU,
 // memory and tasks, init's wait4 for the exit and rusage.
-func (s *supervisor) account(m *initMessage, wall time.Duration) error {
+func (s *supervisor) account(m *boxinit.Message, wall time.Duration) error {
 	r := s.report
 	sp := s.spec
 	ws := syscall.WaitStatus(m.WaitStatus)
@@ -53,7 +55,7 @@ func (s *supervisor) account(m *initMessage, wall time.Duration) error {
 // cgroupUsage reads what the box used from its cgroup into the report:
 // CPU time (the total, and the user/system split to apply to it),
 // memory peak, OOM kills, pids peak.
-func (s *supervisor) cgroupUsage(m *initMessage) (total, user, sys time.Duration, err error) {
+func (s *supervisor) cgroupUsage(m *boxinit.Message) (total, user, sys time.Duration, err error) {
 	r := s.report
 	if total, err = s.cg.CPUUsage(); err != nil {
 		return 0, 0, 0, cgroupReadErr("read CPU usage", err)
@@ -82,7 +84,7 @@ func (s *supervisor) cgroupUsage(m *initMessage) (total, user, sys time.Duration
 // startFailure is the step that kept the program from starting, as init
 // sent it: the step ("execve" for the program's own exec), its errno, and
 // the text after "PROGRAM: " or "STEP: ".
-func startFailure(program string, m *initMessage) *StepError {
+func startFailure(program string, m *boxinit.Message) *StepError {
 	prefix := m.Step + ": "
 	if m.Step == "execve" {
 		prefix = program + ": "

@@ -101,7 +101,7 @@ func sameFile(a, b *os.File) bool {
 // serves says whether box a, built ahead, may take the run of s: the same
 // box part, the same directories bound, box/ still the directory it was.
 func (a *aheadBox) serves(s *supervisor) bool {
-	if a.b == nil || !a.b.s.init.alive() || !sameBoxPart(&a.spec, s.spec) || len(a.binds) != len(s.binds) {
+	if a.b == nil || !a.b.s.init.Alive() || !sameBoxPart(&a.spec, s.spec) || len(a.binds) != len(s.binds) {
 		return false
 	}
 	for i, src := range s.binds {

@@ -1,5 +1,6 @@
 package isolate
 
+// #cgo CFLAGS: -I${SRCDIR}/boxinit
 // #include "early.h"
 import "C"
 
@@ -9,6 +10,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 )
 
 // earlyInit is a box's init the isolate command started before the Go
@@ -72,7 +75,7 @@ func (e *earlyInit) discard() {
 // without root), which ends it. (Only buildBox sends an early init's
 // descriptors and streams.)
 func (s *supervisor) earlyInitFor(flags uintptr) *earlyInit {
-	if !oneShot.Load() {
+	if !boxinit.OneShot.Load() {
 		return nil
 	}
 	e := takeEarlyInit()
@@ -92,8 +95,8 @@ func (s *supervisor) earlyInitFor(flags uintptr) *earlyInit {
 // streams for the command part. They stay open (s.closers) until the
 // command part is sent.
 func (s *supervisor) adoptInit(e *earlyInit, boxFiles, streams []*os.File, statusR *os.File) error {
-	s.init = &initProc{pid: e.pid, pidfd: e.pidfd}
-	s.msgs = make(chan initMessage, 4)
+	s.init = &boxinit.Proc{Pid: e.pid, Pidfd: e.pidfd}
+	s.msgs = make(chan boxinit.Message, 4)
 	go readMessages(statusR, s.msgs)
 	s.boxFiles, s.streams = boxFiles, streams
 	if err := s.makeStaging(); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 	"github.com/isolate-sandbox/isolate/isolate/egress/proxy"
 )
 
@@ -51,7 +52,7 @@ func boxListener(pid int) (net.Listener, error) {
 		return nil, fmt.Errorf("pidfd_open of the box's PID 1: %w", err)
 	}
 	defer unix.Close(pidfd)
-	fd, err := unix.PidfdGetfd(pidfd, fdProxy, 0)
+	fd, err := unix.PidfdGetfd(pidfd, boxinit.FDProxy, 0)
 	if err != nil {
 		return nil, fmt.Errorf("take the box's listener (pidfd_getfd): %w", err)
 	}

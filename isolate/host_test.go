@@ -13,10 +13,11 @@ import (
 
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 )
 
 func TestMain(m *testing.M) {
-	isolate.MaybeInit() // the boxes' init is this binary
+	boxinit.MaybeInit() // the boxes' init is this binary
 	os.Exit(m.Run())
 }
 

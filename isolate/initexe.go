@@ -8,7 +8,8 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	"github.com/isolate-sandbox/isolate/isolate/initbin"
+	"github.com/isolate-sandbox/isolate/isolate/boxinit"
+	"github.com/isolate-sandbox/isolate/isolate/boxinit/initbin"
 	"golang.org/x/sys/unix"
 )
 
@@ -51,7 +52,7 @@ func loadSmallInit() string {
 // start from /proc/self/exe (a run never fails for it; the one-shot CLI's
 // stderr is the user's).
 func smallInitFailed(err error) {
-	if !oneShot.Load() {
+	if !boxinit.OneShot.Load() {
 		warnSmallInit.Do(func() {
 			fmt.Fprintf(os.Stderr, "isolate: boxes start from %s, not the small init: %v\n", selfExe, err)
 		})
@@ -69,11 +70,11 @@ var smallInitRefused atomic.Int64
 // namespace), from /proc/self/exe.
 func forkInitExe(argv []string, attr *syscall.ProcAttr) (pid int, err error) {
 	path := initPath()
-	pid, err = forkInit(path, argv, attr)
+	pid, err = boxinit.ForkInit(path, argv, attr)
 	if err != nil && path != selfExe {
 		smallInitRefused.Add(1)
 		smallInitFailed(fmt.Errorf("exec %s: %w", path, err))
-		pid, err = forkInit(selfExe, argv, attr)
+		pid, err = boxinit.ForkInit(selfExe, argv, attr)
 	}
 	return pid, err
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/isolate"
-	"github.com/isolate-sandbox/isolate/isolate/initbin"
+	"github.com/isolate-sandbox/isolate/isolate/boxinit/initbin"
 	"golang.org/x/sys/unix"
 )
 

@@ -8,15 +8,17 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 )
 
 // initLink is the supervisor's end of the conversation with one init
 // (doc.go): the control socket, init's status messages, and init itself.
 type initLink struct {
 	ctx  context.Context // the run's: its end interrupts the wait for init
-	init *initProc
+	init *boxinit.Proc
 	ctl  *os.File // control socket to init (the plan, then control bytes)
-	msgs chan initMessage
+	msgs chan boxinit.Message
 }
 
 // pendingBox is a box whose plan's box part init has: it builds the box
@@ -30,11 +32,11 @@ type pendingBox struct {
 
 // startBox sends init the box part of a plan (see supervisor.boxPlan),
 // files attached (the descriptors it places, plan.placeFD).
-func (l *initLink) startBox(boxPart *plan, files []*os.File) (*pendingBox, error) {
-	if err := sendWithFiles(l.ctl, boxPart.buf, files); err != nil {
+func (l *initLink) startBox(boxPart *boxinit.Plan, files []*os.File) (*pendingBox, error) {
+	if err := sendWithFiles(l.ctl, boxPart.Buf, files); err != nil {
 		return nil, l.sendFailed("send the plan to init", err)
 	}
-	return &pendingBox{link: l, announced: boxPart.announces}, nil
+	return &pendingBox{link: l, announced: boxPart.Announces}, nil
 }
 
 // ready waits until the box is built (only for a box part that asked init
@@ -42,9 +44,9 @@ func (l *initLink) startBox(boxPart *plan, files []*os.File) (*pendingBox, error
 // which its root can be filled.
 func (b *pendingBox) ready() (pid int, err error) {
 	if !b.announced {
-		return 0, fmt.Errorf("box setup: the box part did not ask init to say %q", msgReady)
+		return 0, fmt.Errorf("box setup: the box part did not ask init to say %q", boxinit.MsgReady)
 	}
-	m, err := b.link.await(msgReady)
+	m, err := b.link.await(boxinit.MsgReady)
 	return m.Pid, err
 }
 
@@ -56,14 +58,14 @@ func (b *pendingBox) ready() (pid int, err error) {
 // may be what made the caller signal), and supervise ends and accounts
 // for it as for any interrupted run, whenever the signal came. Init
 // answers within milliseconds, or setupTimeout ends the wait.
-func (b *pendingBox) start(commandPart *plan, files []*os.File) (initMessage, error) {
+func (b *pendingBox) start(commandPart *boxinit.Plan, files []*os.File) (boxinit.Message, error) {
 	if err := b.link.ctx.Err(); err != nil {
-		return initMessage{}, interruption(b.link.ctx)
+		return boxinit.Message{}, interruption(b.link.ctx)
 	}
-	if err := sendWithFiles(b.link.ctl, commandPart.buf, files); err != nil {
-		return initMessage{}, b.link.sendFailed("send the command to init", err)
+	if err := sendWithFiles(b.link.ctl, commandPart.Buf, files); err != nil {
+		return boxinit.Message{}, b.link.sendFailed("send the command to init", err)
 	}
-	return b.link.awaitMessage(msgStarted, nil)
+	return b.link.awaitMessage(boxinit.MsgStarted, nil)
 }
 
 // sendWithFiles writes buf to the stream socket sock, the descriptors of
@@ -88,13 +90,13 @@ func sendWithFiles(sock *os.File, buf []byte, files []*os.File) error {
 }
 
 // readMessages forwards init's status lines until init is gone.
-func readMessages(r *os.File, out chan<- initMessage) {
+func readMessages(r *os.File, out chan<- boxinit.Message) {
 	defer close(out)
 	defer r.Close()
 	sc := bufio.NewScanner(r)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
-		if m, ok := decodeInitMessage(sc.Bytes()); ok {
+		if m, ok := boxinit.DecodeMessage(sc.Bytes()); ok {
 			out <- m
 		}
 	}
@@ -103,12 +105,12 @@ func readMessages(r *os.File, out chan<- initMessage) {
 // await waits for message typ from init during setup (for msgStarted,
 // msgExited does too). A failed step wraps a *StepError; init's death is an
 // error saying how it died.
-func (l *initLink) await(typ string) (initMessage, error) {
+func (l *initLink) await(typ string) (boxinit.Message, error) {
 	return l.awaitMessage(typ, l.ctx.Done())
 }
 
 // awaitMessage is await, cut short by done (nil: only by setupTimeout).
-func (l *initLink) awaitMessage(typ string, done <-chan struct{}) (initMessage, error) {
+func (l *initLink) awaitMessage(typ string, done <-chan struct{}) (boxinit.Message, error) {
 	timeout := time.NewTimer(setupTimeout)
 	defer timeout.Stop()
 	select {
@@ -119,25 +121,25 @@ func (l *initLink) awaitMessage(typ string, done <-chan struct{}) (initMessage, 
 		switch m.Type {
 		case typ:
 			return m, nil
-		case msgExited:
-			if typ == msgStarted {
+		case boxinit.MsgExited:
+			if typ == boxinit.MsgStarted {
 				return m, nil
 			}
-		case msgError:
-			return m, fmt.Errorf("box setup failed: %w", m.stepError())
+		case boxinit.MsgError:
+			return m, fmt.Errorf("box setup failed: %w", m.StepError())
 		}
 		return m, fmt.Errorf("box setup: unexpected message %q from init", m.Type)
 	case <-timeout.C:
-		return initMessage{}, fmt.Errorf("box setup: init did not answer within %v", setupTimeout)
+		return boxinit.Message{}, fmt.Errorf("box setup: init did not answer within %v", setupTimeout)
 	case <-done:
-		return initMessage{}, interruption(l.ctx)
+		return boxinit.Message{}, interruption(l.ctx)
 	}
 }
 
 // sendFailed explains a failed write to init: init has most likely
 // failed first and said why, or died; that is the real cause.
 func (l *initLink) sendFailed(step string, err error) error {
-	if _, cause := l.await(msgStarted); cause != nil {
+	if _, cause := l.await(boxinit.MsgStarted); cause != nil {
 		return cause
 	}
 	return fmt.Errorf("%s: %w", step, err)
@@ -145,7 +147,7 @@ func (l *initLink) sendFailed(step string, err error) error {
 
 // initDied explains why init ended without a word.
 func (l *initLink) initDied() error {
-	ws := l.init.wait()
+	ws := l.init.Wait()
 	l.init = nil
-	return fmt.Errorf("box init died during setup: %s", describeWait(ws))
+	return fmt.Errorf("box init died during setup: %s", boxinit.DescribeWait(ws))
 }

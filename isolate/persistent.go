@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolate-sandbox/isolate/cgroup"
+	"github.com/isolate-sandbox/isolate/internal/dirent"
 	"github.com/isolate-sandbox/isolate/rootfs"
 )
 
@@ -255,7 +256,7 @@ func closeTmpDirs(dir string) error {
 		return err
 	}
 	defer unix.Close(fd)
-	names, err := readNames(fd)
+	names, err := dirent.Names(fd)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 	"github.com/isolate-sandbox/isolate/rootfs"
 	"github.com/isolate-sandbox/isolate/seccomp"
 )
@@ -228,7 +229,7 @@ func (p *pool) claim(pr *Prepared) *builtBox {
 		b := sl.ready[n-1]
 		sl.ready = sl.ready[:n-1]
 		p.total--
-		if b.s.init.alive() {
+		if b.s.init.Alive() {
 			p.busyAt = now
 			return b
 		}
@@ -400,7 +401,7 @@ func (p *pool) buildFor(spec *Spec, policy *seccomp.Program, held *lock) (*built
 			s.createCgroup()
 		}
 		if err = s.startInit(); err == nil {
-			var part *plan
+			var part *boxinit.Plan
 			if part, err = s.boxPlan(true); err == nil {
 				box, err = s.startBoxPart(part)
 			}

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolate-sandbox/isolate/cgroup"
+	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 	"github.com/isolate-sandbox/isolate/isolate/hostfs"
 	"github.com/isolate-sandbox/isolate/rootfs"
 )
@@ -368,7 +369,7 @@ func (s *supervisor) boxUser() string {
 // every process it reaped (the program's and what it left): CPU time
 // exact to the microsecond; no memory peak, OOM kill or pids peak can be
 // known (they stay 0).
-func noCgroupUsage(m *initMessage) (total, user, sys time.Duration) {
+func noCgroupUsage(m *boxinit.Message) (total, user, sys time.Duration) {
 	user, sys = time.Duration(m.UserNs), time.Duration(m.SysNs)
 	return user + sys, user, sys
 }

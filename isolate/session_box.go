@@ -13,6 +13,7 @@ import (
 
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/cgroup"
+	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 )
 
 // Session is a box that lives across calls (session.go). Its supervisor
@@ -47,7 +48,7 @@ type proc struct {
 	args []string
 	// msgs are init's messages about the command: started (or exited
 	// for one it could not start), then exited; closed when init ends.
-	msgs   chan initMessage
+	msgs   chan boxinit.Message
 	done   chan struct{}
 	report *api.Report
 	// killedFor is the limit for which the session ended the command.
@@ -159,11 +160,11 @@ func (s *Session) dispatch() {
 	for m := range s.sv.msgs {
 		s.mu.Lock()
 		p := s.procs[m.ID]
-		if p != nil && m.Type == msgExited {
+		if p != nil && m.Type == boxinit.MsgExited {
 			delete(s.procs, m.ID)
 		}
 		s.mu.Unlock()
-		if p != nil && (m.Type == msgStarted || m.Type == msgExited) {
+		if p != nil && (m.Type == boxinit.MsgStarted || m.Type == boxinit.MsgExited) {
 			p.msgs <- m
 		}
 	}
@@ -223,22 +224,22 @@ func (s *Session) start(cmd SessionCommand, stdio IO) (*Process, error) {
 		return nil, s.endedErr()
 	}
 	s.nextID++
-	p := &Process{proc{id: s.nextID, sess: s, args: cmd.Args, msgs: make(chan initMessage, 2), done: make(chan struct{})}}
+	p := &Process{proc{id: s.nextID, sess: s, args: cmd.Args, msgs: make(chan boxinit.Message, 2), done: make(chan struct{})}}
 	s.procs[p.id] = p
 	s.mu.Unlock()
 	plan := cs.commandPlan()
 	if cpuLimit > 0 {
-		plan.rlimit(unix.RLIMIT_CPU, uint64((cpuLimit+time.Second-1)/time.Second))
+		plan.Rlimit(unix.RLIMIT_CPU, uint64((cpuLimit+time.Second-1)/time.Second))
 	}
-	plan.commandID(p.id)
+	plan.CommandID(p.id)
 	n := len(cs.placement)
-	plan.stdio(n, n+1, n+2)
+	plan.Stdio(n, n+1, n+2)
 	cs.placeInCgroup(plan)
 	files := append(append([]*os.File(nil), cs.placement...), stdin, stdout, stderr)
 	// (The OOM kills so far, to tell this command's from another's.)
 	oomBefore, _ := s.oomKills()
-	err = sendWithFiles(s.sv.ctl, plan.buf, files)
-	var m initMessage
+	err = sendWithFiles(s.sv.ctl, plan.Buf, files)
+	var m boxinit.Message
 	if err == nil {
 		timeout := time.NewTimer(setupTimeout)
 		select {
@@ -277,12 +278,12 @@ func (s *supervisor) endStreams() {
 
 // supervise waits for the command's end (killing its group at its wall
 // time) and makes its report.
-func (p *proc) supervise(cs *supervisor, first initMessage, oomBefore int64, start time.Time) {
+func (p *proc) supervise(cs *supervisor, first boxinit.Message, oomBefore int64, start time.Time) {
 	defer close(p.done)
 	s := p.sess
-	var m initMessage
+	var m boxinit.Message
 	ok := true
-	if first.Type == msgExited {
+	if first.Type == boxinit.MsgExited {
 		m = first
 	} else {
 		var wall <-chan time.Time
@@ -341,7 +342,7 @@ func (p *proc) supervise(cs *supervisor, first initMessage, oomBefore int64, sta
 // commandVerdict fills a session command's report from init's exited.
 // The session's cgroup is shared by its commands: an OOM kill in it is
 // this command's only when this command died of SIGKILL meanwhile.
-func commandVerdict(r *Report, sp *Spec, m *initMessage, killedFor string, oomKilled bool) {
+func commandVerdict(r *Report, sp *Spec, m *boxinit.Message, killedFor string, oomKilled bool) {
 	ws := syscall.WaitStatus(m.WaitStatus)
 	killed := ws.Signaled() && ws.Signal() == syscall.SIGKILL
 	r.WallTime = time.Duration(m.WallNs).Seconds()
@@ -377,9 +378,9 @@ func (s *Session) signal(id uint64, sig syscall.Signal) error {
 	if s.err() != nil {
 		return s.endedErr()
 	}
-	var p plan
-	p.signal(id, int(sig))
-	if _, err := s.sv.ctl.Write(p.buf); err != nil {
+	var p boxinit.Plan
+	p.Signal(id, int(sig))
+	if _, err := s.sv.ctl.Write(p.Buf); err != nil {
 		return fmt.Errorf("signal the command: %w", err)
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 	"github.com/isolate-sandbox/isolate/isolate/egress"
 	"github.com/isolate-sandbox/isolate/isolate/hostfs"
 	"github.com/isolate-sandbox/isolate/rootfs"
@@ -71,7 +72,7 @@ func (s *supervisor) startClaimed(b *builtBox) error {
 	cmd := s.commandPlan()
 	n := len(s.placement)
 	files := append(append([]*os.File(nil), s.placement...), stdin, stdout, stderr)
-	cmd.stdio(n, n+1, n+2)
+	cmd.Stdio(n, n+1, n+2)
 	s.placeInCgroup(cmd)
 	if len(s.spec.CopyIn) > 0 {
 		if err := s.fill(); err != nil {
@@ -129,20 +130,20 @@ func (s *supervisor) startInit() error {
 		}
 		s.notify = os.NewFile(uintptr(pair[0]), "seccomp-listener")
 		theirs := os.NewFile(uintptr(pair[1]), "seccomp-listener")
-		s.notifySock = fdControl + len(extra)
+		s.notifySock = boxinit.FDControl + len(extra)
 		extra = append(extra, theirs)
 		s.closers = append(s.closers, theirs)
 	}
 	if m, err := s.mountImage(); err != nil {
 		return err
 	} else if m != nil {
-		s.image, s.imageInInit = m.Path(), "/proc/self/fd/"+strconv.Itoa(fdControl+len(extra))
+		s.image, s.imageInInit = m.Path(), "/proc/self/fd/"+strconv.Itoa(boxinit.FDControl+len(extra))
 		extra = append(extra, m.File())
 	}
 	if m := s.spec.BoxMount; m != nil && m.Dir() != "" {
 		s.boxInInit = m.Dir() // without root: a directory (rootless.go)
 	} else if m != nil {
-		s.boxInInit = "/proc/self/fd/" + strconv.Itoa(fdControl+len(extra))
+		s.boxInInit = "/proc/self/fd/" + strconv.Itoa(boxinit.FDControl+len(extra))
 		extra = append(extra, m.File())
 	}
 	idmap, err := s.bindIDMap()
@@ -160,7 +161,7 @@ func (s *supervisor) startInit() error {
 			return fmt.Errorf("bind %s: %w", b.Source.Name(), err)
 		}
 		if b.Tree != nil {
-			b.initFD = fdControl + len(extra)
+			b.initFD = boxinit.FDControl + len(extra)
 			extra = append(extra, b.Tree)
 		}
 	}
@@ -193,16 +194,16 @@ func (s *supervisor) startInit() error {
 		return err
 	}
 	s.timer.mark("spawn-prep")
-	argv := s.appendInitMaps(append(make([]string, 0, 7), "isolate-init", InitArg, strconv.FormatUint(uint64(flags), 10)))
+	argv := s.appendInitMaps(append(make([]string, 0, 7), "isolate-init", boxinit.InitArg, strconv.FormatUint(uint64(flags), 10)))
 	pid, err := forkInitExe(argv, attr)
 	if err != nil {
 		return fmt.Errorf("start init: %w", err)
 	}
-	s.init = &initProc{pid: pid, pidfd: pidfd}
+	s.init = &boxinit.Proc{Pid: pid, Pidfd: pidfd}
 	s.timer.mark("spawn")
 	closeAll(s.closers)
 	s.closers = nil
-	s.msgs = make(chan initMessage, 4)
+	s.msgs = make(chan boxinit.Message, 4)
 	go readMessages(statusR, s.msgs)
 	return nil
 }
@@ -219,7 +220,7 @@ func (s *supervisor) makeStaging() error {
 
 // startBoxPart sends init the box part of the plan, then lets go of the
 // run's own image mount: init holds it from then on.
-func (s *supervisor) startBoxPart(part *plan) (*pendingBox, error) {
+func (s *supervisor) startBoxPart(part *boxinit.Plan) (*pendingBox, error) {
 	box, err := s.startBox(part, s.boxFiles)
 	if s.ownImage != nil {
 		s.ownImage.Close()
@@ -253,7 +254,7 @@ func (s *supervisor) buildBox() error {
 	if s.streams != nil {
 		n := len(files)
 		files = append(append(make([]*os.File, 0, n+3), files...), s.streams...)
-		cmd.stdio(n, n+1, n+2)
+		cmd.Stdio(n, n+1, n+2)
 	}
 	s.placeInCgroup(cmd)
 	if fillFirst {
@@ -279,7 +280,7 @@ func (s *supervisor) buildBox() error {
 
 // startProgram sends the command part with files and waits until the
 // program runs (or could not be started).
-func (s *supervisor) startProgram(box *pendingBox, cmd *plan, files []*os.File) error {
+func (s *supervisor) startProgram(box *pendingBox, cmd *boxinit.Plan, files []*os.File) error {
 	if s.io.BeforeStart != nil {
 		s.io.BeforeStart()
 		s.timer.mark("before-start")
@@ -290,7 +291,7 @@ func (s *supervisor) startProgram(box *pendingBox, cmd *plan, files []*os.File) 
 	runtime.Gosched()
 	sent := time.Now()
 	m, err := box.start(cmd, files)
-	s.execAt = execTime(&m, sent)
+	s.execAt = boxinit.ExecTime(&m, sent)
 	if s.claimed == nil {
 		// (A claimed box's end closes them, off the run's path.)
 		closeAll(s.placement)
@@ -300,7 +301,7 @@ func (s *supervisor) startProgram(box *pendingBox, cmd *plan, files []*os.File) 
 		return err
 	}
 	s.boxPid = m.Pid
-	if m.Type == msgExited {
+	if m.Type == boxinit.MsgExited {
 		// It could not even be started: keep the message for supervise
 		// (init may be gone already, its channel closed).
 		s.notStarted = &m
@@ -321,26 +322,6 @@ func (s *supervisor) startProgram(box *pendingBox, cmd *plan, files []*os.File) 
 		s.rec.Start()
 	}
 	return nil
-}
-
-// execTime is when init saw the program's execve return: m says so on
-// the host's CLOCK_MONOTONIC, which Go's clock reads too but does not
-// show. Init tells a start late; without a time (a program that could not
-// be started), now. Never before the command was sent.
-func execTime(m *initMessage, sent time.Time) time.Time {
-	now := time.Now()
-	var ts unix.Timespec
-	if m.ExecNs <= 0 || unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) != nil {
-		return now
-	}
-	at := now.Add(-time.Duration(ts.Nano() - m.ExecNs))
-	if at.Before(sent) {
-		return sent
-	}
-	if at.After(now) {
-		return now
-	}
-	return at
 }
 
 // mountImage mounts the run's squashfs image, or takes the one the caller
@@ -394,25 +375,25 @@ func initEnv() []string { return []string{} }
 
 // boxPlan is the box part of init's plan: the namespaces' settings and
 // the file system. With announce, init says when the box is built.
-func (s *supervisor) boxPlan(announce bool) (*plan, error) {
+func (s *supervisor) boxPlan(announce bool) (*boxinit.Plan, error) {
 	sp := s.spec
 	// Room for a usual box part (about 5 KiB): growing it by doubling
 	// touches pages twice over.
-	p := &plan{buf: make([]byte, 0, 8<<10)}
+	p := &boxinit.Plan{Buf: make([]byte, 0, 8<<10)}
 	for i := range s.boxFiles {
-		p.placeFD(fdExtra + i)
+		p.PlaceFD(boxinit.FDExtra + i)
 	}
-	p.hostname("isolate")
+	p.Hostname("isolate")
 	if !sp.HostNet {
-		p.loopback()
+		p.Loopback()
 		if sp.Egress != nil {
-			p.listen(egress.Port)
+			p.Listen(egress.Port)
 		}
 	}
 	// With no capabilities the program can only create namespaces by
 	// first creating a user namespace; forbid that outright, whatever
 	// clone flags a syscall filter can or cannot see.
-	p.sysctl("forbid nested user namespaces", "/proc/sys/user/max_user_namespaces", "0")
+	p.Sysctl("forbid nested user namespaces", "/proc/sys/user/max_user_namespaces", "0")
 	layout := rootfs.Layout{
 		Image:       sp.ImageDir,
 		ImageSource: s.imageInInit,
@@ -442,39 +423,39 @@ func (s *supervisor) boxPlan(announce bool) (*plan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("plan the box file system: %w", err)
 	}
-	p.fs(ops)
+	p.FS(ops)
 	if s.ahead && s.policy != nil && s.policy.Filter != nil {
 		// The filter the pool expects its boxes' commands to have (the
 		// default): a command with another one gets a fresh process.
-		p.prepare(s.policy.Filter, s.policy.Notify)
+		p.Prepare(s.policy.Filter, s.policy.Notify)
 	}
 	if s.session {
-		p.session()
+		p.Session()
 	}
-	p.boxEnd(announce)
+	p.BoxEnd(announce)
 	return p, nil
 }
 
 // commandPlan is the command part of init's plan, but for the cgroup:
 // the program and how to start it.
-func (s *supervisor) commandPlan() *plan {
+func (s *supervisor) commandPlan() *boxinit.Plan {
 	sp := s.spec
-	p := &plan{}
-	p.argv(sp.Command)
+	p := &boxinit.Plan{}
+	p.Argv(sp.Command)
 	env := sp.Env
 	if env == nil {
 		env = BaseEnv
 	}
-	p.env(env)
+	p.Env(env)
 	dir := sp.Chdir
 	if dir == "" {
 		dir = "/box"
 	}
-	p.dir(dir)
-	p.cred(boxUID, boxUID)
+	p.Dir(dir)
+	p.Cred(boxUID, boxUID)
 	rl := func(res int, v int64) {
 		if v > 0 {
-			p.rlimit(res, uint64(v))
+			p.Rlimit(res, uint64(v))
 		}
 	}
 	rl(unix.RLIMIT_FSIZE, sp.FileSize)
@@ -484,7 +465,7 @@ func (s *supervisor) commandPlan() *plan {
 		// service's, shared by every run. Init inherited them.
 		var cur unix.Rlimit
 		if unix.Getrlimit(unix.RLIMIT_STACK, &cur) == nil {
-			p.rlimit(unix.RLIMIT_STACK, cur.Max)
+			p.Rlimit(unix.RLIMIT_STACK, cur.Max)
 		}
 	} else {
 		rl(unix.RLIMIT_STACK, sp.Stack)
@@ -498,10 +479,10 @@ func (s *supervisor) commandPlan() *plan {
 		s.rlimitsForCgroup(rl)
 	}
 	if s.policy != nil && s.policy.Filter != nil {
-		p.seccomp(s.policy.Filter, s.notifySock)
+		p.Seccomp(s.policy.Filter, s.notifySock)
 	}
 	if sp.StderrToStdout {
-		p.stderrToStdout()
+		p.StderrToStdout()
 	}
 	if s.subIDs() != nil {
 		s.handOver(p)
@@ -509,13 +490,13 @@ func (s *supervisor) commandPlan() *plan {
 	// Init keeps the box for copy-out, or while its end waits for the
 	// caller (EndAfter): its exit is most of that end.
 	if len(sp.CopyOut) > 0 || (s.claimed != nil && endAfter(s.ctx) != nil) {
-		p.hold()
+		p.Hold()
 	}
 	// Init tells a program's start up to 10 ms late (init_main.c), and
 	// the limits count from it once told: a limit that short could be
 	// overrun by the wait.
 	if sp.effectiveWall() < shortLimit || (sp.CPUTime > 0 && s.cpuTimeToLimit() < shortLimit) {
-		p.tellStart()
+		p.TellStart()
 	}
 	return p
 }
@@ -526,7 +507,7 @@ func (s *supervisor) commandPlan() *plan {
 // them then (copy-out) or the caller removes them (exec's /box, a
 // directory of the caller's). A bind over one of them is the caller's
 // own directory: never handed over.
-func (s *supervisor) handOver(p *plan) {
+func (s *supervisor) handOver(p *boxinit.Plan) {
 	var dirs []string
 	for _, d := range []string{"/box", "/tmp"} {
 		bound := false
@@ -538,7 +519,7 @@ func (s *supervisor) handOver(p *plan) {
 		}
 	}
 	back := len(s.spec.CopyOut) > 0 || (s.spec.BoxMount != nil && s.spec.BoxMount.Dir() != "")
-	p.handOver(back, dirs...)
+	p.HandOver(back, dirs...)
 }
 
 // shortLimit is a wall time or CPU budget under which init tells the
@@ -547,7 +528,7 @@ const shortLimit = 100 * time.Millisecond
 
 // cpusUsable is how many CPUs the program may keep busy at once.
 func (s *supervisor) cpusUsable() float64 {
-	cpus := float64(NumCPU())
+	cpus := float64(boxinit.NumCPU())
 	if s.spec.CPUs > 0 && s.spec.CPUs < cpus {
 		cpus = s.spec.CPUs
 	}
@@ -562,15 +543,15 @@ func (s *supervisor) cpuTimeToLimit() time.Duration {
 
 // placeInCgroup ends the command part: the program joins the box's
 // cgroup through the files (s.placement) sent with it.
-func (s *supervisor) placeInCgroup(p *plan) {
+func (s *supervisor) placeInCgroup(p *boxinit.Plan) {
 	for i := range s.placement {
 		if s.cg.ForkInto() {
-			p.cgroupFork(i)
+			p.CgroupFork(i)
 		} else {
-			p.cgroupTasks(i)
+			p.CgroupTasks(i)
 		}
 	}
-	p.end()
+	p.End()
 }
 
 // stdio gives the program its standard streams from s.io, under IO's

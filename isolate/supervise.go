@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 )
 
 // supervise enforces the CPU and wall limits until the program is done,
@@ -45,10 +47,10 @@ func (s *supervisor) supervise() error {
 			if !ok {
 				return s.initDied()
 			}
-			if m.Type == msgExited {
+			if m.Type == boxinit.MsgExited {
 				exited = &m
-			} else if m.Type == msgError {
-				return fmt.Errorf("box init failed: %w", m.stepError())
+			} else if m.Type == boxinit.MsgError {
+				return fmt.Errorf("box init failed: %w", m.StepError())
 			}
 		case <-wall.C:
 			// A supervisor that got no CPU for a while (a loaded host) can
@@ -112,7 +114,7 @@ func (s *supervisor) supervise() error {
 			s.kill(LimitNone)
 			grace = time.After(killGrace)
 		case <-grace:
-			s.init.kill()
+			s.init.Kill()
 			return errors.New("box init did not stop the program after a limit was hit")
 		}
 	}
@@ -145,5 +147,5 @@ func (s *supervisor) kill(limit string) {
 	}
 	s.report.Killed = true
 	s.report.Limit = limit
-	s.ctl.Write([]byte{ctlKill})
+	s.ctl.Write([]byte{boxinit.CtlKill})
 }

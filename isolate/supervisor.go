@@ -8,6 +8,7 @@ import (
 
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/cgroup"
+	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 	"github.com/isolate-sandbox/isolate/isolate/egress/proxy"
 	"github.com/isolate-sandbox/isolate/isolate/hostfs"
 	"github.com/isolate-sandbox/isolate/seccomp"
@@ -61,7 +62,7 @@ type supervisor struct {
 	notifySock int               // init's descriptor of the seccomp listener socket, or -1
 	ownImage   *os.File          // the run's own image mount, until the box is planned
 	cgroupDone chan cgroupResult // createCgroup's result, until awaitCgroup takes it
-	notStarted *initMessage      // init's "exited" for a program that could not be started
+	notStarted *boxinit.Message  // init's "exited" for a program that could not be started
 	execAt     time.Time         // when the program's execve returned (or its start failed)
 	boxPid     int               // the box's PID 1, in the host's PID namespace
 	proxy      *proxy.Proxy      // the allowlist's proxy, while the box runs

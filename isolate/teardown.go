@@ -81,12 +81,12 @@ func (s *supervisor) endInit() {
 		select {
 		case <-done:
 		case <-time.After(killGrace):
-			s.init.kill()
+			s.init.Kill()
 		}
 	}()
-	s.init.wait()
+	s.init.Wait()
 	close(done)
-	s.init.close()
+	s.init.Close()
 	// Init is gone: its status pipe ends, and readMessages closes it and
 	// then the channel. Waiting for that leaves no descriptor of the run
 	// open after it.

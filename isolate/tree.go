@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/isolate-sandbox/isolate/internal/dirent"
 )
 
 // treeVisitor is what a walk does. entry is called for each entry of a
@@ -49,7 +51,7 @@ func walkTree(top int, v treeVisitor) error {
 		return err
 	}
 	dev := st.Dev
-	names, err := readNames(fd)
+	names, err := dirent.Names(fd)
 	if err != nil {
 		return err
 	}
@@ -110,7 +112,7 @@ func walkTree(top int, v treeVisitor) error {
 			unix.Close(sub)
 			return fmt.Errorf("open %s: the tree changed during the walk", path(name))
 		}
-		names, err := readNames(sub)
+		names, err := dirent.Names(sub)
 		if err != nil {
 			unix.Close(sub)
 			return fmt.Errorf("read %s: %w", path(name), err)
@@ -120,27 +122,6 @@ func walkTree(top int, v treeVisitor) error {
 		stack = append(stack, walkFrame{name: name, dev: st.Dev, ino: st.Ino, names: names})
 	}
 	return nil
-}
-
-// readNames lists directory fd's entries but "." and "..".
-func readNames(fd int) ([]string, error) {
-	var names []string
-	// Small: each 4 KiB of a buffer this short-lived process touches first
-	// is a page fault, dear on a virtual machine.
-	var buf [4 << 10]byte
-	for {
-		n, err := unix.Getdents(fd, buf[:])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if n <= 0 {
-			return names, nil
-		}
-		_, _, names = unix.ParseDirent(buf[:n], -1, names)
-	}
 }
 
 // RemoveTree removes path and everything below it, without following a

@@ -12,7 +12,7 @@ import (
 )
 
 // Op is one step of building a box's file system, executed by the box's
-// init (a small C program, see isolate/init_fs.c) in the box's new mount
+// init (a small C program, see isolate/boxinit/init_fs.c) in the box's new mount
 // namespace: one of the types below. Each has a Step, which names it in
 // error messages; paths are the staging paths init works on.
 type Op interface{ step() string }

@@ -19,7 +19,7 @@ mcp_clients=$(./scripts/mcp-clients.sh) # (a failure stops here)
 export ISOLATE_MCP_CLIENTS="$mcp_clients"
 . scripts/cgo-env.sh
 # initbin: every box of a long-running process (the service, the pool and
-# server tests) starts the small init (isolate/initbin), built first.
+# server tests) starts the small init (isolate/boxinit/initbin), built first.
 TAGS=urfave_cli_no_docs,netgo,osusergo,initbin
 RUNTIME_PKGS=github.com/isolate-sandbox/isolate/isolate,github.com/isolate-sandbox/isolate/isolate/hostfs,github.com/isolate-sandbox/isolate/cgroup,github.com/isolate-sandbox/isolate/seccomp,github.com/isolate-sandbox/isolate/rootfs
 MIN_COVERAGE=80

@@ -33,6 +33,7 @@ import (
 	"github.com/isolate-sandbox/isolate/cgroup"
 	"github.com/isolate-sandbox/isolate/internal/connlimit"
 	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 	"github.com/isolate-sandbox/isolate/service/caller"
 	"github.com/isolate-sandbox/isolate/service/filestore"
 	"github.com/isolate-sandbox/isolate/service/handover"
@@ -44,9 +45,9 @@ import (
 var version = "dev"
 
 func main() {
-	isolate.MaybeInit()
+	boxinit.MaybeInit()
 	// The constructor that dispatches init boots every process of this
-	// binary with one P (isolate/procs.c). The service's own Go code is a
+	// binary with one P (isolate/boxinit/procs.c). The service's own Go code is a
 	// small part of a run (the boxes' processes and the kernel's work for
 	// them are the rest), and every further P adds idle threads that spin
 	// and wake: half the CPUs it may use, at least one. On 2 CPUs, one P

@@ -26,13 +26,13 @@ import (
 
 	"github.com/isolate-sandbox/isolate/cgroup"
 	"github.com/isolate-sandbox/isolate/internal/fdtest"
-	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 )
 
 const serveChildEnv = "ISOLATE_SERVE_TEST_CHILD"
 
 func TestMain(m *testing.M) {
-	isolate.MaybeInit()
+	boxinit.MaybeInit()
 	if os.Getenv(serveChildEnv) == "1" {
 		main()
 		os.Exit(0)
@@ -314,7 +314,7 @@ func TestUnknownGroupSaysHowToMakeIt(t *testing.T) {
 	}
 }
 
-// The service's threads sleep with isolate.TimerSlack; its boxes'
+// The service's threads sleep with boxinit.TimerSlack; its boxes'
 // programs with the kernel's default.
 func TestTimerSlack(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -333,7 +333,7 @@ func TestTimerSlack(t *testing.T) {
 	if err != nil || len(tasks) < 2 {
 		t.Fatalf("the service's threads: %v %v", tasks, err)
 	}
-	want := strconv.FormatInt(int64(isolate.TimerSlack), 10)
+	want := strconv.FormatInt(int64(boxinit.TimerSlack), 10)
 	for _, task := range tasks {
 		b, err := os.ReadFile("/proc/" + task.Name() + "/timerslack_ns")
 		if err != nil {

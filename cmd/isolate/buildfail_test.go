@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 )
 
 // An image whose packages cannot be installed fails with the tail of the
@@ -29,8 +29,8 @@ func TestImageBuildFailureShowsTheLog(t *testing.T) {
 // (it needs its namespace flags): a clear error, not a second supervisor.
 func TestInitArgumentAloneIsRefused(t *testing.T) {
 	needRoot(t)
-	out, err := exec.Command(isolateBin, isolate.InitArg).CombinedOutput()
+	out, err := exec.Command(isolateBin, boxinit.InitArg).CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "init") {
-		t.Errorf("isolate %s: %v %q", isolate.InitArg, err, out)
+		t.Errorf("isolate %s: %v %q", boxinit.InitArg, err, out)
 	}
 }

@@ -6,7 +6,7 @@ package main
 // library starts too (-e isolateentry); elsewhere from an ELF
 // constructor. This file links it in, and reads why a service declined.
 
-// #cgo CFLAGS: -O2 -Wall -Wno-unused-result -fno-stack-protector -I${SRCDIR}/../../service/handover -I${SRCDIR}/../../isolate
+// #cgo CFLAGS: -O2 -Wall -Wno-unused-result -fno-stack-protector -I${SRCDIR}/../../service/handover -I${SRCDIR}/../../isolate/boxinit
 // #cgo amd64 LDFLAGS: -Wl,-e,isolateentry
 // const char *isolate_declined_reason(void);
 // const char *isolate_declined_socket(void);

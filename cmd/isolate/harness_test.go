@@ -32,6 +32,7 @@ import (
 	"github.com/isolate-sandbox/isolate/cgroup"
 	"github.com/isolate-sandbox/isolate/internal/testbin"
 	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 )
 
 // isolateBin is the binary under test.
@@ -49,7 +50,7 @@ func TestMain(m *testing.M) {
 	}
 	// This binary never starts boxes itself, but if it ever re-executes
 	// itself as init, that must win over running the tests again.
-	isolate.MaybeInit()
+	boxinit.MaybeInit()
 	if os.Geteuid() != 0 {
 		// Every test here drives the binary as root; each skips (needRoot),
 		// so that `go test ./...` as a normal user runs the unit layer.
@@ -409,7 +410,7 @@ func findLeaks() []string {
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-		if cmdline, _ := os.ReadFile(p); bytes.Contains(cmdline, []byte(isolate.InitArg)) && ownedHere(pid) {
+		if cmdline, _ := os.ReadFile(p); bytes.Contains(cmdline, []byte(boxinit.InitArg)) && ownedHere(pid) {
 			leaks = append(leaks, "init process "+filepath.Dir(p))
 		}
 	}
@@ -474,7 +475,7 @@ func ownedHere(pid int) bool {
 		case ppid == 1 || ppid == os.Getpid():
 			return true
 		}
-		if cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(ppid) + "/cmdline"); !bytes.Contains(cmdline, []byte(isolate.InitArg)) {
+		if cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(ppid) + "/cmdline"); !bytes.Contains(cmdline, []byte(boxinit.InitArg)) {
 			return descendsFromHere(ppid) // the box's supervisor
 		}
 		pid = ppid

@@ -13,7 +13,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 	"github.com/isolate-sandbox/isolate/langs"
 	"github.com/isolate-sandbox/isolate/rootfs"
 	"github.com/isolate-sandbox/isolate/rootfs/imagebuild"
@@ -131,7 +131,7 @@ func templateSpec(name string) (*imagebuild.BuildSpec, error) {
 
 // buildVars are the placeholder values at build time: the host's.
 func buildVars() langs.Vars {
-	return langs.Vars{MemMB: 1024, CPUs: isolate.NumCPU(), Pids: 256}
+	return langs.Vars{MemMB: 1024, CPUs: boxinit.NumCPU(), Pids: 256}
 }
 
 func imageBuild(c *cli.Context) error {

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 )
 
 // builtAhead tells whether a box of box id is built ahead and waiting
@@ -57,7 +58,7 @@ func boxInits(pid int) map[int]bool {
 			continue
 		}
 		args, _ := os.ReadFile(p + "/cmdline")
-		if f := bytes.Split(args, []byte{0}); len(f) > 1 && string(f[1]) == isolate.InitArg {
+		if f := bytes.Split(args, []byte{0}); len(f) > 1 && string(f[1]) == boxinit.InitArg {
 			inits[child] = true
 		}
 	}

@@ -18,6 +18,7 @@ import (
 
 	cmdline "github.com/isolate-sandbox/isolate/cli"
 	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 )
 
 func init() {
@@ -30,9 +31,9 @@ func init() {
 }
 
 func main() {
-	isolate.MaybeInit()
+	boxinit.MaybeInit()
 	// Every command runs at most one box and exits with it.
-	isolate.OneShotProcess()
+	boxinit.OneShotProcess()
 	cmdline.CatchSignalsEarly(os.Args)
 	if cmdline.IsIOIForm(os.Args[1:]) {
 		// ioi/isolate sets umask 022 once it has parsed its options:

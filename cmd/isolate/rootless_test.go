@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 )
 
 // nobody is the user the rootless tests run as.
@@ -115,7 +116,7 @@ func rootlessLeaksOf(u plainUser, tmp, marker string) []string {
 		cmdline, _ := os.ReadFile(p)
 		// A user's init maps the user alone (root's map host uids of
 		// their own: other runs on the host are not this test's).
-		usersInit := bytes.Contains(cmdline, []byte(isolate.InitArg)) && bytes.Contains(cmdline, []byte(" "+strconv.Itoa(u.uid)+" 1\n"))
+		usersInit := bytes.Contains(cmdline, []byte(boxinit.InitArg)) && bytes.Contains(cmdline, []byte(" "+strconv.Itoa(u.uid)+" 1\n"))
 		if usersInit || (marker != "" && bytes.Contains(cmdline, []byte(marker))) {
 			leaks = append(leaks, "process "+filepath.Dir(p)+": "+strings.ReplaceAll(string(cmdline), "\x00", " "))
 		}

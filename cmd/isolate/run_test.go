@@ -83,7 +83,7 @@ func TestReportHasEveryContractField(t *testing.T) {
 }
 
 // The program sleeps with the kernel's default timer slack, not the
-// supervisor's (isolate.TimerSlack), on either path.
+// supervisor's (boxinit.TimerSlack), on either path.
 func TestProgramTimerSlack(t *testing.T) {
 	needRoot(t)
 	res := isolateCmd(t, "", "run", "--", "/bin/cat", "/proc/self/timerslack_ns")

@@ -9,7 +9,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 )
 
 // isolateBin is the isolate binary the benchmarks start, as a user would:
@@ -17,7 +17,7 @@ import (
 var isolateBin = os.Getenv("ISOLATE_BIN")
 
 func TestMain(m *testing.M) {
-	isolate.MaybeInit()
+	boxinit.MaybeInit()
 	os.Exit(m.Run())
 }
 

@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolate-sandbox/isolate/cgroup"
-	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 )
 
 // machineInfo says where the figures were taken: they mean little without
@@ -166,7 +166,7 @@ func describeMachine(version string, seed uint64) machineInfo {
 	var uts unix.Utsname
 	unix.Uname(&uts)
 	m := machineInfo{
-		CPUs:     isolate.NumCPU(),
+		CPUs:     boxinit.NumCPU(),
 		CPUModel: cpuModel(),
 		Kernel:   unix.ByteSliceToString(uts.Release[:]),
 		Cgroup:   string(cgroup.DetectMode()),

@@ -18,6 +18,7 @@ import (
 
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 	"github.com/isolate-sandbox/isolate/isolate/hostfs"
 	"github.com/isolate-sandbox/isolate/langs"
 	"github.com/isolate-sandbox/isolate/rootfs"
@@ -313,7 +314,7 @@ func applyLimits(s *isolate.Spec, l langs.Limits, req *api.Spec) error {
 
 // phaseVars are the values of a definition's placeholders under s's limits.
 func phaseVars(s *isolate.Spec) langs.Vars {
-	v := langs.Vars{MemMB: s.Memory >> 20, Pids: s.Pids, CPUs: isolate.NumCPU()}
+	v := langs.Vars{MemMB: s.Memory >> 20, Pids: s.Pids, CPUs: boxinit.NumCPU()}
 	if v.MemMB == 0 {
 		var si unix.Sysinfo_t
 		if unix.Sysinfo(&si) == nil {

@@ -97,7 +97,7 @@ type Server struct {
 // NewServer accepts handovers from clients of build id build (a different
 // build is declined: the CLI then runs in-process) and runs them with
 // run. outcome, if not nil, is told each handover's outcome. Call it once
-// this process has its CPU affinity (isolate.MaybeInit restored it):
+// this process has its CPU affinity (boxinit.MaybeInit restored it):
 // only callers with the same one are taken.
 func NewServer(build string, run Runner, outcome func(string)) *Server {
 	s := &Server{build: build, run: run, outcome: outcome}

@@ -24,13 +24,13 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/isolate-sandbox/isolate/internal/testbin"
-	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 )
 
 var bin, serveBin string
 
 func TestMain(m *testing.M) {
-	isolate.MaybeInit()
+	boxinit.MaybeInit()
 	if os.Geteuid() != 0 {
 		os.Exit(m.Run()) // the end-to-end tests skip; the unit tests run
 	}

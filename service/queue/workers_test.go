@@ -25,11 +25,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/isolate-sandbox/isolate/cgroup"
-	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 )
 
 func TestMain(m *testing.M) {
-	isolate.MaybeInit()
+	boxinit.MaybeInit()
 	os.Exit(m.Run())
 }
 

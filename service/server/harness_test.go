@@ -21,11 +21,12 @@ import (
 
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 	"github.com/isolate-sandbox/isolate/service/filestore"
 )
 
 func TestMain(m *testing.M) {
-	isolate.MaybeInit()
+	boxinit.MaybeInit()
 	if os.Geteuid() == 0 {
 		// What services of other test binaries left when they were
 		// killed is not this suite's: sweep it as a starting service does.

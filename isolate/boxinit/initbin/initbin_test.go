@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/isolate-sandbox/isolate/isolate/initbin"
+	"github.com/isolate-sandbox/isolate/isolate/boxinit/initbin"
 )
 
 func embedded(t *testing.T) []byte {

@@ -1,4 +1,4 @@
-package isolate
+package boxinit
 
 // #cgo CFLAGS: -O2 -Wall -Wno-unused-result
 import "C"

@@ -1,4 +1,4 @@
-package isolate
+package boxinit
 
 // #include "protocol.h"
 import "C"
@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/rootfs"
 )
 
@@ -19,48 +20,48 @@ const InitArg = C.ISOLATE_INIT_ARG
 
 // The fixed descriptors of init. 0-2 are the program's standard streams.
 const (
-	fdControl = C.ISOLATE_FD_CONTROL // supervisor <-> init, a stream socket: the plan, then control bytes
+	FDControl = C.ISOLATE_FD_CONTROL // supervisor <-> init, a stream socket: the plan, then control bytes
 	fdStatus  = C.ISOLATE_FD_STATUS  // init -> supervisor: status messages, one JSON line each
-	fdExtra   = C.ISOLATE_FD_EXTRA   // the seccomp listener socket, then the image's mount, if any
-	fdProxy   = C.ISOLATE_FD_PROXY   // PID 1's listener for the network allowlist's proxy
+	FDExtra   = C.ISOLATE_FD_EXTRA   // the seccomp listener socket, then the image's mount, if any
+	FDProxy   = C.ISOLATE_FD_PROXY   // PID 1's listener for the network allowlist's proxy
 )
 
 // ctlKill, sent once the plan is complete, makes init kill every process
 // of the program (a limit was hit).
-const ctlKill = C.ISOLATE_CTL_KILL
+const CtlKill = C.ISOLATE_CTL_KILL
 
 // Message types sent by init.
 const (
-	msgReady   = C.ISOLATE_MSG_READY   // the box is built; waiting for the command part
-	msgStarted = C.ISOLATE_MSG_STARTED // the program runs
-	msgExited  = C.ISOLATE_MSG_EXITED  // the program and everything it left are gone
-	msgError   = C.ISOLATE_MSG_ERROR   // a step failed
+	MsgReady   = C.ISOLATE_MSG_READY   // the box is built; waiting for the command part
+	MsgStarted = C.ISOLATE_MSG_STARTED // the program runs
+	MsgExited  = C.ISOLATE_MSG_EXITED  // the program and everything it left are gone
+	MsgError   = C.ISOLATE_MSG_ERROR   // a step failed
 )
 
 // plan is what init carries out, in order: typed records (protocol.h), a
 // box part then a command part. Each operation has one encoder below.
-type plan struct {
-	buf       []byte
-	announces bool // a box part that asks init to say when the box is built
+type Plan struct {
+	Buf       []byte
+	Announces bool // a box part that asks init to say when the box is built
 }
 
 // op appends one record.
-func (p *plan) op(code C.enum_isolate_op, step string, ints []uint64, strs ...string) {
-	p.buf = binary.LittleEndian.AppendUint32(p.buf, uint32(code))
-	p.buf = binary.LittleEndian.AppendUint32(p.buf, uint32(len(ints)))
-	p.buf = binary.LittleEndian.AppendUint32(p.buf, uint32(len(strs)))
+func (p *Plan) op(code C.enum_isolate_op, step string, ints []uint64, strs ...string) {
+	p.Buf = binary.LittleEndian.AppendUint32(p.Buf, uint32(code))
+	p.Buf = binary.LittleEndian.AppendUint32(p.Buf, uint32(len(ints)))
+	p.Buf = binary.LittleEndian.AppendUint32(p.Buf, uint32(len(strs)))
 	p.str(step)
 	for _, v := range ints {
-		p.buf = binary.LittleEndian.AppendUint64(p.buf, v)
+		p.Buf = binary.LittleEndian.AppendUint64(p.Buf, v)
 	}
 	for _, s := range strs {
 		p.str(s)
 	}
 }
 
-func (p *plan) str(s string) {
-	p.buf = binary.LittleEndian.AppendUint32(p.buf, uint32(len(s)))
-	p.buf = append(p.buf, s...)
+func (p *Plan) str(s string) {
+	p.Buf = binary.LittleEndian.AppendUint32(p.Buf, uint32(len(s)))
+	p.Buf = append(p.Buf, s...)
 }
 
 func flag(b bool) uint64 {
@@ -74,24 +75,24 @@ func flag(b bool) uint64 {
 
 // placeFD has an early init give the next descriptor sent with the box
 // part the number fd (earlyinit.go).
-func (p *plan) placeFD(fd int) {
+func (p *Plan) PlaceFD(fd int) {
 	p.op(C.ISOLATE_OP_PLACE_FD, "place a descriptor", []uint64{uint64(fd)})
 }
 
-func (p *plan) hostname(name string) { p.op(C.ISOLATE_OP_HOSTNAME, "set host name", nil, name) }
+func (p *Plan) Hostname(name string) { p.op(C.ISOLATE_OP_HOSTNAME, "set host name", nil, name) }
 
-func (p *plan) loopback() { p.op(C.ISOLATE_OP_LOOPBACK, "bring up loopback", nil) }
+func (p *Plan) Loopback() { p.op(C.ISOLATE_OP_LOOPBACK, "bring up loopback", nil) }
 
 // listen has PID 1 listen on the box's loopback at fdProxy, for the
 // network allowlist's proxy (egress.go).
-func (p *plan) listen(port int) {
+func (p *Plan) Listen(port int) {
 	p.op(C.ISOLATE_OP_LISTEN, "listen on the box's loopback for its network allowlist", []uint64{uint64(port)})
 }
 
-func (p *plan) sysctl(step, path, value string) { p.op(C.ISOLATE_OP_SYSCTL, step, nil, path, value) }
+func (p *Plan) Sysctl(step, path, value string) { p.op(C.ISOLATE_OP_SYSCTL, step, nil, path, value) }
 
 // fs appends the file system's operations (rootfs.Plan).
-func (p *plan) fs(ops []rootfs.Op) {
+func (p *Plan) FS(ops []rootfs.Op) {
 	for _, o := range ops {
 		switch o := o.(type) {
 		case rootfs.MakePrivate:
@@ -123,84 +124,84 @@ func (p *plan) fs(ops []rootfs.Op) {
 // prepare has a box built ahead start its program's process with the box,
 // filter (BPF) loaded, listener or not: a command with that filter and
 // listener then skips those steps (init_proc.c).
-func (p *plan) prepare(filter []byte, listen bool) {
+func (p *Plan) Prepare(filter []byte, listen bool) {
 	p.op(C.ISOLATE_OP_PREPARE, "prepare the program's process", []uint64{flag(listen)}, string(filter))
 }
 
 // session has init serve many commands in the box, until the control
 // socket closes (init_session.c).
-func (p *plan) session() { p.op(C.ISOLATE_OP_SESSION, "serve a session", nil) }
+func (p *Plan) Session() { p.op(C.ISOLATE_OP_SESSION, "serve a session", nil) }
 
 // boxEnd closes the box part. With announce, init says msgReady once the
 // box is built (a caller that fills the box before its command).
-func (p *plan) boxEnd(announce bool) {
-	p.announces = announce
+func (p *Plan) BoxEnd(announce bool) {
+	p.Announces = announce
 	p.op(C.ISOLATE_OP_BOX_END, "box built", []uint64{flag(announce)})
 }
 
 // ---- the command part ----
 
-func (p *plan) argv(args []string) { p.op(C.ISOLATE_OP_ARGV, "program", nil, args...) }
+func (p *Plan) Argv(args []string) { p.op(C.ISOLATE_OP_ARGV, "program", nil, args...) }
 
-func (p *plan) env(env []string) { p.op(C.ISOLATE_OP_ENV, "environment", nil, env...) }
+func (p *Plan) Env(env []string) { p.op(C.ISOLATE_OP_ENV, "environment", nil, env...) }
 
-func (p *plan) dir(dir string) { p.op(C.ISOLATE_OP_DIR, "working directory", nil, dir) }
+func (p *Plan) Dir(dir string) { p.op(C.ISOLATE_OP_DIR, "working directory", nil, dir) }
 
-func (p *plan) cred(uid, gid uint32) {
+func (p *Plan) Cred(uid, gid uint32) {
 	p.op(C.ISOLATE_OP_CRED, "credentials", []uint64{uint64(uid), uint64(gid)})
 }
 
-func (p *plan) rlimit(resource int, limit uint64) {
+func (p *Plan) Rlimit(resource int, limit uint64) {
 	p.op(C.ISOLATE_OP_RLIMIT, "resource limit", []uint64{uint64(resource), limit})
 }
 
 // cgroupTasks and cgroupFork name a descriptor sent with the command part
 // by its index among them.
-func (p *plan) cgroupTasks(i int) { p.op(C.ISOLATE_OP_CGROUP_TASKS, "cgroup", []uint64{uint64(i)}) }
+func (p *Plan) CgroupTasks(i int) { p.op(C.ISOLATE_OP_CGROUP_TASKS, "cgroup", []uint64{uint64(i)}) }
 
-func (p *plan) cgroupFork(i int) { p.op(C.ISOLATE_OP_CGROUP_FORK, "cgroup", []uint64{uint64(i)}) }
+func (p *Plan) CgroupFork(i int) { p.op(C.ISOLATE_OP_CGROUP_FORK, "cgroup", []uint64{uint64(i)}) }
 
 // seccomp loads filter (BPF) before the exec; notifySock is init's
 // descriptor of the listener socket, or -1 for none.
-func (p *plan) seccomp(filter []byte, notifySock int) {
+func (p *Plan) Seccomp(filter []byte, notifySock int) {
 	p.op(C.ISOLATE_OP_SECCOMP, "seccomp filter", []uint64{uint64(int64(notifySock))}, string(filter))
 }
 
 // stdio gives the program the descriptors sent with the command part at
 // indexes in, out, errOut as its fd 0, 1, 2 (-1: init's own). A box built
 // before its command (the pool) gets its streams this way.
-func (p *plan) stdio(in, out, errOut int) {
+func (p *Plan) Stdio(in, out, errOut int) {
 	p.op(C.ISOLATE_OP_STDIO, "standard streams", []uint64{uint64(int64(in)), uint64(int64(out)), uint64(int64(errOut))})
 }
 
-func (p *plan) stderrToStdout() { p.op(C.ISOLATE_OP_STDERR_TO_STDOUT, "stderr to stdout", nil) }
+func (p *Plan) StderrToStdout() { p.op(C.ISOLATE_OP_STDERR_TO_STDOUT, "stderr to stdout", nil) }
 
-func (p *plan) hold() { p.op(C.ISOLATE_OP_HOLD, "keep the box for copy-out", nil) }
+func (p *Plan) Hold() { p.op(C.ISOLATE_OP_HOLD, "keep the box for copy-out", nil) }
 
-func (p *plan) tellStart() { p.op(C.ISOLATE_OP_TELL_START, "tell the start at once", nil) }
+func (p *Plan) TellStart() { p.op(C.ISOLATE_OP_TELL_START, "tell the start at once", nil) }
 
 // commandID numbers a session's command: init's messages about it carry
 // the number.
-func (p *plan) commandID(id uint64) { p.op(C.ISOLATE_OP_COMMAND_ID, "command number", []uint64{id}) }
+func (p *Plan) CommandID(id uint64) { p.op(C.ISOLATE_OP_COMMAND_ID, "command number", []uint64{id}) }
 
 // signal, a session's control record, sends sig to command id's process
 // group (0: to every process of the box).
-func (p *plan) signal(id uint64, sig int) {
+func (p *Plan) Signal(id uint64, sig int) {
 	p.op(C.ISOLATE_OP_SIGNAL, "signal", []uint64{id, uint64(sig)})
 }
 
 // handOver has init give dirs, filled by the supervisor as the box's uid
 // 0, to the program's user before it starts, and with back give them back
 // to uid 0 once the box is reaped (protocol.h).
-func (p *plan) handOver(back bool, dirs ...string) {
+func (p *Plan) HandOver(back bool, dirs ...string) {
 	p.op(C.ISOLATE_OP_HAND_OVER, "hand over the box's directories", []uint64{flag(back)}, dirs...)
 }
 
 // end closes the command part: init starts the program.
-func (p *plan) end() { p.op(C.ISOLATE_OP_END, "end", nil) }
+func (p *Plan) End() { p.op(C.ISOLATE_OP_END, "end", nil) }
 
 // initMessage is one status line from init.
-type initMessage struct {
+type Message struct {
 	Type string `json:"type"`
 	// ID is a session's command number (started, exited).
 	ID uint64 `json:"id,omitempty"`
@@ -232,7 +233,7 @@ type initMessage struct {
 }
 
 // stepError is init's error message as a StepError.
-func (m *initMessage) stepError() *StepError {
+func (m *Message) StepError() *api.StepError {
 	msg := m.Err
 	if m.Op != "" {
 		msg = m.Op + " " + m.Path + ": " + m.Err
@@ -240,5 +241,5 @@ func (m *initMessage) stepError() *StepError {
 			msg = m.Op + ": " + m.Err
 		}
 	}
-	return &StepError{Step: m.Step, Errno: m.Errno, Msg: msg}
+	return &api.StepError{Step: m.Step, Errno: m.Errno, Msg: msg}
 }

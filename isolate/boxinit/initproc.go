@@ -1,4 +1,4 @@
-package isolate
+package boxinit
 
 import (
 	"runtime"
@@ -11,18 +11,18 @@ import (
 )
 
 // initProc is the box's init, a child of the supervisor.
-type initProc struct {
-	pid    int
-	pidfd  int // signals go through it: never to a recycled pid
+type Proc struct {
+	Pid    int
+	Pidfd  int // signals go through it: never to a recycled pid
 	once   sync.Once
 	status syscall.WaitStatus
 }
 
 // wait reaps init (once) and returns its wait status.
-func (p *initProc) wait() syscall.WaitStatus {
+func (p *Proc) Wait() syscall.WaitStatus {
 	p.once.Do(func() {
 		for {
-			_, err := syscall.Wait4(p.pid, &p.status, 0, nil)
+			_, err := syscall.Wait4(p.Pid, &p.status, 0, nil)
 			if err != syscall.EINTR {
 				return
 			}
@@ -35,11 +35,11 @@ func (p *initProc) wait() syscall.WaitStatus {
 // CLI): none of its goroutines ends locked to its thread while a box
 // lives, so init may be forked from whatever thread runs the run, and no
 // thread is held for the parent-death signal (see forkInit).
-var oneShot atomic.Bool
+var OneShot atomic.Bool
 
 // OneShotProcess declares the calling process one-shot (see oneShot). A
 // long-running process (the service) must not.
-func OneShotProcess() { oneShot.Store(true) }
+func OneShotProcess() { OneShot.Store(true) }
 
 // forkInit starts init. The parent-death signal fires when the thread
 // that forked exits, not the process, and Go ends a thread when a
@@ -50,8 +50,8 @@ func OneShotProcess() { oneShot.Store(true) }
 // never exit). The parent-death signal then fires when the process dies,
 // for every box at once, and never before. (Before them, each box held a
 // new locked thread while it lived: 1.1 ms of every run's start.)
-func forkInit(path string, argv []string, attr *syscall.ProcAttr) (pid int, err error) {
-	if oneShot.Load() {
+func ForkInit(path string, argv []string, attr *syscall.ProcAttr) (pid int, err error) {
+	if OneShot.Load() {
 		return syscall.ForkExec(path, argv, attr)
 	}
 	forkersOnce.Do(startForkers)
@@ -94,19 +94,19 @@ func startForkers() {
 	}
 }
 
-func (p *initProc) kill() { unix.PidfdSendSignal(p.pidfd, unix.SIGKILL, nil, 0) }
+func (p *Proc) Kill() { unix.PidfdSendSignal(p.Pidfd, unix.SIGKILL, nil, 0) }
 
 // alive tells whether init still runs: its pidfd turns readable when it
 // ends (a zombie too).
-func (p *initProc) alive() bool {
-	fds := []unix.PollFd{{Fd: int32(p.pidfd), Events: unix.POLLIN}}
+func (p *Proc) Alive() bool {
+	fds := []unix.PollFd{{Fd: int32(p.Pidfd), Events: unix.POLLIN}}
 	n, err := unix.Poll(fds, 0)
 	return err == nil && n == 0
 }
 
-func (p *initProc) close() { unix.Close(p.pidfd) }
+func (p *Proc) Close() { unix.Close(p.Pidfd) }
 
-func describeWait(ws syscall.WaitStatus) string {
+func DescribeWait(ws syscall.WaitStatus) string {
 	if ws.Signaled() {
 		return "killed by signal " + ws.Signal().String()
 	}

@@ -1,4 +1,4 @@
-package isolate
+package boxinit
 
 import (
 	"encoding/binary"
@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/rootfs"
 )
 
@@ -58,18 +59,18 @@ func TestProtocolOps(t *testing.T) {
 		filter[i] = byte(i)
 	}
 	const maxU64 = "18446744073709551615"
-	fs := func(op rootfs.Op) func(*plan) { return func(p *plan) { p.fs([]rootfs.Op{op}) } }
+	fs := func(op rootfs.Op) func(*Plan) { return func(p *Plan) { p.FS([]rootfs.Op{op}) } }
 	tests := []struct {
 		name string
-		enc  func(*plan)
+		enc  func(*Plan)
 		want string
 	}{
-		{"place-fd", func(p *plan) { p.placeFD(7) }, `place-fd step="place a descriptor" 7`},
-		{"hostname", func(p *plan) { p.hostname("isolate") }, `hostname step="set host name" "isolate"`},
-		{"hostname, empty", func(p *plan) { p.hostname("") }, `hostname step="set host name" ""`},
-		{"loopback", func(p *plan) { p.loopback() }, `loopback step="bring up loopback"`},
-		{"listen", func(p *plan) { p.listen(3128) }, `listen step="listen on the box's loopback for its network allowlist" 3128`},
-		{"sysctl", func(p *plan) { p.sysctl("s", "/proc/sys/user/max_user_namespaces", "0") },
+		{"place-fd", func(p *Plan) { p.PlaceFD(7) }, `place-fd step="place a descriptor" 7`},
+		{"hostname", func(p *Plan) { p.Hostname("isolate") }, `hostname step="set host name" "isolate"`},
+		{"hostname, empty", func(p *Plan) { p.Hostname("") }, `hostname step="set host name" ""`},
+		{"loopback", func(p *Plan) { p.Loopback() }, `loopback step="bring up loopback"`},
+		{"listen", func(p *Plan) { p.Listen(3128) }, `listen step="listen on the box's loopback for its network allowlist" 3128`},
+		{"sysctl", func(p *Plan) { p.Sysctl("s", "/proc/sys/user/max_user_namespaces", "0") },
 			`sysctl step="s" "/proc/sys/user/max_user_namespaces" "0"`},
 		{"private", fs(rootfs.MakePrivate{Step: "make mounts private"}), `private step="make mounts private"`},
 		{"mount", fs(rootfs.Mount{Step: "mount /tmp", Source: "tmpfs", Target: "/r/tmp", FSType: "tmpfs",
@@ -92,45 +93,45 @@ func TestProtocolOps(t *testing.T) {
 		{"write, empty", fs(rootfs.WriteFile{Step: "w", Path: "/r/f"}), `write step="w" 0 "/r/f" ""`},
 		{"remount-ro", fs(rootfs.RemountRO{Step: "ro", Path: "/r"}), `remount-ro step="ro" "/r"`},
 		{"pivot", fs(rootfs.Pivot{Step: "pivot_root", Root: "/r"}), `pivot step="pivot_root" "/r"`},
-		{"prepare, listener", func(p *plan) { p.prepare(filter, true) },
+		{"prepare, listener", func(p *Plan) { p.Prepare(filter, true) },
 			`prepare step="prepare the program's process" 1 ` + quote(string(filter))},
-		{"prepare, no listener", func(p *plan) { p.prepare(filter[:8], false) },
+		{"prepare, no listener", func(p *Plan) { p.Prepare(filter[:8], false) },
 			`prepare step="prepare the program's process" 0 ` + quote(string(filter[:8]))},
-		{"session", func(p *plan) { p.session() }, `session step="serve a session"`},
-		{"box-end", func(p *plan) { p.boxEnd(false) }, `box-end step="box built" 0`},
-		{"box-end, announced", func(p *plan) { p.boxEnd(true) }, `box-end step="box built" 1`},
-		{"argv", func(p *plan) { p.argv([]string{"/bin/sh", "-c", "echo \"hi\""}) },
+		{"session", func(p *Plan) { p.Session() }, `session step="serve a session"`},
+		{"box-end", func(p *Plan) { p.BoxEnd(false) }, `box-end step="box built" 0`},
+		{"box-end, announced", func(p *Plan) { p.BoxEnd(true) }, `box-end step="box built" 1`},
+		{"argv", func(p *Plan) { p.Argv([]string{"/bin/sh", "-c", "echo \"hi\""}) },
 			`argv step="program" "/bin/sh" "-c" "echo \x22hi\x22"`},
-		{"argv, none", func(p *plan) { p.argv(nil) }, `argv step="program"`},
-		{"argv, 10000 with an empty one", func(p *plan) { p.argv(many) }, `argv step="program" ` + quoteAll(many)},
-		{"env", func(p *plan) { p.env([]string{"PATH=/usr/bin:/bin", "X=" + binary}) },
+		{"argv, none", func(p *Plan) { p.Argv(nil) }, `argv step="program"`},
+		{"argv, 10000 with an empty one", func(p *Plan) { p.Argv(many) }, `argv step="program" ` + quoteAll(many)},
+		{"env", func(p *Plan) { p.Env([]string{"PATH=/usr/bin:/bin", "X=" + binary}) },
 			`env step="environment" "PATH=/usr/bin:/bin" ` + quote("X="+binary)},
-		{"dir", func(p *plan) { p.dir("/box") }, `dir step="working directory" "/box"`},
-		{"cred", func(p *plan) { p.cred(1000, math.MaxUint32) }, `cred step="credentials" 1000 4294967295`},
-		{"rlimit", func(p *plan) { p.rlimit(unix.RLIMIT_NOFILE, 256) }, fmt.Sprintf(`rlimit step="resource limit" %d 256`, unix.RLIMIT_NOFILE)},
-		{"rlimit, infinity", func(p *plan) { p.rlimit(unix.RLIMIT_AS, unix.RLIM_INFINITY) },
+		{"dir", func(p *Plan) { p.Dir("/box") }, `dir step="working directory" "/box"`},
+		{"cred", func(p *Plan) { p.Cred(1000, math.MaxUint32) }, `cred step="credentials" 1000 4294967295`},
+		{"rlimit", func(p *Plan) { p.Rlimit(unix.RLIMIT_NOFILE, 256) }, fmt.Sprintf(`rlimit step="resource limit" %d 256`, unix.RLIMIT_NOFILE)},
+		{"rlimit, infinity", func(p *Plan) { p.Rlimit(unix.RLIMIT_AS, unix.RLIM_INFINITY) },
 			fmt.Sprintf(`rlimit step="resource limit" %d %s`, unix.RLIMIT_AS, maxU64)},
-		{"cgroup", func(p *plan) { p.cgroupTasks(7) }, `cgroup step="cgroup" 7`},
-		{"cgroup-fork", func(p *plan) { p.cgroupFork(0) }, `cgroup-fork step="cgroup" 0`},
-		{"seccomp, listener", func(p *plan) { p.seccomp(filter, 5) }, `seccomp step="seccomp filter" 5 ` + quote(string(filter))},
-		{"seccomp, no listener", func(p *plan) { p.seccomp(filter[:8], -1) }, `seccomp step="seccomp filter" ` + maxU64 + ` ` + quote(string(filter[:8]))},
-		{"stdio", func(p *plan) { p.stdio(1, 2, -1) }, `stdio step="standard streams" 1 2 ` + maxU64},
-		{"stderr-to-stdout", func(p *plan) { p.stderrToStdout() }, `stderr-to-stdout step="stderr to stdout"`},
-		{"hold", func(p *plan) { p.hold() }, `hold step="keep the box for copy-out"`},
-		{"tell-start", func(p *plan) { p.tellStart() }, `tell-start step="tell the start at once"`},
-		{"command-id", func(p *plan) { p.commandID(math.MaxUint64) }, `command-id step="command number" ` + maxU64},
-		{"hand-over", func(p *plan) { p.handOver(true, "/box", "/tmp") }, `hand-over step="hand over the box's directories" 1 "/box" "/tmp"`},
-		{"hand-over, not back", func(p *plan) { p.handOver(false, "/box") }, `hand-over step="hand over the box's directories" 0 "/box"`},
-		{"end", func(p *plan) { p.end() }, `end step="end"`},
-		{"signal", func(p *plan) { p.signal(3, int(unix.SIGTERM)) }, fmt.Sprintf(`signal step="signal" 3 %d`, unix.SIGTERM)},
+		{"cgroup", func(p *Plan) { p.CgroupTasks(7) }, `cgroup step="cgroup" 7`},
+		{"cgroup-fork", func(p *Plan) { p.CgroupFork(0) }, `cgroup-fork step="cgroup" 0`},
+		{"seccomp, listener", func(p *Plan) { p.Seccomp(filter, 5) }, `seccomp step="seccomp filter" 5 ` + quote(string(filter))},
+		{"seccomp, no listener", func(p *Plan) { p.Seccomp(filter[:8], -1) }, `seccomp step="seccomp filter" ` + maxU64 + ` ` + quote(string(filter[:8]))},
+		{"stdio", func(p *Plan) { p.Stdio(1, 2, -1) }, `stdio step="standard streams" 1 2 ` + maxU64},
+		{"stderr-to-stdout", func(p *Plan) { p.StderrToStdout() }, `stderr-to-stdout step="stderr to stdout"`},
+		{"hold", func(p *Plan) { p.Hold() }, `hold step="keep the box for copy-out"`},
+		{"tell-start", func(p *Plan) { p.TellStart() }, `tell-start step="tell the start at once"`},
+		{"command-id", func(p *Plan) { p.CommandID(math.MaxUint64) }, `command-id step="command number" ` + maxU64},
+		{"hand-over", func(p *Plan) { p.HandOver(true, "/box", "/tmp") }, `hand-over step="hand over the box's directories" 1 "/box" "/tmp"`},
+		{"hand-over, not back", func(p *Plan) { p.HandOver(false, "/box") }, `hand-over step="hand over the box's directories" 0 "/box"`},
+		{"end", func(p *Plan) { p.End() }, `end step="end"`},
+		{"signal", func(p *Plan) { p.Signal(3, int(unix.SIGTERM)) }, fmt.Sprintf(`signal step="signal" 3 %d`, unix.SIGTERM)},
 	}
 	covered := map[string]bool{}
-	var all plan
+	var all Plan
 	var want []string
 	for _, tt := range tests {
-		p := &plan{}
+		p := &Plan{}
 		tt.enc(p)
-		got := strings.TrimSuffix(renderPlan(p.buf), "\n")
+		got := strings.TrimSuffix(renderPlan(p.Buf), "\n")
 		if got != tt.want {
 			t.Errorf("%s:\n got %.300s\nwant %.300s", tt.name, got, tt.want)
 		}
@@ -139,7 +140,7 @@ func TestProtocolOps(t *testing.T) {
 		want = append(want, tt.want)
 	}
 	// All in one stream: records end exactly where the next begins.
-	if got := renderPlan(all.buf); got != strings.Join(want, "\n")+"\n" {
+	if got := renderPlan(all.Buf); got != strings.Join(want, "\n")+"\n" {
 		t.Errorf("the records in one plan decode differently from one by one")
 	}
 	for _, name := range opNames() {
@@ -161,8 +162,8 @@ func TestProtocolRefuses(t *testing.T) {
 	}
 	step := binary.LittleEndian.AppendUint32(nil, 1)
 	step = append(step, 's')
-	var mkdir plan
-	mkdir.fs([]rootfs.Op{rootfs.Mkdir{Step: "create /box", Path: "/r/box", Mode: 0o755}})
+	var mkdir Plan
+	mkdir.FS([]rootfs.Op{rootfs.Mkdir{Step: "create /box", Path: "/r/box", Mode: 0o755}})
 	ops := uint32(len(opNames()))
 	tests := []struct {
 		name string
@@ -173,10 +174,10 @@ func TestProtocolRefuses(t *testing.T) {
 		{"op past the last", rec(ops+1, 0, 0, step...), "error: unknown operation"},
 		{"mkdir without its mode", rec(opCode(t, "mkdir"), 0, 1, step...), "error: wrong number of fields"},
 		{"hostname with two strings", rec(opCode(t, "hostname"), 0, 2, step...), "error: wrong number of fields"},
-		{"truncated record", mkdir.buf[:len(mkdir.buf)-1], "error: truncated record"},
-		{"truncated header", mkdir.buf[:5], "error: truncated record"},
+		{"truncated record", mkdir.Buf[:len(mkdir.Buf)-1], "error: truncated record"},
+		{"truncated header", mkdir.Buf[:5], "error: truncated record"},
 		{"string over 64 MiB", rec(opCode(t, "loopback"), 0, 0, 1, 0, 0, 4), "error: string too long"},
-		{"a good record, then a bad one", append(append([]byte{}, mkdir.buf...), rec(0, 0, 0)...),
+		{"a good record, then a bad one", append(append([]byte{}, mkdir.Buf...), rec(0, 0, 0)...),
 			"mkdir step=\"create /box\" 493 \"/r/box\"\nerror: unknown operation"},
 	}
 	for _, tt := range tests {
@@ -216,9 +217,9 @@ func TestProtocolBoxPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var p plan
-	p.fs(ops)
-	lines := strings.Split(strings.TrimSuffix(renderPlan(p.buf), "\n"), "\n")
+	var p Plan
+	p.FS(ops)
+	lines := strings.Split(strings.TrimSuffix(renderPlan(p.Buf), "\n"), "\n")
 	if len(lines) != len(ops) {
 		t.Fatalf("%d ops decoded as %d records:\n%s", len(ops), len(lines), strings.Join(lines, "\n"))
 	}
@@ -238,19 +239,19 @@ func TestProtocolBoxPlan(t *testing.T) {
 // the op and the path.
 func TestStepError(t *testing.T) {
 	tests := []struct {
-		m    initMessage
+		m    Message
 		want string
 	}{
-		{initMessage{Type: msgError, Step: "create /proc/x", Op: "touch", Path: "/r/proc/x", Err: "No such file or directory", Errno: 2},
+		{Message{Type: MsgError, Step: "create /proc/x", Op: "touch", Path: "/r/proc/x", Err: "No such file or directory", Errno: 2},
 			"box setup failed: create /proc/x: touch /r/proc/x: No such file or directory (errno 2)"},
-		{initMessage{Type: msgError, Step: "cgroup", Op: "cgroup", Err: "Bad file descriptor", Errno: 9},
+		{Message{Type: MsgError, Step: "cgroup", Op: "cgroup", Err: "Bad file descriptor", Errno: 9},
 			"box setup failed: cgroup: cgroup: Bad file descriptor (errno 9)"},
-		{initMessage{Type: msgError, Step: "create namespaces", Err: "Operation not permitted", Errno: 1},
+		{Message{Type: MsgError, Step: "create namespaces", Err: "Operation not permitted", Errno: 1},
 			"box setup failed: create namespaces: Operation not permitted (errno 1)"},
 	}
 	for _, tt := range tests {
-		err := fmt.Errorf("box setup failed: %w", tt.m.stepError())
-		var se *StepError
+		err := fmt.Errorf("box setup failed: %w", tt.m.StepError())
+		var se *api.StepError
 		if !errors.As(err, &se) || se.Step != tt.m.Step || se.Errno != tt.m.Errno {
 			t.Errorf("%+v: not a StepError with its fields: %#v", tt.m, err)
 		}
@@ -277,18 +278,18 @@ func TestExecTime(t *testing.T) {
 	sent := time.Now().Add(-20 * time.Millisecond)
 
 	// 5 ms ago: at least 5 ms before now, after the command was sent.
-	at := execTime(&initMessage{ExecNs: mono() - int64(5*time.Millisecond)}, sent)
+	at := ExecTime(&Message{ExecNs: mono() - int64(5*time.Millisecond)}, sent)
 	if !at.Before(time.Now().Add(-5*time.Millisecond)) || at.Before(sent) {
 		t.Errorf("execve 5 ms ago: placed %v before now, command sent %v before now", time.Since(at), time.Since(sent))
 	}
 	// Before the command was sent (no such execve): when it was sent.
-	if at := execTime(&initMessage{ExecNs: mono() - int64(time.Second)}, sent); !at.Equal(sent) {
+	if at := ExecTime(&Message{ExecNs: mono() - int64(time.Second)}, sent); !at.Equal(sent) {
 		t.Errorf("execve before the command: placed %v before now, want the command's %v", time.Since(at), time.Since(sent))
 	}
 	// In the future, or not told (a program that could not start): now.
 	for _, ns := range []int64{mono() + int64(time.Second), 0} {
 		before := time.Now()
-		at := execTime(&initMessage{ExecNs: ns}, sent)
+		at := ExecTime(&Message{ExecNs: ns}, sent)
 		if at.Before(before) || at.After(time.Now()) {
 			t.Errorf("exec_ns %d: placed %v from now, want now", ns, time.Until(at))
 		}

@@ -1,4 +1,4 @@
-package isolate
+package boxinit
 
 // #include <stdlib.h>
 // #include "init.h"

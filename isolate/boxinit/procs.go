@@ -1,4 +1,4 @@
-package isolate
+package boxinit
 
 // #define _GNU_SOURCE
 // #include <sched.h>
@@ -12,6 +12,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/isolate-sandbox/isolate/internal/dirent"
 )
 
 // TimerSlack is how late the kernel may end the timed sleeps of this
@@ -87,7 +89,7 @@ func threadIDs(task int) []int {
 	if _, err := unix.Seek(task, 0, 0); err != nil {
 		return nil
 	}
-	names, _ := readNames(task)
+	names, _ := dirent.Names(task)
 	tids := make([]int, 0, len(names))
 	for _, n := range names {
 		if tid, err := strconv.Atoi(n); err == nil {

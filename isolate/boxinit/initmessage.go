@@ -1,8 +1,11 @@
-package isolate
+package boxinit
 
 import (
 	"strconv"
+	"time"
 	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 )
 
 // decodeInitMessage reads one of init's status lines, as init_io.c writes
@@ -11,8 +14,8 @@ import (
 // in a process (its reflection over initMessage) costs about 1 % of a
 // one-shot run's CPU. Keys it does not know are skipped; a line that is
 // not such an object is refused (false), as encoding/json would refuse it.
-func decodeInitMessage(line []byte) (initMessage, bool) {
-	var m initMessage
+func DecodeMessage(line []byte) (Message, bool) {
+	var m Message
 	d := msgDecoder{b: line}
 	ok := d.object(func(key string) bool {
 		switch key {
@@ -324,4 +327,24 @@ func jsonNumber(text string) bool {
 		}
 	}
 	return i == len(text)
+}
+
+// execTime is when init saw the program's execve return: m says so on
+// the host's CLOCK_MONOTONIC, which Go's clock reads too but does not
+// show. Init tells a start late; without a time (a program that could not
+// be started), now. Never before the command was sent.
+func ExecTime(m *Message, sent time.Time) time.Time {
+	now := time.Now()
+	var ts unix.Timespec
+	if m.ExecNs <= 0 || unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) != nil {
+		return now
+	}
+	at := now.Add(-time.Duration(ts.Nano() - m.ExecNs))
+	if at.Before(sent) {
+		return sent
+	}
+	if at.After(now) {
+		return now
+	}
+	return at
 }

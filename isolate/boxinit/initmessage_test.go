@@ -1,4 +1,4 @@
-package isolate
+package boxinit
 
 import (
 	"encoding/json"
@@ -31,21 +31,21 @@ func TestDecodeInitMessageAsJSON(t *testing.T) {
 		`{"type":"x"} trailing`, `{"x":tru}`, `{"x":[1,}`,
 	}
 	for _, line := range lines {
-		var want initMessage
+		var want Message
 		if err := json.Unmarshal([]byte(line), &want); err != nil {
 			t.Fatalf("the test's line %q is not JSON for initMessage: %v", line, err)
 		}
-		got, ok := decodeInitMessage([]byte(line))
+		got, ok := DecodeMessage([]byte(line))
 		if !ok || !reflect.DeepEqual(got, want) {
 			t.Errorf("%q:\n got %+v (%v)\nwant %+v", line, got, ok, want)
 		}
 	}
 	for _, line := range bad {
-		var m initMessage
+		var m Message
 		if json.Unmarshal([]byte(line), &m) == nil {
 			t.Fatalf("the test's bad line %q is JSON for initMessage", line)
 		}
-		if got, ok := decodeInitMessage([]byte(line)); ok {
+		if got, ok := DecodeMessage([]byte(line)); ok {
 			t.Errorf("%q decoded as %+v, want refused", line, got)
 		}
 	}
