@@ -25,6 +25,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/isolate-sandbox/isolate/internal/headtail"
+
 	"github.com/isolate-sandbox/isolate/api"
 )
 
@@ -477,17 +479,17 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 	}
 	// The code's output comes whole to the callbacks; the answer keeps
 	// its head and its tail, as a session command's report does.
-	stdout := capture{limit: c.outputLimit, headTail: true}
-	stderr := capture{limit: c.outputLimit, headTail: true}
-	keep := func(kept *capture, text []byte, on func(string)) {
-		kept.keep(text)
+	stdout := headtail.Buffer{Limit: c.outputLimit, HeadTail: true}
+	stderr := headtail.Buffer{Limit: c.outputLimit, HeadTail: true}
+	keep := func(kept *headtail.Buffer, text []byte, on func(string)) {
+		kept.Keep(text)
 		if on != nil {
 			on(string(text))
 		}
 	}
 	answer := func() {
-		out, outCut := stdout.kept()
-		errs, errCut := stderr.kept()
+		out, outCut := stdout.Kept()
+		errs, errCut := stderr.Kept()
 		ex.Stdout, ex.Stderr, ex.Truncated = out, errs, outCut || errCut
 	}
 	onResult, _ := ctx.Value(resultHandlerKey{}).(func(Result))
@@ -533,9 +535,9 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 				if n, err := strconv.ParseInt(string(f.payload[min(2, len(f.payload)):]), 10, 64); err == nil && n > 0 {
 					switch f.payload[0] {
 					case 'o':
-						stdout.skip(n)
+						stdout.Skip(n)
 					case 'e':
-						stderr.skip(n)
+						stderr.Skip(n)
 					}
 				}
 			case 'r':

@@ -11,7 +11,8 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"unsafe"
+
+	"github.com/isolate-sandbox/isolate/internal/headtail"
 
 	"github.com/isolate-sandbox/isolate/api"
 )
@@ -144,10 +145,10 @@ func RunGroup(ctx context.Context, r Runner, cmds []GroupCommand, pipes []GroupP
 // a capture keeps a stream's.
 type recorder struct {
 	mu   sync.Mutex
-	kept capture
+	kept headtail.Buffer
 }
 
-func newRecorder(limit int64) *recorder { return &recorder{kept: capture{limit: limit}} }
+func newRecorder(limit int64) *recorder { return &recorder{kept: headtail.Buffer{Limit: limit}} }
 
 // copy moves bytes from r to w until r ends or w breaks, then closes
 // both, so that each side sees what it would on a direct pipe.
@@ -159,7 +160,7 @@ func (rec *recorder) copy(w, r *os.File) {
 		n, err := r.Read(b)
 		if n > 0 {
 			rec.mu.Lock()
-			rec.kept.keep(b[:n])
+			rec.kept.Keep(b[:n])
 			rec.mu.Unlock()
 			if _, werr := w.Write(b[:n]); werr != nil {
 				return
@@ -176,5 +177,5 @@ func (rec *recorder) copy(w, r *os.File) {
 func (rec *recorder) result() (string, bool) {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	return unsafe.String(unsafe.SliceData(rec.kept.buf), len(rec.kept.buf)), rec.kept.truncated
+	return rec.kept.Kept()
 }

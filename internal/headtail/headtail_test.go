@@ -1,14 +1,14 @@
-package isolate
+package headtail
 
 import (
 	"strings"
 	"testing"
 )
 
-// A head-and-tail capture keeps the first and the last half of its limit
+// A head-and-tail buffer keeps the first and the last half of its limit
 // whatever the sizes of the chunks it gets, marks the bytes cut between,
 // splits no character, and keeps all of a stream within its limit.
-func TestCaptureHeadAndTail(t *testing.T) {
+func TestHeadAndTail(t *testing.T) {
 	digits := "0123456789abcdefghijklmnopqrstuvwxyz"
 	cases := []struct {
 		in, want string
@@ -27,13 +27,13 @@ func TestCaptureHeadAndTail(t *testing.T) {
 	}
 	for _, tc := range cases {
 		for _, chunk := range []int{1, 3, 7, 64} {
-			c := capture{limit: tc.limit, headTail: true}
+			c := Buffer{Limit: tc.limit, HeadTail: true}
 			for in := tc.in; in != ""; {
 				n := min(chunk, len(in))
-				c.keep([]byte(in[:n]))
+				c.Keep([]byte(in[:n]))
 				in = in[n:]
 			}
-			got, cut := c.kept()
+			got, cut := c.Kept()
 			if got != tc.want || cut != tc.cut {
 				t.Errorf("%q, limit %d, chunks of %d: %q (cut %v), want %q (cut %v)", tc.in, tc.limit, chunk, got, cut, tc.want, tc.cut)
 			}
@@ -43,17 +43,17 @@ func TestCaptureHeadAndTail(t *testing.T) {
 		}
 	}
 	// Bytes a driver skipped between the head and the tail it sent.
-	c := capture{limit: 10, headTail: true}
-	c.keep([]byte("01234"))
-	c.skip(1000)
-	c.keep([]byte("vwxyz"))
-	if got, cut := c.kept(); got != "01234"+CutMarker(1000)+"vwxyz" || !cut {
+	c := Buffer{Limit: 10, HeadTail: true}
+	c.Keep([]byte("01234"))
+	c.Skip(1000)
+	c.Keep([]byte("vwxyz"))
+	if got, cut := c.Kept(); got != "01234"+CutMarker(1000)+"vwxyz" || !cut {
 		t.Errorf("with bytes skipped: %q", got)
 	}
 	// Head only, as a run's capture keeps.
-	c = capture{limit: 4}
-	c.keep([]byte(strings.Repeat("x", 10)))
-	if got, cut := c.kept(); got != "xxxx" || !cut {
+	c = Buffer{Limit: 4}
+	c.Keep([]byte(strings.Repeat("x", 10)))
+	if got, cut := c.Kept(); got != "xxxx" || !cut {
 		t.Errorf("head only: %q %v", got, cut)
 	}
 }
