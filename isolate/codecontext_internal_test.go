@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/isolate-sandbox/isolate/api"
+	"github.com/isolate-sandbox/isolate/internal/headtail"
 )
 
 // execProcess is a driver run by os/exec in its own process group.
@@ -236,10 +237,10 @@ func TestCodeContextBoundsOutputAndResult(t *testing.T) {
 	ex := runCode(t, c, "import sys\nprint('é' * 3000)\nsys.stderr.write('e' * 5000)\n'r' * (3 << 20)")
 	// The head and the tail of each stream, not splitting a character,
 	// the bytes cut between them counted.
-	if want := strings.Repeat("é", 250) + CutMarker(6001-500-499) + strings.Repeat("é", 249) + "\n"; ex.Stdout != want {
+	if want := strings.Repeat("é", 250) + headtail.CutMarker(6001-500-499) + strings.Repeat("é", 249) + "\n"; ex.Stdout != want {
 		t.Errorf("stdout kept %d bytes: %q", len(ex.Stdout), ex.Stdout)
 	}
-	if want := strings.Repeat("e", 500) + CutMarker(4000) + strings.Repeat("e", 500); ex.Stderr != want || !ex.Truncated {
+	if want := strings.Repeat("e", 500) + headtail.CutMarker(4000) + strings.Repeat("e", 500); ex.Stderr != want || !ex.Truncated {
 		t.Errorf("stderr kept %d bytes (truncated %v)", len(ex.Stderr), ex.Truncated)
 	}
 	r := resultOf(ex)
@@ -264,7 +265,7 @@ func TestCodeContextOutputHeadAndTail(t *testing.T) {
 	for i := range 3000 {
 		fmt.Fprintf(&all, "%d\n", i)
 	}
-	want := all.String()[:500] + CutMarker(int64(all.Len()-1000)) + all.String()[all.Len()-500:]
+	want := all.String()[:500] + headtail.CutMarker(int64(all.Len()-1000)) + all.String()[all.Len()-500:]
 	for lang, code := range codes {
 		if _, err := exec.LookPath(driverArgsProgram(lang)); err != nil {
 			t.Logf("%s: no %s here", lang, driverArgsProgram(lang))
