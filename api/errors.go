@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"strconv"
 	"syscall"
 )
@@ -36,3 +37,7 @@ func (e *StepError) Unwrap() error {
 	}
 	return syscall.Errno(e.Errno)
 }
+
+// ErrSessionEnded is returned by a session's methods, and by its code
+// contexts' calls, once it has ended.
+var ErrSessionEnded = errors.New("the session has ended")

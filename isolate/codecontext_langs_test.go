@@ -11,9 +11,10 @@ import (
 
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/isolate/codecontext"
 )
 
-func newContextOf(t *testing.T, s *isolate.Session, language string) *isolate.CodeContext {
+func newContextOf(t *testing.T, s *isolate.Session, language string) *codecontext.CodeContext {
 	t.Helper()
 	c, err := s.NewCodeContext(language)
 	if err != nil {
@@ -100,7 +101,7 @@ func TestCodeContextJavaScript(t *testing.T) {
 	if ex := runCode(t, c, "x"); resultOf(ex) != "20" || ex.Restarted {
 		t.Errorf("after the interrupts: %+v", ex)
 	}
-	if ex := runCode(t, c, "process.exit(4)"); ex.Error == nil || ex.Error.Name != isolate.ErrorContextDied || !strings.HasPrefix(ex.Error.Value, "exited with code 4") {
+	if ex := runCode(t, c, "process.exit(4)"); ex.Error == nil || ex.Error.Name != codecontext.ErrorContextDied || !strings.HasPrefix(ex.Error.Value, "exited with code 4") {
 		t.Errorf("process.exit: %+v %+v", ex, ex.Error)
 	}
 	if ex := runCode(t, c, "typeof x"); resultOf(ex) != "'undefined'" || !ex.Restarted {
@@ -129,7 +130,7 @@ func TestCodeContextBash(t *testing.T) {
 		t.Errorf("a syntax error: %+v %+v", ex, ex.Error)
 	}
 	// The call's own env and cwd, for that call only.
-	ex, err := c.Run(isolate.WithCallOptions(context.Background(), isolate.CallOptions{Env: []string{"X=call", "NEW=a b"}, Cwd: "/box"}),
+	ex, err := c.Run(codecontext.WithCallOptions(context.Background(), codecontext.CallOptions{Env: []string{"X=call", "NEW=a b"}, Cwd: "/box"}),
 		"echo \"$X $NEW\"; pwd", nil, nil)
 	if err != nil || ex.Stdout != "call a b\n/box\n" {
 		t.Errorf("with call options: %+v %v", ex, err)
@@ -159,7 +160,7 @@ func TestCodeContextBash(t *testing.T) {
 	if _, err := c.Run(context.Background(), "echo \x00", nil, nil); !isFieldError(err, "code") {
 		t.Errorf("a NUL byte: %v", err)
 	}
-	if ex := runCode(t, c, "exit 3"); ex.Error == nil || ex.Error.Name != isolate.ErrorContextDied || ex.Error.Value != "exited with code 3" {
+	if ex := runCode(t, c, "exit 3"); ex.Error == nil || ex.Error.Name != codecontext.ErrorContextDied || ex.Error.Value != "exited with code 3" {
 		t.Errorf("exit: %+v %+v", ex, ex.Error)
 	}
 	if ex := runCode(t, c, "echo ${X-gone}"); ex.Stdout != "gone\n" || !ex.Restarted {
@@ -169,11 +170,11 @@ func TestCodeContextBash(t *testing.T) {
 
 func TestCodeLanguage(t *testing.T) {
 	for in, want := range map[string]string{"": "python", "python": "python", "js": "javascript", "node": "javascript", "javascript": "javascript", "bash": "bash", "sh": "bash", "python-data": "python"} {
-		if got, err := isolate.CodeLanguage(in); got != want || err != nil {
+		if got, err := codecontext.CodeLanguage(in); got != want || err != nil {
 			t.Errorf("%q: %q %v", in, got, err)
 		}
 	}
-	if _, err := isolate.CodeLanguage("cobol"); !isFieldError(err, "language") {
+	if _, err := codecontext.CodeLanguage("cobol"); !isFieldError(err, "language") {
 		t.Errorf("cobol: %v", err)
 	}
 }

@@ -12,9 +12,10 @@ import (
 
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/isolate/codecontext"
 )
 
-func newCodeContext(t testing.TB, s *isolate.Session) *isolate.CodeContext {
+func newCodeContext(t testing.TB, s *isolate.Session) *codecontext.CodeContext {
 	t.Helper()
 	c, err := s.NewCodeContext("python")
 	if err != nil {
@@ -24,7 +25,7 @@ func newCodeContext(t testing.TB, s *isolate.Session) *isolate.CodeContext {
 	return c
 }
 
-func runCode(t testing.TB, c *isolate.CodeContext, code string) *isolate.Execution {
+func runCode(t testing.TB, c *codecontext.CodeContext, code string) *codecontext.Execution {
 	t.Helper()
 	ex, err := c.Run(context.Background(), code, nil, nil)
 	if err != nil {
@@ -33,7 +34,7 @@ func runCode(t testing.TB, c *isolate.CodeContext, code string) *isolate.Executi
 	return ex
 }
 
-func resultOf(ex *isolate.Execution) string {
+func resultOf(ex *codecontext.Execution) string {
 	if ex.Result == nil {
 		return "<none>"
 	}
@@ -74,7 +75,7 @@ func TestCodeContextOOM(t *testing.T) {
 	c := newCodeContext(t, s)
 	runCode(t, c, "kept = 1")
 	ex := runCode(t, c, "x = bytearray(200 << 20)\nx[::4096] = b'x' * len(x[::4096])")
-	if ex.Error == nil || ex.Error.Name != isolate.ErrorContextDied || ex.Error.Value != "killed by signal 9 (out of memory)" {
+	if ex.Error == nil || ex.Error.Name != codecontext.ErrorContextDied || ex.Error.Value != "killed by signal 9 (out of memory)" {
 		t.Fatalf("%+v %+v", ex, ex.Error)
 	}
 	ex = runCode(t, c, "'kept' in dir()")
@@ -114,7 +115,7 @@ func TestCodeContextsInSessionAreIndependent(t *testing.T) {
 	if pa, pb := resultOf(runCode(t, a, "v")), resultOf(runCode(t, b, "v")); pa == pb {
 		t.Errorf("both contexts are process %s", pa)
 	}
-	if ex := runCode(t, a, "os._exit(2)"); ex.Error == nil || ex.Error.Name != isolate.ErrorContextDied || ex.Error.Value != "exited with code 2" {
+	if ex := runCode(t, a, "os._exit(2)"); ex.Error == nil || ex.Error.Name != codecontext.ErrorContextDied || ex.Error.Value != "exited with code 2" {
 		t.Errorf("%+v %+v", ex, ex.Error)
 	}
 	if ex := runCode(t, b, "v == os.getpid()"); resultOf(ex) != "True" || ex.Restarted {
@@ -198,8 +199,8 @@ func TestCodeContextRichResults(t *testing.T) {
 class Broken:
     def _repr_html_(self): raise ValueError("no")
     def __repr__(self): return "Broken()"`)
-	var streamed []isolate.Result
-	ctx := isolate.WithResultHandler(context.Background(), func(r isolate.Result) { streamed = append(streamed, r) })
+	var streamed []codecontext.Result
+	ctx := codecontext.WithResultHandler(context.Background(), func(r codecontext.Result) { streamed = append(streamed, r) })
 	ex, err := c.Run(ctx, "print('before')\ndisplay(Broken(), 'text')\nPic()", nil, nil)
 	if err != nil || ex.Error != nil || resultOf(ex) != "Pic()" || ex.Stdout != "before\n" || len(ex.Results) != 3 {
 		t.Fatalf("%+v %v", ex, err)

@@ -7,17 +7,17 @@ package isolate
 
 import (
 	"context"
-	"errors"
 	"io"
 	"os"
 	"syscall"
 	"time"
 
 	"github.com/isolate-sandbox/isolate/api"
+	"github.com/isolate-sandbox/isolate/isolate/codecontext"
 )
 
 // ErrSessionEnded is returned by a session's methods once it has ended.
-var ErrSessionEnded = errors.New("the session has ended")
+var ErrSessionEnded = api.ErrSessionEnded
 
 // SessionCommand is one command run in a session. Its process is fresh;
 // the box, its files and the processes left running are the session's.
@@ -150,3 +150,18 @@ func (s *Session) List(path string, maxEntries int) ([]FileInfo, error) {
 
 // Remove removes path, a directory with everything in it.
 func (s *Session) Remove(path string) error { return s.remove(path) }
+
+// NewCodeContext starts an interpreter for language (one of CodeLanguages,
+// "" for python) in the session; it needs the language's program (python3,
+// node, bash) in the session's image.
+func (s *Session) NewCodeContext(language string) (*codecontext.CodeContext, error) {
+	return codecontext.New(language, s.sessionOutputLimit(), s.Done(),
+		func(args []string, stdin, stdout *os.File) (codecontext.Process, error) {
+			// The driver's own stderr is captured: its last words, when
+			// it dies.
+			return s.Start(SessionCommand{Args: args, OutputLimit: 4 << 10}, IO{Stdin: stdin, Stdout: stdout})
+		})
+}
+
+// sessionOutputLimit is the session's output_limit_bytes.
+func (s *Session) sessionOutputLimit() int64 { return s.sv.spec.OutputLimit }

@@ -4,7 +4,7 @@ import (
 	"net/http"
 
 	"github.com/isolate-sandbox/isolate/api"
-	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/isolate/codecontext"
 	"github.com/isolate-sandbox/isolate/service/caller"
 )
 
@@ -77,7 +77,7 @@ func answerKept(req *RunRequest, resp *RunResponse) int64 {
 }
 
 // resultsKept is what a code call's rich results hold.
-func resultsKept(results []isolate.Result) int64 {
+func resultsKept(results []codecontext.Result) int64 {
 	var n int
 	for _, r := range results {
 		n += len(r.Text) + len(r.HTML) + len(r.Markdown) + len(r.SVG) + len(r.PNG) + len(r.JPEG) + len(r.LaTeX) + len(r.JSON)

@@ -23,6 +23,7 @@ import (
 	"github.com/isolate-sandbox/isolate/internal/connlimit"
 	"github.com/isolate-sandbox/isolate/internal/jsonout"
 	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/isolate/codecontext"
 	"github.com/isolate-sandbox/isolate/service/caller"
 	"github.com/isolate-sandbox/isolate/service/filestore"
 )
@@ -495,7 +496,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		h = s.cfg.Health()
 	}
 	h.Pool = s.runner.Ready()
-	h.CodeLanguages = isolate.CodeLanguages
+	h.CodeLanguages = codecontext.CodeLanguages
 	h.Running, h.Waiting = s.queue.lengths()
 	h.Drain = s.draining.Load()
 	if h.Drain {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/isolate/codecontext"
 	"github.com/isolate-sandbox/isolate/langs"
 	"github.com/isolate-sandbox/isolate/service/caller"
 )
@@ -113,7 +114,7 @@ type CodeRequest struct {
 	Language  string `json:"language,omitempty"` // of the default context (python, javascript, bash)
 	TimeoutMs int64  `json:"timeout_ms,omitempty"`
 	Stream    bool   `json:"stream,omitempty"`
-	// Env (NAME=VALUE) and Cwd hold for this call only (isolate.CallOptions).
+	// Env (NAME=VALUE) and Cwd hold for this call only (codecontext.CallOptions).
 	Env []string `json:"env,omitempty"`
 	Cwd string   `json:"cwd,omitempty"`
 }
@@ -917,7 +918,7 @@ func contextErr(w http.ResponseWriter, err error) {
 // python); asDefault makes it the session's default context of its
 // language (the one /code uses without "context").
 func (s *session) newContext(language string, asDefault bool) (*codeContext, error) {
-	language, err := isolate.CodeLanguage(language)
+	language, err := codecontext.CodeLanguage(language)
 	if err != nil {
 		return nil, err
 	}
@@ -1027,7 +1028,7 @@ func (s *Server) handleCode(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	opts := isolate.CallOptions{Env: req.Env, Cwd: req.Cwd}
+	opts := codecontext.CallOptions{Env: req.Env, Cwd: req.Cwd}
 	if err := opts.Check(); err != nil {
 		writeError(w, http.StatusBadRequest, err)
 		return
@@ -1085,14 +1086,14 @@ func (s *Server) handleCode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if ev != nil {
-		ctx = isolate.WithResultHandler(ctx, func(r isolate.Result) {
+		ctx = codecontext.WithResultHandler(ctx, func(r codecontext.Result) {
 			ev.emitValue(struct {
 				Type string `json:"type"`
-				isolate.Result
+				codecontext.Result
 			}{"result", r})
 		})
 	}
-	ex, err := cc.Run(isolate.WithCallOptions(ctx, opts), req.Code, onStdout, onStderr)
+	ex, err := cc.Run(codecontext.WithCallOptions(ctx, opts), req.Code, onStdout, onStderr)
 	// Ran: the answer is all the request still holds. Rich results past
 	// the caller's budget keep the request's place while they are
 	// written: the places bound them then.
@@ -1107,11 +1108,11 @@ func (s *Server) handleCode(w http.ResponseWriter, r *http.Request) {
 	// Code running when its session ends answers as a command does
 	// then: the session has ended (its context with it).
 	// (Its context may be closed with it before the call sees the end.)
-	if sess.hasEnded() && (err != nil || ex.Error != nil && ex.Error.Name == isolate.ErrorContextDied) {
+	if sess.hasEnded() && (err != nil || ex.Error != nil && ex.Error.Name == codecontext.ErrorContextDied) {
 		if ex == nil {
 			ex = &Execution{}
 		}
-		ex.Error, err = &ExecError{Name: isolate.ErrorContextDied, Value: isolate.ErrSessionEnded.Error()}, nil
+		ex.Error, err = &ExecError{Name: codecontext.ErrorContextDied, Value: isolate.ErrSessionEnded.Error()}, nil
 	}
 	deleted := err != nil && sess.context(c.id) != c
 	if deleted {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/isolate"
+	"github.com/isolate-sandbox/isolate/isolate/codecontext"
 	"github.com/isolate-sandbox/isolate/service/caller"
 )
 
@@ -67,11 +68,11 @@ type CodeContext interface {
 }
 
 // Execution is what running code in a context gave (isolate's).
-type Execution = isolate.Execution
+type Execution = codecontext.Execution
 
 // ExecError is the exception code raised (Name "ContextDied" when the
 // interpreter itself died).
-type ExecError = isolate.ExecError
+type ExecError = codecontext.ExecError
 
 // HostSessions starts sessions on a real host.
 type HostSessions struct{ Host *isolate.Host }

@@ -1,4 +1,4 @@
-package isolate
+package codecontext
 
 import (
 	"context"

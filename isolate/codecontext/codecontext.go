@@ -1,4 +1,4 @@
-package isolate
+package codecontext
 
 // Code contexts: a persistent interpreter in a session, the way a notebook
 // kernel is one. Each context is a driver process (codedriver/: python.py,
@@ -171,14 +171,14 @@ type ExecError struct {
 
 // codeProcess is a running driver: a session's *Process, or (in tests) a
 // plain process behind the same two methods.
-type codeProcess interface {
+type Process interface {
 	Signal(syscall.Signal) error
 	Wait() *api.Report
 }
 
 // codeStarter starts a driver with args and the given stdin and stdout
 // (given to it as they are: it closes neither).
-type codeStarter func(args []string, stdin, stdout *os.File) (codeProcess, error)
+type codeStarter func(args []string, stdin, stdout *os.File) (Process, error)
 
 // CodeContext is a persistent interpreter in a session. Its calls run one
 // at a time.
@@ -202,7 +202,7 @@ var ErrContextClosed = errors.New("the code context is closed")
 
 // driver is one process of a context.
 type driver struct {
-	proc     codeProcess
+	proc     Process
 	stdin    *os.File      // the requests' pipe
 	frames   chan frame    // closed at the end of its output
 	quit     chan struct{} // closed when the frames are no one's any more
@@ -218,22 +218,7 @@ type frame struct {
 	cut     bool
 }
 
-// NewCodeContext starts an interpreter for language (one of CodeLanguages,
-// "" for python) in the session; it needs the language's program (python3,
-// node, bash) in the session's image.
-func (s *Session) NewCodeContext(language string) (*CodeContext, error) {
-	return newCodeContext(language, s.sessionOutputLimit(), s.Done(),
-		func(args []string, stdin, stdout *os.File) (codeProcess, error) {
-			// The driver's own stderr is captured: its last words, when
-			// it dies.
-			return s.Start(SessionCommand{Args: args, OutputLimit: 4 << 10}, IO{Stdin: stdin, Stdout: stdout})
-		})
-}
-
-// sessionOutputLimit is the session's output_limit_bytes.
-func (s *Session) sessionOutputLimit() int64 { return s.sv.spec.OutputLimit }
-
-func newCodeContext(language string, outputLimit int64, ended <-chan struct{}, start codeStarter) (*CodeContext, error) {
+func New(language string, outputLimit int64, ended <-chan struct{}, start codeStarter) (*CodeContext, error) {
 	language, err := CodeLanguage(language)
 	if err != nil {
 		return nil, err
@@ -309,7 +294,7 @@ func (c *CodeContext) startDriver(ctx context.Context) error {
 		return fmt.Errorf("%s in the session did not start: %w", program, context.Cause(ctx))
 	case <-c.ended:
 		d.kill()
-		return ErrSessionEnded
+		return api.ErrSessionEnded
 	}
 }
 
@@ -419,7 +404,7 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 	c.call.Lock()
 	defer c.call.Unlock()
 	if isDone(c.ended) {
-		return nil, ErrSessionEnded
+		return nil, api.ErrSessionEnded
 	}
 	ex := &Execution{}
 	c.mu.Lock()
@@ -595,7 +580,7 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 		case <-c.ended:
 			d.kill()
 			c.forget(d)
-			return nil, ErrSessionEnded
+			return nil, api.ErrSessionEnded
 		}
 	}
 }
@@ -609,7 +594,7 @@ func (c *CodeContext) answerDied(ex *Execution, d *driver) (*Execution, error) {
 		return nil, ErrContextClosed
 	}
 	if isDone(c.ended) || d.report != nil && d.report.Status == api.StatusXX {
-		return nil, ErrSessionEnded
+		return nil, api.ErrSessionEnded
 	}
 	ex.Error = &ExecError{Name: ErrorContextDied, Value: why}
 	return ex, nil

@@ -1,4 +1,4 @@
-package isolate
+package codecontext
 
 // The code context and its driver over a plain process (no root, no box):
 // the protocol, state, output, errors, interrupts and deaths. The same in a
@@ -52,7 +52,7 @@ func execStarter(t *testing.T) codeStarter {
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("needs python3")
 	}
-	return func(args []string, stdin, stdout *os.File) (codeProcess, error) {
+	return func(args []string, stdin, stdout *os.File) (Process, error) {
 		p := &execProcess{cmd: exec.Command(args[0], args[1:]...)}
 		p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = stdin, stdout, &p.stderr
 		p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -65,7 +65,7 @@ func execStarter(t *testing.T) codeStarter {
 
 func newPlainContext(t *testing.T, outputLimit int64) *CodeContext {
 	t.Helper()
-	c, err := newCodeContext("python", outputLimit, nil, execStarter(t))
+	c, err := New("python", outputLimit, nil, execStarter(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +271,7 @@ func TestCodeContextOutputHeadAndTail(t *testing.T) {
 			t.Logf("%s: no %s here", lang, driverArgsProgram(lang))
 			continue
 		}
-		c, err := newCodeContext(lang, 1000, nil, execStarter(t))
+		c, err := New(lang, 1000, nil, execStarter(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -294,7 +294,7 @@ func TestCodeContextOutputHeadAndTail(t *testing.T) {
 // A Bash context's output comes to the callbacks as the code writes it:
 // the code goes on only once the test has seen its first line.
 func TestCodeContextBashStreams(t *testing.T) {
-	c, err := newCodeContext("bash", 0, nil, execStarter(t))
+	c, err := New("bash", 0, nil, execStarter(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,17 +347,17 @@ func TestCodeContextsAreIndependent(t *testing.T) {
 // with what the interpreter said last.
 func TestCodeContextStartFailure(t *testing.T) {
 	start := execStarter(t)
-	noPython := func(args []string, stdin, stdout *os.File) (codeProcess, error) {
+	noPython := func(args []string, stdin, stdout *os.File) (Process, error) {
 		return start([]string{"sh", "-c", "echo 'python3: not found' >&2; exit 127"}, stdin, stdout)
 	}
-	_, err := newCodeContext("python", 0, nil, noPython)
+	_, err := New("python", 0, nil, noPython)
 	if err == nil || err.Error() != "python3 in the session did not start: exited with code 127: python3: not found" {
 		t.Errorf("%v", err)
 	}
 }
 
 func TestCodeContextRefusesOtherLanguages(t *testing.T) {
-	_, err := newCodeContext("cobol", 0, nil, execStarter(t))
+	_, err := New("cobol", 0, nil, execStarter(t))
 	var fe *api.FieldError
 	if !errors.As(err, &fe) || fe.Field != "language" {
 		t.Errorf("%v", err)
