@@ -48,7 +48,7 @@ func (s *supervisor) openBinds() error {
 
 // bindIDMap is the user namespace the run's bind copies are idmapped by,
 // or nil: a caller who is not root (and not this process) reads and
-// writes its binds with its own rights (idmap.go); root's and this
+// writes its binds with its own rights (rootless_idmap.go); root's and this
 // process's own binds are not mapped.
 func (s *supervisor) bindIDMap() (*os.File, error) {
 	c := s.spec.Caller

@@ -34,7 +34,7 @@ const DefaultBoxRoot = "/var/local/lib/isolate"
 
 // sharedStateDir is where isolate keeps its images, builds and cache,
 // and where ioi/isolate's Debian package keeps its boxes (its box_root).
-// As a box root it gets no tmpfs of its own (boxroot.go).
+// As a box root it gets no tmpfs of its own (persistent_boxroot.go).
 var sharedStateDir = filepath.Dir(rootfs.DefaultImagesDir)
 
 // Config is the host's configuration.

@@ -3,7 +3,7 @@ package isolate
 // Persistent boxes, in ioi/isolate's layout: `isolate init` makes
 // <root>/<id>/box, whose contents every run of box id sees as /box, and
 // `isolate cleanup` removes <root>/<id>; all of them on one file system
-// (boxroot.go). Between runs box/ belongs to the caller, who fills it and
+// (persistent_boxroot.go). Between runs box/ belongs to the caller, who fills it and
 // reads results; during a run it belongs to the box's host uid
 // (FirstUID+id), so the program can write it. Each handover
 // walks the tree without following a symlink or leaving the file system,
@@ -70,7 +70,7 @@ func managementLock(id int, wait bool) (*lock, error) {
 
 // InitBox makes persistent box id under cfg.BoxRoot, emptying it if it
 // existed (as ioi/isolate 2.x does), and returns its directory. Every box
-// is a directory of the boxes' one file system (boxroot.go), mounted on
+// is a directory of the boxes' one file system (persistent_boxroot.go), mounted on
 // the box root with the first box if nothing is mounted there. box/ is
 // created mode 0700, owned by owner.
 func InitBox(cfg *Config, id int, owner Owner, wait bool) (string, error) {

@@ -77,7 +77,7 @@ type pool struct {
 	cfg      PoolConfig
 	mu       sync.Mutex
 	slots    map[poolKey]*poolSlot
-	ahead    map[int]*aheadBox // by box id (ahead.go)
+	ahead    map[int]*aheadBox // by box id (pool_ahead.go)
 	total    int               // ready and being built
 	building int
 	stopped  bool
@@ -379,7 +379,7 @@ func (p *pool) buildBox(sl *poolSlot) (*builtBox, error) {
 // buildFor builds a box of spec's box part, with the syscall policy
 // given, up to init's "ready", and returns its bind sources (opened with
 // spec.Caller's rights) for the caller to close. held, if not nil, is the
-// box id's ahead lock, already held (ahead.go): the box takes it, and
+// box id's ahead lock, already held (pool_ahead.go): the box takes it, and
 // lets go of it as it would of its own.
 func (p *pool) buildFor(spec *Spec, policy *seccomp.Program, held *lock) (*builtBox, []*bindSource, error) {
 	s := &supervisor{initLink: initLink{ctx: context.Background()}, host: p.h, spec: spec, policy: policy,

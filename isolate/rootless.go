@@ -20,7 +20,7 @@ import (
 // namespace is made by that user, so it maps one uid and one gid, the
 // user's own, to the box user, or, where the user has subordinate ids,
 // the user to the box's uid 0 and a subordinate id to the box user
-// (subids.go); PID 1 holds every capability inside it and none outside. The box's cgroup goes in a cgroup v2 subtree
+// (rootless_subids.go); PID 1 holds every capability inside it and none outside. The box's cgroup goes in a cgroup v2 subtree
 // delegated to the user; where there is none, the run goes on only if
 // the caller allowed rlimits alone to enforce the limits, and the report
 // says per limit how it was enforced.
@@ -46,7 +46,7 @@ type rootless struct {
 	// cg is the delegated subtree; cg.Dir "": rlimits only.
 	cg cgroup.Delegation
 	// sub, when set, is the user's subordinate ids: the box user is one
-	// of them (subids.go).
+	// of them (rootless_subids.go).
 	sub *subIDs
 }
 

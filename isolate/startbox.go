@@ -56,7 +56,7 @@ func (s *supervisor) startClaimed(b *builtBox) error {
 	s.report.Sandbox.Cgroup = a.report.Sandbox.Cgroup
 	s.timer.mark("claim")
 	if s.cg == nil {
-		// Built ahead for this box id (ahead.go): its cgroup is made
+		// Built ahead for this box id (pool_ahead.go): its cgroup is made
 		// now, with the run's limits.
 		if err := s.createCgroupNow(); err != nil {
 			return err

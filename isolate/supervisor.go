@@ -43,7 +43,7 @@ type supervisor struct {
 	timer  stageTimer
 	lock   *boxLock
 	// aheadLock is the id's ahead lock of the box built ahead that the
-	// run claimed, kept for the id's next box (ahead.go).
+	// run claimed, kept for the id's next box (pool_ahead.go).
 	aheadLock *lock
 	cg        *cgroup.Box
 	policy    *seccomp.Program

@@ -26,7 +26,7 @@ func (s *supervisor) teardown() {
 	accounted := s.report.Status != ""
 	pool := s.host.pool.Load()
 	// The next box of a persistent box id is built once this one has
-	// ended (ahead.go).
+	// ended (pool_ahead.go).
 	next := pool.aheadFor(s)
 	if s.claimed != nil && accounted && s.init != nil {
 		if len(s.spec.CopyOut) > 0 {

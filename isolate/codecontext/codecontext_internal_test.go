@@ -2,7 +2,7 @@ package codecontext
 
 // The code context and its driver over a plain process (no root, no box):
 // the protocol, state, output, errors, interrupts and deaths. The same in a
-// real session is in codecontext_test.go.
+// real session is in session_codecontext_test.go.
 
 import (
 	"bytes"
