@@ -178,7 +178,7 @@ func (s *supervisor) startInit() error {
 	}
 	// syscall.ForkExec, not os/exec: os/exec probes pidfd support with a
 	// throwaway fork in every new process, a cost on every run. No clone
-	// flags: init creates the namespaces itself (see init.c), so Go can
+	// flags: init creates the namespaces itself (see boxinit/init_main.c), so Go can
 	// start it with vfork instead of copying the supervisor.
 	pidfd := -1
 	attr := &syscall.ProcAttr{

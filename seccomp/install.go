@@ -18,7 +18,7 @@ import (
 // (seccomp requires it of a task without CAP_SYS_ADMIN, and the program must
 // never gain privileges through a set-id binary anyway). The box's init,
 // written in C, does the same in the forked program itself
-// (isolate/boxinit/init.c).
+// (isolate/boxinit/init_proc.c).
 //
 // When notify is true the filter is loaded with
 // SECCOMP_FILTER_FLAG_NEW_LISTENER and the listener's descriptor (close-on-

@@ -58,7 +58,7 @@ type dockerFilter struct {
 }
 
 // essential are the syscalls the box's init makes in the program's process
-// after loading the filter and before the program's execve (isolate/boxinit/init.c,
+// after loading the filter and before the program's execve (isolate/boxinit/init_proc.c,
 // start_child): the execve itself and reporting its failure (write,
 // exit_group); with a listener, also sending it to the supervisor
 // (sendmsg, close). A profile must allow them, or the sandbox could not

@@ -475,9 +475,9 @@ static __attribute__((noreturn)) void die_of(int sig) {
 	sys_exit(128 + sig);
 }
 
-/* The ioi form's options, as its parser (ioi/opts.go, ioiOpts) reads
+/* The ioi form's options, as its parser (cli/ioi/opts.go, ioiOpts) reads
  * them: the long name, the short letter (0: none), whether a value
- * follows. A test (ioi/handover_opts_test.go) keeps the two in step. */
+ * follows. A test (cli/ioi/handover_opts_test.go) keeps the two in step. */
 enum { IOI_ARG_NONE, IOI_ARG_REQUIRED, IOI_ARG_OPTIONAL };
 struct ioi_opt {
 	const char *name;
@@ -533,7 +533,7 @@ static const struct ioi_opt ioi_opts[] = {
 
 /* ioi_long finds the long option named by the len characters at name:
  * its whole name or an unambiguous prefix of it, as getopt_long (and
- * findLong in ioi/opts.go) take it; NULL if unknown or ambiguous. */
+ * findLong in cli/ioi/opts.go) take it; NULL if unknown or ambiguous. */
 static const struct ioi_opt *ioi_long(const char *name, size_t len) {
 	const struct ioi_opt *found = NULL;
 	int n = 0;
@@ -824,7 +824,7 @@ static void handover(int argc, char **argv, char **envp, int early) {
 	if (!test && is_run(argc, argv)) {
 		/* Ignored from the start, as ioi/isolate's keeper ignores them,
 		 * whether the run is handed over or stays in-process (where Go
-		 * keeps them ignored: cmdline/signals.go). */
+		 * keeps them ignored: cli/signals.go). */
 		for (size_t i = 0; i < sizeof ignored_signals / sizeof ignored_signals[0]; i++)
 			set_disposition(ignored_signals[i], (unsigned long)SIG_IGN);
 		hand_over(argc, argv, envp, early); /* returns if the run stays in-process */

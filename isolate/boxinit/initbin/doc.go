@@ -1,5 +1,5 @@
 // Package initbin holds the box's init as a small executable of its own
-// (isolate-init: the init C files of package isolate, built with musl by
+// (isolate-init: the init C files of package boxinit, built with musl by
 // scripts/build-init.sh, about 64 KB), embedded when the build has the
 // initbin tag. The supervisor starts every box's init from it instead of
 // re-executing itself (isolate/initexe.go): the exec, the page faults and

@@ -1,4 +1,4 @@
-# The driver of a Bash code context (isolate/codecontext.go), run as
+# The driver of a Bash code context (isolate/codecontext/codecontext.go), run as
 # `bash --norc --noprofile -c SOURCE`. It evaluates each request's code in
 # this one shell: variables, functions, aliases and the working directory
 # live as long as the process.

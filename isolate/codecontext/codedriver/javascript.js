@@ -1,4 +1,4 @@
-// The driver of a JavaScript code context (isolate/codecontext.go), run as
+// The driver of a JavaScript code context (isolate/codecontext/codecontext.go), run as
 // `node --expose-internals -e SOURCE` (for the REPL's rewriting of
 // top-level await) with the frames' pipe on fd 3 and its fds 1 and 2 on
 // the driver's own stderr. It evaluates each request's code as a script in

@@ -1,4 +1,4 @@
-# The driver of a Python code context (isolate/codecontext.go), run as
+# The driver of a Python code context (isolate/codecontext/codecontext.go), run as
 # `python3 -c SOURCE`. It executes each request's code in one namespace that
 # lives as long as the process.
 #

@@ -91,7 +91,7 @@ func waitFor(timeout time.Duration, cond func() bool) bool {
 	}
 }
 
-// Box users are host uids firstUID..firstUID+maxBoxes-1 (isolate/boxes.go).
+// Box users are host uids firstUID..firstUID+maxBoxes-1 (isolate/persistent_boxes.go).
 const (
 	firstUID = 60000
 	maxBoxes = 1000
