@@ -1,7 +1,7 @@
 /*
  * The handover: a one-shot run handed to the running service before the
  * Go runtime starts (package handover holds the service's end and the
- * protocol, ../../handover/protocol.h).
+ * protocol, ../../service/handover/protocol.h).
  *
  * It runs in every start of the isolate binary, first thing: from the
  * binary's entry point (isolateentry, before the C library sets itself

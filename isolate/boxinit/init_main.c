@@ -436,7 +436,7 @@ static int run_init(unsigned long flags, const char *maps, const char *gid_maps,
 	prctl(PR_SET_TIMERSLACK, 50000, 0, 0, 0);
 	/* Nothing the supervisor passed may reach the program by accident. */
 	syscall(SYS_close_range, 3, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */);
-	/* isolate ignores these, as ioi/isolate does (cmdline/signals.go), and
+	/* isolate ignores these, as ioi/isolate does (cli/signals.go), and
 	 * an ignored signal stays ignored across execve: the box's processes
 	 * get their default actions. */
 	static const int ignored[] = {SIGUSR1, SIGUSR2, SIGPIPE, SIGTTOU};

@@ -5,7 +5,7 @@
 // starts its own redis-server and isolate-serve processes (root), and
 // stops them.
 //
-//	go run ./queue/bench -serve bin/isolate-serve [-runs 300] [-burst 400]
+//	go run ./service/queue/bench -serve bin/isolate-serve [-runs 300] [-burst 400]
 package main
 
 import (
