@@ -1,7 +1,8 @@
 #!/bin/bash
 # The test command: go.mod tidy, vet, build a coverage-instrumented isolate, run every
 # test as root against the real kernel, report statement coverage of the
-# runtime packages (isolate, cgroup, seccomp, rootfs), which must stay at
+# runtime packages (isolate with its box init, code contexts and hostfs;
+# cgroup, seccomp, rootfs), which must stay at
 # or above 80 %.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +22,7 @@ export ISOLATE_MCP_CLIENTS="$mcp_clients"
 # initbin: every box of a long-running process (the service, the pool and
 # server tests) starts the small init (isolate/boxinit/initbin), built first.
 TAGS=urfave_cli_no_docs,netgo,osusergo,initbin
-RUNTIME_PKGS=github.com/isolate-sandbox/isolate/isolate,github.com/isolate-sandbox/isolate/isolate/hostfs,github.com/isolate-sandbox/isolate/cgroup,github.com/isolate-sandbox/isolate/seccomp,github.com/isolate-sandbox/isolate/rootfs
+RUNTIME_PKGS=github.com/isolate-sandbox/isolate/isolate,github.com/isolate-sandbox/isolate/isolate/boxinit,github.com/isolate-sandbox/isolate/isolate/codecontext,github.com/isolate-sandbox/isolate/isolate/hostfs,github.com/isolate-sandbox/isolate/cgroup,github.com/isolate-sandbox/isolate/seccomp,github.com/isolate-sandbox/isolate/rootfs
 MIN_COVERAGE=80
 
 [ "$(id -u)" = 0 ] || { echo "test: run as root (the tests use namespaces, cgroups, mounts)" >&2; exit 2; }
