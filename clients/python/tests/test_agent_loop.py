@@ -51,6 +51,11 @@ def run_loop(user: Optional[User], home: str, extra_groups: List[int],
     full = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{SRC}:{LOOP.parent}", "TMPDIR": home,
             "PYTHONDONTWRITEBYTECODE": "1", "HOME": "/nonexistent",
             "ISOLATE_BIN": isolate_binary(), **env}
+    if "GOCOVERDIR" in os.environ:
+        # A coverage-built binary warns on its stderr, which a task reads, without a
+        # directory for its counters: root's go where the test command collects them, a
+        # user's (who may not write there) into its own home.
+        full["GOCOVERDIR"] = os.environ["GOCOVERDIR"] if user is None else home
     ids = {} if user is None else {"user": user.uid, "group": user.gid,
                                    "extra_groups": extra_groups}
     done = subprocess.run([sys.executable, str(LOOP)] + KINDS, env=full, cwd="/",
