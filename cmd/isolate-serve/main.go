@@ -183,7 +183,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.IntVar(&o.conns.PerPeer, "max-conns-per-uid", connlimit.DefaultPerPeer, "connections one uid (over TCP: the token; one address until a request carried it) may hold on each socket")
 	fs.IntVar(&o.maxSessions, "max-sessions", server.DefaultMaxSessions, "sessions alive at once, in all; more get 429")
 	fs.IntVar(&o.maxSessionsPerCaller, "max-sessions-per-caller", server.DefaultMaxSessionsPerCaller, "sessions one caller (a uid; over TCP: the token) may hold at once")
-	fs.StringVar(&o.heldBytes, "max-held-bytes-per-caller", megs(caller.DefaultHeldBytes), "bytes the service keeps for one caller at once: the captured output of its sessions' background commands (SIZE; at most 1G)")
+	fs.StringVar(&o.heldBytes, "max-held-bytes-per-caller", megs(caller.DefaultHeldBytes), "bytes the service keeps for one caller at once: the captured output of its requests and sessions' commands (SIZE; at most 1G; by default at least what one command at --max-output may hold)")
 	fs.StringVar(&o.totalHeldBytes, "max-held-bytes", megs(caller.DefaultTotalHeldBytes), "bytes the service keeps for all its callers at once (SIZE; at most 16G)")
 	fs.Var(&o.quotas, "quota", "WHO=RUNS,CPU: runs and CPU time one caller may use in each --quota-window (0: no bound); WHO is default, group:NAME (its members; the first that matches), tcp (the token) or queue (repeatable; none: no quotas)")
 	fs.DurationVar(&o.quotaWindow, "quota-window", time.Minute, "the window of --quota")
@@ -421,6 +421,14 @@ func serve(args []string) error {
 		return fmt.Errorf("--max-held-bytes %s: a size from 1 to 16G is needed", o.totalHeldBytes)
 	} else {
 		budget.TotalBytes = x
+	}
+	// The default budget holds a command at --max-output; one the
+	// operator set is theirs (a request beyond it is a 400).
+	if !o.set["max-held-bytes-per-caller"] {
+		budget.Bytes = max(budget.Bytes, server.OneCommandBytes(caps.OutputLimitBytes))
+	}
+	if !o.set["max-held-bytes"] {
+		budget.TotalBytes = max(budget.TotalBytes, budget.Bytes)
 	}
 	quota, err := api.ParseSize(o.storeQuota)
 	if err != nil || quota <= 0 {

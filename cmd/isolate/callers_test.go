@@ -511,16 +511,21 @@ func budgetIsPerAccount(t *testing.T, b *boundary) {
 	if code, answer := b.api(t, memberAPI, memberUID, "POST", cmds, `{"args": ["/bin/sleep", "60"], "background": true, "output_limit_bytes": 4194304}`); code != 429 || !strings.Contains(answer, "--max-held-bytes-per-caller") {
 		t.Errorf("a background command keeping 8 MiB under a budget of 4: %d %s, want 429", code, answer)
 	}
-	// A foreground request's output is held alike, from its admission.
+	// A foreground request's output is held alike, from its admission;
+	// one that alone would hold more than the budget never fits: 400.
 	for _, kind := range []string{memberAPI, tcpCaller} {
-		if got := b.apiRun(t, kind, `"output_limit_bytes": 4194304`); !strings.HasPrefix(got, "429") || !strings.Contains(got, "--max-held-bytes-per-caller") {
-			t.Errorf("%s: a run keeping 8 MiB under a budget of 4: %s, want 429", kind, got)
+		if got := b.apiRun(t, kind, `"output_limit_bytes": 4194304`); !strings.HasPrefix(got, "400") || !strings.Contains(got, "--max-held-bytes-per-caller") {
+			t.Errorf("%s: a run keeping 8 MiB under a budget of 4: %s, want 400", kind, got)
 		}
 	}
 	code, answer = b.api(t, memberAPI, memberUID, "POST", cmds, `{"args": ["/bin/sleep", "60"], "background": true}`)
 	var p struct{ ID int }
 	if json.Unmarshal([]byte(answer), &p); code != 201 {
 		t.Fatalf("a background command: %d %s", code, answer)
+	}
+	// Beside what the member holds, a run that alone would fit does not.
+	if got := b.apiRun(t, memberAPI, `"output_limit_bytes": 2097152`); !strings.HasPrefix(got, "429") || !strings.Contains(got, "--max-held-bytes-per-caller") {
+		t.Errorf("a run keeping 4 MiB beside a background command, under a budget of 4: %s, want 429", got)
 	}
 	if code, answer := b.api(t, memberAPI, memberUID, "POST", cmds, `{"args": ["/bin/true"], "background": true}`); code != 429 || !strings.Contains(answer, "--max-background-per-caller") {
 		t.Errorf("a second background command: %d %s, want 429", code, answer)

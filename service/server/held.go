@@ -1,10 +1,12 @@
 package server
 
 import (
+	"fmt"
 	"net/http"
 
 	"github.com/isolate-sandbox/isolate/api"
 	"github.com/isolate-sandbox/isolate/isolate/codecontext"
+	"github.com/isolate-sandbox/isolate/langs/judge"
 	"github.com/isolate-sandbox/isolate/service/caller"
 )
 
@@ -14,6 +16,12 @@ import (
 // caller's budget (--max-held-bytes-per-caller, --max-held-bytes) it
 // answers 429 with Retry-After itself, before anything runs.
 func (s *Server) holdOutput(w http.ResponseWriter, who caller.Caller, bytes int64) (*caller.Hold, bool) {
+	// More than the budget itself never fits, however long one waits:
+	// a bad request, not a busy service.
+	if b := s.ledger.Budget(); b.Bytes > 0 && bytes > b.Bytes || b.TotalBytes > 0 && bytes > b.TotalBytes {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("output_limit_bytes: the request's output at its limits (%d bytes) is more than the service holds for one caller (%d, --max-held-bytes-per-caller; %d in all, --max-held-bytes): ask for less output or fewer commands", bytes, b.Bytes, b.TotalBytes))
+		return nil, false
+	}
 	held, err := s.ledger.Hold(who.Account(), caller.Usage{Bytes: bytes})
 	if err != nil {
 		w.Header().Set("Retry-After", "1")
@@ -84,3 +92,10 @@ func resultsKept(results []codecontext.Result) int64 {
 	}
 	return int64(n)
 }
+
+// OneCommandBytes is what a command may make the service hold at the
+// --max-output cap: its two streams and an exec's compile phase's. A
+// caller's budget below it refuses such a command (400), so the default
+// budget is at least this. (An inline copy-out past the budget is an
+// error of that copy-out, not of the run.)
+func OneCommandBytes(maxOutput int64) int64 { return 2*maxOutput + 2*judge.CompileOutputLimit }

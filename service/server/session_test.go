@@ -617,15 +617,16 @@ func TestSessionCode(t *testing.T) {
 }
 
 // A code call's captured output is held in its caller's budget as a
-// run's is: beyond it the call gets 429 and runs nothing; within it the
-// call runs, and once answered its caller holds nothing.
+// run's is: one that alone would hold more than the budget gets 400 and
+// runs nothing; within it the call runs, and once answered its caller
+// holds nothing.
 func TestSessionCodeOutputIsHeld(t *testing.T) {
 	ledger := caller.NewLedger(caller.Budget{Bytes: 3 << 20, TotalBytes: 64 << 20})
 	s := startService(t, func(c *Config) { c.Ledger = ledger })
 	big := s.session(t, `{"output_limit_bytes": 2097152}`)
 	status, b := s.do(t, "POST", "/v1/sessions/"+big+"/code", `{"code": "print('ran')"}`)
-	if status != 429 || !strings.Contains(string(b), "--max-held-bytes-per-caller") {
-		t.Fatalf("a code call holding 4 MiB of a budget of 3: %d %s, want 429", status, b)
+	if status != 400 || !strings.Contains(string(b), "--max-held-bytes-per-caller") {
+		t.Fatalf("a code call holding 4 MiB of a budget of 3: %d %s, want 400", status, b)
 	}
 	small := s.session(t, `{"output_limit_bytes": 1048576}`)
 	status, b = s.do(t, "POST", "/v1/sessions/"+small+"/code", `{"code": "print('x' * 1000000)"}`)

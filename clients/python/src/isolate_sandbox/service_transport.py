@@ -520,7 +520,10 @@ def copied_out(items: List[Dict[str, Any]]) -> Tuple[Dict[str, bytes], Dict[str,
     files: Dict[str, bytes] = {}
     errors: Dict[str, str] = {}
     for item in items:
-        if item.get("error") or item.get("truncated"):
+        if item.get("size", 0) > MAX_COPY_OUT_BYTES:
+            # Its size alone says it cannot come back whole, whatever else the service says.
+            errors[item["path"]] = f"over {MAX_COPY_OUT_BYTES} bytes"
+        elif item.get("error") or item.get("truncated"):
             errors[item["path"]] = str(item.get("error") or f"over {MAX_COPY_OUT_BYTES} bytes")
         elif "text" in item:
             files[item["path"]] = item["text"].encode("utf-8")
