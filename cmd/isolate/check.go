@@ -75,7 +75,7 @@ func checkCommand() *cli.Command {
 					box.Destroy()
 					line(true, "cgroups", string(mode)+", boxes under "+strings.Join(dirs, " "), "")
 				} else {
-					line(false, "cgroups", string(mode)+": "+err.Error(), "see README: cgroups")
+					line(false, "cgroups", string(mode)+": "+err.Error(), "see docs/INSTALL.md: cgroups on a pure v2 host")
 				}
 			}
 			max, _ := os.ReadFile("/proc/sys/user/max_user_namespaces")
