@@ -45,7 +45,7 @@ func (s *supervisor) account(m *boxinit.Message, wall time.Duration) error {
 		KillLimit:    r.Limit,
 		OOMKilled:    r.OOMKilled,
 		NoCgroup:     s.cg == nil,
-		RlimitsOnly:  s.host.rlimitsOnly(),
+		RlimitCPU:    s.cg == nil && s.host.rlimitsOnly(),
 	})
 	r.Status, r.Limit, r.Message, r.Cause = v.Status, v.Limit, v.Message, v.Cause
 	r.ExitCode, r.Signal = v.ExitCode, v.Signal

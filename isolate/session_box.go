@@ -326,23 +326,14 @@ func (p *proc) supervise(cs *supervisor, first boxinit.Message, oomBefore int64,
 		p.report = r
 		return
 	}
-	killedFor := p.killedFor
-	// RLIMIT_CPU sends SIGXCPU at the bound and SIGKILL a second later
-	// (a program that ignores the first). The kernel counts it in ticks,
-	// which run ahead of the exact CPU time under load: SIGXCPU is the
-	// evidence; a SIGKILL is the bound's only when the CPU time passed it.
-	if sig := ws.Signal(); killedFor == "" && p.cpuLimit > 0 && ws.Signaled() &&
-		(sig == syscall.SIGXCPU || sig == syscall.SIGKILL && time.Duration(m.UserNs+m.SysNs) >= p.cpuLimit) {
-		killedFor = LimitCPU
-	}
-	commandVerdict(r, cs.spec, &m, killedFor, uerr == nil && after.OOMKills > oomBefore)
+	commandVerdict(r, cs.spec, &m, p.killedFor, p.cpuLimit, uerr == nil && after.OOMKills > oomBefore)
 	p.report = r
 }
 
 // commandVerdict fills a session command's report from init's exited.
 // The session's cgroup is shared by its commands: an OOM kill in it is
 // this command's only when this command died of SIGKILL meanwhile.
-func commandVerdict(r *Report, sp *Spec, m *boxinit.Message, killedFor string, oomKilled bool) {
+func commandVerdict(r *Report, sp *Spec, m *boxinit.Message, killedFor string, cpuLimit time.Duration, oomKilled bool) {
 	ws := syscall.WaitStatus(m.WaitStatus)
 	killed := ws.Signaled() && ws.Signal() == syscall.SIGKILL
 	r.WallTime = time.Duration(m.WallNs).Seconds()
@@ -351,7 +342,9 @@ func commandVerdict(r *Report, sp *Spec, m *boxinit.Message, killedFor string, o
 	r.CPUTime = r.UserTime + r.SysTime
 	r.MaxRSS = m.MaxRSS * 1024
 	r.CSWVoluntary, r.CSWInvoluntary = m.NVCSW, m.NIVCSW
+	// (Its CPU bound is RLIMIT_CPU: SIGXCPU at it, SIGKILL a second later.)
 	in := verdictInput{Wait: ws, ExecErr: m.ExecErr, CPU: time.Duration(m.UserNs + m.SysNs),
+		CPULimit: cpuLimit, RlimitCPU: cpuLimit > 0,
 		Killed: killedFor != "", KillLimit: killedFor, OOMKilled: oomKilled && killed}
 	if m.ExecErr != "" {
 		in.StartFailure = startFailure(sp.Command[0], m)

@@ -27,9 +27,10 @@ type verdictInput struct {
 	KillLimit string
 	// OOMKilled: the kernel's OOM killer acted in the box's cgroup.
 	OOMKilled bool
-	// NoCgroup: the run had no cgroup; RlimitsOnly: the host enforces
-	// limits by rlimits alone (rootless.go).
-	NoCgroup, RlimitsOnly bool
+	// NoCgroup: the run had no cgroup. RlimitCPU: its CPU limit is the
+	// program's RLIMIT_CPU (rlimits alone, rootless.go; a session's
+	// command), which ends it by SIGXCPU.
+	NoCgroup, RlimitCPU bool
 }
 
 // verdictOutput is the verdict's part of the report.
@@ -109,13 +110,13 @@ func verdict(in verdictInput) verdictOutput {
 	return out
 }
 
-// hitRlimitCPU tells whether, with rlimits alone, RLIMIT_CPU ended the
+// hitRlimitCPU tells whether RLIMIT_CPU, as the CPU limit, ended the
 // program: its SIGXCPU (the hard limit, a second later, is SIGKILL, and
 // the CPU time then tells). The kernel counts RLIMIT_CPU by the
-// scheduler's tick samples: the report's exact cpu_time may be a little
-// below the limit.
+// scheduler's tick samples, which run ahead of the exact CPU time under
+// load: the report's cpu_time may be below the limit.
 func hitRlimitCPU(in verdictInput) bool {
-	return in.NoCgroup && in.RlimitsOnly && in.Wait.Signaled() && in.Wait.Signal() == syscall.SIGXCPU
+	return in.RlimitCPU && in.Wait.Signaled() && in.Wait.Signal() == syscall.SIGXCPU
 }
 
 // wallKillOverCPU tells whether a wall-clock kill is a CPU one, with

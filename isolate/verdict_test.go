@@ -97,17 +97,17 @@ func TestVerdict(t *testing.T) {
 
 		// Rlimits alone (no cgroup): RLIMIT_CPU's SIGXCPU is the CPU limit,
 		// and a wall kill after the CPU budget was spent is a CPU one.
-		{"SIGXCPU with rlimits alone", verdictInput{Wait: signaled(syscall.SIGXCPU), NoCgroup: true, RlimitsOnly: true, CPULimit: sec, CPU: sec - time.Millisecond},
+		{"SIGXCPU with rlimits alone", verdictInput{Wait: signaled(syscall.SIGXCPU), NoCgroup: true, RlimitCPU: true, CPULimit: sec, CPU: sec - time.Millisecond},
 			verdictOutput{Status: StatusTO, Limit: LimitCPU, ExitCode: 128 + 24, Signal: 24, Message: "CPU time limit exceeded"}},
-		{"SIGXCPU with a cgroup", verdictInput{Wait: signaled(syscall.SIGXCPU), RlimitsOnly: true, CPULimit: sec, CPU: sec - time.Millisecond},
+		{"SIGXCPU with a cgroup", verdictInput{Wait: signaled(syscall.SIGXCPU), CPULimit: sec, CPU: sec - time.Millisecond},
 			verdictOutput{Status: StatusSG, ExitCode: 128 + 24, Signal: 24, Message: "caught signal 24"}},
-		{"SIGXCPU with rlimits alone, no CPU limit", verdictInput{Wait: signaled(syscall.SIGXCPU), NoCgroup: true, RlimitsOnly: true},
+		{"SIGXCPU with rlimits alone, no CPU limit", verdictInput{Wait: signaled(syscall.SIGXCPU), NoCgroup: true, RlimitCPU: true},
 			verdictOutput{Status: StatusSG, ExitCode: 128 + 24, Signal: 24, Message: "caught signal 24"}},
-		{"no cgroup, wall kill at the CPU budget", verdictInput{Wait: signaled(syscall.SIGKILL), NoCgroup: true, RlimitsOnly: true, Killed: true, KillLimit: LimitWall, CPULimit: sec, ExtraTime: sec / 2, CPU: sec + sec/2},
+		{"no cgroup, wall kill at the CPU budget", verdictInput{Wait: signaled(syscall.SIGKILL), NoCgroup: true, RlimitCPU: true, Killed: true, KillLimit: LimitWall, CPULimit: sec, ExtraTime: sec / 2, CPU: sec + sec/2},
 			verdictOutput{Status: StatusTO, Limit: LimitCPU, ExitCode: 137, Signal: 9, Message: "CPU time limit exceeded"}},
-		{"no cgroup, wall kill short of the CPU budget", verdictInput{Wait: signaled(syscall.SIGKILL), NoCgroup: true, RlimitsOnly: true, Killed: true, KillLimit: LimitWall, CPULimit: sec, ExtraTime: sec / 2, CPU: sec + sec/2 - 1},
+		{"no cgroup, wall kill short of the CPU budget", verdictInput{Wait: signaled(syscall.SIGKILL), NoCgroup: true, RlimitCPU: true, Killed: true, KillLimit: LimitWall, CPULimit: sec, ExtraTime: sec / 2, CPU: sec + sec/2 - 1},
 			verdictOutput{Status: StatusTO, Limit: LimitWall, ExitCode: 137, Signal: 9, Message: "wall time limit exceeded"}},
-		{"no cgroup, wall kill, no CPU limit", verdictInput{Wait: signaled(syscall.SIGKILL), NoCgroup: true, RlimitsOnly: true, Killed: true, KillLimit: LimitWall, CPU: time.Hour},
+		{"no cgroup, wall kill, no CPU limit", verdictInput{Wait: signaled(syscall.SIGKILL), NoCgroup: true, RlimitCPU: true, Killed: true, KillLimit: LimitWall, CPU: time.Hour},
 			verdictOutput{Status: StatusTO, Limit: LimitWall, ExitCode: 137, Signal: 9, Message: "wall time limit exceeded"}},
 	}
 	for _, c := range cases {
