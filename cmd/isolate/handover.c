@@ -643,14 +643,14 @@ static __attribute__((noreturn)) void service_ended(int argc, char **argv) {
  * exit. They stay blocked, as they have been since before the request:
  * a signalfd reads them, what came while the service decided included
  * (a handler would write to a pipe from a page of its own, and the C
- * library's sigaction touches two more). SIGPIPE is ignored (handover):
- * a write to a closed stream fails rather than killing the CLI silently. */
+ * library's sigaction touches two more). SIGPIPE is ignored since the
+ * start (ignored_signals): a write to a closed stream fails rather than
+ * killing the CLI silently. */
 static __attribute__((noreturn)) void relay(int sock, int argc, char **argv) {
 	ksigset set = RELAYED;
 	long sfd = sys4(SYS_signalfd4, -1, &set, KSIGSET_SIZE, SFD_CLOEXEC | SFD_NONBLOCK);
 	if (sfd < 0)
 		service_ended(argc, argv);
-	set_disposition(SIGPIPE, (unsigned long)SIG_IGN);
 	char ans[12];
 	size_t got = 0;
 	for (;;) {
@@ -834,7 +834,7 @@ static void handover(int argc, char **argv, char **envp, int early) {
 }
 
 /* The namespaces of a box with its own network (the default): the early
- * init's (../../isolate/early.h). */
+ * init's (../../isolate/boxinit/early.h). */
 #define EARLY_FLAGS (CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET)
 
 /* start_early starts a box's init for a run that stays in-process, as
