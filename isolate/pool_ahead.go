@@ -109,7 +109,7 @@ func (a *aheadBox) serves(s *supervisor) bool {
 			return false
 		}
 	}
-	return a.spec.BoxDir == s.spec.BoxDir && a.boxThere()
+	return a.boxThere()
 }
 
 // close tears the box down (if it was built) and lets go of its sources.
@@ -168,14 +168,14 @@ func (p *pool) claimAhead(s *supervisor) *builtBox {
 func (p *pool) aheadFor(s *supervisor) *aheadBox {
 	held := s.aheadLock
 	s.aheadLock = nil
-	if p == nil || !aheadable(s.spec) || s.report.Status == "" || s.report.Status == StatusXX {
-		if held != nil {
-			held.release()
-		}
-		return nil
+	var dir *os.File
+	ok := p != nil && aheadable(s.spec) && s.report.Status != "" && s.report.Status != StatusXX
+	if ok {
+		var err error
+		dir, err = os.OpenFile(s.spec.BoxDir, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		ok = err == nil
 	}
-	dir, err := os.OpenFile(s.spec.BoxDir, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
+	if !ok {
 		if held != nil {
 			held.release()
 		}
