@@ -18,11 +18,7 @@ type capture struct {
 	r    *os.File
 }
 
-// CutMarker is what stands where output was cut between its head and its
-// tail (the Python client's marker too).
-var CutMarker = headtail.CutMarker
-
-// MaxCutMarkerBytes is the longest a CutMarker is: a stream kept head and
+// MaxCutMarkerBytes is the longest a headtail.CutMarker is: a stream kept head and
 // tail holds at most its limit and this.
 var MaxCutMarkerBytes = headtail.MaxCutMarkerBytes
 

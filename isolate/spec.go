@@ -51,7 +51,7 @@ type Spec struct {
 
 	OutputLimit int64 // bytes kept per captured stream
 	// OutputHeadTail keeps the first and the last half of OutputLimit,
-	// the cut marked (CutMarker), rather than the first bytes.
+	// the cut marked (headtail.CutMarker), rather than the first bytes.
 	OutputHeadTail bool
 
 	Binds   []Bind

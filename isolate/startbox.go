@@ -97,7 +97,7 @@ func (s *supervisor) startInit() error {
 		flags |= syscall.CLONE_NEWNET
 	}
 	early := s.earlyInitFor(flags)
-	// extra are init's descriptors from fdControl on.
+	// extra are init's descriptors from boxinit.FDControl on.
 	var extra []*os.File
 	var statusR *os.File
 	if early != nil {

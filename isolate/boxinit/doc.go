@@ -19,7 +19,7 @@
 // plan, package isolate's initlink.go is the supervisor's end, init_*.c is
 // init's.
 //
-// init's descriptors: 0-2 the program's standard streams; 3 (fdControl) a
+// init's descriptors: 0-2 the program's standard streams; 3 (FDControl) a
 // stream socket, both ways; 4 (fdStatus) a pipe, init to supervisor; from 5
 // the seccomp listener socket and the image's mount, when the run has
 // them.

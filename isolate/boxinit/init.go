@@ -9,7 +9,7 @@ import (
 )
 
 // MaybeInit is the Go side of the init guard. The box's init is C code
-// (init.c) that runs from an ELF constructor when argv[1] is InitArg and
+// (init_main.c) that runs from an ELF constructor when argv[1] is InitArg and
 // argv[2] its namespace flags, before the Go runtime starts, and never
 // returns; so when Go code sees InitArg, the process was not started by a
 // supervisor (or the constructor is missing): refuse rather than run the

@@ -1,7 +1,7 @@
 /*
  * init's two channels to the supervisor: the plan it reads (records of
  * typed fields, protocol.h) and the status messages it writes (one JSON
- * line each, described by initMessage in protocol.go).
+ * line each, described by Message in protocol.go).
  */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -8,10 +8,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// decodeInitMessage reads one of init's status lines, as init_io.c writes
+// DecodeMessage reads one of init's status lines, as init_io.c writes
 // them: a JSON object whose values are strings, integers and, for stages,
 // an object of integers. It is decoded by hand: encoding/json's first use
-// in a process (its reflection over initMessage) costs about 1 % of a
+// in a process (its reflection over Message) costs about 1 % of a
 // one-shot run's CPU. Keys it does not know are skipped; a line that is
 // not such an object is refused (false), as encoding/json would refuse it.
 func DecodeMessage(line []byte) (Message, bool) {
@@ -329,7 +329,7 @@ func jsonNumber(text string) bool {
 	return i == len(text)
 }
 
-// execTime is when init saw the program's execve return: m says so on
+// ExecTime is when init saw the program's execve return: m says so on
 // the host's CLOCK_MONOTONIC, which Go's clock reads too but does not
 // show. Init tells a start late; without a time (a program that could not
 // be started), now. Never before the command was sent.

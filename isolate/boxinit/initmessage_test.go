@@ -33,7 +33,7 @@ func TestDecodeInitMessageAsJSON(t *testing.T) {
 	for _, line := range lines {
 		var want Message
 		if err := json.Unmarshal([]byte(line), &want); err != nil {
-			t.Fatalf("the test's line %q is not JSON for initMessage: %v", line, err)
+			t.Fatalf("the test's line %q is not JSON for Message: %v", line, err)
 		}
 		got, ok := DecodeMessage([]byte(line))
 		if !ok || !reflect.DeepEqual(got, want) {
@@ -43,7 +43,7 @@ func TestDecodeInitMessageAsJSON(t *testing.T) {
 	for _, line := range bad {
 		var m Message
 		if json.Unmarshal([]byte(line), &m) == nil {
-			t.Fatalf("the test's bad line %q is JSON for initMessage", line)
+			t.Fatalf("the test's bad line %q is JSON for Message", line)
 		}
 		if got, ok := DecodeMessage([]byte(line)); ok {
 			t.Errorf("%q decoded as %+v, want refused", line, got)

@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// initProc is the box's init, a child of the supervisor.
+// Proc is the box's init, a child of the supervisor.
 type Proc struct {
 	Pid    int
 	Pidfd  int // signals go through it: never to a recycled pid

@@ -200,7 +200,7 @@ func (p *Plan) HandOver(back bool, dirs ...string) {
 // end closes the command part: init starts the program.
 func (p *Plan) End() { p.op(C.ISOLATE_OP_END, "end", nil) }
 
-// initMessage is one status line from init.
+// Message is one status line from init.
 type Message struct {
 	Type string `json:"type"`
 	// ID is a session's command number (started, exited).

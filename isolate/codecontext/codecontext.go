@@ -128,7 +128,7 @@ type Execution struct {
 	Stdout  string   `json:"stdout"`
 	Stderr  string   `json:"stderr"`
 	// Truncated: more output came than the output limit; Stdout or Stderr
-	// keeps its first and its last half, the cut marked (CutMarker).
+	// keeps its first and its last half, the cut marked (headtail.CutMarker).
 	Truncated bool `json:"truncated"`
 	// Error is the exception the code raised, or why the context died.
 	Error *ExecError `json:"error"`
