@@ -26,13 +26,14 @@ TERM_GRACE_SECONDS = 10.0
 # Only these of the caller's variables reach the isolate process: the ISOLATE_ variables the
 # binary itself reads (its configuration, and whether and where it hands its runs to a service),
 # and where a caller who is not root keeps isolate's files (its box ids, locks and staging
-# mount). The client's own (ISOLATE_BIN, ISOLATE_SOCKET, ISOLATE_URL, ISOLATE_TOKEN, ...) stay
+# mount; $HOME/.cache/isolate when another user made $TMPDIR/isolate-UID). The client's own
+# (ISOLATE_BIN, ISOLATE_SOCKET, ISOLATE_URL, ISOLATE_TOKEN, ...) stay
 # here: the binary keeps a run in-process when it sees an ISOLATE_ variable it does not know
 # the service to honour. The box itself starts from an empty environment whatever isolate's is
 # (CONTRACT.md).
 ISOLATE_ENV_NAMES = ("ISOLATE_CONFIG", "ISOLATE_CGROUP_ROOT", "ISOLATE_IMAGES_DIR",
                      "ISOLATE_LANGS_DIR", "ISOLATE_CACHE_DIR", "ISOLATE_NO_SERVICE",
-                     "ISOLATE_SERVICE_SOCKET", "TMPDIR", "XDG_RUNTIME_DIR")
+                     "ISOLATE_SERVICE_SOCKET", "TMPDIR", "XDG_RUNTIME_DIR", "HOME")
 
 # What isolate says when the service it handed the run to has no room for it (every run slot
 # taken, its queue full).

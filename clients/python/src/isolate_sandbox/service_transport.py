@@ -144,7 +144,8 @@ def service_answers(endpoint: str, timeout: float = 1.0) -> bool:
 def own_service_socket(environ: Optional[Dict[str, str]] = None) -> Optional[str]:
     """The API socket of a service this user, who is not root, runs for itself (``isolate
     serve`` as the user), where isolate keeps it: ``$XDG_RUNTIME_DIR/isolate`` if that
-    directory is the user's alone (mode 0700), else ``$TMPDIR/isolate-UID``. None for root."""
+    directory is the user's alone (mode 0700), else ``$TMPDIR/isolate-UID``, or, when another
+    user made that one, ``$HOME/.cache/isolate``. None for root."""
     uid = os.geteuid()
     if uid == 0:
         return None
@@ -157,7 +158,16 @@ def own_service_socket(environ: Optional[Dict[str, str]] = None) -> Optional[str
                 return os.path.join(xdg, "isolate", "api.sock")
         except OSError:
             pass
-    return os.path.join(env.get("TMPDIR") or "/tmp", f"isolate-{uid}", "api.sock")
+    tmp = os.path.join(env.get("TMPDIR") or "/tmp", f"isolate-{uid}")
+    try:
+        st = os.lstat(tmp)
+        squatted = not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o077 != 0
+    except OSError:
+        squatted = False  # missing: made by the service that starts first
+    home = env.get("HOME", "")
+    if squatted and os.path.isabs(home):
+        return os.path.join(home, ".cache", "isolate", "api.sock")
+    return os.path.join(tmp, "api.sock")
 
 
 def listener_is_ours(path: str, timeout: float = 1.0) -> bool:
