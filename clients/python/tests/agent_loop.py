@@ -46,15 +46,17 @@ class Fresh:
         config = SandboxConfig.from_env(backend=backend, max_output_kb=OUTPUT_KB)
         self.sandbox, self.runner = Sandbox(config), SandboxRunner(config)
         self.work = tempfile.mkdtemp(prefix="agent-loop-")
-        self.sessions = False
 
     def close(self) -> None:
         shutil.rmtree(self.work, ignore_errors=True)
 
     def write(self, path: str, data: str) -> None:
+        self.put(path, data.encode("utf-8"))
+
+    def put(self, path: str, data: bytes) -> None:
         where = os.path.join(self.work, path)
         os.makedirs(os.path.dirname(where), exist_ok=True)
-        with open(where, "w", encoding="utf-8") as f:
+        with open(where, "wb") as f:
             f.write(data)
 
     def read(self, path: str) -> str:
@@ -65,10 +67,7 @@ class Fresh:
         r = self.runner.execute(cmd, self.work, timeout=timeout, env=env, image=IMAGE,
                                 collect=COLLECT)
         for path, data in r.files.items():
-            where = os.path.join(self.work, path)
-            os.makedirs(os.path.dirname(where), exist_ok=True)
-            with open(where, "wb") as f:
-                f.write(data)
+            self.put(path, data)
         return Outcome(r.stdout, r.stderr, r.exit_code, r.status, r.truncated)
 
     def py(self, cells: Sequence[str], timeout: float = 30) -> Outcome:
@@ -83,7 +82,6 @@ class InSession:
 
     def __init__(self) -> None:
         self.sb = Session(image=IMAGE, timeout=300, output_limit_bytes=OUTPUT_KB << 10)
-        self.sessions = True
 
     def close(self) -> None:
         self.sb.kill()

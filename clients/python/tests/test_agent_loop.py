@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from typing import Dict, Iterator, List, Mapping, Optional
+from typing import Dict, Iterator, Mapping, Optional
 
 import pytest
 
@@ -45,7 +45,7 @@ def home_of(user: Optional[User]) -> Iterator[str]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def run_loop(user: Optional[User], home: str, extra_groups: List[int],
+def run_loop(user: Optional[User], home: str,
              env: Mapping[str, str]) -> Dict[str, Dict[str, Optional[str]]]:
     """The loop of every kind, run as ``user`` (None: root), each task's answer by kind."""
     full = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{SRC}:{LOOP.parent}", "TMPDIR": home,
@@ -57,7 +57,7 @@ def run_loop(user: Optional[User], home: str, extra_groups: List[int],
         # user's (who may not write there) into its own home.
         full["GOCOVERDIR"] = os.environ["GOCOVERDIR"] if user is None else home
     ids = {} if user is None else {"user": user.uid, "group": user.gid,
-                                   "extra_groups": extra_groups}
+                                   "extra_groups": []}
     done = subprocess.run([sys.executable, str(LOOP)] + KINDS, env=full, cwd="/",
                           capture_output=True, text=True, timeout=300, **ids)  # type: ignore
     assert done.returncode == 0, done.stderr
@@ -76,7 +76,7 @@ def assert_all_passed(answers: Dict[str, Dict[str, Optional[str]]]) -> None:
 @needs_service
 def test_agent_loop_as_root(shared_service: Dict[str, str]) -> None:
     with home_of(None) as home:
-        assert_all_passed(run_loop(None, home, [], {
+        assert_all_passed(run_loop(None, home, {
             "ISOLATE_SOCKET": shared_service["api"], "ISOLATE_NO_SERVICE": "1"}))
 
 
@@ -84,7 +84,7 @@ def test_agent_loop_as_root(shared_service: Dict[str, str]) -> None:
 def test_agent_loop_as_a_socket_group_member(shared_service: Dict[str, str]) -> None:
     nobody = User(NOBODY.pw_uid, NOBODY.pw_gid)
     with home_of(nobody) as home:
-        assert_all_passed(run_loop(nobody, home, [], {
+        assert_all_passed(run_loop(nobody, home, {
             "ISOLATE_SOCKET": shared_service["api"],
             "ISOLATE_SERVICE_SOCKET": shared_service["cli"]}))
 
@@ -97,6 +97,6 @@ def test_agent_loop_as_a_user_on_its_own_service() -> None:
         pytest.skip("needs user namespaces")
     with made_split_user() as user, home_of(user) as home, \
             users_own_service(user, home) as sock:
-        assert_all_passed(run_loop(user, home, [], {
+        assert_all_passed(run_loop(user, home, {
             "ISOLATE_SOCKET": sock, "ISOLATE_NO_SERVICE": "1", "IMAGE": "host",
             "SANDBOX_ALLOW_RLIMIT_ONLY": "1", "ISOLATE_CONFIG": "/dev/null"}))
