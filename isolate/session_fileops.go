@@ -64,21 +64,10 @@ func (s *Session) Rename(from, to string) (FileInfo, error) {
 	if fromRel == "" || toRel == "" {
 		return FileInfo{}, pathField("/box and /tmp themselves are not renamed")
 	}
-	if s.err() != nil {
-		return FileInfo{}, s.endedErr()
-	}
-	root, err := s.sv.openBoxRoot()
-	if err != nil {
-		return FileInfo{}, err
-	}
-	defer unix.Close(root)
 	var info FileInfo
-	err = hostfs.WithFSThread(func(t *hostfs.FSThread) error {
-		if err := t.Become(s.sv.boxCred()); err != nil {
-			return err
-		}
+	err = s.inBoxRoot(func(root int) error {
 		open := func(area, rel string) (int, string, error) {
-			a, err := hostfs.OpenInBox(root, area, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+			a, err := openArea(root, area)
 			if err != nil {
 				return -1, "", err
 			}

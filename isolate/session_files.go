@@ -57,6 +57,19 @@ func (s *Session) inBox(p string, fn func(area int, rel string) error) error {
 	if err != nil {
 		return err
 	}
+	return s.inBoxRoot(func(root int) error {
+		area, err := openArea(root, areaName)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(area)
+		return fn(area, rel)
+	})
+}
+
+// inBoxRoot runs fn on a thread with the box user's rights, given the
+// descriptor of the box's root.
+func (s *Session) inBoxRoot(fn func(root int) error) error {
 	if s.err() != nil {
 		return s.endedErr()
 	}
@@ -69,13 +82,13 @@ func (s *Session) inBox(p string, fn func(area int, rel string) error) error {
 		if err := t.Become(s.sv.boxCred()); err != nil {
 			return err
 		}
-		area, err := hostfs.OpenInBox(root, areaName, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
-		if err != nil {
-			return err
-		}
-		defer unix.Close(area)
-		return fn(area, rel)
+		return fn(root)
 	})
+}
+
+// openArea opens /box or /tmp (area) of the box whose root is root.
+func openArea(root int, area string) (int, error) {
+	return hostfs.OpenInBox(root, area, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 }
 
 // errNotRegular refuses what is not a regular file (a FIFO, socket or
