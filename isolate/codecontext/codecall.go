@@ -2,7 +2,6 @@ package codecontext
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"path"
 	"strings"
@@ -44,31 +43,34 @@ func WithCallOptions(ctx context.Context, o CallOptions) context.Context {
 	return context.WithValue(ctx, callOptionsKey{}, o)
 }
 
-// withCallOptions adds the call options ctx carries, if any, to the
-// driver's request req (a JSON object): "env" as an object of names and
-// values, "cwd".
-func withCallOptions(ctx context.Context, req []byte) ([]byte, error) {
+// driverRequest is one call as a driver reads it (Bash's driver in its
+// own form: bashRequest).
+type driverRequest struct {
+	Code   string            `json:"code"`
+	Limit  int64             `json:"limit"`
+	Nonce  string            `json:"nonce"`
+	Stream bool              `json:"stream"`
+	Env    map[string]string `json:"env,omitempty"`
+	Cwd    string            `json:"cwd,omitempty"`
+}
+
+// withCallOptions adds the call options ctx carries, if any, to r: the
+// environment as names and values, the working directory.
+func (r *driverRequest) withCallOptions(ctx context.Context) error {
 	o, ok := ctx.Value(callOptionsKey{}).(CallOptions)
 	if !ok {
-		return req, nil
+		return nil
 	}
 	if err := o.Check(); err != nil {
-		return nil, err
-	}
-	var m map[string]any
-	if err := json.Unmarshal(req, &m); err != nil {
-		return nil, err
+		return err
 	}
 	if len(o.Env) > 0 {
-		env := map[string]string{}
+		r.Env = make(map[string]string, len(o.Env))
 		for _, kv := range o.Env {
 			name, value, _ := strings.Cut(kv, "=")
-			env[name] = value
+			r.Env[name] = value
 		}
-		m["env"] = env
 	}
-	if o.Cwd != "" {
-		m["cwd"] = o.Cwd
-	}
-	return json.Marshal(m)
+	r.Cwd = o.Cwd
+	return nil
 }

@@ -438,24 +438,20 @@ func (c *CodeContext) Run(ctx context.Context, code string, onStdout, onStderr f
 	nonce := hex.EncodeToString(nb[:])
 	// Stream: someone reads the output as it comes (Bash's driver sends
 	// it at the end otherwise).
-	req, err := json.Marshal(struct {
-		Code   string `json:"code"`
-		Limit  int64  `json:"limit"`
-		Nonce  string `json:"nonce"`
-		Stream bool   `json:"stream"`
-	}{code, c.outputLimit, nonce, onStdout != nil || onStderr != nil})
+	req := driverRequest{Code: code, Limit: c.outputLimit, Nonce: nonce, Stream: onStdout != nil || onStderr != nil}
+	if err := req.withCallOptions(ctx); err != nil {
+		return nil, err
+	}
+	var msg []byte
+	var err error
+	if c.language == "bash" {
+		msg, err = bashRequest(&req)
+	} else {
+		msg, err = json.Marshal(req)
+		msg = append(binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(msg)), uint32(len(msg))), msg...)
+	}
 	if err != nil {
 		return nil, err
-	}
-	if req, err = withCallOptions(ctx, req); err != nil {
-		return nil, err
-	}
-	msg := binary.BigEndian.AppendUint32(nil, uint32(len(req)))
-	msg = append(msg, req...)
-	if c.language == "bash" {
-		if msg, err = bashRequest(req); err != nil {
-			return nil, err
-		}
 	}
 	// A driver that died before reading it fails the write (its pipe is
 	// closed once the process has ended); its end of frames says why.
@@ -635,21 +631,10 @@ func (c *CodeContext) Close() error {
 	return nil
 }
 
-// bashRequest is the request req (JSON) as the Bash driver reads it
+// bashRequest is the request r as the Bash driver reads it
 // (codedriver/bash.sh): lengths on lines, then the bytes. Bash's variables
 // hold no NUL byte: code, cwd or env with one is refused.
-func bashRequest(req []byte) ([]byte, error) {
-	var r struct {
-		Code   string            `json:"code"`
-		Limit  int64             `json:"limit"`
-		Nonce  string            `json:"nonce"`
-		Env    map[string]string `json:"env"`
-		Cwd    string            `json:"cwd"`
-		Stream bool              `json:"stream"`
-	}
-	if err := json.Unmarshal(req, &r); err != nil {
-		return nil, err
-	}
+func bashRequest(r *driverRequest) ([]byte, error) {
 	if strings.IndexByte(r.Code, 0) >= 0 {
 		return nil, &api.FieldError{Field: "code", Msg: "a NUL byte, which bash code cannot hold"}
 	}
