@@ -12,23 +12,30 @@ import (
 
 // holdOutput holds in who's account of the ledger what a foreground
 // request may make the service keep for it (its commands' captured
-// output at its limits), until its answer is written; beyond the
-// caller's budget (--max-held-bytes-per-caller, --max-held-bytes) it
-// answers 429 with Retry-After itself, before anything runs.
+// output at its limits), until its answer is written; if the ledger
+// refuses, it answers itself (holdRefused), before anything runs.
 func (s *Server) holdOutput(w http.ResponseWriter, who caller.Caller, bytes int64) (*caller.Hold, bool) {
-	// More than the budget itself never fits, however long one waits:
-	// a bad request, not a busy service.
-	if b := s.ledger.Budget(); b.Bytes > 0 && bytes > b.Bytes || b.TotalBytes > 0 && bytes > b.TotalBytes {
-		writeError(w, http.StatusBadRequest, fmt.Errorf("output_limit_bytes: the request's output at its limits (%d bytes) is more than the service holds for one caller (%d, --max-held-bytes-per-caller; %d in all, --max-held-bytes): ask for less output or fewer commands", bytes, b.Bytes, b.TotalBytes))
-		return nil, false
-	}
 	held, err := s.ledger.Hold(who.Account(), caller.Usage{Bytes: bytes})
 	if err != nil {
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusTooManyRequests, err)
+		holdRefused(w, err)
 		return nil, false
 	}
 	return held, true
+}
+
+// holdRefused answers a hold of a request's output the ledger refused:
+// one beyond the caller's budget by itself never fits, however long one
+// waits, a bad request (400) naming output_limit_bytes; else the caller
+// holds too much now (429, Retry-After).
+func holdRefused(w http.ResponseWriter, err error) {
+	code := statusOf(err)
+	switch code {
+	case http.StatusBadRequest:
+		err = fmt.Errorf("output_limit_bytes: the output it may make the service hold at its limits never fits (%w): ask for less output or fewer commands", err)
+	case http.StatusTooManyRequests:
+		w.Header().Set("Retry-After", "1")
+	}
+	writeError(w, code, err)
 }
 
 // runOutputHeld is what req's commands may make the service keep of

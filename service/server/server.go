@@ -554,7 +554,8 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 // statusOf is the HTTP status of a request's error: what this caller may
-// not ask (403), the client's mistake (400), or the service's (500).
+// not ask (403), the client's mistake (400, a hold beyond the budget by
+// itself too), busy (429), or the service's (500).
 func statusOf(err error) int {
 	var fe *api.FieldError
 	var ue *api.UsageError
@@ -562,7 +563,7 @@ func statusOf(err error) int {
 	switch {
 	case errors.As(err, &refused):
 		return http.StatusForbidden
-	case errors.As(err, &fe), errors.As(err, &ue):
+	case errors.As(err, &fe), errors.As(err, &ue), errors.Is(err, caller.ErrNeverFits):
 		return http.StatusBadRequest
 	case errors.Is(err, errQueueFull), errors.Is(err, caller.ErrOverBudget):
 		return http.StatusTooManyRequests

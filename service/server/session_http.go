@@ -595,8 +595,7 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 func (s *Server) startBackground(w http.ResponseWriter, r *http.Request, who caller.Caller, sess *session, cmd isolate.SessionCommand, stdin *string) {
 	held, err := sess.holdBackground(s.ledger, caller.Usage{Bytes: s.outputHeld(sess, cmd), Background: 1})
 	if err != nil {
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusTooManyRequests, err)
+		holdRefused(w, err)
 		return
 	}
 	account := who.Account()
