@@ -84,7 +84,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 			if phase != nil {
 				phase.Sandbox.Via = "service"
 				phase.RequestID = note.id
-				s.ledger.ChargeCPU(who, cpuOf(phase))
+				s.ledger.ChargeCPU(who, CPUOf(phase))
 			}
 		}
 		note.settleExec(&req.Spec, rep)

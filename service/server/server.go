@@ -590,8 +590,9 @@ func (s *Server) startRuns(w http.ResponseWriter, who caller.Caller, n int) bool
 	return true
 }
 
-// cpuOf is the CPU time a report measured.
-func cpuOf(r *api.Report) time.Duration {
+// CPUOf is the CPU time a report measured: what a run charges to its
+// caller's quota (caller.Ledger.ChargeCPU).
+func CPUOf(r *api.Report) time.Duration {
 	if r == nil {
 		return 0
 	}

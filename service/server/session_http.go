@@ -573,7 +573,7 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 	held.Shrink(reportKept(rep, s.streamLimit(sess, cmd)))
 	req.Stdin = nil
 	leave()
-	s.ledger.ChargeCPU(who, cpuOf(rep))
+	s.ledger.ChargeCPU(who, CPUOf(rep))
 	rep.Sandbox.Via = "service"
 	rep.RequestID = requestID(r.Context())
 	noteOf(r.Context()).settleSession(p.ID(), rep)
@@ -626,7 +626,7 @@ func (s *Server) startBackground(w http.ResponseWriter, r *http.Request, who cal
 	sp := &sessionProc{p: p, args: cmd.Args, background: true, stdin: wr, stdinEnd: rd, held: held, streamLimit: s.streamLimit(sess, cmd)}
 	sp.release = func() {
 		s.queue.releaseFor(account, 1)
-		s.ledger.ChargeCPU(who, cpuOf(p.Wait()))
+		s.ledger.ChargeCPU(who, CPUOf(p.Wait()))
 	}
 	id, start := requestID(r.Context()), time.Now()
 	noteOf(r.Context()).started(p.ID())
