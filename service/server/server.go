@@ -396,7 +396,7 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, n int) (ctx conte
 	if s.draining.Load() {
 		s.inflight.Done()
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, errors.New("the service is stopping"))
+		writeError(w, statusOf(errStopping), errStopping)
 		return nil, nil, false
 	}
 	ctx, cancel := s.requestContext(r)
@@ -405,9 +405,6 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, n int) (ctx conte
 		cancel()
 		s.inflight.Done()
 		code := statusOf(err)
-		if errors.Is(err, errStopping) {
-			code = http.StatusServiceUnavailable
-		}
 		if errors.Is(err, errQueueFull) || code == http.StatusServiceUnavailable {
 			w.Header().Set("Retry-After", "1")
 		}
@@ -454,7 +451,7 @@ func (s *Server) Slot(ctx context.Context) (release func(), err error) {
 // caller's are (queue).
 func (s *Server) SlotFor(ctx context.Context, who caller.Caller) (release func(), err error) {
 	if s.draining.Load() {
-		return nil, errors.New("the service is stopping")
+		return nil, errStopping
 	}
 	account := who.Account()
 	if err := s.acquire(ctx, account, 1); err != nil {
@@ -555,7 +552,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 // statusOf is the HTTP status of a request's error: what this caller may
 // not ask (403), the client's mistake (400, a hold beyond the budget by
-// itself too), busy (429), or the service's (500).
+// itself too), busy (429), stopping (503), or the service's (500).
 func statusOf(err error) int {
 	var fe *api.FieldError
 	var ue *api.UsageError
@@ -569,6 +566,8 @@ func statusOf(err error) int {
 		return http.StatusTooManyRequests
 	case errors.As(err, new(errBodyTooLarge)):
 		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, errStopping):
+		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
 }

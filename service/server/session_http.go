@@ -206,7 +206,7 @@ func sessionErr(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusTooManyRequests, err)
 	case errors.Is(err, errStopping):
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, err)
+		writeError(w, statusOf(err), err)
 	default:
 		writeError(w, statusOf(err), err)
 	}
