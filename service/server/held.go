@@ -100,9 +100,10 @@ func resultsKept(results []codecontext.Result) int64 {
 	return int64(n)
 }
 
-// OneCommandBytes is what a command may make the service hold at the
-// --max-output cap: its two streams and an exec's compile phase's. A
-// caller's budget below it refuses such a command (400), so the default
-// budget is at least this. (An inline copy-out past the budget is an
-// error of that copy-out, not of the run.)
+// OneCommandBytes is what a command of output limit maxOutput may make
+// the service hold: its two streams and an exec's compile phase's. At
+// the --max-output cap, a caller's budget below it refuses such a
+// command (400), so the default budget is at least this. (An inline
+// copy-out past the budget is an error of that copy-out, not of the
+// run.)
 func OneCommandBytes(maxOutput int64) int64 { return 2*maxOutput + 2*judge.CompileOutputLimit }
