@@ -69,7 +69,22 @@ func reportKept(rep *api.Report, limit int64) int64 {
 	if rep == nil {
 		return 0
 	}
-	return keptCost(len(rep.Stdout), limit) + keptCost(len(rep.Stderr), limit)
+	return streamsKept(len(rep.Stdout), len(rep.Stderr), limit)
+}
+
+// streamsKept is what a command's two captured streams hold once it
+// ended, stdout and stderr bytes kept, each captured at limit.
+func streamsKept(stdout, stderr int, limit int64) int64 {
+	return keptCost(stdout, limit) + keptCost(stderr, limit)
+}
+
+// keptCost is the memory a kept stream of n bytes holds: its capture's
+// buffer, grown by doubling from 4 KiB up to the stream's limit.
+func keptCost(n int, limit int64) int64 {
+	if n == 0 {
+		return 0
+	}
+	return min(max(2*int64(n), 4<<10), max(limit, int64(n)))
 }
 
 // answerKept is what a run's answer holds: its captured streams, pipe

@@ -670,23 +670,15 @@ func (s *Server) streamLimit(sess *session, cmd isolate.SessionCommand) int64 {
 }
 
 // outputHeld is the most captured output a command of sess may make the
-// service keep: its output limit for each stream it captures, and the
-// marker where its head and tail meet.
+// service keep (a code call's as a command's of no options): its output
+// limit for each stream it captures, and the marker where its head and
+// tail meet.
 func (s *Server) outputHeld(sess *session, cmd isolate.SessionCommand) int64 {
 	stream := s.streamLimit(sess, cmd) + isolate.MaxCutMarkerBytes
 	if cmd.StderrToStdout {
 		return stream
 	}
 	return 2 * stream
-}
-
-// keptCost is the memory a kept stream of n bytes holds: its capture's
-// buffer, grown by doubling from 4 KiB up to the stream's limit.
-func keptCost(n int, limit int64) int64 {
-	if n == 0 {
-		return 0
-	}
-	return min(max(2*int64(n), 4<<10), max(limit, int64(n)))
 }
 
 // processOf is the request's session and command.
@@ -730,7 +722,7 @@ func (p *sessionProc) settle() {
 			p.release()
 		}
 		rep := p.p.Wait()
-		p.held.Shrink(keptCost(len(rep.Stdout), p.streamLimit) + keptCost(len(rep.Stderr), p.streamLimit))
+		p.held.Shrink(reportKept(rep, p.streamLimit))
 		p.held.EndBackground()
 	})
 }
@@ -1050,7 +1042,7 @@ func (s *Server) handleCode(w http.ResponseWriter, r *http.Request) {
 	// The call's captured output is held for its caller until it is
 	// answered; its rich results too, once they came.
 	limit := s.streamLimit(sess, isolate.SessionCommand{})
-	held, ok := s.holdOutput(w, callerOf(r), 2*limit)
+	held, ok := s.holdOutput(w, callerOf(r), s.outputHeld(sess, isolate.SessionCommand{}))
 	if !ok {
 		return
 	}
@@ -1099,7 +1091,7 @@ func (s *Server) handleCode(w http.ResponseWriter, r *http.Request) {
 	slots.ran()
 	req.Code = ""
 	if ex != nil {
-		held.Shrink(keptCost(len(ex.Stdout), limit) + keptCost(len(ex.Stderr), limit))
+		held.Shrink(streamsKept(len(ex.Stdout), len(ex.Stderr), limit))
 		if held.Grow(resultsKept(ex.Results)) == nil {
 			leave()
 		}
