@@ -329,7 +329,8 @@ func (w *Worker) loop(ctx context.Context) {
 		}
 		// Read under the jobs' context, not ctx: a read cut short by the
 		// drain could leave a job delivered to this worker and unseen.
-		// The block is short, so the drain is not kept waiting.
+		// The read never blocks (a script; the loop asks again every
+		// pollEvery), so the drain is not kept waiting.
 		var msgs []delivery
 		var err error
 		claimed := false
