@@ -232,6 +232,34 @@ func TestQuotaFake(t *testing.T) {
 	}
 }
 
+// A command refused its output's hold (429 or 400) counts no run of its
+// caller's quota: a client retrying a busy answer does not use it up.
+func TestHeldRefusalsUseNoQuotaFake(t *testing.T) {
+	ledger := caller.NewLedger(caller.Budget{Bytes: 5 << 20, TotalBytes: 8 << 20, Quotas: caller.Quotas{Window: time.Hour, Default: caller.Quota{Runs: 2}}})
+	f := newSessionFake(t, func(c *Config) { c.Ledger = ledger })
+	id := f.create(t, alice, `{"output_limit_bytes": 2097152}`)
+	cmds := "/v1/sessions/" + id + "/commands"
+	if code, b := f.do(t, alice, "POST", cmds, `{"args": ["sleep"], "background": true}`); code != 201 {
+		t.Fatalf("a background command: %d %s", code, b)
+	}
+	for i := range 3 {
+		if code, b := f.do(t, alice, "POST", cmds, `{"args": ["echo", "hi"]}`); code != 429 {
+			t.Fatalf("foreground command %d beside the background one: %d %s, want 429", i, code, b)
+		}
+		if code, b := f.do(t, alice, "POST", cmds, `{"args": ["sleep"], "background": true}`); code != 429 {
+			t.Fatalf("background command %d beside the first: %d %s, want 429", i, code, b)
+		}
+	}
+	if runs, _ := ledger.Used(alice.Account()); runs != 1 {
+		t.Fatalf("after refused holds alice used %d runs, want 1", runs)
+	}
+	f.do(t, alice, "POST", cmds+"/1/signal", `{"signal": "KILL"}`)
+	f.do(t, alice, "POST", cmds+"/1/wait", ``)
+	if code, b := f.do(t, alice, "POST", cmds, `{"args": ["echo", "hi"]}`); code != 200 {
+		t.Fatalf("the second run of the quota: %d %s", code, b)
+	}
+}
+
 // One caller's stalled bodies hold at most half the service's places:
 // another caller is still let in.
 func TestStalledBodiesLeaveOthersTheirPlacesFake(t *testing.T) {

@@ -519,9 +519,6 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), err)
 		return
 	}
-	if !s.startRuns(w, who, 1) {
-		return
-	}
 	if req.Background {
 		if s.draining.Load() {
 			sessionErr(w, errStopping)
@@ -531,12 +528,16 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A command in the foreground takes a run slot while it runs, and
-	// its captured output is held for its caller until it is answered.
+	// its captured output is held for its caller until it is answered;
+	// held, it counts as a run of its caller's quota.
 	held, ok := s.holdOutput(w, who, s.outputHeld(sess, cmd))
 	if !ok {
 		return
 	}
 	defer held.Release()
+	if !s.startRuns(w, who, 1) {
+		return
+	}
 	ctx, slots, ok := s.admit(w, r, 1)
 	if !ok {
 		return
@@ -588,7 +589,8 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 }
 
 // startBackground starts cmd with a stdin the service keeps (stdin, if
-// any, written to it first) and answers its id. The command takes a run
+// any, written to it first) and answers its id; held, it counts as a run
+// of who's quota. The command takes a run
 // slot while it runs, as a foreground one does, and its account holds in
 // the ledger its captured output: at its limit while it runs, as kept
 // once it ended, until its record is dropped.
@@ -596,6 +598,10 @@ func (s *Server) startBackground(w http.ResponseWriter, r *http.Request, who cal
 	held, err := sess.holdBackground(s.ledger, caller.Usage{Bytes: s.outputHeld(sess, cmd), Background: 1})
 	if err != nil {
 		holdRefused(w, err)
+		return
+	}
+	if !s.startRuns(w, who, 1) {
+		held.Release()
 		return
 	}
 	account := who.Account()
