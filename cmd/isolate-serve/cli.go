@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
+	"github.com/isolate-sandbox/isolate/api"
 	cmdline "github.com/isolate-sandbox/isolate/cli"
 	"github.com/isolate-sandbox/isolate/isolate"
 	"github.com/isolate-sandbox/isolate/service/caller"
@@ -100,7 +101,8 @@ func listenCLI(o *options, gid int, host *isolate.Host, policy *caller.Policy) (
 }
 
 // serve takes handovers, whose capped runs count against their callers'
-// quotas in ledger and wait for slot.
+// quotas in ledger (each run, and its CPU time once it settled) and wait
+// for slot.
 func (cs *cliService) serve(slot func(context.Context, caller.Caller) (func(), error), ledger *caller.Ledger) {
 	if cs == nil {
 		return
@@ -121,7 +123,13 @@ func (cs *cliService) runHandedOver(host *isolate.Host, policy *caller.Policy) h
 		audit := newAuditHandover()
 		// The box ends once the CLI has exited, off its last steps.
 		x := cmdline.Main(isolate.EndAfter(ctx, inv.HungUp), &cmdline.Invocation{
-			RequestID: audit.id, Settled: audit.settled,
+			RequestID: audit.id,
+			// Each run settled charges its CPU time to its caller's quota,
+			// as Admit counted it in.
+			Settled: func(asked map[string]any, granted *api.Spec, rep *api.Report) {
+				audit.settled(asked, granted, rep)
+				cs.ledger.ChargeCPU(who, server.CPUOf(rep))
+			},
 			Args: inv.Args, Env: inv.Env, Dir: callerDir(inv),
 			Stdin: inv.Stdin, Stdout: inv.Stdout, Stderr: inv.Stderr,
 			Caller: &who,

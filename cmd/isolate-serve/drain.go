@@ -14,7 +14,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -37,12 +36,9 @@ func drain(args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	token := ""
-	if *tokenFile != "" {
-		var err error
-		if token, err = server.ReadToken(*tokenFile); err != nil {
-			return fmt.Errorf("--token-file: %v", err)
-		}
+	token, err := tokenOf(*tokenFile)
+	if err != nil {
+		return err
 	}
 	pid, err := servicePID(*socket)
 	if err != nil {
@@ -100,15 +96,9 @@ func servicePID(socket string) (int, error) {
 // askHealth is the service's health answer (ready or not).
 func askHealth(client *http.Client, token string) (server.Health, error) {
 	var h server.Health
-	req, _ := http.NewRequest("GET", "http://isolate/v1/health", nil)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := client.Do(req)
+	_, body, err := getHealth(client, token)
 	if err != nil {
 		return h, err
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-	return h, json.Unmarshal(b, &h)
+	return h, json.Unmarshal(body, &h)
 }

@@ -28,26 +28,50 @@ func probe(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	req, _ := http.NewRequest("GET", "http://isolate/v1/health", nil)
-	if *tokenFile != "" {
-		token, err := server.ReadToken(*tokenFile)
-		if err != nil {
-			return fmt.Errorf("--token-file: %v", err)
-		}
-		req.Header.Set("Authorization", "Bearer "+token)
+	token, err := tokenOf(*tokenFile)
+	if err != nil {
+		return err
 	}
-	resp, err := socketClient(*socket, *timeout).Do(req)
+	status, body, err := getHealth(socketClient(*socket, *timeout), token)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "isolate serve probe: "+err.Error())
 		os.Exit(1)
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
 	os.Stdout.Write(body)
-	if resp.StatusCode != http.StatusOK && !(*live && resp.StatusCode == http.StatusServiceUnavailable) {
+	if status != http.StatusOK && !(*live && status == http.StatusServiceUnavailable) {
 		os.Exit(1)
 	}
 	return nil
+}
+
+// tokenOf is the bearer token in file (--token-file; none when file is
+// "").
+func tokenOf(file string) (string, error) {
+	if file == "" {
+		return "", nil
+	}
+	token, err := server.ReadToken(file)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %v", err)
+	}
+	return token, nil
+}
+
+// getHealth is the service's answer to GET /v1/health (ready or not),
+// asked with token when it is not "": its status and its body, at most
+// 64 KiB.
+func getHealth(client *http.Client, token string) (status int, body []byte, err error) {
+	req, _ := http.NewRequest("GET", "http://isolate/v1/health", nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	body, err = io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	return resp.StatusCode, body, err
 }
 
 // socketClient is an HTTP client of the service's unix socket, one

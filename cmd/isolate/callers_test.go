@@ -483,7 +483,8 @@ func sessionsArePerCaller(t *testing.T, b *boundary) {
 // --max-sessions-per-caller, though it cannot reach them); the TCP token
 // is one caller from any address; a background command holds one of
 // the caller's --max-background-per-caller and its output at its limit
-// in --max-held-bytes-per-caller (429 beyond either).
+// in --max-held-bytes-per-caller (429 beyond either; 400 for output
+// beyond the budget by itself).
 func budgetIsPerAccount(t *testing.T, b *boundary) {
 	session := func(kind string, uid int) (string, int, string) {
 		code, answer := b.api(t, kind, uid, "POST", "/v1/sessions", `{"output_limit_bytes": 65536}`)
@@ -508,8 +509,10 @@ func budgetIsPerAccount(t *testing.T, b *boundary) {
 		b.api(t, memberAPI, otherUID, "DELETE", "/v1/sessions/"+oid, "")
 	}
 	cmds := "/v1/sessions/" + id + "/commands"
-	if code, answer := b.api(t, memberAPI, memberUID, "POST", cmds, `{"args": ["/bin/sleep", "60"], "background": true, "output_limit_bytes": 4194304}`); code != 429 || !strings.Contains(answer, "--max-held-bytes-per-caller") {
-		t.Errorf("a background command keeping 8 MiB under a budget of 4: %d %s, want 429", code, answer)
+	// A background command that alone would hold more than the budget
+	// never fits: 400.
+	if code, answer := b.api(t, memberAPI, memberUID, "POST", cmds, `{"args": ["/bin/sleep", "60"], "background": true, "output_limit_bytes": 4194304}`); code != 400 || !strings.Contains(answer, "output_limit_bytes") || !strings.Contains(answer, "--max-held-bytes-per-caller") {
+		t.Errorf("a background command keeping 8 MiB under a budget of 4: %d %s, want 400", code, answer)
 	}
 	// A foreground request's output is held alike, from its admission;
 	// one that alone would hold more than the budget never fits: 400.
@@ -523,9 +526,13 @@ func budgetIsPerAccount(t *testing.T, b *boundary) {
 	if json.Unmarshal([]byte(answer), &p); code != 201 {
 		t.Fatalf("a background command: %d %s", code, answer)
 	}
-	// Beside what the member holds, a run that alone would fit does not.
+	// Beside what the member holds, a run or a background command that
+	// alone would fit does not.
 	if got := b.apiRun(t, memberAPI, `"output_limit_bytes": 2097152`); !strings.HasPrefix(got, "429") || !strings.Contains(got, "--max-held-bytes-per-caller") {
 		t.Errorf("a run keeping 4 MiB beside a background command, under a budget of 4: %s, want 429", got)
+	}
+	if code, answer := b.api(t, memberAPI, memberUID, "POST", cmds, `{"args": ["/bin/true"], "background": true, "output_limit_bytes": 2060000}`); code != 429 || !strings.Contains(answer, "--max-held-bytes-per-caller") {
+		t.Errorf("a background command keeping nearly 4 MiB beside another, under a budget of 4: %d %s, want 429", code, answer)
 	}
 	if code, answer := b.api(t, memberAPI, memberUID, "POST", cmds, `{"args": ["/bin/true"], "background": true}`); code != 429 || !strings.Contains(answer, "--max-background-per-caller") {
 		t.Errorf("a second background command: %d %s, want 429", code, answer)

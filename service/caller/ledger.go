@@ -53,25 +53,43 @@ type Usage struct {
 
 // OverBudget is a hold the ledger refused: what, the bound and the flag
 // that sets it. Front ends answer it as busy (HTTP 429, Retry-After): it
-// passes once the caller lets go of what it holds.
+// passes once the caller lets go of what it holds. One that asks more
+// than the bound alone (Never) passes never: front ends answer it as a
+// bad request (HTTP 400).
 type OverBudget struct {
 	What  string // "bytes held for this caller", ...
 	Asked int64
 	Held  int64
 	Limit int64
 	Flag  string
+	// Never: what was asked is beyond the bound by itself, whatever the
+	// caller lets go.
+	Never bool
+	// Background: the bound refused is the background commands', not
+	// the bytes'.
+	Background bool
 }
 
 func (e *OverBudget) Error() string {
+	if e.Never {
+		return fmt.Sprintf("over budget whatever is let go: %d alone is beyond %s, %d (%s)", e.Asked, e.What, e.Limit, e.Flag)
+	}
 	return fmt.Sprintf("over budget: %s would be %d, beyond %d (%s); let go of what it holds (end commands, delete sessions) and try again",
 		e.What, e.Held+e.Asked, e.Limit, e.Flag)
 }
 
-// ErrOverBudget matches every *OverBudget with errors.Is.
-var ErrOverBudget = errors.New("over budget")
+// ErrOverBudget matches every *OverBudget with errors.Is; ErrNeverFits
+// those that are Never.
+var (
+	ErrOverBudget = errors.New("over budget")
+	ErrNeverFits  = errors.New("over budget whatever is let go")
+)
 
-// Is makes errors.Is(err, ErrOverBudget) true.
-func (e *OverBudget) Is(target error) bool { return target == ErrOverBudget }
+// Is makes errors.Is(err, ErrOverBudget) true, and errors.Is(err,
+// ErrNeverFits) for one that is Never.
+func (e *OverBudget) Is(target error) bool {
+	return target == ErrOverBudget || target == ErrNeverFits && e.Never
+}
 
 // NewLedger is a ledger bounded by b.
 func NewLedger(b Budget) *Ledger { return &Ledger{budget: b, held: map[string]Usage{}, now: time.Now} }
@@ -88,7 +106,8 @@ type Hold struct {
 }
 
 // Hold takes u for account, or refuses it (*OverBudget) leaving nothing
-// held. A nil ledger holds nothing and refuses nothing.
+// held: Never when u alone is beyond Budget.Bytes or Budget.TotalBytes.
+// A nil ledger holds nothing and refuses nothing.
 func (l *Ledger) Hold(account string, u Usage) (*Hold, error) {
 	h := &Hold{l: l, account: account}
 	if l == nil {
@@ -108,6 +127,12 @@ func (l *Ledger) Hold(account string, u Usage) (*Hold, error) {
 func (l *Ledger) checkLocked(account string, u Usage) error {
 	have := l.held[account]
 	switch b := l.budget; {
+	case u.Bytes > 0 && b.Bytes > 0 && u.Bytes > b.Bytes:
+		l.refused++
+		return &OverBudget{What: "the bytes the service holds for one caller", Asked: u.Bytes, Held: have.Bytes, Limit: b.Bytes, Flag: "--max-held-bytes-per-caller", Never: true}
+	case u.Bytes > 0 && b.TotalBytes > 0 && u.Bytes > b.TotalBytes:
+		l.refused++
+		return &OverBudget{What: "the bytes the service holds for all its callers", Asked: u.Bytes, Held: l.total.Bytes, Limit: b.TotalBytes, Flag: "--max-held-bytes", Never: true}
 	case u.Bytes > 0 && b.Bytes > 0 && have.Bytes+u.Bytes > b.Bytes:
 		l.refused++
 		return &OverBudget{What: "the bytes the service holds for this caller", Asked: u.Bytes, Held: have.Bytes, Limit: b.Bytes, Flag: "--max-held-bytes-per-caller"}
@@ -116,7 +141,7 @@ func (l *Ledger) checkLocked(account string, u Usage) error {
 		return &OverBudget{What: "the bytes the service holds for all its callers", Asked: u.Bytes, Held: l.total.Bytes, Limit: b.TotalBytes, Flag: "--max-held-bytes"}
 	case u.Background > 0 && b.Background > 0 && have.Background+u.Background > b.Background:
 		l.refused++
-		return &OverBudget{What: "this caller's background commands", Asked: int64(u.Background), Held: int64(have.Background), Limit: int64(b.Background), Flag: "--max-background-per-caller"}
+		return &OverBudget{What: "this caller's background commands", Asked: int64(u.Background), Held: int64(have.Background), Limit: int64(b.Background), Flag: "--max-background-per-caller", Background: true}
 	}
 	return nil
 }

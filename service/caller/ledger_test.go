@@ -39,6 +39,31 @@ func TestLedgerHolds(t *testing.T) {
 	}
 }
 
+// A hold that alone is beyond a bound is refused as never fitting, which
+// one that fits once others let go is not; a refusal of background
+// commands says so.
+func TestLedgerNeverFits(t *testing.T) {
+	l := NewLedger(Budget{Bytes: 100, TotalBytes: 80, Background: 1})
+	var ob *OverBudget
+	if _, err := l.Hold("uid:1", Usage{Bytes: 120}); !errors.Is(err, ErrNeverFits) || !errors.As(err, &ob) || ob.Flag != "--max-held-bytes-per-caller" {
+		t.Fatalf("beyond the account's bytes alone: %v", err)
+	}
+	if _, err := l.Hold("uid:1", Usage{Bytes: 90}); !errors.Is(err, ErrNeverFits) || !errors.As(err, &ob) || ob.Flag != "--max-held-bytes" {
+		t.Fatalf("beyond the total alone: %v", err)
+	}
+	h, err := l.Hold("uid:1", Usage{Bytes: 50, Background: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	if _, err := l.Hold("uid:2", Usage{Bytes: 50}); !errors.Is(err, ErrOverBudget) || errors.Is(err, ErrNeverFits) {
+		t.Fatalf("beyond the total beside another account's hold: %v", err)
+	}
+	if _, err := l.Hold("uid:1", Usage{Background: 1}); !errors.As(err, &ob) || !ob.Background || ob.Never {
+		t.Fatalf("beyond the account's background commands: %v", err)
+	}
+}
+
 // A hold grows within the budget; past it the growth is refused and the
 // hold keeps what it had.
 func TestLedgerHoldGrows(t *testing.T) {

@@ -9,10 +9,13 @@ import (
 )
 
 // delivery is a job's stream entry as the worker got it: over says why
-// it was not read (a field past MaxBodyBytes; its value then empty).
+// it was not read (a field past MaxBodyBytes; its value then empty);
+// deliveries is how many times the group delivered it, this one counted
+// (1 for a new entry read, the pending entry's count for one claimed).
 type delivery struct {
 	redis.XMessage
-	over string
+	over       string
+	deliveries int64
 }
 
 // pollEvery is how often a worker with free slots asks for new jobs
@@ -66,18 +69,28 @@ end
 
 // readScript delivers up to ARGV[4] new entries to consumer ARGV[2] of
 // group ARGV[1] (XREADGROUP, which does not block in a script), bounded
-// by capEntries.
+// by capEntries, each with its count of deliveries: 1, a new entry's.
 var readScript = redis.NewScript(capEntries + `
 local r = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[4], 'STREAMS', KEYS[1], '>')
 if not r then return {} end
-return cap(r[1][2], tonumber(ARGV[3]))
+local out = cap(r[1][2], tonumber(ARGV[3]))
+for _, e in ipairs(out) do e[4] = 1 end
+return out
 `)
 
 // claimScript claims entries ARGV[5...] idle for ARGV[4] ms for consumer
-// ARGV[2] of group ARGV[1] (XCLAIM), bounded by capEntries.
+// ARGV[2] of group ARGV[1] (XCLAIM, which counts a delivery), bounded by
+// capEntries, each with its count of deliveries as its pending entry
+// has it now.
 var claimScript = redis.NewScript(capEntries + `
 local r = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[4], unpack(ARGV, 5))
-return cap(r, tonumber(ARGV[3]))
+local out = cap(r, tonumber(ARGV[3]))
+for _, e in ipairs(out) do
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], e[1], e[1], 1)
+  e[4] = 1
+  if p[1] then e[4] = p[1][4] end
+end
+return out
 `)
 
 // read delivers up to n new jobs to this worker, bounded (readScript).
@@ -89,8 +102,8 @@ func (w *Worker) read(ctx context.Context, n int) ([]delivery, error) {
 	return deliveries(got)
 }
 
-// deliveries are capEntries' answer: entries of id, fields and why not
-// read.
+// deliveries are the scripts' answer: entries of id, fields, why not
+// read (capEntries) and count of deliveries.
 func deliveries(got any) ([]delivery, error) {
 	entries, ok := got.([]any)
 	if !ok {
@@ -99,13 +112,17 @@ func deliveries(got any) ([]delivery, error) {
 	var out []delivery
 	for _, e := range entries {
 		parts, ok := e.([]any)
-		if !ok || len(parts) != 3 {
+		if !ok || len(parts) != 4 {
 			return nil, fmt.Errorf("reading jobs: an entry of %T", e)
 		}
 		id, _ := parts[0].(string)
 		fields, _ := parts[1].([]any)
 		over, _ := parts[2].(string)
-		d := delivery{XMessage: redis.XMessage{ID: id, Values: make(map[string]any, len(fields)/2)}, over: over}
+		count, ok := parts[3].(int64)
+		if !ok || count < 1 {
+			return nil, fmt.Errorf("reading jobs: entry %s delivered %v times", id, parts[3])
+		}
+		d := delivery{XMessage: redis.XMessage{ID: id, Values: make(map[string]any, len(fields)/2)}, over: over, deliveries: count}
 		for i := 0; i+1 < len(fields); i += 2 {
 			name, _ := fields[i].(string)
 			d.Values[name] = fields[i+1]

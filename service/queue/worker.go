@@ -329,7 +329,8 @@ func (w *Worker) loop(ctx context.Context) {
 		}
 		// Read under the jobs' context, not ctx: a read cut short by the
 		// drain could leave a job delivered to this worker and unseen.
-		// The block is short, so the drain is not kept waiting.
+		// The read never blocks (a script; the loop asks again every
+		// pollEvery), so the drain is not kept waiting.
 		var msgs []delivery
 		var err error
 		claimed := false
@@ -379,7 +380,7 @@ func (w *Worker) loop(ctx context.Context) {
 			w.running.Add(1)
 			go func() {
 				defer func() { w.hold(m.ID, false); w.running.Add(-1); <-w.slots; w.jobs.Done() }()
-				w.handle(m, claimed)
+				w.handle(m)
 			}()
 		}
 	}
@@ -483,7 +484,7 @@ func (w *Worker) claimDead(ctx context.Context, from string, n int) (msgs []deli
 // handed back for another worker (an image this one lacks, its own
 // machinery failing, the service stopping), or left pending for another
 // delivery (Redis lost past the drain, the drain's grace ended).
-func (w *Worker) handle(m delivery, claimed bool) {
+func (w *Worker) handle(m delivery) {
 	ctx := w.jobCtx
 	job, err := DecodeJob(m.Values)
 	if m.over != "" {
@@ -497,24 +498,7 @@ func (w *Worker) handle(m delivery, claimed bool) {
 		w.finish(ctx, m.ID, job, finishing{dead: err.Error(), validID: checkID(job.ID) == nil})
 		return
 	}
-	deliveries := int64(1)
-	if claimed {
-		// The claim counted this delivery; the pending entry says how
-		// many there were.
-		var p []redis.XPendingExt
-		err := w.retry(ctx, func() error {
-			var err error
-			p, err = w.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: w.keys.Jobs, Group: w.cfg.Group,
-				Start: m.ID, End: m.ID, Count: 1}).Result()
-			return err
-		})
-		if err != nil {
-			return
-		}
-		if len(p) == 1 {
-			deliveries = p[0].RetryCount
-		}
-	}
+	deliveries := m.deliveries
 	var exists int64
 	if err := w.retry(ctx, func() error {
 		var err error

@@ -36,7 +36,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		req.Caps = &s.cfg.Policy.Caps
 	}
 	runLimit := req.Spec.WithDefaults().OutputLimitBytes
-	held, ok := s.holdOutput(w, who, 2*runLimit+2*judge.CompileOutputLimit)
+	held, ok := s.holdOutput(w, who, OneCommandBytes(runLimit))
 	if !ok {
 		return
 	}
@@ -84,7 +84,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 			if phase != nil {
 				phase.Sandbox.Via = "service"
 				phase.RequestID = note.id
-				s.ledger.ChargeCPU(who, cpuOf(phase))
+				s.ledger.ChargeCPU(who, CPUOf(phase))
 			}
 		}
 		note.settleExec(&req.Spec, rep)

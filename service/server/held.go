@@ -12,23 +12,30 @@ import (
 
 // holdOutput holds in who's account of the ledger what a foreground
 // request may make the service keep for it (its commands' captured
-// output at its limits), until its answer is written; beyond the
-// caller's budget (--max-held-bytes-per-caller, --max-held-bytes) it
-// answers 429 with Retry-After itself, before anything runs.
+// output at its limits), until its answer is written; if the ledger
+// refuses, it answers itself (holdRefused), before anything runs.
 func (s *Server) holdOutput(w http.ResponseWriter, who caller.Caller, bytes int64) (*caller.Hold, bool) {
-	// More than the budget itself never fits, however long one waits:
-	// a bad request, not a busy service.
-	if b := s.ledger.Budget(); b.Bytes > 0 && bytes > b.Bytes || b.TotalBytes > 0 && bytes > b.TotalBytes {
-		writeError(w, http.StatusBadRequest, fmt.Errorf("output_limit_bytes: the request's output at its limits (%d bytes) is more than the service holds for one caller (%d, --max-held-bytes-per-caller; %d in all, --max-held-bytes): ask for less output or fewer commands", bytes, b.Bytes, b.TotalBytes))
-		return nil, false
-	}
 	held, err := s.ledger.Hold(who.Account(), caller.Usage{Bytes: bytes})
 	if err != nil {
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusTooManyRequests, err)
+		holdRefused(w, err)
 		return nil, false
 	}
 	return held, true
+}
+
+// holdRefused answers a hold of a request's output the ledger refused:
+// one beyond the caller's budget by itself never fits, however long one
+// waits, a bad request (400) naming output_limit_bytes; else the caller
+// holds too much now (429, Retry-After).
+func holdRefused(w http.ResponseWriter, err error) {
+	code := statusOf(err)
+	switch code {
+	case http.StatusBadRequest:
+		err = fmt.Errorf("output_limit_bytes: the output it may make the service hold at its limits never fits (%w): ask for less output or fewer commands", err)
+	case http.StatusTooManyRequests:
+		w.Header().Set("Retry-After", "1")
+	}
+	writeError(w, code, err)
 }
 
 // runOutputHeld is what req's commands may make the service keep of
@@ -62,7 +69,22 @@ func reportKept(rep *api.Report, limit int64) int64 {
 	if rep == nil {
 		return 0
 	}
-	return keptCost(len(rep.Stdout), limit) + keptCost(len(rep.Stderr), limit)
+	return streamsKept(len(rep.Stdout), len(rep.Stderr), limit)
+}
+
+// streamsKept is what a command's two captured streams hold once it
+// ended, stdout and stderr bytes kept, each captured at limit.
+func streamsKept(stdout, stderr int, limit int64) int64 {
+	return keptCost(stdout, limit) + keptCost(stderr, limit)
+}
+
+// keptCost is the memory a kept stream of n bytes holds: its capture's
+// buffer, grown by doubling from 4 KiB up to the stream's limit.
+func keptCost(n int, limit int64) int64 {
+	if n == 0 {
+		return 0
+	}
+	return min(max(2*int64(n), 4<<10), max(limit, int64(n)))
 }
 
 // answerKept is what a run's answer holds: its captured streams, pipe
@@ -93,9 +115,10 @@ func resultsKept(results []codecontext.Result) int64 {
 	return int64(n)
 }
 
-// OneCommandBytes is what a command may make the service hold at the
-// --max-output cap: its two streams and an exec's compile phase's. A
-// caller's budget below it refuses such a command (400), so the default
-// budget is at least this. (An inline copy-out past the budget is an
-// error of that copy-out, not of the run.)
+// OneCommandBytes is what a command of output limit maxOutput may make
+// the service hold: its two streams and an exec's compile phase's. At
+// the --max-output cap, a caller's budget below it refuses such a
+// command (400), so the default budget is at least this. (An inline
+// copy-out past the budget is an error of that copy-out, not of the
+// run.)
 func OneCommandBytes(maxOutput int64) int64 { return 2*maxOutput + 2*judge.CompileOutputLimit }

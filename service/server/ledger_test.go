@@ -27,7 +27,7 @@ import (
 // ledger of their caller's account: at its limit while they run, as kept
 // once they ended, until their records go (the oldest ended ones make
 // room for new ones); beyond the budget a command gets 429 and nothing
-// runs. Each takes a run slot while it runs. Ending the session gives
+// runs, 400 if it alone is beyond it. Each takes a run slot while it runs. Ending the session gives
 // everything back.
 func TestSessionBackgroundBudgetFake(t *testing.T) {
 	ledger := caller.NewLedger(caller.Budget{Bytes: 10 << 10, TotalBytes: 13 << 10, Background: 2})
@@ -85,6 +85,23 @@ func TestSessionBackgroundBudgetFake(t *testing.T) {
 	}
 	if code, b := f.do(t, alice, "GET", cmds+"/10", ""); code != 200 || !strings.Contains(string(b), `"running":false`) {
 		t.Errorf("the last command's record: %d %s", code, b)
+	}
+	// One that alone is beyond the budget never fits: 400, and no ended
+	// record goes for it; nor for one beyond the background commands
+	// (bob's command ended: the total leaves room).
+	f.do(t, bob, "POST", "/v1/sessions/"+bid+"/commands/1/signal", `{"signal": "KILL"}`)
+	f.do(t, bob, "POST", "/v1/sessions/"+bid+"/commands/1/wait", ``)
+	if code, b := f.do(t, alice, "POST", cmds, `{"args": ["sleep"], "output_limit_bytes": 8192, "background": true}`); code != 400 || !strings.Contains(string(b), "output_limit_bytes") || !strings.Contains(string(b), "--max-held-bytes-per-caller") {
+		t.Fatalf("a command holding 16 KiB of a budget of 10: %d %s, want 400", code, b)
+	}
+	if code, b := f.do(t, alice, "POST", cmds, `{"args": ["sleep"], "output_limit_bytes": 512, "stderr_to_stdout": true, "background": true}`); code != 201 {
+		t.Fatalf("a second running command: %d %s", code, b)
+	}
+	if code, b := f.do(t, alice, "POST", cmds, `{"args": ["sleep"], "output_limit_bytes": 512, "stderr_to_stdout": true, "background": true}`); code != 429 || !strings.Contains(string(b), "--max-background-per-caller") {
+		t.Fatalf("a third running command: %d %s, want 429", code, b)
+	}
+	if code, b := f.do(t, alice, "GET", cmds+"/10", ""); code != 200 {
+		t.Errorf("the last ended command's record after refusals that dropping records cannot help: %d %s", code, b)
 	}
 	f.do(t, alice, "DELETE", "/v1/sessions/"+id, "")
 	f.do(t, bob, "DELETE", "/v1/sessions/"+bid, "")
@@ -212,6 +229,34 @@ func TestQuotaFake(t *testing.T) {
 	bid := f.create(t, bob, `{}`)
 	if code, b := f.do(t, bob, "POST", "/v1/sessions/"+bid+"/commands", `{"args": ["echo", "hi"]}`); code != 200 {
 		t.Errorf("another caller's run: %d %s", code, b)
+	}
+}
+
+// A command refused its output's hold (429 or 400) counts no run of its
+// caller's quota: a client retrying a busy answer does not use it up.
+func TestHeldRefusalsUseNoQuotaFake(t *testing.T) {
+	ledger := caller.NewLedger(caller.Budget{Bytes: 5 << 20, TotalBytes: 8 << 20, Quotas: caller.Quotas{Window: time.Hour, Default: caller.Quota{Runs: 2}}})
+	f := newSessionFake(t, func(c *Config) { c.Ledger = ledger })
+	id := f.create(t, alice, `{"output_limit_bytes": 2097152}`)
+	cmds := "/v1/sessions/" + id + "/commands"
+	if code, b := f.do(t, alice, "POST", cmds, `{"args": ["sleep"], "background": true}`); code != 201 {
+		t.Fatalf("a background command: %d %s", code, b)
+	}
+	for i := range 3 {
+		if code, b := f.do(t, alice, "POST", cmds, `{"args": ["echo", "hi"]}`); code != 429 {
+			t.Fatalf("foreground command %d beside the background one: %d %s, want 429", i, code, b)
+		}
+		if code, b := f.do(t, alice, "POST", cmds, `{"args": ["sleep"], "background": true}`); code != 429 {
+			t.Fatalf("background command %d beside the first: %d %s, want 429", i, code, b)
+		}
+	}
+	if runs, _ := ledger.Used(alice.Account()); runs != 1 {
+		t.Fatalf("after refused holds alice used %d runs, want 1", runs)
+	}
+	f.do(t, alice, "POST", cmds+"/1/signal", `{"signal": "KILL"}`)
+	f.do(t, alice, "POST", cmds+"/1/wait", ``)
+	if code, b := f.do(t, alice, "POST", cmds, `{"args": ["echo", "hi"]}`); code != 200 {
+		t.Fatalf("the second run of the quota: %d %s", code, b)
 	}
 }
 

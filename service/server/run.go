@@ -125,7 +125,7 @@ func (s *Server) run(ctx context.Context, req *RunRequest, who caller.Caller, ev
 	_, records, err := isolate.RunGroup(ctx, s.runner, cmds, pipes, func(i int, rep *api.Report) {
 		rep.RequestID = note.id
 		note.settle(i, &req.Commands[i].Spec, rep)
-		s.ledger.ChargeCPU(who, cpuOf(rep))
+		s.ledger.ChargeCPU(who, CPUOf(rep))
 		results[i] = t.result(i, rep)
 		if ev != nil {
 			ev.result(i, results[i])

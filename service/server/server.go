@@ -396,7 +396,7 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, n int) (ctx conte
 	if s.draining.Load() {
 		s.inflight.Done()
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, errors.New("the service is stopping"))
+		writeError(w, statusOf(errStopping), errStopping)
 		return nil, nil, false
 	}
 	ctx, cancel := s.requestContext(r)
@@ -405,9 +405,6 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, n int) (ctx conte
 		cancel()
 		s.inflight.Done()
 		code := statusOf(err)
-		if errors.Is(err, errStopping) {
-			code = http.StatusServiceUnavailable
-		}
 		if errors.Is(err, errQueueFull) || code == http.StatusServiceUnavailable {
 			w.Header().Set("Retry-After", "1")
 		}
@@ -454,7 +451,7 @@ func (s *Server) Slot(ctx context.Context) (release func(), err error) {
 // caller's are (queue).
 func (s *Server) SlotFor(ctx context.Context, who caller.Caller) (release func(), err error) {
 	if s.draining.Load() {
-		return nil, errors.New("the service is stopping")
+		return nil, errStopping
 	}
 	account := who.Account()
 	if err := s.acquire(ctx, account, 1); err != nil {
@@ -554,7 +551,8 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 // statusOf is the HTTP status of a request's error: what this caller may
-// not ask (403), the client's mistake (400), or the service's (500).
+// not ask (403), the client's mistake (400, a hold beyond the budget by
+// itself too), busy (429), stopping (503), or the service's (500).
 func statusOf(err error) int {
 	var fe *api.FieldError
 	var ue *api.UsageError
@@ -562,12 +560,14 @@ func statusOf(err error) int {
 	switch {
 	case errors.As(err, &refused):
 		return http.StatusForbidden
-	case errors.As(err, &fe), errors.As(err, &ue):
+	case errors.As(err, &fe), errors.As(err, &ue), errors.Is(err, caller.ErrNeverFits):
 		return http.StatusBadRequest
 	case errors.Is(err, errQueueFull), errors.Is(err, caller.ErrOverBudget):
 		return http.StatusTooManyRequests
 	case errors.As(err, new(errBodyTooLarge)):
 		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, errStopping):
+		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
 }
@@ -589,8 +589,9 @@ func (s *Server) startRuns(w http.ResponseWriter, who caller.Caller, n int) bool
 	return true
 }
 
-// cpuOf is the CPU time a report measured.
-func cpuOf(r *api.Report) time.Duration {
+// CPUOf is the CPU time a report measured: what a run charges to its
+// caller's quota (caller.Ledger.ChargeCPU).
+func CPUOf(r *api.Report) time.Duration {
 	if r == nil {
 		return 0
 	}

@@ -206,7 +206,7 @@ func sessionErr(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusTooManyRequests, err)
 	case errors.Is(err, errStopping):
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, err)
+		writeError(w, statusOf(err), err)
 	default:
 		writeError(w, statusOf(err), err)
 	}
@@ -519,9 +519,6 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), err)
 		return
 	}
-	if !s.startRuns(w, who, 1) {
-		return
-	}
 	if req.Background {
 		if s.draining.Load() {
 			sessionErr(w, errStopping)
@@ -531,12 +528,16 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A command in the foreground takes a run slot while it runs, and
-	// its captured output is held for its caller until it is answered.
+	// its captured output is held for its caller until it is answered;
+	// held, it counts as a run of its caller's quota.
 	held, ok := s.holdOutput(w, who, s.outputHeld(sess, cmd))
 	if !ok {
 		return
 	}
 	defer held.Release()
+	if !s.startRuns(w, who, 1) {
+		return
+	}
 	ctx, slots, ok := s.admit(w, r, 1)
 	if !ok {
 		return
@@ -573,7 +574,7 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 	held.Shrink(reportKept(rep, s.streamLimit(sess, cmd)))
 	req.Stdin = nil
 	leave()
-	s.ledger.ChargeCPU(who, cpuOf(rep))
+	s.ledger.ChargeCPU(who, CPUOf(rep))
 	rep.Sandbox.Via = "service"
 	rep.RequestID = requestID(r.Context())
 	noteOf(r.Context()).settleSession(p.ID(), rep)
@@ -588,15 +589,19 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request) {
 }
 
 // startBackground starts cmd with a stdin the service keeps (stdin, if
-// any, written to it first) and answers its id. The command takes a run
+// any, written to it first) and answers its id; held, it counts as a run
+// of who's quota. The command takes a run
 // slot while it runs, as a foreground one does, and its account holds in
 // the ledger its captured output: at its limit while it runs, as kept
 // once it ended, until its record is dropped.
 func (s *Server) startBackground(w http.ResponseWriter, r *http.Request, who caller.Caller, sess *session, cmd isolate.SessionCommand, stdin *string) {
 	held, err := sess.holdBackground(s.ledger, caller.Usage{Bytes: s.outputHeld(sess, cmd), Background: 1})
 	if err != nil {
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusTooManyRequests, err)
+		holdRefused(w, err)
+		return
+	}
+	if !s.startRuns(w, who, 1) {
+		held.Release()
 		return
 	}
 	account := who.Account()
@@ -627,7 +632,7 @@ func (s *Server) startBackground(w http.ResponseWriter, r *http.Request, who cal
 	sp := &sessionProc{p: p, args: cmd.Args, background: true, stdin: wr, stdinEnd: rd, held: held, streamLimit: s.streamLimit(sess, cmd)}
 	sp.release = func() {
 		s.queue.releaseFor(account, 1)
-		s.ledger.ChargeCPU(who, cpuOf(p.Wait()))
+		s.ledger.ChargeCPU(who, CPUOf(p.Wait()))
 	}
 	id, start := requestID(r.Context()), time.Now()
 	noteOf(r.Context()).started(p.ID())
@@ -671,23 +676,15 @@ func (s *Server) streamLimit(sess *session, cmd isolate.SessionCommand) int64 {
 }
 
 // outputHeld is the most captured output a command of sess may make the
-// service keep: its output limit for each stream it captures, and the
-// marker where its head and tail meet.
+// service keep (a code call's as a command's of no options): its output
+// limit for each stream it captures, and the marker where its head and
+// tail meet.
 func (s *Server) outputHeld(sess *session, cmd isolate.SessionCommand) int64 {
 	stream := s.streamLimit(sess, cmd) + isolate.MaxCutMarkerBytes
 	if cmd.StderrToStdout {
 		return stream
 	}
 	return 2 * stream
-}
-
-// keptCost is the memory a kept stream of n bytes holds: its capture's
-// buffer, grown by doubling from 4 KiB up to the stream's limit.
-func keptCost(n int, limit int64) int64 {
-	if n == 0 {
-		return 0
-	}
-	return min(max(2*int64(n), 4<<10), max(limit, int64(n)))
 }
 
 // processOf is the request's session and command.
@@ -731,7 +728,7 @@ func (p *sessionProc) settle() {
 			p.release()
 		}
 		rep := p.p.Wait()
-		p.held.Shrink(keptCost(len(rep.Stdout), p.streamLimit) + keptCost(len(rep.Stderr), p.streamLimit))
+		p.held.Shrink(reportKept(rep, p.streamLimit))
 		p.held.EndBackground()
 	})
 }
@@ -1051,7 +1048,7 @@ func (s *Server) handleCode(w http.ResponseWriter, r *http.Request) {
 	// The call's captured output is held for its caller until it is
 	// answered; its rich results too, once they came.
 	limit := s.streamLimit(sess, isolate.SessionCommand{})
-	held, ok := s.holdOutput(w, callerOf(r), 2*limit)
+	held, ok := s.holdOutput(w, callerOf(r), s.outputHeld(sess, isolate.SessionCommand{}))
 	if !ok {
 		return
 	}
@@ -1100,7 +1097,7 @@ func (s *Server) handleCode(w http.ResponseWriter, r *http.Request) {
 	slots.ran()
 	req.Code = ""
 	if ex != nil {
-		held.Shrink(keptCost(len(ex.Stdout), limit) + keptCost(len(ex.Stderr), limit))
+		held.Shrink(streamsKept(len(ex.Stdout), len(ex.Stderr), limit))
 		if held.Grow(resultsKept(ex.Results)) == nil {
 			leave()
 		}

@@ -532,13 +532,19 @@ func (s *session) dropOldestEnded() bool {
 }
 
 // holdBackground takes what the ledger counts for a background command
-// of s: u, or less once older ended commands of s are forgotten to make
-// room (their reports are the oldest kept).
+// of s, forgetting older ended commands of s (their reports are the
+// oldest kept) while that makes room: while the ledger refuses the bytes
+// and they would fit once let go, not past the background commands'
+// bound nor for bytes that never fit.
 func (s *session) holdBackground(l *caller.Ledger, u caller.Usage) (*caller.Hold, error) {
 	for {
 		h, err := l.Hold(s.account, u)
 		if err == nil {
 			return h, nil
+		}
+		var ob *caller.OverBudget
+		if !errors.As(err, &ob) || ob.Never || ob.Background {
+			return nil, err
 		}
 		s.mu.Lock()
 		dropped := s.dropOldestEnded()
