@@ -110,7 +110,13 @@ func (s *supervisor) closeCopyDst() {
 func (s *supervisor) lockBox() error {
 	var err error
 	first, n := s.host.Config.AutoBoxes()
-	if s.lock, err = lockBox(s.host.lockDir(), s.spec.BoxID, first, n, persistentIn(s.host.Config.BoxRoot)); err != nil {
+	// Persistent boxes have ids below MaxBoxes: an automatic range above
+	// them (the default) need not look for one on each candidate.
+	var persistent func(int) bool
+	if first < MaxBoxes {
+		persistent = persistentIn(s.host.Config.BoxRoot)
+	}
+	if s.lock, err = lockBox(s.host.lockDir(), s.spec.BoxID, first, n, persistent); err != nil {
 		return err
 	}
 	s.report.BoxID = s.lock.id
