@@ -6,27 +6,36 @@ import (
 	"testing"
 )
 
-// UnheldBoxCgroups lists the box cgroups no run holds (their box id's
-// lock is free): what a run or a pool left behind. Boxes of other
-// processes that run meanwhile hold their locks and are not listed.
+// UnheldBoxCgroups lists the box cgroups no run holds (no run claims
+// them: cgroup_claims.go): what a run or a pool left behind. Boxes of
+// other runs meanwhile are claimed and not listed.
 func UnheldBoxCgroups(h *Host) ([]string, error) {
 	m, err := h.Cgroups()
 	if err != nil {
 		return nil, err
 	}
+	names := m.Boxes()
+	if len(names) == 0 {
+		return nil, nil
+	}
+	claims, err := openCgroupClaims(h.lockDir(), m)
+	if err != nil {
+		return nil, err
+	}
+	defer claims.Close()
 	var left []string
-	for _, name := range m.Boxes() {
+	for _, name := range names {
 		id, err := strconv.Atoi(strings.TrimPrefix(name, "box-"))
 		if err != nil {
 			continue
 		}
-		l, free, err := tryLockBox(LockDir, id)
+		free, err := claimCgroup(claims, id, false)
 		if err != nil {
 			return nil, err
 		}
 		if free {
 			left = append(left, name)
-			l.release()
+			unclaimCgroup(claims, id)
 		}
 	}
 	return left, nil

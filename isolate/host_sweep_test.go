@@ -1,8 +1,13 @@
 package isolate
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/isolate-sandbox/isolate/cgroup"
 )
 
 // A one-shot run's Host sweeps at its first box; a long-lived one at most
@@ -28,5 +33,66 @@ func TestSweepDueSpacesSweeps(t *testing.T) {
 	}
 	if swept != 1 {
 		t.Fatalf("%d of 8 boxes made at once swept, want 1", swept)
+	}
+}
+
+// A sweep removes a box cgroup of its root that no run claims, even while
+// a run under another cgroup root holds the box's id (the host-wide lock);
+// it leaves a cgroup a live run of its own root claims, though the run is
+// in this very process.
+func TestSweepRemovesWhatNoRunOfItsRootClaims(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: cgroups")
+	}
+	root := fmt.Sprintf("/isolate-claims-test-%d", os.Getpid())
+	h := &Host{Config: &Config{CgroupRoot: root}}
+	m, err := h.Cgroups()
+	if err != nil || m == nil {
+		t.Skipf("no cgroups here: %v", err)
+	}
+	for _, p := range m.Parents() {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, name := range m.Boxes() {
+			m.Remove(name)
+		}
+		for _, p := range m.Parents() {
+			os.Remove(p)
+			os.Remove(filepath.Dir(p))
+		}
+	})
+	const staleID, liveID = MaxBoxID - 1, MaxBoxID - 2
+	// What a killed supervisor left, its id since taken by a run elsewhere.
+	stale, err := m.Create(cgroupName(staleID), cgroup.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stale.Destroy() // (its files: the sweep removes its directory)
+	elsewhere, ok, err := tryLockBox(LockDir, staleID)
+	if err != nil || !ok {
+		t.Fatalf("lock box %d: %v %v", staleID, ok, err)
+	}
+	defer elsewhere.release()
+	live, err := h.createBoxCgroup(m, liveID, cgroup.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sweepStale(m, LockDir, -1)
+	if got := m.Boxes(); len(got) != 1 || got[0] != cgroupName(liveID) {
+		t.Fatalf("after the sweep: %v, want only %s", got, cgroupName(liveID))
+	}
+	if err := live.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	claims, err := openCgroupClaims(LockDir, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer claims.Close()
+	if free, err := claimCgroup(claims, liveID, false); !free || err != nil {
+		t.Fatalf("box %d's claim outlived its cgroup: %v %v", liveID, free, err)
 	}
 }

@@ -5,8 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"time"
 
 	"github.com/isolate-sandbox/isolate/cgroup"
 )
@@ -64,31 +62,18 @@ func tryLockBox(dir string, id int) (*boxLock, bool, error) {
 	return &boxLock{id: id, lock: l}, true, nil
 }
 
-// sweepHold bounds how long a sweep of stale cgroups holds a free box
-// id's lock: what removing a cgroup left empty takes, many times over.
-const sweepHold = 100 * time.Millisecond
-
 // lockBox takes box id, or when id < 0 the first free one of the n ids
 // from first that is not reserved (nil: none is), with the locks in dir.
 func lockBox(dir string, id, first, n int, reserved func(int) bool) (*boxLock, error) {
 	if id >= 0 {
-		// Another process's sweep of stale cgroups (sweepStale) holds a
-		// free id's lock for a moment: a run finds it busy for that long
-		// before it says so.
-		deadline := time.Now().Add(sweepHold)
-		for wait := 200 * time.Microsecond; ; wait *= 2 {
-			l, ok, err := tryLockBox(dir, id)
-			if err != nil {
-				return nil, fmt.Errorf("lock box %d: %w", id, err)
-			}
-			if ok {
-				return l, nil
-			}
-			if time.Now().After(deadline) {
-				return nil, fmt.Errorf("box %d is in use by another run", id)
-			}
-			time.Sleep(min(wait, time.Until(deadline)+time.Millisecond))
+		l, ok, err := tryLockBox(dir, id)
+		if err != nil {
+			return nil, fmt.Errorf("lock box %d: %w", id, err)
 		}
+		if !ok {
+			return nil, fmt.Errorf("box %d is in use by another run", id)
+		}
+		return l, nil
 	}
 	for i := first; i < first+n; i++ {
 		if reserved != nil && reserved(i) {
@@ -119,38 +104,21 @@ func persistentIn(root string) func(int) bool {
 // cgroupName is the name of box id's cgroup.
 func cgroupName(id int) string { return "box-" + strconv.Itoa(id) }
 
-// sweepStale removes the cgroups of boxes no run holds (their locks in
-// dir): what a supervisor killed with SIGKILL could not remove itself.
-func sweepStale(m *cgroup.Manager, dir string, own int) {
-	for _, name := range m.Boxes() {
-		id, err := strconv.Atoi(strings.TrimPrefix(name, "box-"))
-		if err != nil || id == own || !strings.HasPrefix(name, "box-") {
-			continue
-		}
-		l, ok, err := tryLockBox(dir, id)
-		if err != nil || !ok {
-			continue
-		}
-		m.Remove(name)
-		l.release()
-	}
-}
-
-// removeStaleCgroups removes box id's cgroups if no run holds the id:
+// removeStaleCgroups removes box id's cgroups if no run claims them:
 // what a supervisor killed with SIGKILL could not remove itself (its
 // program is killed with them). Only the cgroups this project makes for
 // box id are touched; a host without cgroups has none.
 func removeStaleCgroups(cfg *Config, id int) error {
-	l, free, err := tryLockBox(LockDir, id)
-	if err != nil || !free {
-		return err // held: a live run's cgroups are its own
-	}
-	defer l.release()
 	m, err := cgroup.NewManager(cfg.CgroupRoot)
 	if err != nil {
 		return nil
 	}
-	if err := m.Remove(cgroupName(id)); err != nil {
+	claims, err := openCgroupClaims(LockDir, m)
+	if err != nil {
+		return err
+	}
+	defer claims.Close()
+	if err := removeUnclaimed(m, claims, id); err != nil {
 		return fmt.Errorf("remove the cgroups of box %d: %w", id, err)
 	}
 	return nil

@@ -127,7 +127,7 @@ func (s *supervisor) lockBox() error {
 // cgroupResult is what createCgroup's goroutine made.
 type cgroupResult struct {
 	mode      cgroup.Mode
-	box       *cgroup.Box
+	box       *boxCgroup
 	placement []*os.File
 	took      time.Duration
 	err       error
@@ -158,9 +158,8 @@ func (s *supervisor) cgroupCreator() func() cgroupResult {
 		limits = cgroup.Limits{} // the command's, set when it claims the box
 	}
 	// A one-shot run of a box id its caller chose (a judge's --run of its
-	// box) touches no other box's cgroups: sweeping takes each listed
-	// box's lock for a moment, which another judge's --run of that box
-	// would then find busy. A run that picks a free id sweeps, and so
+	// box) lists no other box's cgroups: its own stale one goes when it
+	// is made (cgroup.Create). A run that picks a free id sweeps, and so
 	// does a service, whatever it runs.
 	sweeps := s.spec.BoxID < 0 || host.pool.Load() != nil
 	return func() (r cgroupResult) {
@@ -179,7 +178,7 @@ func (s *supervisor) cgroupCreator() func() cgroupResult {
 		if sweeps && host.sweepDue(start) {
 			sweepStale(mgr, host.lockDir(), id)
 		}
-		if r.box, r.err = mgr.Create(cgroupName(id), limits); r.err != nil {
+		if r.box, r.err = host.createBoxCgroup(mgr, id, limits); r.err != nil {
 			return r
 		}
 		if r.placement, err = r.box.PlacementFiles(); err != nil {

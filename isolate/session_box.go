@@ -12,7 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolate-sandbox/isolate/api"
-	"github.com/isolate-sandbox/isolate/cgroup"
 	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 )
 
@@ -38,7 +37,7 @@ type Session struct {
 	// cg is the session's cgroup while it lives: usage reads it under
 	// cgMu, which close holds to take it away before tearing down.
 	cgMu sync.RWMutex
-	cg   *cgroup.Box
+	cg   *boxCgroup
 }
 
 // proc is a Process's state.

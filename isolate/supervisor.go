@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/isolate-sandbox/isolate/api"
-	"github.com/isolate-sandbox/isolate/cgroup"
 	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 	"github.com/isolate-sandbox/isolate/isolate/egress/proxy"
 	"github.com/isolate-sandbox/isolate/isolate/hostfs"
@@ -45,7 +44,7 @@ type supervisor struct {
 	// aheadLock is the id's ahead lock of the box built ahead that the
 	// run claimed, kept for the id's next box (pool_ahead.go).
 	aheadLock *lock
-	cg        *cgroup.Box
+	cg        *boxCgroup
 	policy    *seccomp.Program
 	initLink
 	stdout *capture
