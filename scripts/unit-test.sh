@@ -10,8 +10,9 @@
 # The equivalent is not systemd: what it reproduces exactly is the mount
 # namespace (PrivateMounts=: a slave copy of the host's;
 # ProtectKernelModules=: /lib/modules and /usr/lib/modules inaccessible;
-# ProtectProc=invisible: a /proc of its own with hidepid=invisible),
-# NoNewPrivileges= and the capability bounding set. The device list
+# ProtectProc=invisible: a /proc of its own with hidepid=invisible;
+# ProtectSystem=full: /usr, /boot, /efi and /etc read-only), NoNewPrivileges=
+# and the capability bounding set. The device list
 # (DevicePolicy=, DeviceAllow=: a BPF program systemd attaches to the
 # unit's cgroup) and the system-call filters (SystemCallFilter=,
 # RestrictAddressFamilies=, ...) are not applied.
@@ -28,7 +29,7 @@ bin=$(cd "$(dirname "${ISOLATE_BIN:?ISOLATE_BIN: the isolate binary}")" && pwd)
 unit=scripts/isolate.service
 # The exposure the unit is rated at, at most (x10: systemd-analyze's
 # --threshold); the unit's comments say why each relaxation stays.
-max_exposure=54
+max_exposure=49
 
 tmp=$(mktemp -d /tmp/isolate-unit-test.XXXXXX)
 chmod 0755 "$tmp"
@@ -48,11 +49,11 @@ systemd-analyze security --offline=true --threshold="$max_exposure" "$tmp/isolat
 tail -1 "$tmp/security.log"
 
 # What the equivalent reproduces must be what the unit says, no less.
-for want in PrivateMounts=yes ProtectKernelModules=yes ProtectProc=invisible NoNewPrivileges=yes DevicePolicy=closed \
+for want in PrivateMounts=yes ProtectKernelModules=yes ProtectProc=invisible ProtectSystem=full NoNewPrivileges=yes DevicePolicy=closed \
 	'DeviceAllow=block-loop rw' 'DeviceAllow=/dev/loop-control rw'; do
 	grep -qx "$want" "$unit" || fail "$unit has no $want, which this test reproduces"
 done
-for unsupported in ProtectSystem ProtectHome PrivateTmp ReadWritePaths ReadOnlyPaths InaccessiblePaths TemporaryFileSystem \
+for unsupported in ProtectHome PrivateTmp ReadWritePaths ReadOnlyPaths InaccessiblePaths TemporaryFileSystem \
 	BindPaths ProtectKernelTunables ProtectKernelLogs ProcSubset PrivateDevices ProtectControlGroups PrivateUsers PrivateNetwork; do
 	! grep -q "^$unsupported=" "$unit" || fail "$unit sets $unsupported=, which this test does not reproduce"
 done
@@ -68,10 +69,18 @@ run=$tmp/run
 mkdir -m 0755 "$run"
 # (The unit's ProtectKernelModules=: systemd's inaccessible directory,
 # bound read-only over each that exists; ProtectProc=invisible: a fresh
-# /proc in place of the host's and its submounts.)
+# /proc in place of the host's and its submounts; ProtectSystem=full: each
+# of its directories, and every mount below it, read-only.)
 unshare --mount --propagation slave /bin/bash -c '
 set -e
 inaccessible=$1; shift
+for d in /usr /boot /efi /etc; do
+	[ -d "$d" ] || continue
+	mount --rbind "$d" "$d"
+	for m in $(findmnt -R -n -o TARGET "$d"); do
+		mount -o remount,bind,ro "$m"
+	done
+done
 mkdir -m 0000 "$inaccessible"
 for d in $(realpath -qe /lib/modules /usr/lib/modules | sort -u); do
 	mount --bind "$inaccessible" "$d"
@@ -137,6 +146,26 @@ out=$(cd / && "${member[@]}" curl -sS --unix-socket "$run/api.sock" http://isola
 check "$out" 'r["status"] == "OK" and r["stdout"] == "loopback\n"' "/v1/run on the box's loopback"
 out=$(api http://isolate/v1/run -d '{"commands":[{"args":["/bin/sh","-c","while :; do :; done"],"cpu_time_ms":200}]}')
 check "$out" 'r["status"] == "TO"' "/v1/run past its time limit"
+
+log "/v1/run with a network allowlist: the box's listener taken from its PID 1"
+python3 -c '
+import http.server, socketserver, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"allowed")
+    def log_message(self, *a): pass
+s = socketserver.TCPServer(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.timeout = 30
+s.handle_request()' > "$tmp/http.port" &
+http_pid=$!
+for _ in $(seq 100); do [ -s "$tmp/http.port" ] && break; sleep 0.1; done
+http_port=$(cat "$tmp/http.port")
+out=$(api http://isolate/v1/run -d '{"commands":[{"args":["/usr/bin/python3","-c",
+"import urllib.request\nprint(urllib.request.urlopen(\"http://127.0.0.1:'"$http_port"'/\").read().decode())"],
+"network":{"allow":["127.0.0.1:'"$http_port"'"]}}]}')
+wait "$http_pid" || true
+check "$out" 'r["status"] == "OK" and r["stdout"] == "allowed\n"' "/v1/run through the allowlist's proxy"
 
 log "a squashfs image, on a loop device"
 mkdir -p "$tmp/sq/bin" "$tmp/sq/usr" "$tmp/sq/lib" "$tmp/sq/tmp"

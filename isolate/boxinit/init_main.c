@@ -151,13 +151,6 @@ static int run_box(void) {
 	int start_err;
 	int at_once = init_prog.notify_sock >= 0 || init_prog.tell_start;
 	pid_t pid = init_start_program(&oldmask, &start_step, &start_err);
-	/* The program's process, sharing PID 1's memory until its execve,
-	 * left it not dumpable by switching to a box user other than PID 1's
-	 * uid (a subordinate id): so the caller, PID 1's uid on the host,
-	 * could no longer reach the box through /proc/PID/root to copy files
-	 * out. The program, another uid, gains nothing from it. */
-	if (init_rootless && !init_groups_kept)
-		prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
 	struct rusage ru;
 	int ws;
 	if (start_step) {

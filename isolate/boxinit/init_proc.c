@@ -635,5 +635,15 @@ pid_t init_start_program(const void *oldmask, const char **start_step, int *star
 		*start_step = child_steps[msg[0] > 0 && msg[0] < CS_COUNT ? msg[0] : CS_EXEC];
 		*start_err = msg[1];
 	}
+	/* The program's process, sharing PID 1's memory until its execve,
+	 * left it not dumpable by switching to the box user, another uid than
+	 * PID 1's: so its supervisor (PID 1's uid on the host: root, or the
+	 * user of a rootless box) could no longer reach the box through
+	 * /proc/PID/root to copy files, without ptrace rights the service gives
+	 * up. The program, another uid without capabilities, gains nothing
+	 * from it. (Where the program keeps PID 1's uid, rootless with its
+	 * groups kept, PID 1 stays out of its reach.) */
+	if (!init_groups_kept)
+		prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
 	return pid;
 }
