@@ -410,3 +410,43 @@ func peakRSS(t *testing.T, pid int) int64 {
 	t.Fatal("no VmHWM")
 	return 0
 }
+
+// A handed-over run counts against its caller's quota as an API request
+// does: past the window's runs, or once the CPU time its settled runs
+// took reached the quota, the CLI exits 2 saying so, and runs nothing.
+func TestHandoverOverQuotaExits2(t *testing.T) {
+	needRoot(t)
+	const group = 64124
+	svc := ownService(t, "--socket-group", strconv.Itoa(group), "--quota", "default=0,300ms", "--quota-window", "1h")
+	asMember := func(args ...string) result {
+		cmd := exec.Command(isolateBin, args...)
+		cmd.Env = handoverEnv(svc.cliSock)
+		cmd.Dir = shareDir(t)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{group}}}
+		var out, errb strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		cmd.Run()
+		return result{Stdout: out.String(), Stderr: errb.String(), Code: cmd.ProcessState.ExitCode()}
+	}
+	// Half a second of CPU: past the quota's 300 ms once the run settled
+	// (its charge may follow the CLI's exit by a moment).
+	if res := asMember("run", "--time", "5", "--", "/bin/sh", "-c", "i=0; while [ $i -lt 2000000 ]; do i=$((i+1)); done"); res.Code != 0 {
+		t.Fatalf("the first run: exit %d, stderr %q", res.Code, res.Stderr)
+	}
+	var res result
+	waitFor(t, "a run refused once the CPU time was used", func() bool {
+		res = asMember("run", "--json", "--", "/bin/true")
+		return res.Code != 0
+	})
+	if res.Code != 2 || !strings.Contains(res.Stderr, "over quota: this caller's CPU time") || res.Stdout != "" {
+		t.Errorf("a run once its CPU time was used: exit %d, stdout %q, stderr %q, want 2, over quota and no report", res.Code, res.Stdout, res.Stderr)
+	}
+	// A service that counts runs alone refuses the third in the window.
+	svc = ownService(t, "--socket-group", strconv.Itoa(group), "--quota", "default=2,0", "--quota-window", "1h")
+	for i, want := range []int{0, 0, 2} {
+		res := asMember("run", "--", "/bin/true")
+		if res.Code != want || want == 2 && !strings.Contains(res.Stderr, "over quota: this caller's runs in this window reached 2") {
+			t.Errorf("run %d: exit %d, stderr %q, want %d", i+1, res.Code, res.Stderr, want)
+		}
+	}
+}
