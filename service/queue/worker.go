@@ -149,7 +149,10 @@ type Worker struct {
 	renewHeld atomic.Bool
 	// claimAfter (Unix ns): no claim before, after an outage.
 	claimAfter atomic.Int64
-	notReady   bool // the loop's: it logged that it takes no jobs
+	// readAfter (Unix ns): no read of new jobs before, once this worker
+	// handed one back (handBackYield).
+	readAfter atomic.Int64
+	notReady  bool // the loop's: it logged that it takes no jobs
 
 	redisUp             atomic.Bool
 	outage              sync.Mutex // logOutage's state
@@ -347,6 +350,18 @@ func (w *Worker) loop(ctx context.Context) {
 				}
 				claimed = len(msgs) > 0
 			}
+		}
+		if wait := time.Until(time.Unix(0, w.readAfter.Load())); err == nil && len(msgs) == 0 && wait > 0 {
+			// It just handed a job back: the others read first.
+			for range free {
+				<-w.slots
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			continue
 		}
 		if err == nil && len(msgs) == 0 {
 			msgs, err = w.read(w.jobCtx, free)
@@ -645,6 +660,11 @@ func handBackPause(handedBack int) time.Duration {
 	return min(time.Duration(handedBack)*100*time.Millisecond, 5*time.Second)
 }
 
+// handBackYield is how long a worker that handed a job back reads no
+// new one: its freed slot would otherwise read the very entry it added
+// at once, before an idle worker that can run it asks (every pollEvery).
+const handBackYield = 3 * pollEvery
+
 // handBackScript adds the job again at the end of the stream, and
 // acknowledges and deletes the entry delivered here: at once, so the job
 // is in the stream exactly once. Only while the entry is still pending
@@ -709,6 +729,7 @@ func (w *Worker) handBack(ctx context.Context, msgID string, job Job, deliveries
 	}); err != nil || handed == 0 {
 		return
 	}
+	w.readAfter.Store(time.Now().Add(handBackYield).UnixNano())
 	w.outcomes.WithLabelValues("handed_back").Inc()
 	w.cfg.Log(fmt.Sprintf("queue: job %s handed back for another worker: %s", job.ID, why))
 }
