@@ -447,6 +447,52 @@ func TestSessionCapsFake(t *testing.T) {
 	}
 }
 
+// A session keeps 64 background commands: past 64 that ended, the next
+// is taken and the oldest is forgotten; with 64 running (a service with
+// slots for them), the next is refused (429).
+func TestSessionBackgroundRecordsBoundedFake(t *testing.T) {
+	f := newSessionFake(t, func(c *Config) {
+		c.Parallel, c.Queue = 2*maxProcessRecords, 2*maxProcessRecords
+		c.Ledger = caller.NewLedger(caller.Budget{Bytes: caller.DefaultHeldBytes, Background: 2 * maxProcessRecords})
+	})
+	base := "/v1/sessions/" + f.create(t, alice, `{}`)
+	start := func(args string) (int, []byte, string) {
+		code, b := f.do(t, alice, "POST", base+"/commands", `{"args": `+args+`, "background": true, "output_limit_bytes": 1024}`)
+		return code, b, fmt.Sprintf("%s/commands/%d", base, decodeAs[struct{ ID uint64 }](t, b).ID)
+	}
+	var ended []string
+	for range maxProcessRecords {
+		code, b, p := start(`["echo", "done"]`)
+		if code != 201 {
+			t.Fatalf("background command %d: %d %s", len(ended)+1, code, b)
+		}
+		if code, b := f.do(t, alice, "POST", p+"/wait", ""); code != 200 || strings.Contains(string(b), `"running":true`) {
+			t.Fatalf("%s: %d %s", p, code, b)
+		}
+		ended = append(ended, p)
+	}
+	code, b, more := start(`["echo", "more"]`)
+	if code != 201 {
+		t.Fatalf("the 65th once 64 ended: %d %s", code, b)
+	}
+	f.do(t, alice, "POST", more+"/wait", "")
+	if code, b := f.do(t, alice, "GET", ended[0], ""); code != 404 {
+		t.Fatalf("the oldest ended one, after the 65th: %d %s", code, b)
+	}
+	if code, b := f.do(t, alice, "GET", ended[1], ""); code != 200 {
+		t.Fatalf("the second: %d %s", code, b)
+	}
+	for i := range maxProcessRecords {
+		if code, b, _ := start(`["sleep"]`); code != 201 {
+			t.Fatalf("sleeping command %d: %d %s", i+1, code, b)
+		}
+	}
+	if code, b := f.do(t, alice, "POST", base+"/commands", `{"args": ["sleep"], "background": true, "output_limit_bytes": 1024}`); code != 429 ||
+		!strings.Contains(string(b), "64 commands run in this session already") {
+		t.Fatalf("one more with 64 running: %d %s", code, b)
+	}
+}
+
 // The lease ends a session even while a command runs (which answers
 // XX); idle time ends one nobody uses, never one in use.
 func TestSessionExpiryFake(t *testing.T) {
