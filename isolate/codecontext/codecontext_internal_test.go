@@ -428,3 +428,35 @@ print("late")
 		t.Errorf("the call after an early end: %s, %+v; want its own answer", resultOf(ex), ex)
 	}
 }
+
+// A rich result is at most 8 MiB of JSON, its largest formats left out
+// first; a call's results together at most 64 MiB, those beyond dropped.
+func TestCodeContextBoundsRichResults(t *testing.T) {
+	c := newPlainContext(t, 1000)
+	ex := runCode(t, c, `class Big:
+    def __init__(self, i): self.i = i
+    def __repr__(self): return 'Big(%d)' % self.i
+    def _repr_html_(self): return 'h' * (9 << 20)
+    def _repr_markdown_(self): return 'small'
+display(Big(0))
+class Large:
+    def __init__(self, i): self.i = i
+    def __repr__(self): return 'Large(%d)' % self.i
+    def _repr_html_(self): return 'h' * (7 << 20)
+for i in range(12):
+    display(Large(i))
+`)
+	if len(ex.Results) == 0 || ex.Results[0].HTML != "" || ex.Results[0].Markdown != "small" || ex.Results[0].Text != "Big(0)" {
+		t.Fatalf("a result over 8 MiB kept as %d results, the first %.60q", len(ex.Results), fmt.Sprint(ex.Results[:min(1, len(ex.Results))]))
+	}
+	large := ex.Results[1:]
+	// 7 MiB each (and a little JSON): 9 fit in 64 MiB with the first.
+	if len(large) != 9 {
+		t.Errorf("%d results of 7 MiB kept, want 9 within 64 MiB", len(large))
+	}
+	for i, r := range large {
+		if r.Text != fmt.Sprintf("Large(%d)", i) || len(r.HTML) != 7<<20 {
+			t.Errorf("result %d: %q, %d bytes of HTML", i+1, r.Text, len(r.HTML))
+		}
+	}
+}
