@@ -31,6 +31,7 @@ import (
 // fakeHost makes fake boxes and remembers them.
 type fakeHost struct {
 	t     *testing.T
+	code  bool // its boxes run code contexts (stubs)
 	mu    sync.Mutex
 	boxes []*fakeBox
 	specs []api.Spec
@@ -45,8 +46,27 @@ func (h *fakeHost) StartSession(ctx context.Context, spec *api.Spec) (SessionBox
 	defer h.mu.Unlock()
 	h.boxes = append(h.boxes, b)
 	h.specs = append(h.specs, *spec)
+	if h.code {
+		return fakeCodeBox{b}, nil
+	}
 	return b, nil
 }
+
+// fakeCodeBox is a fakeBox whose code contexts are stubs: each call
+// answers an empty execution.
+type fakeCodeBox struct{ *fakeBox }
+
+func (fakeCodeBox) NewCodeContext(language string) (CodeContext, error) {
+	return fakeCodeContext{}, nil
+}
+
+type fakeCodeContext struct{}
+
+func (fakeCodeContext) Run(context.Context, string, func(string), func(string)) (*Execution, error) {
+	return &Execution{}, nil
+}
+
+func (fakeCodeContext) Close() error { return nil }
 
 func (h *fakeHost) box(i int) *fakeBox {
 	h.mu.Lock()
@@ -678,6 +698,34 @@ func TestSessionShutdownFake(t *testing.T) {
 }
 
 // Without code contexts in the host, /code says so.
+// A session keeps 16 contexts: the 17th is refused (429) until one is
+// deleted.
+func TestSessionContextsBoundedFake(t *testing.T) {
+	f := newSessionFake(t, nil)
+	f.host.code = true
+	base := "/v1/sessions/" + f.create(t, alice, `{}`)
+	var first string
+	for i := range maxContexts {
+		code, b := f.do(t, alice, "POST", base+"/contexts", `{"language": "python"}`)
+		if code != 201 {
+			t.Fatalf("context %d: %d %s", i+1, code, b)
+		}
+		if i == 0 {
+			first = decodeAs[struct{ ID string }](t, b).ID
+		}
+	}
+	if code, b := f.do(t, alice, "POST", base+"/contexts", `{"language": "python"}`); code != 429 ||
+		!strings.Contains(string(b), "16 contexts in this session already") {
+		t.Fatalf("the 17th: %d %s", code, b)
+	}
+	if code, b := f.do(t, alice, "DELETE", base+"/contexts/"+first, ""); code != 204 {
+		t.Fatalf("delete %s: %d %s", first, code, b)
+	}
+	if code, b := f.do(t, alice, "POST", base+"/contexts", `{"language": "python"}`); code != 201 {
+		t.Fatalf("one more once one was deleted: %d %s", code, b)
+	}
+}
+
 func TestSessionCodeUnavailableFake(t *testing.T) {
 	f := newSessionFake(t, nil)
 	id := f.create(t, alice, `{}`)
