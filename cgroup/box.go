@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -46,6 +47,25 @@ type Box struct {
 // Create makes the cgroup of box name with limits l. A cgroup of that name
 // left over by a killed supervisor is removed first.
 func (m *Manager) Create(name string, l Limits) (*Box, error) {
+	b, err := m.create(name, l)
+	if errors.Is(err, errControllersOff) {
+		// Another process made the parent and had not yet enabled the
+		// box controllers in it when this box was made in it (boxes built
+		// ahead at a service's start): enable them, the parent being
+		// ours, and make the box again (the parent too, if the box's
+		// removal left it empty and removed it).
+		if err := enableV2Controllers(m.parents[""]); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		b, err = m.create(name, l)
+	}
+	return b, err
+}
+
+// errControllersOff: a v2 box made without its controllers' files.
+var errControllersOff = errors.New("the box's cgroup lacks the files of its controllers")
+
+func (m *Manager) create(name string, l Limits) (*Box, error) {
 	b := m.box(name)
 	// On v1 the cpu hierarchy serves only the CPU limit (cpuacct
 	// accounts): a box gets a directory there when it has a CPU limit,
@@ -57,8 +77,15 @@ func (m *Manager) Create(name string, l Limits) (*Box, error) {
 	}
 	if l == (Limits{}) {
 		b.limits = b.openLimitFiles()
+		if !m.mode.usesV1() && errors.Is(b.limits.memory.err, fs.ErrNotExist) {
+			b.Destroy()
+			return nil, errControllersOff
+		}
 	} else if err := b.SetLimits(l); err != nil {
 		b.Destroy()
+		if !m.mode.usesV1() && errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w: %w", errControllersOff, err)
+		}
 		return nil, err
 	}
 	b.openAccounting()

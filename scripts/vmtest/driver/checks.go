@@ -132,6 +132,20 @@ func (d *driver) memory() {
 		d.check("memory limit (ML)", r.rep.OOMKilled && r.code == 1 && p <= 64,
 			"200 MiB under --mem 64M: ML, oom_killed %v, exit %d, memory_peak %.2f MiB", r.rep.OOMKilled, r.code, p)
 	}
+	// The parent as another process leaves it between making it and
+	// enabling the box controllers in it (boxes built ahead at a
+	// service's start race so): a box made there enables them and is
+	// made again, its limit enforced.
+	parent := filepath.Join(cgroupRoot, "isolate")
+	if err := os.Mkdir(parent, 0o755); err != nil {
+		d.check("memory limit, parent without controllers", false, "mkdir %s: %v", parent, err)
+		return
+	}
+	r = d.probe([]string{"--mem", "64M"}, "touch", "200")
+	if d.expect("memory limit, parent without controllers", r, "ML") {
+		d.check("memory limit, parent without controllers", r.rep.OOMKilled, "200 MiB under --mem 64M: oom_killed %v", r.rep.OOMKilled)
+	}
+	syscall.Rmdir(parent)
 }
 
 // pids: a fork bomb stops at the limit, pids_peak counts it exactly, and
