@@ -264,6 +264,25 @@ func TestHandoverBeforeTheCLibrary(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
 		t.Skip("the entry point is x86-64's; elsewhere the constructor hands over")
 	}
+	// The fewest of three: a count taken while other tests start
+	// processes at once runs higher (57 seen), never lower.
+	fewest := -1
+	for range 3 {
+		minflt := handedOverPageFaults(t)
+		if fewest < 0 || minflt < fewest {
+			fewest = minflt
+		}
+		if fewest <= 10 {
+			return
+		}
+	}
+	t.Errorf("the handed-over CLI took %d page faults, want at most 10: did the C library start?", fewest)
+}
+
+// handedOverPageFaults runs a handed-over CLI and counts its page faults
+// while the run is the service's.
+func handedOverPageFaults(t *testing.T) int {
+	t.Helper()
 	started, release := make(chan struct{}), make(chan struct{})
 	sock := startServer(t, isolateBuild, func(ctx context.Context, inv *Invocation) Exit {
 		close(started)
@@ -293,9 +312,7 @@ func TestHandoverBeforeTheCLibrary(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s: %v", stat, err)
 	}
-	if minflt > 10 {
-		t.Errorf("the handed-over CLI took %d page faults, want at most 10: did the C library start?", minflt)
-	}
+	return minflt
 }
 
 func slicesContain(s []string, v string) bool {
