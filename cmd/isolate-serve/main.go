@@ -471,6 +471,12 @@ func serve(args []string) error {
 	// and the CLI hands over only runs of callers with this umask. The
 	// library never changes it: this process is shared by every run.
 	syscall.Umask(0o022)
+	// Signals are taken from here on: one that comes while the service
+	// starts (its pool building boxes) waits for the loop below, which
+	// drains, so that nothing it made is left (the default action would
+	// end the process with its boxes' cgroups in place).
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
 	host, err := newHost(o)
 	if err != nil {
 		return err
@@ -609,8 +615,6 @@ func serve(args []string) error {
 		fmt.Fprintf(os.Stderr, "isolate serve: taking jobs from the queue %s:jobs as %s\n", o.q.prefix, worker.Name())
 	}
 
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
 wait:
 	for {
 		select {

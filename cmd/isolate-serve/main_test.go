@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -255,6 +256,58 @@ func TestSIGKILLLeavesNothing(t *testing.T) {
 	}
 	if _, err := os.Stat(c2.sock); !os.IsNotExist(err) {
 		t.Errorf("the socket outlived the service: %v", err)
+	}
+}
+
+// SIGTERM while the service starts (its pool already building boxes)
+// drains once it has started: it exits 0 and leaves none of its boxes'
+// cgroups, where the signal's default action left them.
+func TestSIGTERMWhileStartingLeavesNothing(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: starts sandboxes")
+	}
+	// A cgroup root of its own: what is in it is this service's.
+	root := fmt.Sprintf("/isolate-serve-test-%d", os.Getpid())
+	mgr, err := cgroup.NewManager(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range mgr.Parents() {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		// (What a failure left, then the root.)
+		for _, b := range mgr.Boxes() {
+			mgr.Remove(b)
+		}
+		for _, p := range mgr.Parents() {
+			os.Remove(p)
+			os.Remove(filepath.Dir(p))
+		}
+	})
+	dir := t.TempDir()
+	var log bytes.Buffer
+	cmd := exec.Command(os.Args[0], "--socket", filepath.Join(dir, "api.sock"), "--store", filepath.Join(dir, "files"), "--pool", "4")
+	cmd.Env = append(os.Environ(), serveChildEnv+"=1", "ISOLATE_CGROUP_ROOT="+root)
+	cmd.Stderr = &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var made []string
+	fdtest.WaitFor(t, "the pool makes a box", func() bool {
+		made = mgr.Boxes()
+		return len(made) > 0
+	})
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("SIGTERM while starting: %v\n%s", err, &log)
+	}
+	for _, b := range mgr.Boxes() {
+		if slices.Contains(made, b) {
+			t.Errorf("its box cgroup %s is left", b)
+		}
 	}
 }
 
