@@ -205,7 +205,9 @@ func (s *service) start() error {
 	}
 	s.exited = make(chan error, 1)
 	go func(cmd *exec.Cmd, exited chan<- error) { exited <- cmd.Wait() }(s.cmd, s.exited)
-	for !serviceAnswers(s.cliSock) {
+	// (Its sockets listen one after the other: both, before a test uses
+	// either.)
+	for !serviceAnswers(s.cliSock) || !serviceAnswers(filepath.Join(s.dir, "api.sock")) {
 		select {
 		case err := <-s.exited:
 			return fmt.Errorf("isolate-serve ended (%v):\n%s", err, s.log())

@@ -370,8 +370,8 @@ type service struct {
 }
 
 // startService starts serveBin on sockets of its own, taking the CLI
-// runs of bin, with the further options given, and waits until its CLI
-// socket answers.
+// runs of bin, with the further options given, and waits until both its
+// sockets are there (the API's comes last, once the service is ready).
 func startService(serveBin, bin string, options ...string) (*service, error) {
 	dir, err := os.MkdirTemp("", "isolate-bench-svc-")
 	if err != nil {
@@ -393,7 +393,8 @@ func startService(serveBin, bin string, options ...string) (*service, error) {
 	go func() { exited <- s.cmd.Wait() }()
 	deadline := time.After(30 * time.Second)
 	for {
-		if _, err := os.Stat(s.socket); err == nil {
+		_, cliErr := os.Stat(s.socket)
+		if _, err := os.Stat(filepath.Join(dir, "api.sock")); err == nil && cliErr == nil {
 			break
 		}
 		select {
