@@ -104,22 +104,27 @@ var claimsFiles struct {
 	byPath map[string]*os.File
 }
 
-// cgroupClaims is the claims file of m's root for the host's runs.
+// cgroupClaims is the claims file of m's root for the host's runs: the
+// process's, found once per Host (its manager never changes).
 func (h *Host) cgroupClaims(m *cgroup.Manager) (*os.File, error) {
+	if f := h.claims.Load(); f != nil {
+		return f, nil
+	}
 	path := claimsPath(h.lockDir(), m)
 	claimsFiles.Lock()
 	defer claimsFiles.Unlock()
-	if f := claimsFiles.byPath[path]; f != nil {
-		return f, nil
+	f := claimsFiles.byPath[path]
+	if f == nil {
+		var err error
+		if f, err = openCgroupClaims(h.lockDir(), m); err != nil {
+			return nil, err
+		}
+		if claimsFiles.byPath == nil {
+			claimsFiles.byPath = map[string]*os.File{}
+		}
+		claimsFiles.byPath[path] = f
 	}
-	f, err := openCgroupClaims(h.lockDir(), m)
-	if err != nil {
-		return nil, err
-	}
-	if claimsFiles.byPath == nil {
-		claimsFiles.byPath = map[string]*os.File{}
-	}
-	claimsFiles.byPath[path] = f
+	h.claims.Store(f)
 	return f, nil
 }
 

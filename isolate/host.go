@@ -31,6 +31,8 @@ type Host struct {
 	cgOnce sync.Once
 	cg     *cgroup.Manager
 	cgErr  error
+	// claims is the claims file of cg's root (cgroup_claims.go).
+	claims atomic.Pointer[os.File]
 
 	mu       sync.Mutex
 	policies map[policyKey]*seccomp.Program
