@@ -139,6 +139,13 @@ out=$(cd "$tmp" && env -i PATH="$PATH" ISOLATE_SERVICE_SOCKET="$run/cli.sock" \
 	"$bin/isolate" run --json --stdout "$tmp/root-out" -- /bin/sh -c 'echo root')
 check "$out" 'r["status"] == "OK" and r["sandbox"].get("via") == "service"' "root's run, handed over"
 [ "$(cat "$tmp/root-out")" = root ] || fail "root's run wrote $(cat "$tmp/root-out")"
+# (ProtectSystem=full: /etc is read-only to the service, root's run too.)
+etc_out=/etc/isolate-unit-test-$$
+if (cd "$tmp" && env -i PATH="$PATH" ISOLATE_SERVICE_SOCKET="$run/cli.sock" \
+	"$bin/isolate" run --stdout "$etc_out" -- /bin/sh -c 'echo root' > /dev/null 2>&1) || [ -e "$etc_out" ]; then
+	rm -f "$etc_out"
+	fail "a handed-over run wrote $etc_out under ProtectSystem=full"
+fi
 
 log "/v1/run: the box's loopback, a time limit"
 out=$(cd / && "${member[@]}" curl -sS --unix-socket "$run/api.sock" http://isolate/v1/run -d '{"commands":[{"args":["/usr/bin/python3","-c",
