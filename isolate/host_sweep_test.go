@@ -1,13 +1,12 @@
 package isolate
 
 import (
-	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/isolate-sandbox/isolate/cgroup"
+	"github.com/isolate-sandbox/isolate/internal/cgtest"
 )
 
 // A one-shot run's Host sweeps at its first box; a long-lived one at most
@@ -44,26 +43,12 @@ func TestSweepRemovesWhatNoRunOfItsRootClaims(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: cgroups")
 	}
-	root := fmt.Sprintf("/isolate-claims-test-%d", os.Getpid())
+	root, _ := cgtest.Root(t, "isolate-claims-test")
 	h := &Host{Config: &Config{CgroupRoot: root}}
 	m, err := h.Cgroups()
 	if err != nil || m == nil {
 		t.Skipf("no cgroups here: %v", err)
 	}
-	for _, p := range m.Parents() {
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, name := range m.Boxes() {
-			m.Remove(name)
-		}
-		for _, p := range m.Parents() {
-			os.Remove(p)
-			os.Remove(filepath.Dir(p))
-		}
-	})
 	const staleID, liveID = MaxBoxID - 1, MaxBoxID - 2
 	// What a killed supervisor left, its id since taken by a run elsewhere.
 	stale, err := m.Create(cgroupName(staleID), cgroup.Limits{})

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/isolate-sandbox/isolate/cgroup"
+	"github.com/isolate-sandbox/isolate/internal/cgtest"
 	"github.com/isolate-sandbox/isolate/internal/fdtest"
 	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 )
@@ -267,26 +268,7 @@ func TestSIGTERMWhileStartingLeavesNothing(t *testing.T) {
 		t.Skip("needs root: starts sandboxes")
 	}
 	// A cgroup root of its own: what is in it is this service's.
-	root := fmt.Sprintf("/isolate-serve-test-%d", os.Getpid())
-	mgr, err := cgroup.NewManager(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range mgr.Parents() {
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		// (What a failure left, then the root.)
-		for _, b := range mgr.Boxes() {
-			mgr.Remove(b)
-		}
-		for _, p := range mgr.Parents() {
-			os.Remove(p)
-			os.Remove(filepath.Dir(p))
-		}
-	})
+	root, mgr := cgtest.Root(t, "isolate-serve-test")
 	dir := t.TempDir()
 	var log bytes.Buffer
 	cmd := exec.Command(os.Args[0], "--socket", filepath.Join(dir, "api.sock"), "--store", filepath.Join(dir, "files"), "--pool", "4")

@@ -25,6 +25,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/isolate-sandbox/isolate/cgroup"
+	"github.com/isolate-sandbox/isolate/internal/cgtest"
 	"github.com/isolate-sandbox/isolate/isolate/boxinit"
 )
 
@@ -191,28 +192,7 @@ func newRig(t *testing.T) *rig {
 	g.marker = fmt.Sprintf("queue-test-%d-%s", os.Getpid(), strings.ToLower(t.Name()))
 	// Boxes in cgroups of the test's own, so that what is left is ours
 	// and not another test binary's.
-	g.cgroupRoot = "/" + g.marker
-	var err error
-	if g.mgr, err = cgroup.NewManager(g.cgroupRoot); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range g.mgr.Parents() {
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		// What a worker killed on a failure's way out left (the
-		// successful path checks there is nothing), then the roots.
-		for _, p := range g.mgr.Parents() {
-			boxes, _ := filepath.Glob(filepath.Join(p, "box-*"))
-			for _, b := range boxes {
-				os.Remove(b)
-			}
-			os.Remove(p)
-			os.Remove(filepath.Dir(p))
-		}
-	})
+	g.cgroupRoot, g.mgr = cgtest.Root(t, "queue-test-"+strings.ToLower(t.Name()))
 	g.rdb = redis.NewClient(&redis.Options{Network: "unix", Addr: g.r.sock, MaxRetries: -1})
 	t.Cleanup(func() { g.rdb.Close() })
 	t.Cleanup(func() {
