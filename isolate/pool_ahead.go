@@ -10,10 +10,11 @@ package isolate
 // box holds them open, so an equal device and inode is the same
 // directory) and the id is free; otherwise the box built ahead is torn
 // down and the run builds its own. Until a run claims it, the box holds
-// neither the id's run lock nor its cgroup (lockAhead). Binds are bind
-// mounts: what box/ and the bound directories hold is what they hold at
-// the run. The box is still never used for two runs, and takes the run's
-// limits, streams and command as any pooled box does.
+// neither the id's run lock nor its cgroup (lockAhead), and is built
+// while the last box of the id ends. Binds are bind mounts: what box/ and
+// the bound directories hold is what they hold at the run. The box is
+// still never used for two runs, and takes the run's limits, streams and
+// command as any pooled box does.
 
 import (
 	"fmt"
@@ -187,7 +188,7 @@ func (p *pool) aheadFor(s *supervisor) *aheadBox {
 }
 
 // startAhead builds a in the background once after (see EndAfter) is
-// closed and end (the end of the run's box; nil: it has ended) has run.
+// closed, while end (the end of the run's box; nil: it has ended) runs.
 // It reports false, having done nothing, when the pool has stopped or
 // holds maxAhead of them: the caller then ends the box itself.
 func (p *pool) startAhead(a *aheadBox, end func() error, after <-chan struct{}) bool {
@@ -212,9 +213,18 @@ func (p *pool) startAhead(a *aheadBox, end func() error, after <-chan struct{}) 
 		// the id's next run waits for it (the caller's next command
 		// of the same request).
 		p.awaitCaller(after, a.wanted)
+		// The last box of the id ends while its next is built: the id's
+		// next run claims the new box once both are done (the id's run
+		// lock and cgroup are the old box's until its end), in the longer
+		// of the two rather than their sum.
+		var endErr error
+		ended := make(chan struct{})
 		if end != nil {
-			reportEnd(end())
+			go func() { endErr = end(); close(ended) }()
+		} else {
+			close(ended)
 		}
+		defer func() { <-ended; reportEnd(endErr) }()
 		select {
 		case <-p.stop:
 			a.err = errPoolStopped
