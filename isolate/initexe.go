@@ -68,13 +68,13 @@ var smallInitRefused atomic.Int64
 // forkInitExe starts init from initPath; should the kernel refuse the
 // small init's path (a security module, a /proc of another PID
 // namespace), from /proc/self/exe.
-func forkInitExe(argv []string, attr *syscall.ProcAttr) (pid int, err error) {
+func forkInitExe(argv []string, attr *syscall.ProcAttr, netns int) (pid int, err error) {
 	path := initPath()
-	pid, err = boxinit.ForkInit(path, argv, attr)
+	pid, err = boxinit.ForkInit(path, argv, attr, netns)
 	if err != nil && path != selfExe {
 		smallInitRefused.Add(1)
 		smallInitFailed(fmt.Errorf("exec %s: %w", path, err))
-		pid, err = boxinit.ForkInit(selfExe, argv, attr)
+		pid, err = boxinit.ForkInit(selfExe, argv, attr, netns)
 	}
 	return pid, err
 }

@@ -372,18 +372,28 @@ func (p *pool) buildBox(sl *poolSlot) (*builtBox, error) {
 		return nil, err
 	}
 	spec.ImageDir, spec.TmpSize, spec.HostNet = sl.key.imageDir, sl.key.tmpSize, sl.key.hostNet
-	b, _, err := p.buildFor(&spec, policy, nil)
+	b, _, err := p.buildFor(&spec, policy, nil, nil)
 	return b, err
+}
+
+// keepsNetns says whether the network namespace of a run of spec's box
+// id is kept for the id's next boxes (netns.go): a box with a network of
+// its own and nothing listening in it (an allowlist's listener), built by
+// root, of a service's. Nil-safe.
+func (p *pool) keepsNetns(spec *Spec) bool {
+	return p != nil && aheadable(spec) && !spec.HostNet && spec.Egress == nil && p.h.rootless == nil
 }
 
 // buildFor builds a box of spec's box part, with the syscall policy
 // given, up to init's "ready", and returns its bind sources (opened with
 // spec.Caller's rights) for the caller to close. held, if not nil, is the
 // box id's ahead lock, already held (pool_ahead.go): the box takes it, and
-// lets go of it as it would of its own.
-func (p *pool) buildFor(spec *Spec, policy *seccomp.Program, held *lock) (*builtBox, []*bindSource, error) {
+// lets go of it as it would of its own. netns, if not nil, is the network
+// namespace the box joins (netns.go), the box's from then on; a box of a
+// box id makes one to keep otherwise.
+func (p *pool) buildFor(spec *Spec, policy *seccomp.Program, held *lock, netns *boxNetns) (*builtBox, []*bindSource, error) {
 	s := &supervisor{initLink: initLink{ctx: context.Background()}, host: p.h, spec: spec, policy: policy,
-		timer: newStageTimer(), ahead: true, report: &Report{BoxID: -1, BlockedSyscalls: []seccomp.Blocked{}}}
+		timer: newStageTimer(), ahead: true, report: &Report{BoxID: -1, BlockedSyscalls: []seccomp.Blocked{}}, netns: netns}
 	if held != nil {
 		s.lock = &boxLock{id: spec.BoxID, lock: held}
 	}
@@ -411,6 +421,11 @@ func (p *pool) buildFor(spec *Spec, policy *seccomp.Program, held *lock) (*built
 		}
 		if err == nil {
 			s.boxPid, err = box.ready()
+		}
+		if err == nil && s.netns == nil && p.keepsNetns(spec) {
+			// The box made its network namespace: the id's next boxes
+			// join it (netns.go). Its PID 1 waits for a command.
+			s.netns = boxNetnsOf(s.boxPid, s.init)
 		}
 	}
 	binds := s.binds

@@ -10,10 +10,11 @@ package isolate
 // box holds them open, so an equal device and inode is the same
 // directory) and the id is free; otherwise the box built ahead is torn
 // down and the run builds its own. Until a run claims it, the box holds
-// neither the id's run lock nor its cgroup (lockAhead), and is built
-// while the last box of the id ends. Binds are bind mounts: what box/ and
-// the bound directories hold is what they hold at the run. The box is
-// still never used for two runs, and takes the run's limits, streams and
+// neither the id's run lock nor its cgroup (lockAhead). It joins the
+// network namespace the id's boxes share (netns.go), and is built while
+// the last box of the id ends. Binds are bind mounts: what box/ and the
+// bound directories hold is what they hold at the run. The box is still
+// never used for two runs, and takes the run's limits, streams and
 // command as any pooled box does.
 
 import (
@@ -73,6 +74,13 @@ type aheadBox struct {
 	// lock is the id's ahead lock, passed on by the run that claimed the
 	// box before, until the build takes it (nil: the build takes it anew).
 	lock *lock
+	// netns is the network namespace the run that claimed the box before
+	// had, until the build takes it (netns.go); nil: the build makes one,
+	// when its box part has a network namespace of its own.
+	netns *boxNetns
+	// kept: the build took netns from that run, whose box ended meanwhile;
+	// it is checked for what the run left in it once both are done.
+	kept bool
 }
 
 // aheadable says whether a run of spec gets a box built ahead for its
@@ -125,6 +133,7 @@ func (a *aheadBox) close() {
 	if a.lock != nil {
 		a.lock.release()
 	}
+	a.netns.Close()
 }
 
 // claimAhead takes the box built ahead for the run's box id, waiting for
@@ -184,7 +193,10 @@ func (p *pool) aheadFor(s *supervisor) *aheadBox {
 	}
 	spec := *s.spec
 	spec.Command, spec.CopyIn, spec.CopyOut, spec.Env = nil, nil, nil, nil
-	return &aheadBox{ready: make(chan struct{}), wanted: make(chan struct{}), spec: spec, dir: dir, policy: s.policy, lock: held}
+	a := &aheadBox{ready: make(chan struct{}), wanted: make(chan struct{}), spec: spec, dir: dir, policy: s.policy, lock: held,
+		netns: s.netns, kept: s.netns != nil}
+	s.netns = nil
+	return a
 }
 
 // startAhead builds a in the background once after (see EndAfter) is
@@ -238,12 +250,20 @@ func (p *pool) startAhead(a *aheadBox, end func() error, after <-chan struct{}) 
 			a.err = errBoxGone
 			return
 		}
-		held := a.lock
-		a.lock = nil // the build's now: its teardown lets go of it
-		a.b, a.binds, a.err = p.buildFor(&a.spec, a.policy, held)
+		held, netns := a.lock, a.netns
+		a.lock, a.netns = nil, nil // the build's now: its teardown lets go of them
+		a.b, a.binds, a.err = p.buildFor(&a.spec, a.policy, held, netns)
 		a.built = time.Now()
 		if a.err != nil && a.boxThere() {
 			fmt.Fprintf(os.Stderr, "isolate: pool: build box %d ahead: %v\n", a.spec.BoxID, a.err)
+		}
+		if a.kept && a.err == nil {
+			// The last run's processes are gone once its box has ended.
+			<-ended
+			if !a.b.s.netns.unused() {
+				a.b.s.teardown()
+				a.b, a.err = nil, errNetnsUsed
+			}
 		}
 	}()
 	return true
@@ -252,6 +272,7 @@ func (p *pool) startAhead(a *aheadBox, end func() error, after <-chan struct{}) 
 var (
 	errPoolStopped = fmt.Errorf("the pool stopped")
 	errBoxGone     = fmt.Errorf("the box was cleaned up")
+	errNetnsUsed   = fmt.Errorf("the last run left sockets in the network namespace")
 )
 
 // boxThere says whether the box directory a was built for is still the

@@ -13,6 +13,22 @@ import (
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
+// pooledBoxRoot is a host with a box root of its own and a pool of one,
+// for persistent boxes whose next boxes the pool builds ahead.
+func pooledBoxRoot(t *testing.T) (*isolate.Config, *isolate.Host) {
+	t.Helper()
+	cfg := &isolate.Config{BoxRoot: filepath.Join(t.TempDir(), "boxes"), NumBoxes: isolate.DefaultNumBoxes}
+	h, err := isolate.NewHost(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.StartPool(isolate.PoolConfig{Max: 1}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.StopPool)
+	return cfg, h
+}
+
 // After a run of a persistent box, the pool builds the id's next box
 // ahead: the next run of the same box part claims it, and sees box/ as it
 // is then, in a box nothing ran in; a run whose box part differs, or
@@ -20,15 +36,7 @@ import (
 // process (no pool: a run not handed to the service) is never kept out.
 func TestPoolBuildsAheadForABoxID(t *testing.T) {
 	checkNothingLeft(t)
-	cfg := &isolate.Config{BoxRoot: filepath.Join(t.TempDir(), "boxes"), NumBoxes: isolate.DefaultNumBoxes}
-	pooled, err := isolate.NewHost(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pooled.StartPool(isolate.PoolConfig{Max: 1}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pooled.StopPool)
+	cfg, pooled := pooledBoxRoot(t)
 	oneShot, err := isolate.NewHost(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -95,15 +103,7 @@ func TestPoolBuildsAheadForABoxID(t *testing.T) {
 // nothing to be built from then, and is not built, with no error logged.
 func TestPoolBuildsNothingAheadForACleanedUpBox(t *testing.T) {
 	checkNothingLeft(t)
-	cfg := &isolate.Config{BoxRoot: filepath.Join(t.TempDir(), "boxes"), NumBoxes: isolate.DefaultNumBoxes}
-	h, err := isolate.NewHost(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.StartPool(isolate.PoolConfig{Max: 1}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.StopPool)
+	cfg, h := pooledBoxRoot(t)
 	const id = 733
 	if _, err := isolate.InitBox(cfg, id, isolate.Caller(), false); err != nil {
 		t.Fatal(err)
@@ -161,15 +161,7 @@ func TestPoolBuildsNothingAheadForACleanedUpBox(t *testing.T) {
 // stops, the lock is gone with the last box.
 func TestPoolKeepsTheAheadLockThroughAClaimedRun(t *testing.T) {
 	checkNothingLeft(t)
-	cfg := &isolate.Config{BoxRoot: filepath.Join(t.TempDir(), "boxes"), NumBoxes: isolate.DefaultNumBoxes}
-	h, err := isolate.NewHost(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.StartPool(isolate.PoolConfig{Max: 1}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.StopPool)
+	cfg, h := pooledBoxRoot(t)
 	const id = 735
 	dir, err := isolate.InitBox(cfg, id, isolate.Caller(), false)
 	if err != nil {

@@ -43,6 +43,7 @@ func (s *supervisor) startClaimed(b *builtBox) error {
 	a := b.s
 	s.claimed = b.box
 	s.lock, s.cg, s.placement, s.boxPid, s.notifySock = a.lock, a.cg, a.placement, a.boxPid, -1
+	s.netns, a.netns = a.netns, nil
 	// The box user is the one the box was built with.
 	s.hostUID, s.hostGID, s.report.Sandbox.User = a.hostUID, a.hostGID, a.boxUser()
 	if s.policy != nil && s.policy.Notify {
@@ -93,7 +94,10 @@ func (s *supervisor) startClaimed(b *builtBox) error {
 // namespaces and maps them; PID 1 then waits for the plan (see buildBox).
 func (s *supervisor) startInit() error {
 	flags := uintptr(syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS)
-	if !s.spec.HostNet {
+	netns := -1
+	if s.netns != nil {
+		netns = s.netns.fd()
+	} else if !s.spec.HostNet {
 		flags |= syscall.CLONE_NEWNET
 	}
 	early := s.earlyInitFor(flags)
@@ -195,7 +199,7 @@ func (s *supervisor) startInit() error {
 	}
 	s.timer.mark("spawn-prep")
 	argv := s.appendInitMaps(append(make([]string, 0, 7), "isolate-init", boxinit.InitArg, strconv.FormatUint(uint64(flags), 10)))
-	pid, err := forkInitExe(argv, attr)
+	pid, err := forkInitExe(argv, attr, netns)
 	if err != nil {
 		return fmt.Errorf("start init: %w", err)
 	}
@@ -385,7 +389,9 @@ func (s *supervisor) boxPlan(announce bool) (*boxinit.Plan, error) {
 	}
 	p.Hostname("isolate")
 	if !sp.HostNet {
-		p.Loopback()
+		if s.netns == nil { // (a kept one's is up, and not the box's to set)
+			p.Loopback()
+		}
 		if sp.Egress != nil {
 			p.Listen(egress.Port)
 		}

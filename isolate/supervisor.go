@@ -44,8 +44,12 @@ type supervisor struct {
 	// aheadLock is the id's ahead lock of the box built ahead that the
 	// run claimed, kept for the id's next box (pool_ahead.go).
 	aheadLock *lock
-	cg        *boxCgroup
-	policy    *seccomp.Program
+	// netns is the network namespace the box joined, kept between a
+	// persistent box id's boxes built ahead (netns.go); nil: the box
+	// made its own, or has the host's.
+	netns  *boxNetns
+	cg     *boxCgroup
+	policy *seccomp.Program
 	initLink
 	stdout *capture
 	stderr *capture

@@ -28,6 +28,10 @@ func (s *supervisor) teardown() {
 	// The next box of a persistent box id is built once this one has
 	// ended (pool_ahead.go).
 	next := pool.aheadFor(s)
+	// A kept network namespace goes on with the next box, or goes (the
+	// box's processes hold it until they are gone).
+	s.netns.Close()
+	s.netns = nil
 	if s.claimed != nil && accounted && s.init != nil {
 		if len(s.spec.CopyOut) > 0 {
 			s.copyOut()

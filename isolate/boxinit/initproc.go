@@ -1,6 +1,8 @@
 package boxinit
 
 import (
+	"errors"
+	"fmt"
 	"runtime"
 	"strconv"
 	"sync"
@@ -50,12 +52,19 @@ func OneShotProcess() { OneShot.Store(true) }
 // never exit). The parent-death signal then fires when the process dies,
 // for every box at once, and never before. (Before them, each box held a
 // new locked thread while it lived: 1.1 ms of every run's start.)
-func ForkInit(path string, argv []string, attr *syscall.ProcAttr) (pid int, err error) {
+//
+// netns, a network namespace's descriptor (-1: none), is one init joins
+// instead of making its own: the forker enters it for the fork and
+// leaves it after (see forkIn).
+func ForkInit(path string, argv []string, attr *syscall.ProcAttr, netns int) (pid int, err error) {
 	if OneShot.Load() {
+		if netns >= 0 {
+			return -1, errors.New("a network namespace kept between boxes is a service's")
+		}
 		return syscall.ForkExec(path, argv, attr)
 	}
 	forkersOnce.Do(startForkers)
-	req := forkRequest{path: path, argv: argv, attr: attr, done: make(chan forkResult, 1)}
+	req := forkRequest{path: path, argv: argv, attr: attr, netns: netns, done: make(chan forkResult, 1)}
 	forkRequests <- req
 	r := <-req.done
 	return r.pid, r.err
@@ -66,10 +75,11 @@ func ForkInit(path string, argv []string, attr *syscall.ProcAttr) (pid int, err 
 const numForkers = 2
 
 type forkRequest struct {
-	path string
-	argv []string
-	attr *syscall.ProcAttr
-	done chan forkResult
+	path  string
+	argv  []string
+	attr  *syscall.ProcAttr
+	netns int
+	done  chan forkResult
 }
 
 type forkResult struct {
@@ -86,12 +96,46 @@ func startForkers() {
 	for i := 0; i < numForkers; i++ {
 		go func() {
 			runtime.LockOSThread() // for good: see forkInit
+			f := forker{host: -1}
+			f.host, f.hostErr = unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 			for req := range forkRequests {
-				pid, err := syscall.ForkExec(req.path, req.argv, req.attr)
-				req.done <- forkResult{pid, err}
+				req.done <- f.fork(req)
 			}
 		}()
 	}
+}
+
+// forker is the state of a forker's thread: its network namespace is
+// the process's unless a fork into a box's left it elsewhere (away).
+type forker struct {
+	host    int // the process's network namespace
+	hostErr error
+	away    bool
+}
+
+// fork forks req's init in the network namespace it asks for (the
+// process's when none), entering it first when the thread is not there.
+// Returning at once spares the next fork into the process's namespace a
+// setns; a thread that could not return (away) does so before that fork.
+func (f *forker) fork(req forkRequest) forkResult {
+	if req.netns >= 0 || f.away {
+		target := req.netns
+		if target < 0 {
+			if f.hostErr != nil {
+				return forkResult{-1, fmt.Errorf("open the process's network namespace: %w", f.hostErr)}
+			}
+			target = f.host
+		}
+		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
+			return forkResult{-1, fmt.Errorf("enter the box's network namespace: %w", err)}
+		}
+		f.away = req.netns >= 0
+	}
+	pid, err := syscall.ForkExec(req.path, req.argv, req.attr)
+	if f.away && f.hostErr == nil && unix.Setns(f.host, unix.CLONE_NEWNET) == nil {
+		f.away = false
+	}
+	return forkResult{pid, err}
 }
 
 func (p *Proc) Kill() { unix.PidfdSendSignal(p.Pidfd, unix.SIGKILL, nil, 0) }
