@@ -3,7 +3,8 @@
 # not PID 1: the exposure systemd-analyze rates it at offline, and the
 # service run under an equivalent of the unit's confinement, doing what
 # it serves: a run handed over by a user of the socket's group (its files
-# read and written, a directory of its bound), one by root, /v1/run (a
+# read and written, a directory of its bound), one by root, a judge's box
+# (its network namespace kept between runs), /v1/run (a
 # box's loopback, a time limit), a squashfs image on a loop device,
 # /v1/exec in a language image, a session.
 #
@@ -146,6 +147,26 @@ if (cd "$tmp" && env -i PATH="$PATH" ISOLATE_SERVICE_SOCKET="$run/cli.sock" \
 	rm -f "$etc_out"
 	fail "a handed-over run wrote $etc_out under ProtectSystem=full"
 fi
+
+log "a judge's box, handed over: its runs after the first share a network namespace, loopback up"
+# (--init and --cleanup run in-process: in the service's mount namespace,
+# where the box root is, as under systemd, whose PrivateMounts= namespace
+# receives the host's mounts; the equivalent's may not, where the host's
+# root mount is not shared.)
+judge_box() { nsenter -t "$service_pid" -m -- env -i PATH="$PATH" "$bin/isolate" --box-id=913 "$@"; }
+judge() { (cd "$tmp" && env -i PATH="$PATH" ISOLATE_SERVICE_SOCKET="$run/cli.sock" "$bin/isolate" --box-id=913 "$@"); }
+judge_box --cleanup > /dev/null 2>&1 || true
+judge_box --init > /dev/null || fail "isolate --init of a judge's box"
+nets=$(for i in 1 2 3; do judge --run -- /bin/readlink /proc/self/ns/net 2>> "$tmp/judge.err"; done) ||
+	{ cat "$tmp/judge.err"; fail "the judge's runs"; }
+loop=$(judge --run -- /usr/bin/python3 -c '
+import socket
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+c = socket.create_connection(s.getsockname()); print("loopback")' 2>> "$tmp/judge.err")
+judge_box --cleanup > /dev/null || fail "isolate --cleanup of a judge's box"
+[ "$(echo "$nets" | sed -n 2p)" = "$(echo "$nets" | sed -n 3p)" ] && [ -n "$(echo "$nets" | sed -n 3p)" ] &&
+	[ "$(echo "$nets" | sed -n 3p)" != "$(readlink /proc/self/ns/net)" ] || fail "the judge's runs were in network namespaces $nets"
+[ "$loop" = loopback ] || { cat "$tmp/judge.err"; fail "the judge's box in its kept namespace: $loop"; }
 
 log "/v1/run: the box's loopback, a time limit"
 out=$(cd / && "${member[@]}" curl -sS --unix-socket "$run/api.sock" http://isolate/v1/run -d '{"commands":[{"args":["/usr/bin/python3","-c",
