@@ -2,20 +2,21 @@ package isolate
 
 // Boxes built ahead for a persistent box id (the ioi form's `--run` on an
 // initialised box, handed to the service). Judges run a box's tests one
-// after another, so once a run of box N has ended the pool builds the
-// next box of N at once, with that run's box part: the same box id (its
-// uid), image, tmp size, network, box/ directory, binds and syscall
-// policy. The next run of N takes it when its own box part is the same
-// and each directory it binds is the very directory the box bound (the
-// box holds them open, so an equal device and inode is the same
-// directory) and the id is free; otherwise the box built ahead is torn
-// down and the run builds its own. Until a run claims it, the box holds
-// neither the id's run lock nor its cgroup (lockAhead). It joins the
-// network namespace the id's boxes share (netns.go), and is built while
-// the last box of the id ends. Binds are bind mounts: what box/ and the
-// bound directories hold is what they hold at the run. The box is still
-// never used for two runs, and takes the run's limits, streams and
-// command as any pooled box does.
+// after another, so while a run of box N runs in a box the pool built
+// (once it has ended, for a run of a box of its own) the pool builds the
+// next box of N, with that run's box part: the same box id (its uid),
+// image, tmp size, network, box/ directory, binds and syscall policy. The
+// next run of N takes it when its own box part is the same and each
+// directory it binds is the very directory the box bound (the box holds
+// them open, so an equal device and inode is the same directory) and the
+// id is free; otherwise the box built ahead is torn down and the run
+// builds its own. Until a run claims it, the box holds neither the id's
+// run lock nor its cgroup (lockAhead). It joins the network namespace the
+// id's boxes share (netns.go), and may be claimed once the last run has
+// ended and its box has gone (a failed run's next box goes too). Binds are
+// bind mounts: what box/ and the bound directories hold is what they hold
+// at the run. The box is still never used for two runs, and takes the
+// run's limits, streams and command as any pooled box does.
 
 import (
 	"fmt"
@@ -81,6 +82,16 @@ type aheadBox struct {
 	// kept: the build took netns from that run, whose box ended meanwhile;
 	// it is checked for what the run left in it once both are done.
 	kept bool
+	// prev, for a box built while the run of the id's last box runs
+	// (buildNext), is how that run ended, sent once by its teardown.
+	prev chan prevRun
+}
+
+// prevRun is how the run of the box before a box built by buildNext
+// ended.
+type prevRun struct {
+	ok    bool            // accounted, not XX: the next box serves the id's next run
+	ended <-chan struct{} // closed once its box has ended
 }
 
 // aheadable says whether a run of spec gets a box built ahead for its
@@ -176,10 +187,15 @@ func (p *pool) claimAhead(s *supervisor) *builtBox {
 // (which the run lets go of when it gets none). Start it with startAhead.
 // Nil-safe.
 func (p *pool) aheadFor(s *supervisor) *aheadBox {
+	return p.nextBox(s, s.report.Status != "" && s.report.Status != StatusXX)
+}
+
+// nextBox is aheadFor for a run that ended ok (or runs).
+func (p *pool) nextBox(s *supervisor, ok bool) *aheadBox {
 	held := s.aheadLock
 	s.aheadLock = nil
 	var dir *os.File
-	ok := p != nil && aheadable(s.spec) && s.report.Status != "" && s.report.Status != StatusXX
+	ok = ok && p != nil && aheadable(s.spec)
 	if ok {
 		var err error
 		dir, err = os.OpenFile(s.spec.BoxDir, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -197,6 +213,50 @@ func (p *pool) aheadFor(s *supervisor) *aheadBox {
 		netns: s.netns, kept: s.netns != nil}
 	s.netns = nil
 	return a
+}
+
+// buildNext starts building the next box of the id of s, a run of a
+// claimed box that has started: built while the run runs, the box waits
+// for the run's teardown (prev) and the end of its box before the id's
+// next run may claim it. Nil when none is built (as aheadFor).
+func (p *pool) buildNext(s *supervisor) *aheadBox {
+	a := p.nextBox(s, true)
+	if a == nil {
+		return nil
+	}
+	a.prev = make(chan prevRun, 1)
+	if !p.startAhead(a, nil, nil) {
+		return nil
+	}
+	return a
+}
+
+// endAfterCaller ends a claimed box (end) once after is closed (see
+// awaitCaller; wanted: the id's next run waits for the box's end) and
+// returns a channel closed once it has ended. Nil-safe: with no pool, or
+// a stopped one, end runs at once.
+func (p *pool) endAfterCaller(end func() error, after, wanted <-chan struct{}) <-chan struct{} {
+	ended := make(chan struct{})
+	if p != nil {
+		p.mu.Lock()
+	}
+	if p == nil || p.stopped {
+		if p != nil {
+			p.mu.Unlock()
+		}
+		reportEnd(end())
+		close(ended)
+		return ended
+	}
+	p.wg.Add(1)
+	p.mu.Unlock()
+	go func() {
+		defer p.wg.Done()
+		p.awaitCaller(after, wanted)
+		reportEnd(end())
+		close(ended)
+	}()
+	return ended
 }
 
 // startAhead builds a in the background once after (see EndAfter) is
@@ -257,8 +317,29 @@ func (p *pool) startAhead(a *aheadBox, end func() error, after <-chan struct{}) 
 		if a.err != nil && a.boxThere() {
 			fmt.Fprintf(os.Stderr, "isolate: pool: build box %d ahead: %v\n", a.spec.BoxID, a.err)
 		}
+		if a.prev != nil && a.err == nil {
+			// Built while the last run ran: it waits for its end.
+			var r prevRun
+			select {
+			case r = <-a.prev:
+			case <-p.stop:
+			}
+			if r.ok {
+				select {
+				case <-r.ended:
+				case <-p.stop:
+					r.ok = false
+				}
+			}
+			if !r.ok {
+				a.b.s.teardown()
+				a.b, a.err = nil, errLastRunFailed
+				return
+			}
+		}
 		if a.kept && a.err == nil {
-			// The last run's processes are gone once its box has ended.
+			// The last run's processes are gone once its box has ended
+			// (prev: once it reported).
 			<-ended
 			if !a.b.s.netns.unused() {
 				a.b.s.teardown()
@@ -270,9 +351,10 @@ func (p *pool) startAhead(a *aheadBox, end func() error, after <-chan struct{}) 
 }
 
 var (
-	errPoolStopped = fmt.Errorf("the pool stopped")
-	errBoxGone     = fmt.Errorf("the box was cleaned up")
-	errNetnsUsed   = fmt.Errorf("the last run left sockets in the network namespace")
+	errPoolStopped   = fmt.Errorf("the pool stopped")
+	errBoxGone       = fmt.Errorf("the box was cleaned up")
+	errNetnsUsed     = fmt.Errorf("the last run left sockets in the network namespace")
+	errLastRunFailed = fmt.Errorf("the id's last run failed, or the pool stopped meanwhile")
 )
 
 // boxThere says whether the box directory a was built for is still the

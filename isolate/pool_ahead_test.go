@@ -13,6 +13,27 @@ import (
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
+// runUntilGo starts a run (run's) in the background that waits for the
+// file go in box/, and returns once it runs; its report comes on the
+// channel once the test made the file.
+func runUntilGo(t *testing.T, box string, run func(args ...string) *api.Report) <-chan *api.Report {
+	t.Helper()
+	done := make(chan *api.Report, 1)
+	go func() {
+		done <- run("/bin/sh", "-c", "touch /box/started; while [ ! -e /box/go ]; do sleep 0.01; done")
+	}()
+	for {
+		if _, err := os.Stat(filepath.Join(box, "started")); err == nil {
+			return done
+		}
+		select {
+		case rep := <-done:
+			t.Fatalf("the run ended before it started: %+v", rep)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 // pooledBoxRoot is a host with a box root of its own and a pool of one,
 // for persistent boxes whose next boxes the pool builds ahead.
 func pooledBoxRoot(t *testing.T) (*isolate.Config, *isolate.Host) {
@@ -182,20 +203,7 @@ func TestPoolKeepsTheAheadLockThroughAClaimedRun(t *testing.T) {
 	run("/bin/true") // the id's first run: the pool builds its next box
 	// The next run claims it and, while its program runs (until the test
 	// creates box/go), the ahead lock's file is there.
-	done := make(chan *api.Report, 1)
-	go func() {
-		done <- run("/bin/sh", "-c", "touch /box/started; while [ ! -e /box/go ]; do sleep 0.01; done")
-	}()
-	for {
-		if _, err := os.Stat(filepath.Join(box, "started")); err == nil {
-			break
-		}
-		select {
-		case rep := <-done:
-			t.Fatalf("the run ended before it started: %+v", rep)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	done := runUntilGo(t, box, run)
 	_, statErr := os.Stat(aheadLock)
 	if err := os.WriteFile(filepath.Join(box, "go"), nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -209,5 +217,40 @@ func TestPoolKeepsTheAheadLockThroughAClaimedRun(t *testing.T) {
 	h.StopPool()
 	if _, err := os.Stat(aheadLock); !os.IsNotExist(err) {
 		t.Errorf("after the pool stopped, %s: %v (want it gone)", aheadLock, err)
+	}
+}
+
+// While the run of a claimed box runs, the pool builds the id's next box;
+// the pool stopped meanwhile leaves nothing of either once the run ends.
+func TestPoolStopsWhileTheNextBoxWaitsForItsRun(t *testing.T) {
+	checkNothingLeft(t)
+	cfg, h := pooledBoxRoot(t)
+	const id = 738
+	dir, err := isolate.InitBox(cfg, id, isolate.Caller(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { isolate.CleanupBox(cfg, id, false) })
+	box := filepath.Join(dir, "box")
+	boxID := id
+	run := func(args ...string) *api.Report {
+		t.Helper()
+		rep, err := h.Run(context.Background(), &api.Spec{BoxID: &boxID, Args: args}, isolate.IO{})
+		if err != nil || rep.Status != api.StatusOK {
+			t.Errorf("run of box %d: %v %+v", id, err, rep)
+		}
+		return rep
+	}
+	run("/bin/true")
+	done := runUntilGo(t, box, run)
+	h.StopPool()
+	if err := os.WriteFile(filepath.Join(box, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if rep := <-done; !claimed(rep) {
+		t.Errorf("the second run did not claim the box built ahead: stages %v", rep.Sandbox.Stages)
+	}
+	if _, err := os.Stat(filepath.Join(isolate.LockDir, "ahead-738")); !os.IsNotExist(err) {
+		t.Errorf("after the pool stopped and the run ended, the ahead lock: %v (want it gone)", err)
 	}
 }

@@ -87,6 +87,10 @@ func (s *supervisor) startClaimed(b *builtBox) error {
 	err = s.startProgram(b.box, cmd, files)
 	closeAll(s.closers)
 	s.closers = nil
+	if err == nil {
+		// The id's next box is built while this one runs.
+		s.next = s.host.pool.Load().buildNext(s)
+	}
 	return err
 }
 

@@ -47,7 +47,10 @@ type supervisor struct {
 	// netns is the network namespace the box joined, kept between a
 	// persistent box id's boxes built ahead (netns.go); nil: the box
 	// made its own, or has the host's.
-	netns  *boxNetns
+	netns *boxNetns
+	// next is the box of the id built while the run of a claimed box
+	// runs (pool_ahead.go): the run's teardown tells it how it ended.
+	next   *aheadBox
 	cg     *boxCgroup
 	policy *seccomp.Program
 	initLink

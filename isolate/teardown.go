@@ -26,8 +26,11 @@ func (s *supervisor) teardown() {
 	accounted := s.report.Status != ""
 	pool := s.host.pool.Load()
 	// The next box of a persistent box id is built once this one has
-	// ended (pool_ahead.go).
-	next := pool.aheadFor(s)
+	// ended (pool_ahead.go), unless it was built while this one ran.
+	var next *aheadBox
+	if s.next == nil {
+		next = pool.aheadFor(s)
+	}
 	// A kept network namespace goes on with the next box, or goes (the
 	// box's processes hold it until they are gone).
 	s.netns.Close()
@@ -40,6 +43,9 @@ func (s *supervisor) teardown() {
 		s.timer.mark("collect")
 		end := s.detachBox()
 		switch {
+		case s.next != nil:
+			s.next.prev <- prevRun{ok: s.report.Status != StatusXX, ended: pool.endAfterCaller(end, endAfter(s.ctx), s.next.wanted)}
+			s.next = nil
 		case next != nil && pool.startAhead(next, end, endAfter(s.ctx)):
 		case s.spec.BoxID >= 0:
 			// The id's next run must find it free: no box was built
@@ -68,6 +74,10 @@ func (s *supervisor) teardown() {
 	}
 	if next != nil {
 		pool.startAhead(next, nil, endAfter(s.ctx))
+	}
+	if s.next != nil {
+		s.next.prev <- prevRun{} // (this run failed)
+		s.next = nil
 	}
 }
 
