@@ -79,9 +79,6 @@ type aheadBox struct {
 	// had, until the build takes it (netns.go); nil: the build makes one,
 	// when its box part has a network namespace of its own.
 	netns *boxNetns
-	// kept: the build took netns from that run, whose box ended meanwhile;
-	// it is checked for what the run left in it once both are done.
-	kept bool
 	// prev, for a box built while the run of the id's last box runs
 	// (buildNext), is how that run ended, sent once by its teardown.
 	prev chan prevRun
@@ -210,7 +207,7 @@ func (p *pool) nextBox(s *supervisor, ok bool) *aheadBox {
 	spec := *s.spec
 	spec.Command, spec.CopyIn, spec.CopyOut, spec.Env = nil, nil, nil, nil
 	a := &aheadBox{ready: make(chan struct{}), wanted: make(chan struct{}), spec: spec, dir: dir, policy: s.policy, lock: held,
-		netns: s.netns, kept: s.netns != nil}
+		netns: s.netns}
 	s.netns = nil
 	return a
 }
@@ -237,19 +234,19 @@ func (p *pool) buildNext(s *supervisor) *aheadBox {
 // a stopped one, end runs at once.
 func (p *pool) endAfterCaller(end func() error, after, wanted <-chan struct{}) <-chan struct{} {
 	ended := make(chan struct{})
-	if p != nil {
+	background := p != nil
+	if background {
 		p.mu.Lock()
-	}
-	if p == nil || p.stopped {
-		if p != nil {
-			p.mu.Unlock()
+		if background = !p.stopped; background {
+			p.wg.Add(1)
 		}
+		p.mu.Unlock()
+	}
+	if !background {
 		reportEnd(end())
 		close(ended)
 		return ended
 	}
-	p.wg.Add(1)
-	p.mu.Unlock()
 	go func() {
 		defer p.wg.Done()
 		p.awaitCaller(after, wanted)
@@ -260,7 +257,7 @@ func (p *pool) endAfterCaller(end func() error, after, wanted <-chan struct{}) <
 }
 
 // startAhead builds a in the background once after (see EndAfter) is
-// closed, while end (the end of the run's box; nil: it has ended) runs.
+// closed and end (the end of the run's box; nil: it has ended) has run.
 // It reports false, having done nothing, when the pool has stopped or
 // holds maxAhead of them: the caller then ends the box itself.
 func (p *pool) startAhead(a *aheadBox, end func() error, after <-chan struct{}) bool {
@@ -285,18 +282,9 @@ func (p *pool) startAhead(a *aheadBox, end func() error, after <-chan struct{}) 
 		// the id's next run waits for it (the caller's next command
 		// of the same request).
 		p.awaitCaller(after, a.wanted)
-		// The last box of the id ends while its next is built: the id's
-		// next run claims the new box once both are done (the id's run
-		// lock and cgroup are the old box's until its end), in the longer
-		// of the two rather than their sum.
-		var endErr error
-		ended := make(chan struct{})
 		if end != nil {
-			go func() { endErr = end(); close(ended) }()
-		} else {
-			close(ended)
+			reportEnd(end())
 		}
-		defer func() { <-ended; reportEnd(endErr) }()
 		select {
 		case <-p.stop:
 			a.err = errPoolStopped
@@ -317,44 +305,48 @@ func (p *pool) startAhead(a *aheadBox, end func() error, after <-chan struct{}) 
 		if a.err != nil && a.boxThere() {
 			fmt.Fprintf(os.Stderr, "isolate: pool: build box %d ahead: %v\n", a.spec.BoxID, a.err)
 		}
-		if a.prev != nil && a.err == nil {
-			// Built while the last run ran: it waits for its end.
-			var r prevRun
-			select {
-			case r = <-a.prev:
-			case <-p.stop:
-			}
-			if r.ok {
-				select {
-				case <-r.ended:
-				case <-p.stop:
-					r.ok = false
-				}
-			}
-			if !r.ok {
+		if a.err == nil {
+			if err := a.afterLastRun(p.stop, netns != nil); err != nil {
 				a.b.s.teardown()
-				a.b, a.err = nil, errLastRunFailed
-				return
-			}
-		}
-		if a.kept && a.err == nil {
-			// The last run's processes are gone once its box has ended
-			// (prev: once it reported).
-			<-ended
-			if !a.b.s.netns.unused() {
-				a.b.s.teardown()
-				a.b, a.err = nil, errNetnsUsed
+				a.b, a.err = nil, err
 			}
 		}
 	}()
 	return true
 }
 
+// afterLastRun waits, for a box built while the id's last run ran (prev),
+// until that run has ended and its box has gone; then a network namespace
+// the box took from that run (kept) must hold nothing of it (every process
+// of the run is gone by then). An error: the box must go.
+func (a *aheadBox) afterLastRun(stop <-chan struct{}, kept bool) error {
+	if a.prev != nil {
+		var r prevRun
+		select {
+		case r = <-a.prev:
+		case <-stop:
+			return errPoolStopped
+		}
+		if !r.ok {
+			return errLastRunFailed
+		}
+		select {
+		case <-r.ended:
+		case <-stop:
+			return errPoolStopped
+		}
+	}
+	if kept && !a.b.s.netns.unused() {
+		return errNetnsUsed
+	}
+	return nil
+}
+
 var (
 	errPoolStopped   = fmt.Errorf("the pool stopped")
 	errBoxGone       = fmt.Errorf("the box was cleaned up")
 	errNetnsUsed     = fmt.Errorf("the last run left sockets in the network namespace")
-	errLastRunFailed = fmt.Errorf("the id's last run failed, or the pool stopped meanwhile")
+	errLastRunFailed = fmt.Errorf("the id's last run failed")
 )
 
 // boxThere says whether the box directory a was built for is still the
