@@ -119,21 +119,9 @@ func idmapUserns(from, to Cred) (*os.File, error) {
 
 // receiveUserns takes the namespace descriptor the holder sends on sock.
 func receiveUserns(sock int) (*os.File, error) {
-	var b [1]byte
-	oob := make([]byte, unix.CmsgSpace(4))
-	for {
-		_, oobn, _, _, err := unix.Recvmsg(sock, b[:], oob, unix.MSG_CMSG_CLOEXEC)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("receive an idmapped bind's user namespace: %w", err)
-		}
-		if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil && len(msgs) == 1 {
-			if fds, err := unix.ParseUnixRights(&msgs[0]); err == nil && len(fds) == 1 {
-				return os.NewFile(uintptr(fds[0]), "userns"), nil
-			}
-		}
-		return nil, fmt.Errorf("receive an idmapped bind's user namespace: its holder sent none")
+	fd, err := receiveFD(sock, 0)
+	if err != nil {
+		return nil, fmt.Errorf("receive an idmapped bind's user namespace: %w", err)
 	}
+	return os.NewFile(uintptr(fd), "userns"), nil
 }

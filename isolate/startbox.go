@@ -322,7 +322,7 @@ func (s *supervisor) startProgram(box *pendingBox, cmd *boxinit.Plan, files []*o
 		}
 	}
 	if s.notify != nil {
-		fd, err := receiveFD(s.notify)
+		fd, err := receiveFD(int(s.notify.Fd()), unix.MSG_DONTWAIT)
 		if err != nil {
 			return fmt.Errorf("receive the seccomp listener: %w", err)
 		}
@@ -359,11 +359,18 @@ func (s *supervisor) mountImage() (*rootfs.Mounted, error) {
 // uid of this box.
 func idMaps(hostUID int) string { return fmt.Sprintf("0 0 1\n%d %d 1\n", boxUID, hostUID) }
 
-// receiveFD takes the descriptor the program sent before its exec.
-func receiveFD(sock *os.File) (int, error) {
-	buf := make([]byte, 1)
+// receiveFD takes the one descriptor a message on sock carries (flags:
+// recvmsg's, MSG_CMSG_CLOEXEC added).
+func receiveFD(sock int, flags int) (int, error) {
+	var buf [1]byte
 	oob := make([]byte, unix.CmsgSpace(4))
-	_, oobn, _, _, err := unix.Recvmsg(int(sock.Fd()), buf, oob, unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
+	var oobn int
+	var err error
+	for {
+		if _, oobn, _, _, err = unix.Recvmsg(sock, buf[:], oob, flags|unix.MSG_CMSG_CLOEXEC); err != unix.EINTR {
+			break
+		}
+	}
 	if err != nil {
 		return -1, err
 	}
