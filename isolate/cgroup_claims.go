@@ -3,6 +3,7 @@ package isolate
 import (
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -58,11 +59,7 @@ func openCgroupClaims(dir string, m *cgroup.Manager) (*os.File, error) {
 
 // claimsPath names the claims file of m's root in dir.
 func claimsPath(dir string, m *cgroup.Manager) string {
-	var parents []string
-	for _, p := range m.Parents() {
-		parents = append(parents, p)
-	}
-	slices.Sort(parents)
+	parents := slices.Sorted(maps.Values(m.Parents()))
 	h := fnv.New64a()
 	h.Write([]byte(strings.Join(parents, "\n")))
 	return dir + "/cgroups-" + strconv.FormatUint(h.Sum64(), 16)
@@ -159,11 +156,9 @@ func sweepStale(m *cgroup.Manager, dir string, own int) {
 	}
 	defer claims.Close()
 	for _, name := range names {
-		id, err := strconv.Atoi(strings.TrimPrefix(name, "box-"))
-		if err != nil || id == own || !strings.HasPrefix(name, "box-") {
-			continue
+		if id, ok := cgroupBoxID(name); ok && id != own {
+			removeUnclaimed(m, claims, id)
 		}
-		removeUnclaimed(m, claims, id)
 	}
 }
 

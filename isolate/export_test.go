@@ -1,8 +1,6 @@
 package isolate
 
 import (
-	"strconv"
-	"strings"
 	"testing"
 )
 
@@ -25,8 +23,8 @@ func UnheldBoxCgroups(h *Host) ([]string, error) {
 	defer claims.Close()
 	var left []string
 	for _, name := range names {
-		id, err := strconv.Atoi(strings.TrimPrefix(name, "box-"))
-		if err != nil {
+		id, ok := cgroupBoxID(name)
+		if !ok {
 			continue
 		}
 		free, err := claimCgroup(claims, id, false)

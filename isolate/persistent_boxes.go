@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/isolate-sandbox/isolate/cgroup"
 )
@@ -103,6 +104,13 @@ func persistentIn(root string) func(int) bool {
 
 // cgroupName is the name of box id's cgroup.
 func cgroupName(id int) string { return "box-" + strconv.Itoa(id) }
+
+// cgroupBoxID is the box id whose cgroup name is (cgroupName's inverse).
+func cgroupBoxID(name string) (int, bool) {
+	n, ok := strings.CutPrefix(name, "box-")
+	id, err := strconv.Atoi(n)
+	return id, ok && err == nil
+}
 
 // removeStaleCgroups removes box id's cgroups if no run claims them:
 // what a supervisor killed with SIGKILL could not remove itself (its
