@@ -13,6 +13,27 @@ import (
 	"github.com/isolate-sandbox/isolate/isolate"
 )
 
+// persistentBox initialises box id under cfg (cleaned up when the test
+// ends) and returns its box/ directory and a function that runs a command
+// in it through h, reporting a run that is not OK (from any goroutine:
+// an empty report then).
+func persistentBox(t *testing.T, cfg *isolate.Config, h *isolate.Host, id int) (string, func(args ...string) *api.Report) {
+	t.Helper()
+	dir, err := isolate.InitBox(cfg, id, isolate.Caller(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { isolate.CleanupBox(cfg, id, false) })
+	return filepath.Join(dir, "box"), func(args ...string) *api.Report {
+		rep, err := h.Run(context.Background(), &api.Spec{BoxID: &id, Args: args}, isolate.IO{})
+		if err != nil || rep.Status != api.StatusOK {
+			t.Errorf("run of box %d: %v %+v", id, err, rep)
+			return &api.Report{}
+		}
+		return rep
+	}
+}
+
 // runUntilGo starts a run (run's) in the background that waits for the
 // file go in box/, and returns once it runs; its report comes on the
 // channel once the test made the file.
@@ -184,22 +205,8 @@ func TestPoolKeepsTheAheadLockThroughAClaimedRun(t *testing.T) {
 	checkNothingLeft(t)
 	cfg, h := pooledBoxRoot(t)
 	const id = 735
-	dir, err := isolate.InitBox(cfg, id, isolate.Caller(), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { isolate.CleanupBox(cfg, id, false) })
-	box := filepath.Join(dir, "box")
+	box, run := persistentBox(t, cfg, h, id)
 	aheadLock := filepath.Join(isolate.LockDir, "ahead-735")
-	boxID := id
-	run := func(args ...string) *api.Report {
-		t.Helper()
-		rep, err := h.Run(context.Background(), &api.Spec{BoxID: &boxID, Args: args}, isolate.IO{})
-		if err != nil || rep.Status != api.StatusOK {
-			t.Fatalf("run of box %d: %v %+v", id, err, rep)
-		}
-		return rep
-	}
 	run("/bin/true") // the id's first run: the pool builds its next box
 	// The next run claims it and, while its program runs (until the test
 	// creates box/go), the ahead lock's file is there.
@@ -226,21 +233,7 @@ func TestPoolStopsWhileTheNextBoxWaitsForItsRun(t *testing.T) {
 	checkNothingLeft(t)
 	cfg, h := pooledBoxRoot(t)
 	const id = 738
-	dir, err := isolate.InitBox(cfg, id, isolate.Caller(), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { isolate.CleanupBox(cfg, id, false) })
-	box := filepath.Join(dir, "box")
-	boxID := id
-	run := func(args ...string) *api.Report {
-		t.Helper()
-		rep, err := h.Run(context.Background(), &api.Spec{BoxID: &boxID, Args: args}, isolate.IO{})
-		if err != nil || rep.Status != api.StatusOK {
-			t.Errorf("run of box %d: %v %+v", id, err, rep)
-		}
-		return rep
-	}
+	box, run := persistentBox(t, cfg, h, id)
 	run("/bin/true")
 	done := runUntilGo(t, box, run)
 	h.StopPool()
