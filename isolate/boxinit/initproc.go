@@ -55,7 +55,7 @@ func OneShotProcess() { OneShot.Store(true) }
 //
 // netns, a network namespace's descriptor (-1: none), is one init joins
 // instead of making its own: the forker enters it for the fork and
-// leaves it after (see forkIn).
+// leaves it after (forker.fork).
 func ForkInit(path string, argv []string, attr *syscall.ProcAttr, netns int) (pid int, err error) {
 	if OneShot.Load() {
 		if netns >= 0 {
@@ -96,7 +96,7 @@ func startForkers() {
 	for i := 0; i < numForkers; i++ {
 		go func() {
 			runtime.LockOSThread() // for good: see forkInit
-			f := forker{host: -1}
+			var f forker
 			f.host, f.hostErr = unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 			for req := range forkRequests {
 				req.done <- f.fork(req)
