@@ -9,6 +9,11 @@
 #   scripts/bench.sh --profile [RUNS]          CPU profile (perf) of RUNS
 #                                              `isolate run -- /bin/true`,
 #                                              in ms of CPU per run and part
+#   scripts/bench.sh --judges [RUNS [IOI]]     the judges' path per process
+#                                              (perf): RUNS `--run` of one
+#                                              box handed to a service of its
+#                                              own, and of ioi/isolate's IOI;
+#                                              the network namespace's cost
 #
 # ISOLATE_BIN names the binary to measure (default bin/isolate, built by
 # `make build` when missing; --profile builds its own with symbols). Run it
@@ -20,6 +25,7 @@ bin=${ISOLATE_BIN:-bin/isolate}
 
 case "${1:-}" in
 --profile) mode=profile; shift ;;
+--judges) mode=judges; shift ;;
 *) mode=print ;;
 esac
 
@@ -88,6 +94,80 @@ if [ "$mode" = profile ]; then
 			if (n[k] * ms >= 0.02) printf "2\t%s\t%.3f\t  %-10s %6.3f ms  %s\n", a[1], n[k] * ms, a[1], n[k] * ms, a[2]
 		}
 	}' | sort -t"$(printf '\t')" -k1,1n -k2,2 -k3,3nr | cut -f4-
+	exit 0
+fi
+
+if [ "$mode" = judges ]; then
+	runs=${1:-500}
+	ioi=${2:-}
+	[ "$(id -u)" = 0 ] || { echo "bench.sh: --judges runs as root" >&2; exit 2; }
+	command -v perf >/dev/null || { echo "bench.sh: --judges needs perf (apt-get install linux-perf)" >&2; exit 2; }
+	[ -x "$bin" ] || make build
+	bin=$(realpath "$bin")
+	tmp=$(mktemp -d)
+	id=997
+	"$(dirname "$bin")/isolate-serve" --socket "$tmp/api.sock" --cli-socket "$tmp/cli.sock" \
+		--cli-binary "$bin" --store "$tmp/files" > "$tmp/serve.log" 2>&1 &
+	svc=$!
+	trap 'ISOLATE_SERVICE_SOCKET="$tmp/cli.sock" "$bin" --box-id=$id --cleanup >/dev/null 2>&1; kill $svc 2>/dev/null; wait $svc 2>/dev/null; [ -z "$ioi" ] || "$ioi" --box-id=$id --cleanup >/dev/null 2>&1; rm -rf "$tmp"' EXIT
+	until [ -S "$tmp/api.sock" ]; do
+		kill -0 $svc 2>/dev/null || { cat "$tmp/serve.log" >&2; exit 1; }
+		sleep 0.05
+	done
+	ISOLATE_SERVICE_SOCKET="$tmp/cli.sock" "$bin" --box-id=$id --init > /dev/null
+	[ -z "$ioi" ] || "$ioi" --box-id=$id --init > /dev/null
+	hz=4000
+	busy() { awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat; }
+	# per NAME CMD...: CMD run RUNS times one after the other under perf,
+	# then the machine's CPU per run by process, what of it is user space
+	# (the rest is the kernel's work for it), and the wake-ups and
+	# cross-CPU calls per run.
+	per() {
+		local name=$1
+		shift
+		for i in $(seq $((runs / 10))); do "$@" > /dev/null 2>&1; done
+		perf record -q -a -e cpu-clock -F $hz -o "$tmp/perf.data" -- \
+			sh -c 'n=$1; shift; for i in $(seq $n); do "$@" >/dev/null 2>&1; done' sh $runs "$@" > /dev/null 2>&1
+		echo "$name, $runs runs: ms of the machine's CPU per run, by process (user space of it)"
+		perf report -i "$tmp/perf.data" --no-children --sort comm,dso -F comm,dso,sample -t '|' --stdio 2>/dev/null |
+			awk -F'|' -v hz=$hz -v runs=$runs '
+			/^#/ || NF < 3 { next }
+			{
+				c = $1; gsub(/^ +| +$/, "", c); d = $2; gsub(/^ +| +$/, "", d); n = $3 + 0
+				if (c == "swapper") next
+				if (c ~ /^[0-9]+$/) c = "box init (PID 1 and its parent)"
+				else if (c ~ /^(kworker|ksoftirqd|rcu_|migration|kthreadd)/) c = "kernel threads"
+				else if (c == "sh" || c == "seq") c = "the loop (sh)"
+				all[c] += n; tot += n
+				if (d !~ /^\[kernel/) user[c] += n
+				if (d ~ /ld-linux/) ld[c] += n
+			}
+			END {
+				ms = 1000 / hz / runs
+				printf "0\t%f\t  %-34s %6.2f\n", tot, "all", tot * ms
+				for (c in all) if (all[c] * ms >= 0.02) printf "1\t%f\t  %-34s %6.2f  (%.2f%s)\n", all[c], c, all[c] * ms, user[c] * ms, (ld[c] > 0 ? sprintf(", dynamic loader %.2f", ld[c] * ms) : "")
+			}' | sort -t"$(printf '\t')" -k1,1n -k2,2nr | cut -f3-
+		perf stat -a -x, -e sched:sched_wakeup,irq_vectors:call_function_single_entry -o "$tmp/stat" -- \
+			sh -c 'n=$1; shift; for i in $(seq $n); do "$@" >/dev/null 2>&1; done' sh $runs "$@" > /dev/null 2>&1
+		awk -F, -v runs=$runs '$3 ~ /sched_wakeup/ {w = $1} $3 ~ /call_function_single/ {c = $1}
+			END { printf "  per run: %.1f wake-ups, %.1f cross-CPU function calls\n", w / runs, c / runs }' "$tmp/stat"
+	}
+	export ISOLATE_SERVICE_SOCKET="$tmp/cli.sock"
+	per "isolate --run, handed over" "$bin" --box-id=$id --run -- /bin/true
+	unset ISOLATE_SERVICE_SOCKET
+	[ -z "$ioi" ] || per "ioi/isolate --run" "$ioi" --box-id=$id --run -- /bin/true
+	if command -v unshare > /dev/null; then
+		echo "the machine's CPU per unshare ... true, $runs runs (the network namespace's cost is the difference)"
+		for flags in -Urpimf -Urnpimf; do
+			sleep 1
+			b0=$(busy)
+			for i in $(seq $runs); do unshare $flags true; done
+			sleep 1
+			b1=$(busy)
+			awk -v d=$((b1 - b0)) -v runs=$runs -v f=$flags -v hz="$(getconf CLK_TCK)" \
+				'BEGIN { printf "  unshare %-8s %6.2f ms\n", f, d * 1000 / hz / runs }'
+		done
+	fi
 	exit 0
 fi
 
