@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -370,8 +371,9 @@ type service struct {
 }
 
 // startService starts serveBin on sockets of its own, taking the CLI
-// runs of bin, with the further options given, and waits until both its
-// sockets are there (the API's comes last, once the service is ready).
+// runs of bin, with the further options given, and waits until its CLI
+// socket is there and its API's takes a connection (it comes last, once
+// the service is ready).
 func startService(serveBin, bin string, options ...string) (*service, error) {
 	dir, err := os.MkdirTemp("", "isolate-bench-svc-")
 	if err != nil {
@@ -393,9 +395,13 @@ func startService(serveBin, bin string, options ...string) (*service, error) {
 	go func() { exited <- s.cmd.Wait() }()
 	deadline := time.After(30 * time.Second)
 	for {
-		_, cliErr := os.Stat(s.socket)
-		if _, err := os.Stat(filepath.Join(dir, "api.sock")); err == nil && cliErr == nil {
-			break
+		// The API's socket is there a moment before it listens: ready is
+		// a connection it takes.
+		if _, err := os.Stat(s.socket); err == nil {
+			if c, err := net.Dial("unix", filepath.Join(dir, "api.sock")); err == nil {
+				c.Close()
+				break
+			}
 		}
 		select {
 		case err := <-exited:
